@@ -1,0 +1,46 @@
+# One task runner; CI calls these targets exactly as a new user would.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo dev test lint typecheck unit bench graph clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "Python 3.11 is required (set PYTHON=/path/to/python3.11)")'
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+## demo: start the embedded stack, walk the main paths live, leave the Web UI up until Ctrl-C
+demo: $(STAMP)
+	$(BIN)/python -m aiorch.demo
+
+## dev: keep the embedded stack (Temporal + Web UI, SQS, LLM simulator, worker) up for exploring
+dev: $(STAMP)
+	$(BIN)/python -m aiorch.localstack up
+
+## test: lint, type-check and run every test layer
+test: lint typecheck
+	$(BIN)/python -m pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy .
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest tests/unit
+
+bench: $(STAMP)
+	$(BIN)/python -m bench.run
+
+## graph: regenerate the diagrams in docs/ and the README from workflows/graph.py
+graph: $(STAMP)
+	$(BIN)/python -m aiorch.docs
+
+clean:
+	rm -rf $(VENV) .data .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,107 @@
+"""Embeddings and the vector store: the Embeddings API plus an idempotent Qdrant upsert.
+
+The point id is derived from the workflow id, so an activity retried after a crash overwrites
+its own point instead of adding a second one, and cancellation knows exactly what to delete.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import openai
+from openai import AsyncOpenAI
+from qdrant_client import AsyncQdrantClient, models
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.llm import classify
+from workflows import contract, errors
+from workflows.payloads import EmbeddingInput, EmbeddingResult
+
+# A fixed namespace: the same workflow id maps to the same point id on every worker.
+POINT_NAMESPACE = uuid.UUID("5b0c7d0e-4a55-4f7e-9a57-2f0f3b1c6a11")
+
+
+def point_id(workflow_id: str) -> str:
+    """The vector store id of a run's embedding."""
+    return str(uuid.uuid5(POINT_NAMESPACE, workflow_id))
+
+
+class VectorActivities:
+    """``generate_embedding`` and its compensation ``delete_embedding``."""
+
+    def __init__(
+        self, client: AsyncOpenAI, store: AsyncQdrantClient, collection: str, model: str
+    ) -> None:
+        self._client = client
+        self._store = store
+        self._collection = collection
+        self._model = model
+        self._collection_ready = False
+        self._collection_lock = asyncio.Lock()
+
+    @activity.defn(name=contract.ACTIVITY_GENERATE_EMBEDDING)
+    async def generate_embedding(self, embedding_input: EmbeddingInput) -> EmbeddingResult:
+        """Embed the output and upsert it under the run's point id."""
+        model = embedding_input.model or self._model
+        try:
+            response = await self._client.embeddings.create(
+                model=model,
+                input=embedding_input.content,
+                extra_headers={"X-Run-Id": embedding_input.workflow_id},
+            )
+        except openai.OpenAIError as err:
+            failure = classify(err)
+            raise ApplicationError(
+                failure.message,
+                type=errors.EMBEDDING_FAILED if failure.non_retryable else failure.type,
+                non_retryable=failure.non_retryable,
+            ) from None
+        vector = response.data[0].embedding
+        await self._ensure_collection(len(vector))
+        pid = point_id(embedding_input.workflow_id)
+        await self._store.upsert(
+            collection_name=self._collection,
+            points=[
+                models.PointStruct(
+                    id=pid,
+                    vector=vector,
+                    payload={
+                        "workflow_id": embedding_input.workflow_id,
+                        "request_id": embedding_input.request_id,
+                        "model": model,
+                        "content": embedding_input.content,
+                    },
+                )
+            ],
+        )
+        return EmbeddingResult(embedding_id=pid, dimensions=len(vector))
+
+    @activity.defn(name=contract.ACTIVITY_DELETE_EMBEDDING)
+    async def delete_embedding(self, workflow_id: str) -> int:
+        """Delete the run's vector if it exists; returns how many were deleted (0 or 1)."""
+        if not await self._store.collection_exists(self._collection):
+            return 0
+        pid = point_id(workflow_id)
+        found = await self._store.retrieve(self._collection, ids=[pid])
+        if not found:
+            return 0
+        await self._store.delete(
+            collection_name=self._collection,
+            points_selector=models.PointIdsList(points=[pid]),
+        )
+        return 1
+
+    async def _ensure_collection(self, dimensions: int) -> None:
+        if self._collection_ready:
+            return
+        async with self._collection_lock:
+            if not await self._store.collection_exists(self._collection):
+                await self._store.create_collection(
+                    self._collection,
+                    vectors_config=models.VectorParams(
+                        size=dimensions, distance=models.Distance.COSINE
+                    ),
+                )
+            self._collection_ready = True

@@ -1,0 +1,50 @@
+"""Configuration: defaults, environment overrides and clear errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from aiorch.config import ConfigError, load_settings
+
+
+def test_defaults_work_without_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With nothing set, the settings point at the embedded stack."""
+    for name in ("TEMPORAL_ADDRESS", "TEMPORAL_TASK_QUEUE", "DLQ_QUEUE_NAME", "LLM_MAX_ATTEMPTS"):
+        monkeypatch.delenv(name, raising=False)
+    settings = load_settings()
+    assert settings.temporal_address == "localhost:7233"
+    assert settings.temporal_task_queue == "ai-orchestrator"
+    assert settings.dlq_queue_name == "ai-orchestrator-dlq"
+    assert settings.llm_max_attempts == 5
+
+
+def test_environment_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each contract variable is read from the environment."""
+    monkeypatch.setenv("TEMPORAL_ADDRESS", "temporal:7233")
+    monkeypatch.setenv("TEMPORAL_TASK_QUEUE", "q2")
+    monkeypatch.setenv("SQS_ENDPOINT_URL", "http://sqs:9324")
+    monkeypatch.setenv("LLM_FALLBACK_MODEL", "small")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
+    settings = load_settings()
+    assert settings.temporal_address == "temporal:7233"
+    assert settings.temporal_task_queue == "q2"
+    assert settings.sqs_endpoint_url == "http://sqs:9324"
+    assert settings.llm_fallback_model == "small"
+    assert settings.openai_api_key.get_secret_value() == "sk-secret"
+    assert "sk-secret" not in repr(settings)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("LLM_MAX_ATTEMPTS", "zero"), ("LLM_MAX_ATTEMPTS", "0"), ("REVIEW_TIMEOUT_S", "-5")],
+)
+def test_invalid_value_names_the_variable(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str
+) -> None:
+    """A bad value fails with one line that names the variable."""
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError) as info:
+        load_settings()
+    message = str(info.value)
+    assert name in message
+    assert "\n" not in message

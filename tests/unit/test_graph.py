@@ -1,0 +1,131 @@
+"""The state graph: structure, validator and diagram exports."""
+
+from __future__ import annotations
+
+import itertools
+
+import pydot
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from workflows.errors import InvalidTransition
+from workflows.graph import (
+    STATES,
+    TERMINAL_STATES,
+    TRANSITIONS,
+    Event,
+    State,
+    Status,
+    allowed_events,
+    is_terminal,
+    next_state,
+    reachable_from,
+    to_dot,
+    to_mermaid,
+)
+
+
+def test_every_state_has_info_and_terminal_states_are_final() -> None:
+    """Each state has a status and progress; terminal states have no outgoing edges."""
+    assert set(STATES) == set(State)
+    for state in TERMINAL_STATES:
+        assert allowed_events(state) == []
+        assert STATES[state].progress == 100
+    assert STATES[State.AWAIT_REVIEW].status is Status.WAITING_FOR_INPUT
+
+
+def test_every_state_is_reachable_from_idle() -> None:
+    """No state is dead weight: idle reaches all of them."""
+    assert reachable_from(State.IDLE) == set(State)
+
+
+def test_every_non_terminal_state_can_finish() -> None:
+    """From every non-terminal state some terminal state is reachable."""
+    for state in State:
+        if not is_terminal(state):
+            assert reachable_from(state) & TERMINAL_STATES, state
+
+
+def test_transitions_are_unique_per_state_and_event() -> None:
+    """The graph is deterministic: one target per (state, event)."""
+    keys = [(t.source, t.event) for t in TRANSITIONS]
+    assert len(keys) == len(set(keys))
+
+
+def test_design_edges_exist() -> None:
+    """The edges DESIGN.md names are all in the graph."""
+    expected = {
+        (State.IDLE, Event.START): State.FETCH_PROMPT,
+        (State.FETCH_PROMPT, Event.PROMPT_READY): State.INVOKE_LLM,
+        (State.INVOKE_LLM, Event.LLM_OK): State.GENERATE_EMBEDDING,
+        (State.INVOKE_LLM, Event.NEEDS_REVIEW): State.AWAIT_REVIEW,
+        (State.INVOKE_LLM, Event.RETRYABLE_ERROR): State.RETRY_LLM,
+        (State.INVOKE_LLM, Event.PERMANENT_ERROR): State.FAILED,
+        (State.RETRY_LLM, Event.BACKOFF_ELAPSED): State.INVOKE_LLM,
+        (State.RETRY_LLM, Event.EXHAUSTED): State.DEAD_LETTER,
+        (State.AWAIT_REVIEW, Event.APPROVE): State.GENERATE_EMBEDDING,
+        (State.AWAIT_REVIEW, Event.REEDIT): State.INVOKE_LLM,
+        (State.AWAIT_REVIEW, Event.REJECT): State.FAILED,
+        (State.AWAIT_REVIEW, Event.REVIEW_TIMEOUT): State.ESCALATE,
+        (State.ESCALATE, Event.APPROVE): State.GENERATE_EMBEDDING,
+        (State.ESCALATE, Event.REEDIT): State.INVOKE_LLM,
+        (State.ESCALATE, Event.REJECT): State.FAILED,
+        (State.ESCALATE, Event.ESCALATION_TIMEOUT): State.DEAD_LETTER,
+        (State.GENERATE_EMBEDDING, Event.EMBEDDED): State.COMPLETED,
+        (State.GENERATE_EMBEDDING, Event.EXHAUSTED): State.DEAD_LETTER,
+    }
+    for (state, event), target in expected.items():
+        assert next_state(state, event) is target
+    for state in State:
+        if not is_terminal(state):
+            assert next_state(state, Event.CANCEL) is State.CANCELLED
+
+
+def test_every_pair_is_either_an_edge_or_invalid() -> None:
+    """Exhaustively: every (state, event) pair not in the graph raises InvalidTransition."""
+    edges = {(t.source, t.event): t.target for t in TRANSITIONS}
+    for state, event in itertools.product(State, Event):
+        if (state, event) in edges:
+            assert next_state(state, event) is edges[(state, event)]
+        else:
+            with pytest.raises(InvalidTransition) as info:
+                next_state(state, event)
+            assert state.value in str(info.value)
+            assert event.value in str(info.value)
+
+
+@given(st.text(max_size=20), st.text(max_size=20))
+def test_unknown_names_raise_invalid_transition(state: str, event: str) -> None:
+    """Arbitrary strings never slip through: either a real edge or InvalidTransition."""
+    try:
+        target = next_state(state, event)
+    except InvalidTransition:
+        return
+    assert (State(state), Event(event), target) in {
+        (t.source, t.event, t.target) for t in TRANSITIONS
+    }
+
+
+def test_dot_parses_with_one_edge_per_transition() -> None:
+    """The DOT export is valid Graphviz (parsed by pydot) with every state and transition."""
+    graphs = pydot.graph_from_dot_data(to_dot())
+    assert graphs is not None and len(graphs) == 1
+    graph = graphs[0]
+    assert {node.get_name() for node in graph.get_nodes()} >= {s.value for s in State}
+    edges = {
+        (e.get_source(), e.get_destination(), str(e.get("label")).strip('"'))
+        for e in graph.get_edges()
+    }
+    assert len(graph.get_edges()) == len(TRANSITIONS)
+    assert edges == {(t.source.value, t.target.value, t.event.value) for t in TRANSITIONS}
+
+
+def test_mermaid_has_one_edge_per_transition() -> None:
+    """The Mermaid export lists each transition exactly once, labelled with its event."""
+    lines = to_mermaid().splitlines()
+    assert lines[0] == "stateDiagram-v2"
+    edge_lines = [line.strip() for line in lines if ": " in line]
+    assert len(edge_lines) == len(TRANSITIONS)
+    for t in TRANSITIONS:
+        assert f"{t.source.value} --> {t.target.value}: {t.event.value}" in edge_lines

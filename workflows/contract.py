@@ -1,0 +1,23 @@
+"""Names that other tools and live histories rely on. Renaming any of them breaks running
+workflows or users' scripts, so they live in one place and never change."""
+
+from __future__ import annotations
+
+from typing import Final
+
+WORKFLOW_TYPE: Final = "AiOrchestrator"
+DEFAULT_TASK_QUEUE: Final = "ai-orchestrator"
+
+SIGNAL_REVIEW: Final = "review"
+UPDATE_SUBMIT_REVIEW: Final = "submit_review"
+QUERY_STATE: Final = "state"
+QUERY_STATUS: Final = "status"
+
+SEARCH_ATTRIBUTE_STATE: Final = "AiState"
+SEARCH_ATTRIBUTE_STATE_SINCE: Final = "AiStateSince"
+
+ACTIVITY_FETCH_PROMPT: Final = "fetch_prompt"
+ACTIVITY_INVOKE_LLM: Final = "invoke_llm"
+ACTIVITY_GENERATE_EMBEDDING: Final = "generate_embedding"
+ACTIVITY_DELETE_EMBEDDING: Final = "delete_embedding"
+ACTIVITY_SEND_DEAD_LETTER: Final = "send_dead_letter"

@@ -1,0 +1,46 @@
+"""The project's errors, small and stable.
+
+Hierarchy::
+
+    OrchestratorError            base of everything raised on purpose
+    ├── InvalidTransition        the graph has no such edge: a bug, fails loudly
+    └── InvalidRequest           a request or review that breaks the contract
+
+Activities report failures to the workflow as ``temporalio.exceptions.ApplicationError`` with
+one of the stable ``type`` names below; the workflow, queries and dead-letter messages rely on
+them, so they never change. Retryable ones are retried by the workflow's ``retry_llm`` state,
+permanent ones end the run in ``failed``.
+"""
+
+from __future__ import annotations
+
+
+class OrchestratorError(Exception):
+    """Base class for errors this project raises on purpose."""
+
+
+class InvalidTransition(OrchestratorError):
+    """A (state, event) pair that the state graph does not allow."""
+
+    def __init__(self, state: str, event: str, reason: str = "") -> None:
+        self.state = state
+        self.event = event
+        suffix = f" ({reason})" if reason else ""
+        super().__init__(f"invalid transition: event {event!r} in state {state!r}{suffix}")
+
+
+class InvalidRequest(OrchestratorError):
+    """A payload that breaks the contract; the message names the offending field."""
+
+
+# Stable ApplicationError type names (wire contract: never rename).
+INVALID_REQUEST = "InvalidRequest"
+INPUT_UNAVAILABLE = "InputUnavailable"
+LLM_RETRYABLE = "LlmRetryable"
+LLM_RATE_LIMITED = "LlmRateLimited"
+LLM_MALFORMED_REPLY = "LlmMalformedReply"
+LLM_PERMANENT = "LlmPermanent"
+LLM_QUOTA_EXHAUSTED = "LlmQuotaExhausted"
+LLM_REFUSED = "LlmRefused"
+EMBEDDING_FAILED = "EmbeddingFailed"
+INVALID_TRANSITION = "InvalidTransition"
