@@ -18,6 +18,7 @@ from urllib.parse import quote
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from temporalio.client import (
     Client,
@@ -53,7 +54,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-out = Console()
+out = Console(soft_wrap=True, highlight=False)
 err_console = Console(stderr=True)
 
 P = ParamSpec("P")
@@ -89,16 +90,7 @@ def one_line_errors(func: Callable[P, T]) -> Callable[P, T]:
         try:
             return func(*args, **kwargs)
         except (OrchestratorError, RPCError) as error:
-            err_console.print(f"[red]error:[/red] {error}", highlight=False)
-            raise typer.Exit(1) from None
-        except (ConnectionError, RuntimeError) as error:
-            if "connect" not in str(error).lower():
-                raise
-            err_console.print(
-                f"[red]error:[/red] cannot reach Temporal ({error}); is the server running? "
-                "Start the local stack with `make dev` or set TEMPORAL_ADDRESS.",
-                highlight=False,
-            )
+            err_console.print(f"[red]error:[/red] {escape(str(error))}", highlight=False)
             raise typer.Exit(1) from None
 
     return wrapper
@@ -107,7 +99,15 @@ def one_line_errors(func: Callable[P, T]) -> Callable[P, T]:
 def run_async(coro_fn: Callable[[Client, Settings], Awaitable[T]]) -> T:
     async def main() -> T:
         settings = load_settings()
-        client = await connect(settings)
+        try:
+            client = await connect(settings)
+        except RuntimeError as error:
+            if "connect" not in str(error).lower():
+                raise
+            raise CliError(
+                f"cannot reach Temporal at {settings.temporal_address}; is it running? "
+                "Start the local stack with `make dev`, or set TEMPORAL_ADDRESS."
+            ) from None
         return await coro_fn(client, settings)
 
     return asyncio.run(main())

@@ -1,0 +1,233 @@
+"""``make demo``: the embedded stack, live, walking the pipeline's main paths.
+
+Starts the Temporal dev server (Web UI on :8233), SQS, the LLM simulator and a worker; starts
+one run per scenario; plays the reviewer for the runs that wait for one; shows a live table of
+states until every run has ended; checks each ended where it should; then keeps the stack (and
+the Web UI) up until Ctrl-C. With ``--exit`` (or when stdin is not a terminal) it stops at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import socket
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from temporalio.client import Client, WorkflowHandle
+from temporalio.service import RPCError
+
+from aiorch.config import DEFAULT_LLM_PORT, DEFAULT_SQS_PORT
+from aiorch.localstack import HOST, LocalStack, LocalStackError, free_port
+from aiorch.temporal import DATA_CONVERTER
+from workflows import contract
+from workflows.graph import is_terminal
+from workflows.payloads import ReviewDecision, RunStatus
+
+POLL_S = 0.4
+DEMO_TIMEOUT_S = 180.0
+
+
+@dataclass
+class Scenario:
+    """One demo run: what it asks, how the reviewer answers, where it must end."""
+
+    name: str
+    message: str
+    expected: str
+    review: str = "auto"
+    decisions: list[ReviewDecision] = field(default_factory=list)
+    max_attempts: int | None = None
+    workflow_id: str = field(default_factory=lambda: uuid.uuid4().hex[:24])
+    status: RunStatus | None = None
+
+
+def scenarios() -> list[Scenario]:
+    approve = ReviewDecision(decision="approve", reviewer="demo-reviewer")
+    return [
+        Scenario("auto", "Explain durable execution in one paragraph.", "completed"),
+        Scenario(
+            "review, approve",
+            "Draft a reply to an unhappy customer. [sim:review]",
+            "completed",
+            decisions=[approve],
+        ),
+        Scenario(
+            "reedit, approve",
+            "Summarise our refund policy for the website.",
+            "completed",
+            review="always",
+            decisions=[
+                ReviewDecision(
+                    decision="reedit", reviewer="demo-reviewer", feedback="Mention the 30 days."
+                ),
+                approve,
+            ],
+        ),
+        Scenario(
+            "review, reject",
+            "Write a press release announcing record profits.",
+            "failed",
+            review="always",
+            decisions=[
+                ReviewDecision(decision="reject", reviewer="demo-legal", feedback="Not approved.")
+            ],
+        ),
+        Scenario(
+            "429 x2, retry",
+            "Translate 'hello' to French. [sim:status=429:times=2:retry_after=1]",
+            "completed",
+        ),
+        Scenario(
+            "503, dead letter",
+            "Classify this ticket. [sim:status=503]",
+            "dead_letter",
+            max_attempts=3,
+        ),
+    ]
+
+
+def port_or_free(preferred: int) -> int:
+    with socket.socket() as sock:
+        try:
+            sock.bind((HOST, preferred))
+        except OSError:
+            return free_port()
+    return preferred
+
+
+async def start_runs(client: Client, runs: list[Scenario]) -> None:
+    for run in runs:
+        options = {"llm_max_attempts": run.max_attempts} if run.max_attempts else {}
+        await client.start_workflow(
+            contract.WORKFLOW_TYPE,
+            {
+                "request_id": run.workflow_id,
+                "user_message": run.message,
+                "review": run.review,
+                "metadata": {"demo": run.name},
+                "options": options,
+            },
+            id=run.workflow_id,
+            task_queue=contract.DEFAULT_TASK_QUEUE,
+            static_summary=f"demo: {run.name}",
+        )
+
+
+async def advance(client: Client, run: Scenario) -> None:
+    """Refresh the run's status and play the reviewer when it waits for one."""
+    handle: WorkflowHandle[object, object] = client.get_workflow_handle(run.workflow_id)
+    run.status = await handle.query(contract.QUERY_STATUS, result_type=RunStatus)
+    if run.status.state in ("await_review", "escalate") and run.decisions:
+        decision = run.decisions.pop(0)
+        run.status = await handle.execute_update(
+            contract.UPDATE_SUBMIT_REVIEW, decision, result_type=RunStatus
+        )
+
+
+def render(runs: list[Scenario], elapsed: float) -> Group:
+    table = Table(title=f"ai-orchestrator demo ({elapsed:4.1f}s)")
+    for column in ("scenario", "run", "state", "progress", "attempts", "model"):
+        table.add_column(column, no_wrap=True)
+    for run in runs:
+        s = run.status
+        table.add_row(
+            run.name,
+            run.workflow_id[:8],
+            s.state if s else "starting",
+            ProgressBar(total=100, completed=s.progress if s else 0, width=10),
+            str(s.attempts) if s else "",
+            s.model or "" if s else "",
+        )
+    return Group(table)
+
+
+async def drive(stack: LocalStack, console: Console) -> bool:
+    client = await Client.connect(stack.addresses.temporal_address, data_converter=DATA_CONVERTER)
+    runs = scenarios()
+    await start_runs(client, runs)
+    started = time.monotonic()
+    with Live(render(runs, 0), console=console, refresh_per_second=8) as live:
+        while time.monotonic() - started < DEMO_TIMEOUT_S:
+            for run in runs:
+                if run.status is None or not is_terminal(run.status.state):
+                    try:
+                        await advance(client, run)
+                    except RPCError as error:
+                        console.print(f"[yellow]{run.name}: {error.message}[/yellow]")
+            live.update(render(runs, time.monotonic() - started))
+            if all(r.status and is_terminal(r.status.state) for r in runs):
+                break
+            await asyncio.sleep(POLL_S)
+    ok = True
+    for run in runs:
+        final = run.status.state if run.status else "unknown"
+        good = final == run.expected
+        ok &= good
+        mark = "[green]ok[/green]" if good else f"[red]expected {run.expected}[/red]"
+        console.print(f"  {run.name:<16} {final:<12} {mark}")
+    return ok
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m aiorch.demo")
+    parser.add_argument("--data-dir", type=Path, default=Path(".data/demo"))
+    parser.add_argument("--exit", action="store_true", help="stop the stack when the demo ends")
+    args = parser.parse_args(argv)
+    console = Console()
+    stack = LocalStack(
+        args.data_dir,
+        temporal_port=port_or_free(7233),
+        ui_port=port_or_free(8233),
+        sqs_port=port_or_free(DEFAULT_SQS_PORT),
+        llm_port=port_or_free(DEFAULT_LLM_PORT),
+        persist=True,
+        with_worker=True,
+        # Short backoffs so the retry and dead-letter paths play out in seconds.
+        worker_env={"LLM_BACKOFF_INITIAL_S": "0.5", "LLM_BACKOFF_MAX_S": "2"},
+    )
+    try:
+        with console.status("starting Temporal (Web UI), SQS, the LLM simulator and a worker..."):
+            addresses = stack.start()
+        ok = asyncio.run(drive(stack, console))
+        console.print()
+        console.print(f"Web UI:  {addresses.ui_url}/namespaces/default/workflows", highlight=False)
+        console.print(
+            f"CLI:     temporal workflow list --address {addresses.temporal_address}",
+            highlight=False,
+        )
+        console.print(
+            f"Shell:   export TEMPORAL_ADDRESS={addresses.temporal_address} "
+            f"OPENAI_BASE_URL={addresses.openai_base_url}; python starter.py list",
+            highlight=False,
+        )
+        if not ok:
+            console.print("[red]some runs did not end where expected; see .data/demo/logs[/red]")
+            return 1
+        if args.exit or not sys.stdin.isatty():
+            return 0
+        console.print("The stack stays up for exploring. Press Ctrl-C to stop it.", style="bold")
+        signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+        while True:
+            time.sleep(1)
+    except KeyboardInterrupt:
+        console.print("stopping...")
+        return 0
+    except LocalStackError as error:
+        console.print(f"[red]error:[/red] {error}", highlight=False)
+        return 1
+    finally:
+        stack.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

