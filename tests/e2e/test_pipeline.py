@@ -1,0 +1,232 @@
+"""The pipeline end to end: real dev server, real worker process, real simulator over HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+
+import pytest
+from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
+
+from aiorch.localstack import LocalStack, temporal_cli_path
+from tests.e2e.conftest import (
+    Simulator,
+    new_id,
+    request,
+    start,
+    status_of,
+    visible_state,
+    wait_for_state,
+)
+from workflows import contract
+from workflows.graph import TRANSITIONS
+from workflows.payloads import PipelineResult, RunStatus
+
+EDGES = {(t.source.value, t.event.value, t.target.value) for t in TRANSITIONS}
+
+
+def assert_walks_the_graph(result: PipelineResult) -> None:
+    steps = [(h.from_state, h.event, h.to_state) for h in result.history]
+    assert set(steps) <= EDGES, steps
+    for before, after in zip(result.history, result.history[1:], strict=False):
+        assert before.to_state == after.from_state
+
+
+async def test_happy_path_completes_with_content_and_embedding(
+    client: Client, simulator: Simulator
+) -> None:
+    """A plain request runs fetch -> LLM -> embedding -> completed, visible as AiState."""
+    handle = await start(client, request("What is durable execution?"))
+    result = PipelineResult.model_validate(await handle.result())
+    assert result.state == "completed"
+    assert result.content and "durable execution" in result.content
+    assert result.embedding_id
+    assert result.model == "sim-large"
+    assert [h.to_state for h in result.history] == [
+        "fetch_prompt",
+        "invoke_llm",
+        "generate_embedding",
+        "completed",
+    ]
+    assert_walks_the_graph(result)
+    assert await visible_state(client, handle.id, "completed")
+    chats = simulator.chat_requests(handle.id)
+    assert len(chats) == 1
+    assert chats[0]["idempotency_key"] == f"{handle.id}:invoke_llm:1"
+
+
+async def test_review_approve_via_signal(client: Client) -> None:
+    """needs_review parks the run in await_review (AiState too); the review signal approves."""
+    handle = await start(client, request("Sensitive answer [sim:review]"))
+    await wait_for_state(handle, "await_review")
+    assert await visible_state(client, handle.id, "await_review")
+    await handle.signal(contract.SIGNAL_REVIEW, {"decision": "approve", "reviewer": "ann"})
+    result = PipelineResult.model_validate(await handle.result())
+    assert result.state == "completed"
+    approve = next(h for h in result.history if h.event == "approve")
+    assert approve.detail == "approve by ann"
+
+
+async def test_review_approve_via_update_returns_new_status(client: Client) -> None:
+    """The submit_review update applies the decision and returns the status after it."""
+    handle = await start(client, request("Check me", review="always"))
+    await wait_for_state(handle, "await_review")
+    after = await handle.execute_update(
+        contract.UPDATE_SUBMIT_REVIEW,
+        {"decision": "approve", "reviewer": "bob", "feedback": None},
+        result_type=RunStatus,
+    )
+    assert after.state in ("generate_embedding", "completed")
+    assert (await handle.result())["state"] == "completed"
+
+
+async def test_reedit_sends_feedback_to_the_llm(client: Client, simulator: Simulator) -> None:
+    """reedit goes back to invoke_llm with the reviewer's feedback in the prompt."""
+    handle = await start(client, request("Write a tagline", review="always"))
+    await wait_for_state(handle, "await_review")
+    await handle.execute_update(
+        contract.UPDATE_SUBMIT_REVIEW,
+        {"decision": "reedit", "reviewer": "cy", "feedback": "Make it rhyme"},
+        result_type=RunStatus,
+    )
+    second = await wait_for_state(handle, "await_review")
+    assert second.attempts == 2
+    await handle.signal(contract.SIGNAL_REVIEW, {"decision": "approve", "reviewer": "cy"})
+    result = PipelineResult.model_validate(await handle.result())
+    assert result.state == "completed"
+    chats = simulator.chat_requests(handle.id)
+    assert len(chats) == 2
+    first_prompt = json.dumps(chats[0]["messages"])
+    second_prompt = json.dumps(chats[1]["messages"])
+    assert "Make it rhyme" not in first_prompt
+    assert "Reviewer feedback: Make it rhyme" in second_prompt
+    assert "Make it rhyme" in (result.content or "")
+
+
+async def test_reject_ends_failed(client: Client) -> None:
+    """reject ends the run in failed, naming the reviewer in the status."""
+    handle = await start(client, request("Announce profits", review="always"))
+    await wait_for_state(handle, "await_review")
+    after = await handle.execute_update(
+        contract.UPDATE_SUBMIT_REVIEW,
+        {"decision": "reject", "reviewer": "legal", "feedback": "no"},
+        result_type=RunStatus,
+    )
+    assert after.state == "failed"
+    assert after.last_error == "rejected by legal"
+    result = PipelineResult.model_validate(await handle.result())
+    assert result.state == "failed"
+    assert await visible_state(client, handle.id, "failed")
+
+
+async def test_update_refused_when_not_awaiting_review(client: Client) -> None:
+    """While the LLM call runs, submit_review is refused at once and the state is unchanged."""
+    handle = await start(client, request("Slow one [sim:hang=3]", review="always"))
+    await wait_for_state(handle, "invoke_llm")
+    with pytest.raises(WorkflowUpdateFailedError) as info:
+        await handle.execute_update(
+            contract.UPDATE_SUBMIT_REVIEW, {"decision": "approve", "reviewer": "dan"}
+        )
+    assert "not awaiting review (state: invoke_llm)" in str(info.value.cause)
+    assert (await status_of(handle)).state == "invoke_llm"
+    await wait_for_state(handle, "await_review", timeout=30)
+    await handle.signal(contract.SIGNAL_REVIEW, {"decision": "approve", "reviewer": "dan"})
+    assert (await handle.result())["state"] == "completed"
+
+
+async def test_same_request_id_runs_once(client: Client, simulator: Simulator) -> None:
+    """Starting the same request_id again is refused; the LLM is called once for it."""
+    payload = request("Only once please")
+    handle = await start(client, payload)
+    with pytest.raises(WorkflowAlreadyStartedError):
+        await start(client, payload)
+    assert (await handle.result())["state"] == "completed"
+    assert len(simulator.chat_requests(handle.id)) == 1
+
+
+def test_starter_cli_start_status_and_refused_review(stack: LocalStack) -> None:
+    """starter.py start prints the id and a UI link; a refused review is one clear line."""
+    env = {**stack.addresses.env(), "TEMPORAL_UI_URL": "http://ui.example"}
+    run_id = new_id()
+    started = subprocess.run(
+        [sys.executable, "starter.py", "start", "Hello from the CLI", "--id", run_id, "--wait"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert started.returncode == 0, started.stderr
+    assert f"started {run_id}" in started.stdout
+    assert f"http://ui.example/namespaces/default/workflows/{run_id}" in started.stdout
+    again = subprocess.run(
+        [sys.executable, "starter.py", "start", "again", "--id", run_id],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert again.returncode == 1
+    assert "already started" in again.stderr
+    assert "Traceback" not in again.stderr
+    refused = subprocess.run(
+        [sys.executable, "starter.py", "review", run_id, "approve"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert refused.returncode == 1
+    assert "Traceback" not in refused.stderr
+    assert run_id in refused.stderr
+    history = subprocess.run(
+        [sys.executable, "starter.py", "history", run_id],
+        env={**env, "COLUMNS": "200"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert history.returncode == 0, history.stderr
+    for event in ("start", "prompt_ready", "llm_ok", "embedded"):
+        assert event in history.stdout
+
+
+async def test_bad_request_from_the_temporal_cli_fails_at_once(
+    stack: LocalStack, client: Client
+) -> None:
+    """A bad request_id sent by the plain Temporal CLI fails the run within seconds, naming it."""
+    workflow_id = f"cli-bad-{new_id()}"
+    subprocess.run(
+        [
+            str(temporal_cli_path()),
+            "workflow",
+            "start",
+            "--address",
+            stack.addresses.temporal_address,
+            "--type",
+            contract.WORKFLOW_TYPE,
+            "--task-queue",
+            contract.DEFAULT_TASK_QUEUE,
+            "--workflow-id",
+            workflow_id,
+            "--input",
+            json.dumps({"request_id": "NOT-HEX", "user_message": "hi"}),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=30,
+    )
+    handle = client.get_workflow_handle(workflow_id)
+    with pytest.raises(WorkflowFailureError) as info:
+        await asyncio.wait_for(handle.result(), 10)
+    assert isinstance(info.value.cause, ApplicationError)
+    assert info.value.cause.type == "InvalidRequest"
+    assert "request_id" in str(info.value.cause)
+    description = await handle.describe()
+    assert description.status is not None and description.status.name == "FAILED"
