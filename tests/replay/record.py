@@ -1,0 +1,108 @@
+"""Record workflow histories for the replay tests: ``python -m tests.replay.record``.
+
+Runs each scenario on a fresh local stack (real dev server, worker, simulator, SQS) and writes
+its event history to ``tests/replay/histories/<scenario>.json``. Re-record when a workflow change
+is *meant* to alter commands (guarded by ``workflow.patched``); keep the old files too, so runs
+started before the change still replay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import Client, WorkflowHandle
+
+from aiorch.localstack import LocalStack
+from aiorch.temporal import DATA_CONVERTER
+from workflows import contract
+from workflows.payloads import RunStatus
+
+HISTORIES = Path(__file__).parent / "histories"
+WORKER_ENV = {"LLM_BACKOFF_INITIAL_S": "0.2", "LLM_BACKOFF_MAX_S": "0.5"}
+
+
+async def until(handle: WorkflowHandle[Any, Any], state: str) -> None:
+    for _ in range(300):
+        status = await handle.query(contract.QUERY_STATUS, result_type=RunStatus)
+        if status.state == state:
+            return
+        await asyncio.sleep(0.1)
+    raise TimeoutError(f"{handle.id} never reached {state}")
+
+
+async def review(
+    handle: WorkflowHandle[Any, Any], decision: str, feedback: str | None = None
+) -> None:
+    await until(handle, "await_review")
+    await handle.execute_update(
+        contract.UPDATE_SUBMIT_REVIEW,
+        {"decision": decision, "reviewer": "recorder", "feedback": feedback},
+        result_type=RunStatus,
+    )
+
+
+async def record(client: Client) -> None:
+    async def start(message: str, **fields: Any) -> WorkflowHandle[Any, Any]:
+        run_id = uuid.uuid4().hex[:24]
+        payload = {"request_id": run_id, "user_message": message, **fields}
+        return await client.start_workflow(
+            contract.WORKFLOW_TYPE, payload, id=run_id, task_queue=contract.DEFAULT_TASK_QUEUE
+        )
+
+    runs: dict[str, WorkflowHandle[Any, Any]] = {}
+    runs["happy_path"] = await start("Explain replay.")
+    runs["review_approve"] = await start("Check this [sim:review]")
+    runs["reedit_then_approve"] = await start("Tagline please", review="always")
+    runs["reject"] = await start("Press release", review="always")
+    runs["retry_then_complete"] = await start("Busy [sim:status=429:times=2:retry_after=0.5]")
+    runs["malformed_then_complete"] = await start("Odd [sim:malformed:times=1]")
+    runs["dead_letter"] = await start("Down [sim:status=503]", options={"llm_max_attempts": 3})
+    runs["permanent_error"] = await start("Bad [sim:status=400]")
+    runs["review_timeout_dead_letter"] = await start(
+        "Nobody answers",
+        review="always",
+        options={"review_timeout_s": 1, "escalation_timeout_s": 1},
+    )
+    runs["cancel_in_review"] = await start("Cancel me", review="always")
+
+    await review(runs["review_approve"], "approve")
+    await review(runs["reedit_then_approve"], "reedit", "Shorter")
+    await review(runs["reedit_then_approve"], "approve")
+    await review(runs["reject"], "reject", "No")
+    await until(runs["cancel_in_review"], "await_review")
+    await runs["cancel_in_review"].cancel()
+
+    HISTORIES.mkdir(exist_ok=True)
+    for name, handle in runs.items():
+        try:
+            await handle.result()
+        except Exception as error:  # a cancelled run ends in an error, which is its point
+            print(f"{name}: ended with {type(error).__name__}")
+        history = await handle.fetch_history()
+        (HISTORIES / f"{name}.json").write_text(history.to_json() + "\n", encoding="utf-8")
+        print(f"recorded {name}: {len(history.events)} events")
+
+
+def main() -> int:
+    with (
+        tempfile.TemporaryDirectory() as data,
+        LocalStack(Path(data), with_worker=True, worker_env=WORKER_ENV) as stack,
+    ):
+
+        async def go() -> None:
+            client = await Client.connect(
+                stack.addresses.temporal_address, data_converter=DATA_CONVERTER
+            )
+            await record(client)
+
+        asyncio.run(go())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
