@@ -263,7 +263,7 @@ def http_ok(url: str) -> ReadyCheck:
 
 async def wait_for_temporal(
     address: str,
-    timeout: float = READY_TIMEOUT_S,  # noqa: ASYNC109 (the error names the last failure)
+    timeout: float = READY_TIMEOUT_S,
     *,
     namespace: str = "default",
 ) -> None:
