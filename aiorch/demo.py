@@ -168,6 +168,7 @@ async def drive(stack: LocalStack, console: Console) -> bool:
             if all(r.status and is_terminal(r.status.state) for r in runs):
                 break
             await asyncio.sleep(POLL_S)
+    console.print()
     ok = True
     for run in runs:
         final = run.status.state if run.status else "unknown"
