@@ -8,24 +8,29 @@ of workers may poll the same queue.
 from __future__ import annotations
 
 import asyncio
+import compileall
 import contextlib
 import logging
 import signal
 import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
 
 import boto3
 from botocore.config import Config as BotoConfig
 from openai import AsyncOpenAI
 from qdrant_client import AsyncQdrantClient
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.worker import PollerBehaviorSimpleMaximum, Worker
 
 from activities.dead_letter import DeadLetterActivities
 from activities.llm import LlmActivities
 from activities.prompt import InputLoader, PromptActivities
 from activities.vectors import VectorActivities
+from aiorch.codec import keyring_from_settings
 from aiorch.config import ConfigError, Settings, load_settings
+from aiorch.telemetry import tracing, worker_runtime
 from aiorch.temporal import connect, ensure_search_attributes
 from workflows.orchestrator import AiOrchestrator
 
@@ -52,6 +57,33 @@ def vector_store(settings: Settings) -> AsyncQdrantClient:
     return AsyncQdrantClient(path=settings.vector_store_path)
 
 
+def cache_workflow_bytecode() -> bool:
+    """Write the bytecode caches of the workflow modules once, at start.
+
+    The sandbox executes the workflow module afresh for every new run. Without a cache (our
+    image sets PYTHONDONTWRITEBYTECODE) that means compiling its source every time, about a fifth
+    of the worker's CPU under load. A read-only tree only loses that saving.
+    """
+    folder = Path(sys.modules[AiOrchestrator.__module__].__file__ or ".").parent
+    return bool(compileall.compile_dir(folder, quiet=2))
+
+
+def tuning_options(settings: Settings) -> dict[str, Any]:
+    """The worker's slots, pollers and cache from settings (shared with the bench baseline)."""
+    return {
+        "max_concurrent_activities": settings.worker_max_concurrent_activities,
+        "max_concurrent_workflow_tasks": settings.worker_max_concurrent_workflow_tasks,
+        "max_cached_workflows": settings.worker_max_cached_workflows,
+        "workflow_task_poller_behavior": PollerBehaviorSimpleMaximum(
+            settings.worker_workflow_task_pollers
+        ),
+        "activity_task_poller_behavior": PollerBehaviorSimpleMaximum(
+            settings.worker_activity_task_pollers
+        ),
+        "graceful_shutdown_timeout": settings.worker_shutdown_grace,
+    }
+
+
 @contextlib.asynccontextmanager
 async def build_worker(client: Client, settings: Settings) -> AsyncIterator[Worker]:
     """A worker with every activity wired to real clients; closes them on exit."""
@@ -60,11 +92,15 @@ async def build_worker(client: Client, settings: Settings) -> AsyncIterator[Work
     s3 = session.client("s3", endpoint_url=settings.s3_endpoint_url, config=BOTO_CONFIG)
     llm = openai_client(settings)
     store = vector_store(settings)
-    loader = InputLoader(s3=s3)
+    loader = InputLoader(s3=s3, max_bytes=settings.max_input_bytes)
     prompts = PromptActivities(settings, loader)
-    llm_activities = LlmActivities(llm, loader, settings.llm_timeout_s)
+    llm_activities = LlmActivities(
+        llm, loader, settings.llm_timeout_s, prices=settings.llm_price_table
+    )
     vectors = VectorActivities(llm, store, settings.vector_collection, settings.embedding_model)
-    dead_letters = DeadLetterActivities(sqs, settings.dlq_queue_name)
+    dead_letters = DeadLetterActivities(
+        sqs, settings.dlq_queue_name, content_free=keyring_from_settings(settings) is not None
+    )
     try:
         yield Worker(
             client,
@@ -77,10 +113,7 @@ async def build_worker(client: Client, settings: Settings) -> AsyncIterator[Work
                 vectors.delete_embedding,
                 dead_letters.send_dead_letter,
             ],
-            max_concurrent_activities=settings.worker_max_concurrent_activities,
-            max_concurrent_workflow_tasks=settings.worker_max_concurrent_workflow_tasks,
-            max_cached_workflows=settings.worker_max_cached_workflows,
-            graceful_shutdown_timeout=settings.worker_shutdown_grace,
+            **tuning_options(settings),
         )
     finally:
         await llm.close()
@@ -89,7 +122,9 @@ async def build_worker(client: Client, settings: Settings) -> AsyncIterator[Work
 
 async def run_worker(settings: Settings, client: Client | None = None) -> None:
     """Poll until SIGTERM/SIGINT; tests may hand in a client."""
-    client = client or await connect(settings)
+    if not cache_workflow_bytecode():
+        log.info("workflow bytecode not cached (read-only tree?): each new run compiles it")
+    client = client or await connect(settings, runtime=worker_runtime(settings))
     added = await ensure_search_attributes(client)
     if added:
         log.info("registered search attributes: %s", ", ".join(added))
@@ -111,7 +146,8 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
         settings = load_settings()
-        asyncio.run(run_worker(settings))
+        with tracing(settings, "worker"):
+            asyncio.run(run_worker(settings))
     except ConfigError as err:
         sys.exit(f"worker: {err}")
     except (ConnectionError, RuntimeError) as err:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from temporalio import activity
 
+from aiorch.redaction import content_free_dead_letter
 from workflows import contract
 from workflows.payloads import DeadLetterInput, DeadLetterMessage, DeadLetterReceipt
 
@@ -60,9 +61,11 @@ def fit_body(message: DeadLetterMessage, limit: int = MAX_BODY_BYTES) -> str:
 class DeadLetterActivities:
     """``send_dead_letter``; the SQS client (retries off) is injected by the worker."""
 
-    def __init__(self, sqs: SQSClient, queue_name: str) -> None:
+    def __init__(self, sqs: SQSClient, queue_name: str, *, content_free: bool = False) -> None:
         self._sqs = sqs
         self._queue_name = queue_name
+        # With payload encryption on, bodies carry no content (aiorch.redaction).
+        self._content_free = content_free
         self._queue_url: str | None = None
 
     @activity.defn(name=contract.ACTIVITY_SEND_DEAD_LETTER)
@@ -71,8 +74,17 @@ class DeadLetterActivities:
         return await asyncio.to_thread(self._send, dead_letter.message)
 
     def _send(self, message: DeadLetterMessage) -> DeadLetterReceipt:
-        queue_url = self._queue_url or self._resolve_queue()
-        body = fit_body(message)
+        try:
+            return self._send_to(self._queue_url or self._resolve_queue(), message)
+        except self._sqs.exceptions.QueueDoesNotExist:
+            # The queue went away since its URL was cached (deleted by an operator, or a local
+            # SQS restarted empty): resolve (and if need be create) it again, then send once
+            # more. Any other failure is raised for Temporal to retry.
+            self._queue_url = None
+            return self._send_to(self._resolve_queue(), message)
+
+    def _send_to(self, queue_url: str, message: DeadLetterMessage) -> DeadLetterReceipt:
+        body = fit_body(content_free_dead_letter(message) if self._content_free else message)
         attributes: dict[str, MessageAttributeValueTypeDef] = {
             "dedup_key": {"DataType": "String", "StringValue": dedup_key(message)}
         }

@@ -26,7 +26,10 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.prompt import CORRECTIVE_INSTRUCTION, InputLoader
+from aiorch.pricing import PriceTable, estimate_cost
+from aiorch.redaction import scrubbed_error
 from workflows import contract, errors
+from workflows.observability import METRIC_LLM_COST, METRIC_LLM_TOKENS
 from workflows.payloads import LlmCallInput, LlmCallResult, LlmReply, TokenUsage
 
 HEARTBEAT_EVERY_S = 2.0
@@ -139,13 +142,52 @@ def reply_from_completion(completion: ChatCompletion) -> LlmReply:
     return parse_reply(choice.message.content or "")
 
 
+def check_reply_size(content: str, limit: int | None) -> None:
+    """Refuse a reply longer than the run's limit (MAX_REPLY_CHARS), so it never enters history.
+
+    Raises:
+        ApplicationError: ``LlmReplyTooLarge`` (permanent: the same prompt gives the same size).
+    """
+    if limit is not None and len(content) > limit:
+        raise ApplicationError(
+            f"the reply is {len(content)} characters; the limit is {limit} (MAX_REPLY_CHARS)",
+            type=errors.LLM_REPLY_TOO_LARGE,
+            non_retryable=True,
+        )
+
+
+def record_usage(prices: PriceTable, model: str, usage: TokenUsage) -> None:
+    """Count the tokens a call used (by model and kind) and its estimated cost (by model).
+
+    Every completion the provider answered counts, a malformed or truncated one too: it is
+    billed all the same.
+    """
+    meter = activity.metric_meter()
+    tokens = meter.create_counter(METRIC_LLM_TOKENS, "LLM tokens used, by model and kind")
+    tokens.add(usage.prompt_tokens, {"model": model, "kind": "prompt"})
+    tokens.add(usage.completion_tokens, {"model": model, "kind": "completion"})
+    cost = estimate_cost(prices, model, usage.prompt_tokens, usage.completion_tokens)
+    if cost is not None:
+        meter.create_histogram_float(
+            METRIC_LLM_COST, "Estimated cost of each LLM call (sum = total), from LLM_PRICE_TABLE"
+        ).record(cost, {"model": model})
+
+
 class LlmActivities:
     """The ``invoke_llm`` activity, with its client and loader injected by the worker."""
 
-    def __init__(self, client: AsyncOpenAI, loader: InputLoader, timeout_s: float) -> None:
+    def __init__(
+        self,
+        client: AsyncOpenAI,
+        loader: InputLoader,
+        timeout_s: float,
+        *,
+        prices: PriceTable | None = None,
+    ) -> None:
         self._client = client
         self._loader = loader
         self._timeout_s = timeout_s
+        self._prices: PriceTable = prices or {}
 
     @activity.defn(name=contract.ACTIVITY_INVOKE_LLM)
     async def invoke_llm(self, call: LlmCallInput) -> LlmCallResult:
@@ -172,18 +214,20 @@ class LlmActivities:
                 activity.heartbeat(f"waiting for {call.model}")
             completion = request.result()
         except openai.OpenAIError as err:
-            raise classify(err) from None
+            # Provider error bodies may echo the key; it must not reach history or logs.
+            raise scrubbed_error(classify(err), [self._client.api_key]) from None
         finally:
             request.cancel()
-        reply = reply_from_completion(completion)
         usage = completion.usage
+        tokens = TokenUsage(
+            prompt_tokens=usage.prompt_tokens if usage else 0,
+            completion_tokens=usage.completion_tokens if usage else 0,
+            total_tokens=usage.total_tokens if usage else 0,
+        )
+        model = completion.model or call.model
+        record_usage(self._prices, model, tokens)
+        reply = reply_from_completion(completion)
+        check_reply_size(reply.content, call.max_reply_chars)
         return LlmCallResult(
-            content=reply.content,
-            needs_review=reply.needs_review,
-            model=completion.model or call.model,
-            usage=TokenUsage(
-                prompt_tokens=usage.prompt_tokens if usage else 0,
-                completion_tokens=usage.completion_tokens if usage else 0,
-                total_tokens=usage.total_tokens if usage else 0,
-            ),
+            content=reply.content, needs_review=reply.needs_review, model=model, usage=tokens
         )

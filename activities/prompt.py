@@ -146,4 +146,13 @@ class PromptActivities:
             temperature=cfg.llm_temperature,
             backoff_initial_s=cfg.llm_backoff_initial_s,
             backoff_max_s=cfg.llm_backoff_max_s,
+            capture_content=cfg.otel_capture_content,
+            allowed_reviewers=(
+                opts.allowed_reviewers
+                if opts.allowed_reviewers is not None
+                else cfg.allowed_reviewers
+            ),
+            max_feedback_chars=cfg.max_feedback_chars,
+            max_reply_chars=cfg.max_reply_chars,
+            reedit_rounds_per_run=cfg.reedit_rounds_per_run,
         )

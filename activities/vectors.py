@@ -2,6 +2,9 @@
 
 The point id is derived from the workflow id, so an activity retried after a crash overwrites
 its own point instead of adding a second one, and cancellation knows exactly what to delete.
+The activity heartbeats while the embeddings call is in flight, so a cancel reaches it; once the
+upsert has begun it is finished before the activity reports the cancel, so the compensation
+that follows (``delete_embedding``) always sees the vector it has to delete.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from qdrant_client import AsyncQdrantClient, models
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.llm import classify
+from activities.llm import HEARTBEAT_EVERY_S, classify
 from workflows import contract, errors
 from workflows.payloads import EmbeddingInput, EmbeddingResult
 
@@ -45,12 +48,17 @@ class VectorActivities:
     async def generate_embedding(self, embedding_input: EmbeddingInput) -> EmbeddingResult:
         """Embed the output and upsert it under the run's point id."""
         model = embedding_input.model or self._model
-        try:
-            response = await self._client.embeddings.create(
+        call = asyncio.ensure_future(
+            self._client.embeddings.create(
                 model=model,
                 input=embedding_input.content,
                 extra_headers={"X-Run-Id": embedding_input.workflow_id},
             )
+        )
+        try:
+            while not (await asyncio.wait({call}, timeout=HEARTBEAT_EVERY_S))[0]:
+                activity.heartbeat("waiting for the embeddings call")
+            response = call.result()
         except openai.OpenAIError as err:
             failure = classify(err)
             raise ApplicationError(
@@ -58,9 +66,22 @@ class VectorActivities:
                 type=errors.EMBEDDING_FAILED if failure.non_retryable else failure.type,
                 non_retryable=failure.non_retryable,
             ) from None
+        finally:
+            call.cancel()
         vector = response.data[0].embedding
-        await self._ensure_collection(len(vector))
         pid = point_id(embedding_input.workflow_id)
+        write = asyncio.ensure_future(self._write(pid, vector, embedding_input, model))
+        try:
+            await asyncio.shield(write)
+        except asyncio.CancelledError:
+            await write  # finish the write, so the compensation deletes a vector that exists
+            raise
+        return EmbeddingResult(embedding_id=pid, dimensions=len(vector))
+
+    async def _write(
+        self, pid: str, vector: list[float], embedding_input: EmbeddingInput, model: str
+    ) -> None:
+        await self._ensure_collection(len(vector))
         await self._store.upsert(
             collection_name=self._collection,
             points=[
@@ -76,7 +97,6 @@ class VectorActivities:
                 )
             ],
         )
-        return EmbeddingResult(embedding_id=pid, dimensions=len(vector))
 
     @activity.defn(name=contract.ACTIVITY_DELETE_EMBEDDING)
     async def delete_embedding(self, workflow_id: str) -> int:

@@ -11,7 +11,9 @@ import functools
 import json
 import uuid
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from enum import StrEnum
+from pathlib import Path
 from typing import Annotated, Any, ParamSpec, TypeVar
 from urllib.parse import quote
 
@@ -19,6 +21,7 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
+from rich.progress import Progress
 from rich.table import Table
 from temporalio.client import (
     Client,
@@ -35,7 +38,9 @@ from temporalio.common import (
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from aiorch import claim_check, codec_server, dead_letters, operations, reviews
 from aiorch.config import Settings, load_settings
+from aiorch.telemetry import tracing
 from aiorch.temporal import connect
 from workflows import contract
 from workflows.errors import OrchestratorError
@@ -97,8 +102,9 @@ def one_line_errors(func: Callable[P, T]) -> Callable[P, T]:
 
 
 def run_async(coro_fn: Callable[[Client, Settings], Awaitable[T]]) -> T:
+    settings = load_settings()
+
     async def main() -> T:
-        settings = load_settings()
         try:
             client = await connect(settings)
         except RuntimeError as error:
@@ -110,7 +116,9 @@ def run_async(coro_fn: Callable[[Client, Settings], Awaitable[T]]) -> T:
             ) from None
         return await coro_fn(client, settings)
 
-    return asyncio.run(main())
+    # With OTEL_EXPORTER_OTLP_ENDPOINT set, the start call opens the run's trace.
+    with tracing(settings, "starter"):
+        return asyncio.run(main())
 
 
 def ui_link(settings: Settings, workflow_id: str) -> str:
@@ -176,18 +184,34 @@ async def start_run(client: Client, settings: Settings, request: PipelineRequest
 @app.command()
 @one_line_errors
 def start(
-    message: Annotated[str, typer.Argument(help="The user message, or file:///path, s3://b/k")],
+    message: Annotated[
+        str | None, typer.Argument(help="The user message, or file:///path, s3://b/k")
+    ] = None,
+    file: Annotated[
+        Path | None,
+        typer.Option("--file", help="a text document; stored in S3, only its reference is sent"),
+    ] = None,
     request_id: Annotated[str | None, typer.Option("--id", help="24 lowercase hex chars")] = None,
     review: Annotated[ReviewMode, typer.Option(help="when a human reviews")] = ReviewMode.AUTO,
     metadata: Annotated[str | None, typer.Option(help="JSON object passed as context")] = None,
     review_timeout: Annotated[float | None, typer.Option(help="seconds")] = None,
     escalation_timeout: Annotated[float | None, typer.Option(help="seconds")] = None,
     max_attempts: Annotated[int | None, typer.Option(help="LLM attempts before DLQ")] = None,
+    allowed_reviewer: Annotated[
+        list[str] | None,
+        typer.Option(help="who may review this run (repeat it); default ALLOWED_REVIEWERS"),
+    ] = None,
     wait: Annotated[bool, typer.Option(help="wait for the result and print it")] = False,
 ) -> None:
-    """Start a pipeline run and print its id and Web UI link."""
+    """Start a pipeline run and print its id and Web UI link.
+
+    A document given with --file, or a message above CLAIM_CHECK_THRESHOLD_BYTES, is stored
+    (claim check) and only its reference enters the run's history.
+    """
+    request_id = request_id or new_request_id()
+    user_message, stored = claim_check.resolve_message(load_settings(), request_id, message, file)
     request = build_request(
-        message,
+        user_message,
         request_id,
         review.value,
         metadata,
@@ -195,8 +219,11 @@ def start(
             "review_timeout_s": review_timeout,
             "escalation_timeout_s": escalation_timeout,
             "llm_max_attempts": max_attempts,
+            "allowed_reviewers": allowed_reviewer or None,
         },
     )
+    if stored:
+        out.print(stored, highlight=False)
 
     async def go(client: Client, settings: Settings) -> None:
         workflow_id = await start_run(client, settings, request)
@@ -219,24 +246,80 @@ def review(
     decision: Annotated[DecisionName, typer.Argument()],
     feedback: Annotated[str | None, typer.Option(help="what to change (reedit)")] = None,
     reviewer: Annotated[str, typer.Option(help="who decides")] = "cli",
+    review_round: Annotated[
+        int | None,
+        typer.Option("--round", min=1, help="the round you reviewed (status shows it)"),
+    ] = None,
 ) -> None:
-    """Approve, send back (reedit) or reject a run that awaits review."""
+    """Approve, send back (reedit) or reject a run that awaits review.
+
+    Applied once however often it is sent: the same reviewer's decision on the same round
+    returns the first result, and a decision for a round that is over is refused.
+    """
+    try:
+        payload = ReviewDecision(
+            decision=decision.value,
+            reviewer=reviewer,
+            feedback=feedback,
+            review_round=review_round,
+        )
+    except ValidationError as error:
+        raise CliError(f"invalid review: {describe_validation_error(error)}") from None
+
+    async def go(client: Client, settings: Settings) -> None:
+        try:
+            outcome = await reviews.submit_review(client, workflow_id, payload)
+        except WorkflowUpdateFailedError as error:
+            raise CliError(f"review refused for {workflow_id}: {error.cause}") from None
+        except RPCError as error:
+            raise CliError(describe_rpc_error(workflow_id, error)) from None
+        out.print(outcome.describe(workflow_id))
+
+    run_async(go)
+
+
+@app.command("review-all")
+@one_line_errors
+def review_all(
+    decision: Annotated[DecisionName, typer.Argument()],
+    state: Annotated[State, typer.Option(help="review every open run in this state")] = (
+        State.AWAIT_REVIEW
+    ),
+    feedback: Annotated[str | None, typer.Option(help="what to change (reedit)")] = None,
+    reviewer: Annotated[str, typer.Option(help="who decides")] = "cli",
+    concurrency: Annotated[int, typer.Option(min=1, max=1000, help="updates in flight")] = 32,
+    limit: Annotated[int | None, typer.Option(min=1, help="at most this many runs")] = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="do not ask for confirmation")] = False,
+) -> None:
+    """Approve (or reedit/reject) every run waiting in a review state, with a progress bar."""
+    from aiorch import batch  # the batch machinery loads only for this command
+
+    if state not in batch.REVIEWABLE_STATES:
+        raise CliError(f"runs in {state.value} take no review; use await_review or escalate")
     try:
         payload = ReviewDecision(decision=decision.value, reviewer=reviewer, feedback=feedback)
     except ValidationError as error:
         raise CliError(f"invalid review: {describe_validation_error(error)}") from None
 
     async def go(client: Client, settings: Settings) -> None:
-        handle = client.get_workflow_handle(workflow_id)
-        try:
-            status = await handle.execute_update(
-                contract.UPDATE_SUBMIT_REVIEW, payload, result_type=RunStatus
-            )
-        except WorkflowUpdateFailedError as error:
-            raise CliError(f"review refused for {workflow_id}: {error.cause}") from None
-        except RPCError as error:
-            raise CliError(describe_rpc_error(workflow_id, error)) from None
-        out.print(f"{workflow_id}: {decision.value} accepted; now {status.state} ({status.status})")
+        ids = await batch.waiting_runs(client, state, limit)
+        if not ids:
+            out.print(f"no open run is in {state.value}")
+            return
+        if not yes and not typer.confirm(f"{decision.value} {len(ids)} run(s) in {state.value}?"):
+            raise typer.Exit(1)
+        done = await batch.review_all_with_progress(
+            client, ids, payload, concurrency=concurrency, console=err_console
+        )
+        out.print(
+            f"{decision.value}: {done.applied} applied, {len(done.refused)} refused, "
+            f"{len(done.errors)} failed of {done.found} in {done.seconds:.1f}s "
+            f"({done.per_second:.0f}/s)"
+        )
+        for workflow_id, reason in [*done.refused.items(), *done.errors.items()][:20]:
+            out.print(f"  {workflow_id}: {reason}")
+        if done.errors:
+            raise CliError(f"{len(done.errors)} review(s) failed; run the command again")
 
     run_async(go)
 
@@ -265,7 +348,8 @@ def status(workflow_id: Annotated[str, typer.Argument(help="the run's id")]) -> 
     async def go(client: Client, settings: Settings) -> None:
         current = await fetch_status(client, workflow_id)
         table = Table(show_header=False, box=None)
-        for key in ("state", "status", "progress", "attempts", "model", "last_error"):
+        keys = ("state", "status", "progress", "attempts", "review_round", "model", "last_error")
+        for key in keys:
             value = getattr(current, key)
             table.add_row(key, f"{value}%" if key == "progress" else str(value))
         table.add_row("web ui", ui_link(settings, workflow_id))
@@ -370,3 +454,192 @@ def schema(
         raise typer.Exit(1)
     chosen = [models[name]] if name else list(models.values())
     typer.echo(json.dumps({m.__name__: m.model_json_schema() for m in chosen}, indent=2))
+
+
+dlq_app = typer.Typer(
+    help="Dead-lettered runs: list them from the SQS queue, start them again (redrive).",
+    no_args_is_help=True,
+)
+app.add_typer(dlq_app, name="dlq")
+
+
+@dlq_app.command("list")
+@one_line_errors
+def dlq_list(
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
+) -> None:
+    """Show dead-lettered runs (id, failed state, attempts, last error, age); consumes nothing."""
+    queue = dead_letters.DeadLetterQueue.from_settings(load_settings())
+    letters = queue.peek()
+    now = datetime.now(UTC)
+    if as_json:
+        typer.echo(dead_letters.to_json(letters, now))
+        return
+    table = Table()
+    table.add_column("workflow id", no_wrap=True)
+    for column in ("failed state", "attempts", "last error", "age"):
+        table.add_column(column)
+    for letter in letters:
+        body = letter.body
+        table.add_row(
+            body.workflow_id if body else f"(message {letter.message_id})",
+            body.failed_state if body else "?",
+            str(body.attempts) if body else "?",
+            escape((body.last_error or "") if body else (letter.problem or ""))[:160],
+            dead_letters.format_age(letter.age(now)),
+        )
+    out.print(table)
+    out.print(f"{len(letters)} dead letter(s) in the {queue.where}")
+
+
+@dlq_app.command("redrive")
+@one_line_errors
+def dlq_redrive(
+    workflow_id: Annotated[str | None, typer.Argument(help="the dead-lettered run's id")] = None,
+    redrive_all: Annotated[bool, typer.Option("--all", help="every message in the queue")] = False,
+) -> None:
+    """Start dead-lettered runs again (fresh attempt budget); delete each message after."""
+    if (workflow_id is None) == (not redrive_all):
+        raise CliError("name one run id to redrive, or pass --all (not both)")
+
+    async def go(client: Client, settings: Settings) -> list[dead_letters.RedriveOutcome]:
+        return await dead_letters.redrive(
+            client,
+            dead_letters.DeadLetterQueue.from_settings(settings),
+            task_queue=settings.temporal_task_queue,
+            select=workflow_id,
+            progress=lambda line: out.print(escape(line)),
+        )
+
+    outcomes = run_async(go)
+    out.print(dead_letters.summarize(outcomes))
+    if any(outcome.action == "failed" for outcome in outcomes):
+        raise typer.Exit(1)
+
+
+@app.command("codec-server")
+@one_line_errors
+def codec_server_command(
+    host: Annotated[str | None, typer.Option(help="default: CODEC_SERVER_HOST")] = None,
+    port: Annotated[int | None, typer.Option(help="default: CODEC_SERVER_PORT")] = None,
+) -> None:
+    """Serve /encode and /decode for the Web UI and CLI (needs PAYLOAD_KEYS, CODEC_SERVER_TOKEN)."""
+    try:
+        asyncio.run(codec_server.serve(load_settings(), host, port))
+    except OSError as error:
+        raise CliError(f"codec server cannot listen: {error.strerror or error}") from None
+
+
+def _seconds(value: operations.DurationSummary) -> float | None:
+    return None if value.mean is None else round(value.mean.total_seconds(), 3)
+
+
+def _mean_text(value: operations.DurationSummary, what: str) -> str:
+    if value.mean is None:
+        return f"n/a (no {what})"
+    return f"{operations.format_duration(value.mean)} (over {value.samples} {what})"
+
+
+@app.command()
+@one_line_errors
+def stats(
+    sample: Annotated[int, typer.Option(min=1, help="recent finished runs to average")] = 200,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """Runs by state (from visibility), outcome counts, average processing time and approval
+    delay (over the most recent finished runs)."""
+    result = run_async(lambda client, _: operations.collect_stats(client, sample=sample))
+    if as_json:
+        out.print_json(
+            json.dumps(
+                {
+                    "total": result.total,
+                    "states": {
+                        c.state: {"open": c.open, "closed": c.closed} for c in result.states
+                    },
+                    "processing_s": {k: _seconds(v) for k, v in result.processing.items()},
+                    "approval_delay_s": _seconds(result.approval_delay),
+                    "approvals": result.approval_delay.samples,
+                    "runs_sampled": result.runs_sampled,
+                }
+            )
+        )
+        return
+    table = Table(title=f"{result.total} run(s) by state")
+    for column in ("state", "open", "closed", "total"):
+        table.add_column(column, justify="left" if column == "state" else "right")
+    for row in result.states:
+        table.add_row(row.state, str(row.open), str(row.closed), str(row.total))
+    if result.without_state:
+        table.add_row("(no AiState)", "", "", str(result.without_state))
+    out.print(table)
+    outcomes = ("completed", "failed", "dead_letter", "cancelled")
+    out.print("  ".join(f"{name}: {result.count(name)}" for name in outcomes))
+    overall = result.processing.get("all", operations.DurationSummary(None, 0))
+    out.print(f"average processing time: {_mean_text(overall, 'finished runs')}")
+    out.print(f"average approval delay: {_mean_text(result.approval_delay, 'approvals')}")
+
+
+@app.command()
+@one_line_errors
+def stuck(
+    older_than: Annotated[str, typer.Option(help="e.g. 90s, 15m, 1h30m, 2d")] = "1h",
+    state: Annotated[State | None, typer.Option(help="only runs in this state")] = None,
+    action: Annotated[
+        operations.StuckAction, typer.Option(help="what to do with them")
+    ] = operations.StuckAction.NONE,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="do not ask to confirm")] = False,
+    reason: Annotated[str | None, typer.Option(help="recorded in each run's history")] = None,
+    limit: Annotated[int, typer.Option(min=1, help="at most this many runs")] = 10_000,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """Runs that have sat in one state longer than --older-than, and a bulk action on them:
+    timeout (end the review wait now), dead-letter (via escalate), or cancel."""
+    try:
+        threshold = operations.parse_duration(older_than)
+    except ValueError as error:
+        raise CliError(f"--older-than: {error}") from None
+
+    async def go(client: Client, settings: Settings) -> None:
+        now = datetime.now(UTC)
+        runs = await operations.find_stuck(client, threshold, state=state, now=now, limit=limit)
+        targets = [run for run in runs if operations.applies(action, run)]
+        if as_json:
+            listed = [
+                {"workflow_id": r.workflow_id, "state": r.state, "since": r.since.isoformat()}
+                for r in runs
+            ]
+            out.print_json(json.dumps({"runs": listed, "targets": len(targets)}))
+        else:
+            table = Table(title=f"{len(runs)} run(s) in one state longer than {older_than}")
+            for column in ("workflow id", "state", "since (UTC)", "for"):
+                table.add_column(column)
+            for run in runs:
+                since = run.since.strftime("%Y-%m-%d %H:%M:%S")
+                age = operations.format_duration(run.age(now))
+                table.add_row(run.workflow_id, run.state or "?", since, age)
+            out.print(table)
+        if action is operations.StuckAction.NONE or not runs:
+            return
+        if len(targets) < len(runs):
+            out.print(f"{len(runs) - len(targets)} run(s) not in a state `{action}` acts on")
+        if not targets:
+            return
+        if not yes:
+            typer.confirm(f"{action} {len(targets)} run(s)?", abort=True)
+        with Progress(console=out) as progress:
+            task = progress.add_task(f"{action}", total=len(targets))
+            report = await operations.apply_action(
+                client,
+                targets,
+                action,
+                reason=reason,
+                on_progress=lambda _: progress.advance(task),
+            )
+        out.print(f"{action}: {len(report.done)} done, {len(report.failed)} failed")
+        for workflow_id, problem in sorted(report.failed.items()):
+            out.print(f"  {workflow_id}: {problem}")
+        if report.failed:
+            raise typer.Exit(1)
+
+    run_async(go)

@@ -8,15 +8,21 @@ that names the variable.
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
+from pathlib import Path
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, SecretStr, ValidationError
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
 
+from aiorch.pricing import DEFAULT_PRICE_TABLE, ModelPrice
 from workflows.errors import OrchestratorError
 
 DEFAULT_LLM_PORT = 8700
 DEFAULT_SQS_PORT = 8701
+DEFAULT_CODEC_PORT = 8702
+DEFAULT_METRICS_PORT = 9464
 
 
 class ConfigError(OrchestratorError):
@@ -58,20 +64,105 @@ class Settings(BaseSettings):
     # S3 for inputs given by reference (s3://bucket/key); unset = real AWS
     s3_endpoint_url: str | None = None
 
+    # Data protection (README "Data protection"). Secrets come from the variable or from a file
+    # named by <NAME>_FILE, never from inputs; SecretStr keeps them out of reprs and logs.
+    openai_api_key_file: Path | None = None
+    # Payload encryption: "id:base64key,id2:base64key"; unset = payloads stay plain text.
+    payload_keys: SecretStr | None = None
+    payload_keys_file: Path | None = None
+    payload_key_id: str | None = None
+    # The codec server (python -m aiorch.codec_server) for the Web UI and CLI.
+    codec_server_token: SecretStr | None = None
+    codec_server_token_file: Path | None = None
+    codec_server_host: str = "127.0.0.1"
+    codec_server_port: int = Field(default=DEFAULT_CODEC_PORT, ge=0, le=65535)
+    # Who may review a run when its request names nobody ("alice,bob"); unset = anyone.
+    allowed_reviewers: Annotated[list[str] | None, NoDecode] = None
+    # Bounded inputs: large documents travel by reference (claim check), never in history.
+    claim_check_bucket: str = Field(default="ai-orchestrator-inputs", min_length=3)
+    claim_check_dir: Path | None = None
+    claim_check_threshold_bytes: int = Field(default=32 * 1024, ge=1)
+    max_inline_message_bytes: int = Field(default=256 * 1024, ge=1, le=256 * 1024)
+    max_input_bytes: int = Field(default=20 * 1024 * 1024, ge=1)
+    max_feedback_chars: int = Field(default=4000, ge=1, le=16 * 1024)
+    max_reply_chars: int = Field(default=100_000, ge=1, le=1024 * 1024)
+    # A reedit loop continues as a new run after this many review rounds (history stays small).
+    reedit_rounds_per_run: int = Field(default=50, ge=1, le=1000)
+
     # Vector store (Qdrant: a server URL, or embedded local mode at a path)
     vector_store_url: str | None = None
     vector_store_path: str = ".data/vectors"
     vector_collection: str = Field(default="ai-orchestrator", min_length=1)
 
-    # Telemetry (standard OpenTelemetry variables)
+    # Telemetry. The OTEL_* names are the standard OpenTelemetry variables: traces go over OTLP
+    # when the endpoint is set (the exporter itself also reads OTEL_EXPORTER_OTLP_HEADERS,
+    # _TIMEOUT, _COMPRESSION, _CERTIFICATE and the _TRACES_ variants); nothing when unset.
     otel_exporter_otlp_endpoint: str | None = None
-    otel_service_name: str = "ai-orchestrator"
+    otel_exporter_otlp_protocol: Literal["grpc", "http/protobuf"] = "grpc"
+    otel_service_name: str = Field(default="ai-orchestrator", min_length=1)
+    # Prompt and reply text may hold personal data: only in spans when explicitly enabled.
+    otel_capture_content: bool = False
+    # The worker's Prometheus endpoint (http://HOST:METRICS_PORT/metrics); 0 turns it off.
+    metrics_port: int = Field(default=DEFAULT_METRICS_PORT, ge=0, le=65535)
+    # USD per 1K tokens by model (JSON): {"model": {"prompt": 0.005, "completion": 0.015}}.
+    llm_price_table: dict[str, ModelPrice] = Field(
+        default_factory=lambda: dict(DEFAULT_PRICE_TABLE)
+    )
 
     # Worker tuning
     worker_max_concurrent_activities: int = Field(default=200, ge=1, le=10000)
     worker_max_concurrent_workflow_tasks: int = Field(default=100, ge=1, le=10000)
     worker_max_cached_workflows: int = Field(default=2000, ge=0, le=100000)
+    worker_workflow_task_pollers: int = Field(default=5, ge=2, le=1000)
+    worker_activity_task_pollers: int = Field(default=5, ge=1, le=1000)
     worker_shutdown_grace: timedelta = timedelta(seconds=30)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _secrets_from_files(cls, data: Any) -> Any:
+        """<NAME>_FILE holds the secret <NAME> (Docker/Kubernetes secrets); never both."""
+        if not isinstance(data, dict):
+            return data
+        for name in SECRET_FILE_FIELDS:
+            path = data.get(f"{name}_file")
+            if not path:
+                data = {**data, f"{name}_file": None}  # set but empty = unset
+                continue
+            if data.get(name):
+                raise ConfigError(f"set {name.upper()} or {name.upper()}_FILE, not both")
+            data = {**data, name: read_secret_file(Path(path), f"{name.upper()}_FILE").strip()}
+        return data
+
+    @field_validator("allowed_reviewers", mode="before")
+    @classmethod
+    def _split_reviewers(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            names = [name.strip() for name in value.split(",") if name.strip()]
+            return names or None
+        return value
+
+    @property
+    def tracing_enabled(self) -> bool:
+        """True when an OTLP endpoint is configured."""
+        return bool(self.otel_exporter_otlp_endpoint)
+
+
+SECRET_FILE_FIELDS = ("openai_api_key", "payload_keys", "codec_server_token")
+
+
+def read_secret_file(path: Path, variable: str) -> str:
+    """The text of a secrets file; an unreadable one is a one-line ConfigError."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        reason = err.strerror if isinstance(err, OSError) else "not UTF-8 text"
+        raise ConfigError(f"{variable}={str(path)!r}: cannot read it ({reason})") from None
+
+
+def _shown_input(item: Any) -> str:
+    # A secret's rejected value must not reach the error line (or the log it ends up in).
+    secret = bool(item["loc"]) and item["loc"][0] in SECRET_FILE_FIELDS
+    return "'***'" if secret else repr(item.get("input"))
 
 
 def load_settings() -> Settings:
@@ -84,7 +175,12 @@ def load_settings() -> Settings:
         return Settings()
     except ValidationError as err:
         problems = [
-            f"{'.'.join(str(p) for p in item['loc']).upper()}={item.get('input')!r}: {item['msg']}"
+            f"{'.'.join(str(p) for p in item['loc']).upper()}={_shown_input(item)}: {item['msg']}"
             for item in err.errors()
         ]
         raise ConfigError("invalid configuration: " + "; ".join(problems)) from None
+    except SettingsError as err:
+        # A JSON-valued variable (LLM_PRICE_TABLE, ...) that does not parse at all.
+        field = re.search(r'field "(\w+)"', str(err))
+        name = field.group(1).upper() if field else "a variable"
+        raise ConfigError(f"invalid configuration: {name} is not valid JSON") from None

@@ -26,9 +26,9 @@ from rich.table import Table
 from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError
 
-from aiorch.config import DEFAULT_LLM_PORT, DEFAULT_SQS_PORT
+from aiorch.config import DEFAULT_LLM_PORT, DEFAULT_SQS_PORT, load_settings
 from aiorch.localstack import HOST, LocalStack, LocalStackError, free_port
-from aiorch.temporal import DATA_CONVERTER
+from aiorch.temporal import data_converter
 from workflows import contract
 from workflows.graph import is_terminal
 from workflows.payloads import ReviewDecision, RunStatus
@@ -152,7 +152,9 @@ def render(runs: list[Scenario], elapsed: float) -> Group:
 
 
 async def drive(stack: LocalStack, console: Console) -> bool:
-    client = await Client.connect(stack.addresses.temporal_address, data_converter=DATA_CONVERTER)
+    # The worker's converter: with PAYLOAD_KEYS in the environment, the demo runs encrypted.
+    converter = data_converter(load_settings())
+    client = await Client.connect(stack.addresses.temporal_address, data_converter=converter)
     runs = scenarios()
     await start_runs(client, runs)
     started = time.monotonic()

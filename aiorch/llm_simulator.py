@@ -15,7 +15,8 @@ content: ``[sim:NAME]``, ``[sim:NAME=VALUE]``, ``[sim:NAME=VALUE:key=value:...]`
 - ``review``: the reply has ``needs_review: true``.
 - ``status=CODE``: answer HTTP CODE (400-599) with an OpenAI error body; options
   ``retry_after=S`` (``Retry-After`` header), ``retry_after_ms=MS`` (``retry-after-ms``) and
-  ``code=CODE`` (e.g. ``insufficient_quota``; 429 defaults to ``rate_limit_exceeded``).
+  ``code=CODE`` (e.g. ``insufficient_quota``; 429 defaults to ``rate_limit_exceeded``),
+  ``delay_ms=MS`` (wait before answering).
 - ``hang`` (until the client disconnects), ``hang=SECONDS``, ``delay_ms=MS``: wait first.
 - ``malformed`` (not JSON), ``fenced`` (JSON in a Markdown fence), ``badjson`` (JSON of the
   wrong shape), ``truncated`` (``finish_reason: "length"``, JSON cut in half), ``refusal``
@@ -33,10 +34,13 @@ and its filters match. An error status ends evaluation and the first shape that 
 
 Control endpoints: ``GET /_sim/requests`` lists every request (``seq``, ``at``, ``path``,
 ``model``, ``run_id``, ``idempotency_key``, ``messages``, ``status`` (null while unanswered),
-``fault`` (fired directives joined by ``+``), ``temperature``, ``response_format``);
+``fault`` (fired directives joined by ``+``), ``temperature``, ``response_format``, ``usage``
+(the usage block of the answer, null for errors));
 ``DELETE`` clears the log and every counter. ``POST /_sim/faults`` with a FaultSpec JSON adds
 a global fault checked before any directive (``path``/``model``/``times`` null = any/any/
-forever); ``GET`` lists them with hit counts, ``DELETE`` removes them.
+forever): an error ``status``, a ``delay_ms`` before answering, or both (a delay alone lets the
+call go on to the directives, e.g. to slow every embeddings call, whose input carries no
+directives); ``GET`` lists them with hit counts, ``DELETE`` removes them.
 """
 
 from __future__ import annotations
@@ -58,13 +62,14 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 EndpointPath = Literal["chat", "embeddings"]
 
 DEFAULT_PORT = 8700  # aiorch.config.DEFAULT_LLM_PORT; not imported so the simulator stands alone
 DEFAULT_MODELS = ("sim-large", "sim-small", "sim-embed")
 REFUSAL_TEXT = "I'm sorry, but I can't help with that request."
+MAX_REQUEST_BYTES = 64 * 1024 * 1024
 _LOG_LIMIT = 100_000  # bounds memory of a long-running demo server; far above any benchmark
 # aiohttp waits this twice on shutdown; a hanging request must not hold SIGTERM for 2 x 60 s.
 _SHUTDOWN_GRACE_S = 0.5
@@ -99,12 +104,20 @@ class FaultFilter(BaseModel):
 
 
 class FaultSpec(FaultFilter):
-    """An HTTP error answer: the body of ``POST /_sim/faults`` and of a ``status`` directive."""
+    """An HTTP error answer, a delay or both: the body of ``POST /_sim/faults`` and of a
+    ``status`` directive (which always has a status)."""
 
-    status: int = Field(ge=400, le=599)
+    status: int | None = Field(default=None, ge=400, le=599)
     retry_after: float | None = Field(default=None, ge=0)
     retry_after_ms: int | None = Field(default=None, ge=0)
     code: str | None = None
+    delay_ms: int | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _has_an_effect(self) -> FaultSpec:
+        if self.status is None and self.delay_ms is None:
+            raise ValueError("a fault needs a status, a delay_ms or both")
+        return self
 
 
 class InvalidRequestError(Exception):
@@ -207,20 +220,20 @@ def _error_response(
     return web.json_response({"error": error}, status=status, headers=headers)
 
 
-def _fault_response(spec: FaultSpec) -> web.Response:
-    code = spec.code or _DEFAULT_CODES.get(spec.status)
+def _fault_response(spec: FaultSpec, status: int) -> web.Response:
+    code = spec.code or _DEFAULT_CODES.get(status)
     if code == "insufficient_quota":  # OpenAI reports a quota 429 with its own error type
         kind = code
     else:
-        fallback = "server_error" if spec.status >= 500 else "invalid_request_error"
-        kind = _ERROR_TYPES.get(spec.status, fallback)
+        fallback = "server_error" if status >= 500 else "invalid_request_error"
+        kind = _ERROR_TYPES.get(status, fallback)
     headers = {}
     if spec.retry_after is not None:
         headers["Retry-After"] = _format_seconds(spec.retry_after)
     if spec.retry_after_ms is not None:
         headers["retry-after-ms"] = str(spec.retry_after_ms)
-    message = f"Simulated HTTP {spec.status} ({code or kind})"
-    return _error_response(spec.status, message, kind, code, headers)
+    message = f"Simulated HTTP {status} ({code or kind})"
+    return _error_response(status, message, kind, code, headers)
 
 
 def _format_seconds(seconds: float) -> str:
@@ -378,6 +391,7 @@ class Simulator:
             "fault": None,
             "temperature": body.get("temperature"),
             "response_format": body.get("response_format"),
+            "usage": None,
         }
         self._log.append(entry)
         return entry
@@ -396,12 +410,15 @@ class Simulator:
         first = (_user_texts(body["messages"]) or texts) if path == "chat" else texts
         run_key = request.headers.get("X-Run-Id") or hashlib.sha256(first[0].encode()).hexdigest()
         plan = await self._plan(run_key, path, model, directives, entry)
-        if plan.error is not None:
-            return _fault_response(plan.error)
+        if plan.error is not None and plan.error.status is not None:
+            return _fault_response(plan.error, plan.error.status)
         if path == "chat":
             completion = _completion(entry["seq"], model, body["messages"], texts, plan)
+            entry["usage"] = completion["usage"]
             return web.json_response(completion)
-        return web.json_response(self._embedding_result(model, body, texts))
+        result = self._embedding_result(model, body, texts)
+        entry["usage"] = result["usage"]
+        return web.json_response(result)
 
     async def _plan(
         self,
@@ -413,11 +430,20 @@ class Simulator:
     ) -> _Plan:
         plan = _Plan()
         for fault in self._faults:
-            if fault.spec.matches(path, model):
-                fault.hits += 1
-                if fault.spec.times is None or fault.hits <= fault.spec.times:
-                    entry["fault"] = "global_status"
-                    return _Plan(fired=["global_status"], error=fault.spec)
+            if not fault.spec.matches(path, model):
+                continue
+            fault.hits += 1
+            if fault.spec.times is not None and fault.hits > fault.spec.times:
+                continue
+            if fault.spec.delay_ms is not None:
+                plan.fired.append("global_delay")
+                entry["fault"] = "+".join(plan.fired)
+                await asyncio.sleep(fault.spec.delay_ms / 1000)
+            if fault.spec.status is not None:
+                plan.fired.append("global_status")
+                entry["fault"] = "+".join(plan.fired)
+                plan.error = fault.spec
+                return plan
         for directive in directives:
             if not directive.spec.matches(path, model):
                 continue
@@ -428,6 +454,8 @@ class Simulator:
             plan.fired.append(directive.name)
             entry["fault"] = "+".join(plan.fired)
             if isinstance(directive.spec, FaultSpec):
+                if directive.spec.delay_ms is not None:
+                    await asyncio.sleep(directive.spec.delay_ms / 1000)
                 plan.error = directive.spec
                 return plan
             if directive.sleep_s is not None:
@@ -524,7 +552,8 @@ def _embedding_inputs(body: dict[str, Any]) -> list[str]:
 
 def build_app(embedding_dim: int = 64) -> web.Application:
     """Build the simulator's aiohttp application with fresh state."""
-    app = web.Application()
+    # Large prompts (documents given by reference, loaded by invoke_llm) must reach it whole.
+    app = web.Application(client_max_size=MAX_REQUEST_BYTES)
     app.add_routes(Simulator(embedding_dim).routes())
     return app
 

@@ -7,6 +7,10 @@ time and no Docker is needed. Each is ready when the check in brackets passes:
 - dead-letter queue: ``moto_server`` from ``moto[server]`` [``GET /moto-api/`` is 200]
 - LLM: ``python -m aiorch.llm_simulator`` [``GET /healthz`` is 200]
 - worker: ``python worker.py`` [its log says ``worker started``]
+- codec server, only when payload encryption is on (``PAYLOAD_KEYS`` or ``PAYLOAD_KEYS_FILE`` in
+  the environment or ``worker_env``): ``python -m aiorch.codec_server`` [its ready line]; the Web
+  UI is started with ``--ui-codec-endpoint`` pointing at it, and its token is written to
+  ``<data_dir>/codec-token`` (mode 0600), never printed
 
 Binaries are found next to the running interpreter (the venv's ``bin``), never only on PATH.
 Each child runs in a session of its own, so a Ctrl-C in the terminal reaches only this launcher,
@@ -25,6 +29,7 @@ import contextlib
 import json
 import os
 import re
+import secrets
 import shlex
 import signal
 import socket
@@ -46,7 +51,8 @@ from rich.table import Table
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client
 
-from aiorch.config import DEFAULT_LLM_PORT, DEFAULT_SQS_PORT
+from aiorch.codec_server import READY_LINE as CODEC_READY_LINE
+from aiorch.config import DEFAULT_CODEC_PORT, DEFAULT_LLM_PORT, DEFAULT_SQS_PORT
 from workflows.errors import OrchestratorError
 
 HOST = "127.0.0.1"
@@ -56,7 +62,10 @@ READY_TIMEOUT_S = 60.0
 # Where ``aiorch`` and ``worker.py`` live in a checkout (site-packages when installed).
 _PROJECT_ROOT = Path(__file__).resolve().parents[1]
 # The reverse is the stop order: the worker goes before the servers it uses.
-_START_ORDER = ("temporal", "sqs", "llm", "worker")
+_START_ORDER = ("codec", "temporal", "sqs", "llm", "worker")
+# Variables that switch payload encryption on (see aiorch.codec) and configure the codec server.
+ENCRYPTION_VARIABLES = ("PAYLOAD_KEYS", "PAYLOAD_KEYS_FILE")
+CODEC_TOKEN_VARIABLES = ("CODEC_SERVER_TOKEN", "CODEC_SERVER_TOKEN_FILE")
 
 ReadyCheck = Callable[[], bool]
 _T = TypeVar("_T")
@@ -311,6 +320,7 @@ def start_temporal_dev_server(
     log_dir: Path,
     namespace: str = "default",
     fast_sqlite: bool = True,
+    ui_codec_endpoint: str | None = None,
     search_attributes: Mapping[str, str] = DEFAULT_SEARCH_ATTRIBUTES,
     timeout: float = READY_TIMEOUT_S,
 ) -> ManagedProcess:
@@ -331,6 +341,8 @@ def start_temporal_dev_server(
         ensure_port_free(ui_port, "Temporal Web UI", "--ui-port")
         # No newsfeed: the local stack makes no outside requests.
         args += ["--ui-port", str(ui_port), "--ui-disable-news-fetch"]
+        if ui_codec_endpoint is not None:
+            args += ["--ui-codec-endpoint", ui_codec_endpoint]
     if db_file is not None:
         db_file.parent.mkdir(parents=True, exist_ok=True)
         args += ["--db-filename", db_file]
@@ -399,6 +411,21 @@ def start_llm_simulator(
     return _launch(proc, wait, timeout)
 
 
+def start_codec_server(
+    *, port: int, env: Mapping[str, str], log_dir: Path, timeout: float = READY_TIMEOUT_S
+) -> ManagedProcess:
+    """Run ``python -m aiorch.codec_server`` on ``127.0.0.1:port`` until it listens."""
+    ensure_port_free(port, "codec server", "CODEC_SERVER_PORT")
+    args = [sys.executable, "-m", "aiorch.codec_server", "--host", HOST, "--port", str(port)]
+    proc = ManagedProcess("codec", args, log_dir=log_dir, env=_python_env(env), cwd=_PROJECT_ROOT)
+    try:
+        proc.wait_for_log_line(re.escape(CODEC_READY_LINE), timeout)
+    except BaseException:
+        proc.stop()
+        raise
+    return proc
+
+
 def start_worker(
     *, env: Mapping[str, str], log_dir: Path, cwd: Path, timeout: float = READY_TIMEOUT_S
 ) -> ManagedProcess:
@@ -424,6 +451,8 @@ class StackAddresses:
     sqs_endpoint_url: str
     openai_base_url: str
     vector_store_path: Path
+    # Set only when payload encryption is on; its token is in <data_dir>/codec-token.
+    codec_server_url: str | None = None
 
     def env(self) -> dict[str, str]:
         """The variables the worker and starter read (see ``aiorch.config``)."""
@@ -465,13 +494,18 @@ class LocalStack:
         with_worker: bool = False,
         worker_cwd: Path = _PROJECT_ROOT,
         worker_env: Mapping[str, str] | None = None,
+        codec_port: int | None = None,
     ) -> None:
         self.data_dir = data_dir.resolve()
         self.log_dir = self.data_dir / "logs"
         self.db_file = self.data_dir / "temporal.sqlite" if persist else None
         self.with_worker, self.worker_cwd = with_worker, worker_cwd
         self.worker_env = dict(worker_env or {})
-        taken = {p for p in (temporal_port, ui_port, sqs_port, llm_port) if p}
+        # Encryption is on when keys are configured for the worker (or in this environment).
+        settings_env = {**os.environ, **self.worker_env}
+        self.encrypted = any(settings_env.get(name) for name in ENCRYPTION_VARIABLES)
+        self.codec_token_file = self.data_dir / "codec-token"
+        taken = {p for p in (temporal_port, ui_port, sqs_port, llm_port, codec_port) if p}
         self.temporal_port = temporal_port or _distinct_free_port(taken)
         self.ui_port = ui_port
         self.sqs_port = sqs_port or _distinct_free_port(taken)
@@ -482,6 +516,11 @@ class LocalStack:
             sqs_endpoint_url=f"http://{HOST}:{self.sqs_port}",
             openai_base_url=f"http://{HOST}:{self.llm_port}/v1",
             vector_store_path=self.data_dir / "vectors",
+            codec_server_url=(
+                f"http://{HOST}:{codec_port or _distinct_free_port(taken)}"
+                if self.encrypted
+                else None
+            ),
         )
         self._procs: dict[str, ManagedProcess] = {}
 
@@ -497,7 +536,10 @@ class LocalStack:
             # Temporal first: its port (7233) is the one most likely taken, and checking it
             # before launching anything gives the one-line error at once. The other two boot
             # side by side.
+            token = self._write_codec_token() if self.encrypted else None
             self._procs["temporal"] = self._start_temporal()
+            if token is not None:  # the UI only needs the codec server's URL to start
+                self._procs["codec"] = self._start_codec(token)
             log_dir = self.log_dir
             self._procs["sqs"] = start_sqs_server(port=self.sqs_port, log_dir=log_dir, wait=False)
             self._procs["llm"] = start_llm_simulator(
@@ -540,6 +582,11 @@ class LocalStack:
         self._procs["sqs"] = start_sqs_server(port=self.sqs_port, log_dir=self.log_dir)
         self._write_state()
 
+    def stop_worker(self) -> None:
+        """Stop the worker gracefully (SIGTERM: in-flight tasks finish), e.g. to reconfigure it."""
+        self._procs.pop("worker").stop()
+        self._write_state()
+
     def kill_worker(self) -> None:
         """SIGKILL the worker, as a crash would."""
         self._procs.pop("worker").kill()
@@ -551,10 +598,48 @@ class LocalStack:
         self._procs["worker"] = start_worker(env=env, log_dir=self.log_dir, cwd=self.worker_cwd)
         self._write_state()
 
+    def codec_token(self) -> str:
+        """The codec server's bearer token (encryption on only)."""
+        return self.codec_token_file.read_text(encoding="utf-8").strip()
+
+    def _write_codec_token(self) -> str:
+        # The operator's token if configured, else a fresh one kept in a 0600 file, never printed.
+        env = {**os.environ, **self.worker_env}
+        token = env.get("CODEC_SERVER_TOKEN") or ""
+        if not token and env.get("CODEC_SERVER_TOKEN_FILE"):
+            token = Path(env["CODEC_SERVER_TOKEN_FILE"]).read_text(encoding="utf-8").strip()
+        token = token or secrets.token_urlsafe(32)
+        self.codec_token_file.touch(mode=0o600, exist_ok=True)
+        self.codec_token_file.chmod(0o600)
+        self.codec_token_file.write_text(token + "\n", encoding="utf-8")
+        return token
+
+    def _start_codec(self, token: str) -> ManagedProcess:
+        url = self.addresses.codec_server_url
+        assert url is not None
+        codec_env = {
+            **self.addresses.env(),
+            **{k: v for k, v in self.worker_env.items() if k not in CODEC_TOKEN_VARIABLES},
+            "CODEC_SERVER_TOKEN": token,
+            "CODEC_SERVER_TOKEN_FILE": "",  # the token above wins over one from this environment
+            "TEMPORAL_UI_URL": self.addresses.ui_url or "http://127.0.0.1:8233",
+        }
+        return start_codec_server(
+            port=int(url.rsplit(":", 1)[1]), env=codec_env, log_dir=self.log_dir
+        )
+
+    def _ui_codec_endpoint(self) -> str | None:
+        # The Web UI cannot send a bearer header, so it gets the token as a path segment; the
+        # UI is local (127.0.0.1) and its settings are served to local browsers only.
+        if self.addresses.codec_server_url is None or self.ui_port is None:
+            return None
+        return f"{self.addresses.codec_server_url}/{self.codec_token()}"
+
     def _start_temporal(self) -> ManagedProcess:
         return start_temporal_dev_server(
             port=self.temporal_port,
             ui_port=self.ui_port,
+            ui_codec_endpoint=self._ui_codec_endpoint(),
             db_file=self.db_file,
             log_dir=self.log_dir,
         )
@@ -594,6 +679,11 @@ def _show(stack: LocalStack, console: Console) -> None:
     table.add_row("SQS", stack.addresses.sqs_endpoint_url)
     table.add_row("LLM", stack.addresses.openai_base_url)
     table.add_row("Logs", str(stack.log_dir))
+    if stack.addresses.codec_server_url:
+        table.add_row(
+            "Codec server",
+            f"{stack.addresses.codec_server_url} (token in {stack.codec_token_file})",
+        )
     console.print(table)
     # Plain print: exports to copy and paste, never wrapped or styled.
     print("\n".join(f"export {k}={shlex.quote(v)}" for k, v in stack.addresses.env().items()))
@@ -624,6 +714,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     up.add_argument("--headless", action="store_true", help="no Web UI")
     up.add_argument("--sqs-port", type=int, default=DEFAULT_SQS_PORT)
     up.add_argument("--llm-port", type=int, default=DEFAULT_LLM_PORT)
+    up.add_argument(
+        "--codec-port", type=int, default=DEFAULT_CODEC_PORT, help="when PAYLOAD_KEYS is set"
+    )
     up.add_argument("--ephemeral", action="store_true", help="keep Temporal state in memory")
     up.add_argument("--no-worker", action="store_true", help="start the servers only")
     args = parser.parse_args(argv)
@@ -637,6 +730,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ui_port=None if args.headless else args.ui_port,
         sqs_port=args.sqs_port,
         llm_port=args.llm_port,
+        codec_port=args.codec_port,
         persist=not args.ephemeral,
         with_worker=not args.no_worker,
     )

@@ -1,8 +1,10 @@
 """Connecting to Temporal the same way everywhere: client, worker, tests and replayer all use
-the pydantic data converter, and the worker registers the search attributes it needs."""
+``data_converter(settings)`` (the pydantic converter, plus payload encryption when keys are
+configured), and the worker registers the search attributes it needs."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 from temporalio.api.enums.v1 import IndexedValueType
@@ -12,15 +14,42 @@ from temporalio.api.operatorservice.v1 import (
 )
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.converter import DataConverter
+from temporalio.converter import DataConverter, DefaultFailureConverterWithEncodedAttributes
+from temporalio.runtime import Runtime
 from temporalio.service import RPCError
 
+from aiorch.codec import EncryptionCodec, KeyRing, keyring_from_settings
 from aiorch.config import Settings
+from aiorch.telemetry import client_plugins
 from workflows import contract
 
 log = logging.getLogger(__name__)
 
 DATA_CONVERTER: DataConverter = pydantic_data_converter
+
+
+def data_converter(settings: Settings) -> DataConverter:
+    """The converter every client, worker and replayer of this deployment must share.
+
+    Without configured keys it is the plain pydantic converter (payloads readable by anyone with
+    namespace access). With ``PAYLOAD_KEYS`` it adds the AES-GCM codec and encodes failure
+    messages and stack traces too, so errors cannot leak content.
+
+    Raises:
+        ConfigError: keys are configured but unusable.
+    """
+    keyring = keyring_from_settings(settings)
+    return DATA_CONVERTER if keyring is None else encrypted_converter(keyring)
+
+
+def encrypted_converter(keyring: KeyRing) -> DataConverter:
+    """The pydantic converter with payload encryption and encoded failure attributes."""
+    return dataclasses.replace(
+        DATA_CONVERTER,
+        payload_codec=EncryptionCodec(keyring),
+        failure_converter_class=DefaultFailureConverterWithEncodedAttributes,
+    )
+
 
 SEARCH_ATTRIBUTES = {
     contract.SEARCH_ATTRIBUTE_STATE: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
@@ -28,12 +57,19 @@ SEARCH_ATTRIBUTES = {
 }
 
 
-async def connect(settings: Settings) -> Client:
-    """A client for the configured server and namespace."""
+async def connect(settings: Settings, *, runtime: Runtime | None = None) -> Client:
+    """A client for the configured server and namespace.
+
+    With tracing installed (`aiorch.telemetry.tracing`) the client carries Temporal's
+    OpenTelemetry plugin, and so does every worker built on it. ``runtime`` is the worker's
+    metrics runtime (`aiorch.telemetry.worker_runtime`); None means the SDK's default.
+    """
     return await Client.connect(
         settings.temporal_address,
         namespace=settings.temporal_namespace,
-        data_converter=DATA_CONVERTER,
+        data_converter=data_converter(settings),
+        plugins=client_plugins(),
+        runtime=runtime,
     )
 
 

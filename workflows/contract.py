@@ -10,6 +10,9 @@ DEFAULT_TASK_QUEUE: Final = "ai-orchestrator"
 
 SIGNAL_REVIEW: Final = "review"
 UPDATE_SUBMIT_REVIEW: Final = "submit_review"
+# Operator actions on runs stuck in a review state (``starter.py stuck --action ...``).
+SIGNAL_EXPIRE_REVIEW: Final = "expire_review"
+SIGNAL_DEAD_LETTER: Final = "dead_letter"
 QUERY_STATE: Final = "state"
 QUERY_STATUS: Final = "status"
 

@@ -19,16 +19,27 @@ from typing import Any
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeKey
 from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import CancelledError as ActivityCancelledError
 from temporalio.exceptions import TimeoutError as ActivityTimeoutError
 
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
-    from workflows import contract, errors
+    # One `import` per module: `from workflows import x` bypasses the sandbox pass-through, so
+    # x would be re-imported (and recompiled) for every new run. Imports add no commands.
+    import workflows.continuation as continuation
+    import workflows.contract as contract
+    import workflows.errors as errors
+    import workflows.observability as observability
+    import workflows.review_rules as review_rules
     from workflows.backoff import full_jitter_delay
     from workflows.graph import Event, State, is_terminal, progress_of, status_of
     from workflows.graph import next_state as graph_next_state
     from workflows.payloads import (
+        NOTE_CONTINUED_AS_NEW,
+        NOTE_REVIEW_REFUSED,
+        CarriedState,
+        ContinuedRun,
         DeadLetterInput,
         DeadLetterMessage,
         DeadLetterReceipt,
@@ -37,6 +48,7 @@ with workflow.unsafe.imports_passed_through():
         HistoryEntry,
         LlmCallInput,
         LlmCallResult,
+        OperatorRequest,
         PipelineRequest,
         PipelineResult,
         PromptInput,
@@ -74,6 +86,9 @@ DEAD_LETTER_RETRY = RetryPolicy(
 )
 COMPENSATION_RETRY = RetryPolicy(maximum_attempts=10, maximum_interval=timedelta(seconds=30))
 HEARTBEAT_TIMEOUT = timedelta(seconds=10)
+# workflow.patched() ids of the cancellation fixes: runs recorded before them replay unchanged.
+PATCH_CANCEL_IN_ACTIVITY = "cancel-in-activity-is-cancel"
+PATCH_EMBEDDING_CANCEL_WAITS = "embedding-cancel-waits"
 
 
 def _error_text(err: BaseException) -> str:
@@ -124,6 +139,14 @@ class AiOrchestrator:
         self._reply: LlmCallResult | None = None
         self._embedding_id: str | None = None
         self._retry_after: timedelta | None = None
+        self._review_round = 0
+        self._rounds_this_run = 0
+        self._history_dropped = 0
+        self._input_problem: str | None = None
+        # Operator actions (expire_review: one wait; dead_letter: every wait until dead_letter).
+        self._forced_timeout: str | None = None
+        self._dead_letter_requested: str | None = None
+        self._restore(raw_request)
 
     @workflow.run
     async def run(self, raw_request: Any) -> PipelineResult:
@@ -140,8 +163,13 @@ class AiOrchestrator:
         }
         try:
             while not is_terminal(self._state):
+                await self._continue_as_new_if_due()
                 await handlers[self._state]()
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, ActivityError) as err:
+            # A cancel reaching an in-flight activity arrives as ActivityError, not
+            # asyncio.CancelledError (see _cancelled); any other ActivityError here is a bug.
+            if isinstance(err, ActivityError) and not self._cancelled(err):
+                raise
             await self._compensate_cancel()
             raise
         await workflow.wait_condition(workflow.all_handlers_finished)
@@ -163,22 +191,64 @@ class AiOrchestrator:
             model=self._model,
             last_error=self._last_error,
             history=list(self._history),
+            review_round=self._review_round,
+            history_dropped=self._history_dropped,
         )
 
     @workflow.signal(name=contract.SIGNAL_REVIEW)
     def review(self, raw_decision: Any) -> None:
-        # A signal cannot be refused, so a bad or untimely one is logged and dropped; callers
-        # that need to know use the submit_review update instead.
+        # A signal cannot be refused, so one the rules refuse (see workflows.review_rules) is
+        # recorded as a review_refused note, with the state unchanged, and not acted on; callers
+        # that need an answer use the submit_review update instead.
         try:
             decision = ReviewDecision.model_validate(raw_decision)
         except ValidationError as err:
-            workflow.logger.warning("ignored review signal: %s", describe_validation_error(err))
+            reviewer = raw_decision.get("reviewer") if isinstance(raw_decision, dict) else None
+            self._refuse_signal(
+                f"invalid review: {describe_validation_error(err)}",
+                reviewer if isinstance(reviewer, str) else None,
+            )
             return
-        problem = self._review_refusal()
+        problem = self._review_refusal(decision)
         if problem:
-            workflow.logger.warning("ignored review signal from %s: %s", decision.reviewer, problem)
+            self._refuse_signal(problem, decision.reviewer)
             return
         self._pending_review = decision
+
+    @workflow.signal(name=contract.SIGNAL_EXPIRE_REVIEW)
+    def expire_review(self, raw_request: Any = None) -> None:
+        """Operator action: end the current review wait now, exactly as its timeout would."""
+        reason = self._operator_reason(raw_request, "review timeout forced")
+        if reason:
+            self._forced_timeout = reason
+
+    @workflow.signal(name=contract.SIGNAL_DEAD_LETTER)
+    def request_dead_letter(self, raw_request: Any = None) -> None:
+        """Operator action: time out every review wait now, so the run takes its normal
+        escalate -> dead_letter path (and sends its dead-letter message)."""
+        reason = self._operator_reason(raw_request, "dead-lettered")
+        if reason:
+            self._dead_letter_requested = reason
+
+    def _operator_reason(self, raw_request: Any, action: str) -> str | None:
+        # Signals cannot be refused: an invalid or untimely one is logged and dropped.
+        try:
+            request = OperatorRequest.model_validate(raw_request or {})
+        except ValidationError as err:
+            workflow.logger.warning("ignored %s: %s", action, describe_validation_error(err))
+            return None
+        if self._state not in REVIEW_STATES:
+            workflow.logger.warning(
+                "ignored %s: run is not awaiting review (state: %s)", action, self._state.value
+            )
+            return None
+        reason = f"{action} by {request.operator}"
+        return f"{reason}: {request.reason}" if request.reason else reason
+
+    def _take_forced_reason(self) -> str | None:
+        reason = self._forced_timeout or self._dead_letter_requested
+        self._forced_timeout = None
+        return reason
 
     @workflow.update(name=contract.UPDATE_SUBMIT_REVIEW)
     async def submit_review(self, raw_decision: Any) -> RunStatus:
@@ -194,7 +264,7 @@ class AiOrchestrator:
             ReviewDecision.model_validate(raw_decision)
         except ValidationError as err:
             raise ValueError(f"invalid review: {describe_validation_error(err)}") from None
-        problem = self._review_refusal()
+        problem = self._review_refusal(ReviewDecision.model_validate(raw_decision))
         if problem:
             raise ValueError(problem)
 
@@ -215,6 +285,8 @@ class AiOrchestrator:
                 summary="fetch_prompt: load input, build prompt",
             )
         except ActivityError as err:
+            if self._cancelled(err):
+                raise
             self._last_error = _error_text(err)
             self._move(Event.PERMANENT_ERROR, detail=self._last_error)
             return
@@ -234,6 +306,7 @@ class AiOrchestrator:
             temperature=plan.temperature,
             feedback=list(self._feedback),
             corrective=self._corrective_next,
+            max_reply_chars=plan.max_reply_chars,
         )
         try:
             reply = await workflow.execute_activity(
@@ -246,6 +319,8 @@ class AiOrchestrator:
                 summary=f"invoke_llm: attempt {self._attempts} on {model}",
             )
         except ActivityError as err:
+            if self._cancelled(err):
+                raise
             self._last_error = _error_text(err)
             self._retry_after = _retry_after(err)
             self._corrective_next = (
@@ -265,7 +340,12 @@ class AiOrchestrator:
         assert self._request is not None
         review = self._request.review
         if review == "always" or (review == "auto" and reply.needs_review):
-            self._move(Event.NEEDS_REVIEW, detail=f"answered by {reply.model}")
+            self._review_round += 1
+            self._move(
+                Event.NEEDS_REVIEW,
+                detail=f"answered by {reply.model}",
+                review_round=self._review_round,
+            )
         else:
             self._move(Event.LLM_OK, detail=f"answered by {reply.model}")
 
@@ -289,7 +369,8 @@ class AiOrchestrator:
         plan = self._require_plan()
         decision = await self._wait_for_review(plan.review_timeout_s, "review timeout")
         if decision is None:
-            self._move(Event.REVIEW_TIMEOUT, detail=f"no review in {plan.review_timeout_s:g}s")
+            detail = self._take_forced_reason() or f"no review in {plan.review_timeout_s:g}s"
+            self._move(Event.REVIEW_TIMEOUT, detail=detail)
         else:
             self._apply_review(decision)
 
@@ -297,7 +378,10 @@ class AiOrchestrator:
         plan = self._require_plan()
         decision = await self._wait_for_review(plan.escalation_timeout_s, "escalation timeout")
         if decision is None:
-            self._last_error = f"no review after escalation ({plan.escalation_timeout_s:g}s)"
+            self._last_error = (
+                self._take_forced_reason()
+                or f"no review after escalation ({plan.escalation_timeout_s:g}s)"
+            )
             await self._dead_letter(failed_state=State.ESCALATE)
             self._move(Event.ESCALATION_TIMEOUT, detail=self._last_error)
         else:
@@ -305,6 +389,10 @@ class AiOrchestrator:
 
     async def _generate_embedding(self) -> None:
         assert self._request is not None and self._reply is not None
+        # On cancel, wait until the activity has really stopped (it heartbeats, so the cancel
+        # reaches it) before compensating: with TRY_CANCEL the delete could run while the
+        # embedding call is still in flight, and the upsert after it would leave an orphan.
+        wait_for_cancel = workflow.patched(PATCH_EMBEDDING_CANCEL_WAITS)
         try:
             result = await workflow.execute_activity(
                 contract.ACTIVITY_GENERATE_EMBEDDING,
@@ -315,22 +403,38 @@ class AiOrchestrator:
                 ),
                 result_type=EmbeddingResult,
                 start_to_close_timeout=timedelta(seconds=60),
+                heartbeat_timeout=HEARTBEAT_TIMEOUT,
                 retry_policy=EMBEDDING_RETRY,
+                cancellation_type=(
+                    workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
+                    if wait_for_cancel
+                    else workflow.ActivityCancellationType.TRY_CANCEL
+                ),
                 summary="generate_embedding: embed and upsert",
             )
         except ActivityError as err:
+            if self._cancelled(err):
+                raise
             self._last_error = _error_text(err)
             await self._dead_letter(failed_state=State.GENERATE_EMBEDDING)
             self._move(Event.EXHAUSTED, detail=self._last_error)
             return
         self._embedding_id = result.embedding_id
+        if wait_for_cancel and workflow.cancellation_reason() is not None:
+            # The cancel came too late to stop the write: the compensation deletes the vector.
+            raise asyncio.CancelledError
         self._move(Event.EMBEDDED, detail=f"embedding {result.embedding_id}")
 
     # Helpers.
 
     def _parse_request(self, raw_request: Any) -> PipelineRequest:
+        if self._input_problem is not None:
+            raise ApplicationError(
+                self._input_problem, type=errors.INVALID_REQUEST, non_retryable=True
+            )
         try:
-            return PipelineRequest.model_validate(raw_request)
+            request_part, _ = continuation.split_input(raw_request)
+            return PipelineRequest.model_validate(request_part)
         except ValidationError as err:
             # Fails the run (not the workflow task), so bad input from any client ends at once.
             raise ApplicationError(
@@ -349,37 +453,146 @@ class AiOrchestrator:
             return plan.fallback_model
         return plan.model
 
-    def _review_refusal(self) -> str | None:
-        if self._state not in REVIEW_STATES:
-            return f"run is not awaiting review (state: {self._state.value})"
-        if self._pending_review is not None:
-            return "a review for this round has already been submitted"
-        return None
+    def _review_refusal(self, decision: ReviewDecision) -> str | None:
+        return review_rules.refusal(
+            workflow_id=workflow.info().workflow_id,
+            state=self._state,
+            decision=decision,
+            review_round=self._review_round,
+            pending=self._pending_review,
+            plan=self._plan,
+        )
+
+    def _refuse_signal(self, reason: str, reviewer: str | None) -> None:
+        workflow.logger.warning("review signal refused: %s", reason)
+        self._history.append(
+            review_rules.refusal_note(
+                state=self._state,
+                at=workflow.now(),
+                attempt=self._attempts,
+                reason=reason,
+                reviewer=reviewer,
+                review_round=self._review_round,
+            )
+        )
 
     async def _wait_for_review(self, timeout_s: float, summary: str) -> ReviewDecision | None:
         try:
             await workflow.wait_condition(
-                lambda: self._pending_review is not None,
+                lambda: (
+                    self._pending_review is not None
+                    or self._forced_timeout is not None
+                    or self._dead_letter_requested is not None
+                ),
                 timeout=timedelta(seconds=timeout_s),
                 timeout_summary=summary,
             )
         except TimeoutError:
             return None
         decision = self._pending_review
-        assert decision is not None
+        if decision is None:
+            return None  # an operator forced the timeout (expire_review or dead_letter)
+        self._forced_timeout = None  # a review that came with it wins
         return decision
 
     def _apply_review(self, decision: ReviewDecision) -> None:
-        detail = f"{decision.decision} by {decision.reviewer}"
-        if decision.feedback:
-            detail += f": {decision.feedback}"
         if decision.decision == "reedit":
             self._feedback.append(decision.feedback or "Please revise the answer.")
+            self._feedback = continuation.bounded_feedback(self._feedback)
+            self._rounds_this_run += 1
         elif decision.decision == "reject":
             self._last_error = f"rejected by {decision.reviewer}"
         self._pending_review = None
         self._reviews_applied += 1
-        self._move(Event(decision.decision), detail=detail)
+        self._move(
+            Event(decision.decision),
+            detail=review_rules.decision_detail(decision),
+            reviewer=decision.reviewer,
+            feedback=decision.feedback,
+            review_round=self._review_round,
+        )
+
+    # Continue-as-new (see workflows.continuation): long reedit loops move to a fresh run.
+
+    def _restore(self, raw_input: Any) -> None:
+        """Take over a continued run's carried state (before any handler can run)."""
+        try:
+            _, carried = continuation.split_input(raw_input)
+        except ValidationError as err:
+            self._input_problem = f"invalid continued run: {describe_validation_error(err)}"
+            return
+        if carried is None:
+            return
+        if workflow.info().continued_run_id is None:
+            self._input_problem = "carried state is accepted only from continue-as-new"
+            return
+        self._state = State(carried.state)
+        self._history = list(carried.history)
+        self._history_dropped = carried.history_dropped
+        self._attempts = carried.attempts
+        self._consecutive_failures = carried.consecutive_failures
+        self._corrective_next = carried.corrective_next
+        self._model = carried.model
+        self._last_error = carried.last_error
+        self._feedback = list(carried.feedback)
+        self._review_round = carried.review_round
+        self._plan = carried.plan
+
+    async def _continue_as_new_if_due(self) -> None:
+        """At the one safe point (a reedit just applied), hand the loop to a fresh run."""
+        if self._state is not State.INVOKE_LLM or self._rounds_this_run == 0:
+            return
+        # The last transition, skipping notes (a refused signal may have arrived since).
+        notes = (NOTE_REVIEW_REFUSED, NOTE_CONTINUED_AS_NEW)
+        last = next((e for e in reversed(self._history) if e.event not in notes), None)
+        if last is None or last.event != Event.REEDIT.value or self._plan is None:
+            return
+        due = continuation.is_due(
+            rounds_this_run=self._rounds_this_run,
+            rounds_per_run=self._plan.reedit_rounds_per_run,
+            suggested=workflow.info().is_continue_as_new_suggested(),
+            history_bytes=workflow.info().get_current_history_size(),
+            history_events=workflow.info().get_current_history_length(),
+        )
+        # Histories recorded before this existed never continued as new: replay them unchanged.
+        if not due or not workflow.patched(continuation.PATCH_ID):
+            return
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        self._history.append(
+            HistoryEntry(
+                from_state=self._state.value,
+                to_state=self._state.value,
+                event=NOTE_CONTINUED_AS_NEW,
+                at=workflow.now(),
+                attempt=self._attempts,
+                detail=(
+                    f"continued as a new run after {self._rounds_this_run} review rounds "
+                    f"({workflow.info().get_current_history_length()} events)"
+                ),
+                review_round=self._review_round,
+            )
+        )
+        workflow.continue_as_new(self._carry())
+
+    def _carry(self) -> ContinuedRun:
+        assert self._request is not None and self._plan is not None
+        history, dropped = continuation.bounded_history(self._history)
+        return ContinuedRun(
+            request=self._request,
+            carried=CarriedState(
+                state=self._state.value,
+                history=history,
+                history_dropped=self._history_dropped + dropped,
+                attempts=self._attempts,
+                consecutive_failures=self._consecutive_failures,
+                corrective_next=self._corrective_next,
+                model=self._model,
+                last_error=self._last_error,
+                feedback=list(self._feedback),
+                review_round=self._review_round,
+                plan=self._plan,
+            ),
+        )
 
     async def _dead_letter(self, failed_state: State) -> None:
         assert self._request is not None
@@ -403,6 +616,17 @@ class AiOrchestrator:
         )
         workflow.logger.info("dead-lettered as SQS message %s", receipt.message_id)
 
+    def _cancelled(self, err: ActivityError) -> bool:
+        """True when ``err`` is this run's cancel reaching an in-flight activity.
+
+        The SDK reports such an activity as ActivityError (cause CancelledError), not as
+        asyncio.CancelledError, so a state's ``except ActivityError`` must re-raise it rather
+        than retry or dead-letter. Runs recorded before this check replay their old path.
+        """
+        return isinstance(err.cause, ActivityCancelledError) and workflow.patched(
+            PATCH_CANCEL_IN_ACTIVITY
+        )
+
     async def _compensate_cancel(self) -> None:
         detail = "no side effects to undo"
         if self._state in (State.GENERATE_EMBEDDING, State.COMPLETED) or self._embedding_id:
@@ -417,7 +641,7 @@ class AiOrchestrator:
             detail = f"compensation: deleted {deleted} vector(s)"
         self._move(Event.CANCEL, detail=detail)
 
-    def _move(self, event: Event, detail: str | None = None) -> None:
+    def _move(self, event: Event, detail: str | None = None, **review: Any) -> None:
         """Take one graph edge: validate, record, and publish the new state."""
         target = graph_next_state(self._state, event)
         now = workflow.now()
@@ -429,9 +653,17 @@ class AiOrchestrator:
                 at=now,
                 attempt=self._attempts,
                 detail=detail,
+                **review,
             )
         )
         self._state = target
+        observability.record_transition(
+            self._history,
+            model=self._model,
+            reply=self._reply,
+            plan=self._plan,
+            last_error=self._last_error,
+        )
         workflow.upsert_search_attributes(
             [AI_STATE.value_set(target.value), AI_STATE_SINCE.value_set(now)]
         )

@@ -3,12 +3,29 @@
 New fields always get defaults, so histories recorded before a field existed still decode.
 Inbound payloads (requests, reviews, LLM replies) forbid unknown fields so a typo is an error,
 not silently ignored.
+
+Sizes are bounded so no run can fail on Temporal's payload limits (warning at 256 KB, error at
+2 MB): an inline ``user_message`` is at most ``MAX_INLINE_MESSAGE_BYTES`` (larger documents
+travel by reference, ``file://`` or ``s3://``), metadata at most ``MAX_METADATA_BYTES``, feedback
+at most ``MAX_FEEDBACK_CHARS`` (runs may set a lower limit).
+
+History entries come in three kinds, all ``HistoryEntry``:
+
+- a *transition* (``from_state != to_state`` or a graph self-edge): an edge of
+  ``workflows.graph``, validated before it is recorded; ``event`` is a ``graph.Event``. Review
+  decisions also carry ``reviewer``, ``feedback`` and ``review_round``.
+- ``review_refused`` (``NOTE_REVIEW_REFUSED``): a review signal the run did not act on (wrong
+  state, reviewer not allowed, round already decided, invalid payload); ``from_state ==
+  to_state`` = the state the run stayed in, ``detail`` = the reason. Not a graph transition.
+- ``continued_as_new`` (``NOTE_CONTINUED_AS_NEW``): a long reedit loop moved on to a fresh
+  Temporal run carrying its state; ``from_state == to_state == "invoke_llm"``. Not a transition.
 """
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
@@ -18,6 +35,13 @@ ReviewMode = Literal["auto", "always", "never"]
 Decision = Literal["approve", "reedit", "reject"]
 FinalState = Literal["completed", "failed", "dead_letter"]
 
+MAX_INLINE_MESSAGE_BYTES: Final = 256 * 1024
+MAX_METADATA_BYTES: Final = 64 * 1024
+MAX_FEEDBACK_CHARS: Final = 16 * 1024
+MAX_REVIEWER_CHARS: Final = 200
+NOTE_REVIEW_REFUSED: Final = "review_refused"
+NOTE_CONTINUED_AS_NEW: Final = "continued_as_new"
+
 
 def _not_blank(value: str) -> str:
     if not value.strip():
@@ -26,6 +50,25 @@ def _not_blank(value: str) -> str:
 
 
 NonBlank = Annotated[str, AfterValidator(_not_blank)]
+ReviewerName = Annotated[str, Field(max_length=MAX_REVIEWER_CHARS), AfterValidator(_not_blank)]
+
+
+def _inline_size(value: str) -> str:
+    size = len(value.encode("utf-8"))
+    if size > MAX_INLINE_MESSAGE_BYTES:
+        raise ValueError(
+            f"is {size} bytes; inline messages are limited to {MAX_INLINE_MESSAGE_BYTES} bytes: "
+            "pass a reference instead (file:///path or s3://bucket/key; "
+            "`starter.py start --file PATH` stores the document for you)"
+        )
+    return value
+
+
+def _metadata_size(value: dict[str, Any]) -> dict[str, Any]:
+    size = len(json.dumps(value, ensure_ascii=False, default=str).encode("utf-8"))
+    if size > MAX_METADATA_BYTES:
+        raise ValueError(f"is {size} bytes as JSON; the limit is {MAX_METADATA_BYTES} bytes")
+    return value
 
 
 class _Strict(BaseModel):
@@ -44,17 +87,25 @@ class RunOptions(_Strict):
     review_timeout_s: float | None = Field(default=None, gt=0, le=365 * 86400)
     escalation_timeout_s: float | None = Field(default=None, gt=0, le=365 * 86400)
     llm_max_attempts: int | None = Field(default=None, ge=1, le=100)
+    allowed_reviewers: list[ReviewerName] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=100,
+        description="Who may review this run; unset = the worker's ALLOWED_REVIEWERS (or anyone)",
+    )
 
 
 class PipelineRequest(_Strict):
     """The workflow's input. ``request_id`` is also the workflow id."""
 
     request_id: str = Field(pattern=REQUEST_ID_PATTERN)
-    user_message: NonBlank = Field(
+    user_message: Annotated[NonBlank, AfterValidator(_inline_size)] = Field(
         description="The message, or a reference to it: file:///path or s3://bucket/key"
     )
     review: ReviewMode = "auto"
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: Annotated[dict[str, Any], AfterValidator(_metadata_size)] = Field(
+        default_factory=dict
+    )
     options: RunOptions = Field(default_factory=RunOptions)
 
 
@@ -62,12 +113,25 @@ class ReviewDecision(_Strict):
     """Payload of the ``review`` signal and the ``submit_review`` update."""
 
     decision: Decision
-    reviewer: NonBlank
-    feedback: str | None = None
+    reviewer: ReviewerName
+    feedback: str | None = Field(default=None, max_length=MAX_FEEDBACK_CHARS)
+    review_round: int | None = Field(
+        default=None,
+        ge=1,
+        description="The round decided (RunStatus.review_round); a decision for any other "
+        "round is refused, so a re-sent decision never lands on a later round",
+    )
+
+
+class OperatorRequest(_Strict):
+    """Payload of the operator signals ``expire_review`` and ``dead_letter`` (both optional)."""
+
+    operator: NonBlank = Field(default="operator", max_length=200)
+    reason: str | None = Field(default=None, max_length=500)
 
 
 class HistoryEntry(_Open):
-    """One state change of a run."""
+    """One entry of a run's history: a transition, or a note (see the module docstring)."""
 
     from_state: str
     to_state: str
@@ -75,6 +139,9 @@ class HistoryEntry(_Open):
     at: datetime
     attempt: int = 0
     detail: str | None = None
+    reviewer: str | None = None
+    feedback: str | None = None
+    review_round: int | None = None
 
 
 class RunStatus(_Open):
@@ -87,6 +154,9 @@ class RunStatus(_Open):
     model: str | None = None
     last_error: str | None = None
     history: list[HistoryEntry] = Field(default_factory=list)
+    review_round: int = 0
+    # Entries dropped from the front of ``history`` to keep a very long run's state bounded.
+    history_dropped: int = 0
 
 
 class PipelineResult(_Open):
@@ -146,6 +216,13 @@ class PromptPlan(_Open):
     temperature: float = 0.2
     backoff_initial_s: float = 1.0
     backoff_max_s: float = 60.0
+    # OTEL_CAPTURE_CONTENT of the worker that built the plan: prompt/reply text in spans.
+    capture_content: bool = False
+    # Reviewer authority and bounds, resolved once from the request and ALLOWED_REVIEWERS etc.
+    allowed_reviewers: list[str] | None = None
+    max_feedback_chars: int = MAX_FEEDBACK_CHARS
+    max_reply_chars: int | None = None
+    reedit_rounds_per_run: int = 50
 
 
 class LlmCallInput(_Open):
@@ -158,6 +235,7 @@ class LlmCallInput(_Open):
     temperature: float = 0.2
     feedback: list[str] = Field(default_factory=list)
     corrective: bool = False
+    max_reply_chars: int | None = None
 
 
 class TokenUsage(_Open):
@@ -194,6 +272,30 @@ class DeadLetterReceipt(_Open):
     queue_url: str
 
 
+class CarriedState(_Open):
+    """What a long run hands to the run that continues it (continue-as-new)."""
+
+    state: str
+    history: list[HistoryEntry] = Field(default_factory=list)
+    history_dropped: int = 0
+    attempts: int = 0
+    consecutive_failures: int = 0
+    corrective_next: bool = False
+    model: str | None = None
+    last_error: str | None = None
+    feedback: list[str] = Field(default_factory=list)
+    review_round: int = 0
+    plan: PromptPlan
+
+
+class ContinuedRun(_Strict):
+    """Input of a continued run: the original request plus the carried state. Accepted only
+    from continue-as-new (the workflow checks ``continued_run_id``), never from a client."""
+
+    request: PipelineRequest
+    carried: CarriedState
+
+
 def describe_validation_error(err: ValidationError) -> str:
     """One line naming each offending field, for users rather than developers."""
     problems = []
@@ -207,6 +309,7 @@ ALL_MODELS: tuple[type[BaseModel], ...] = (
     PipelineRequest,
     RunOptions,
     ReviewDecision,
+    OperatorRequest,
     HistoryEntry,
     RunStatus,
     PipelineResult,

@@ -465,3 +465,29 @@ def test_cli_serves_until_sigterm():
             assert process.wait(timeout=10) == 0
         finally:
             process.kill()
+
+
+async def test_global_delay_slows_matching_calls_then_lets_them_through(llm, http):
+    """A global fault with only delay_ms slows matching calls (here: the first embeddings call)
+    and then answers normally; a delay_ms alone needs no status, an empty fault is refused."""
+    fault = {"delay_ms": 400, "path": "embeddings", "times": 1}
+    async with http.post("/_sim/faults", json=fault) as response:
+        assert response.status == 200
+    async with http.post("/_sim/faults", json={"path": "chat"}) as response:
+        assert response.status == 400
+
+    started = time.monotonic()
+    await llm.embeddings.create(model="sim-embed", input="slow one")
+    slow = time.monotonic() - started
+    started = time.monotonic()
+    await llm.embeddings.create(model="sim-embed", input="fast one")
+    fast = time.monotonic() - started
+    await ask(llm, "chat is not delayed")
+
+    assert slow >= 0.4 > fast
+    log = await request_log(http)
+    assert [(e["path"], e["fault"], e["status"]) for e in log] == [
+        ("embeddings", "global_delay", 200),
+        ("embeddings", None, 200),
+        ("chat", None, 200),
+    ]

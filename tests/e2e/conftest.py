@@ -27,6 +27,9 @@ E2E_WORKER_ENV = {
     "LLM_BACKOFF_INITIAL_S": "0.2",
     "LLM_BACKOFF_MAX_S": "1",
     "LLM_TIMEOUT_S": "20",
+    # Several workers run at once (and maybe `make dev`): no fixed metrics port; tests that
+    # scrape metrics pick a free one.
+    "METRICS_PORT": "0",
 }
 
 

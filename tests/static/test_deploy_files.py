@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import pytest
 import yaml
 
 from aiorch.config import Settings
@@ -67,7 +66,7 @@ NOT_WIRED = {"S3_ENDPOINT_URL": "no S3 stand-in in the stack; s3:// inputs go to
 # Read by libraries, not by Settings.
 EXTERNAL_VARIABLES = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
 # Set in compose ahead of the config field that reads it.
-PENDING_SETTINGS = {"METRICS_PORT"}
+PENDING_SETTINGS: set[str] = set()
 
 # The services the worker needs before it can poll: name -> the depends_on condition.
 WORKER_DEPENDENCIES = {
@@ -409,12 +408,8 @@ def test_worker_environment_names_only_known_variables() -> None:
     assert not unknown, f"nothing reads {unknown}"
 
 
-@pytest.mark.xfail(
-    strict=True, reason="METRICS_PORT is set in compose before the config field exists"
-)
 def test_metrics_port_is_a_setting() -> None:
-    """METRICS_PORT, which compose sets and Prometheus scrapes, is read by Settings. When this
-    passes, drop the marker and empty PENDING_SETTINGS."""
+    """METRICS_PORT, which compose sets and Prometheus scrapes, is read by Settings."""
     assert "metrics_port" in Settings.model_fields
 
 

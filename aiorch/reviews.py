@@ -1,0 +1,92 @@
+"""Sending a review so that it is applied once, however often it is sent.
+
+The decision names its review round (the one the reviewer looked at; by default the run's
+current round), and the ``submit_review`` update's id is derived from (run, round, reviewer):
+re-sending the same review returns the first result instead of deciding again (Temporal keeps
+update ids per run), and a decision for a round that is over is refused by the workflow, so a
+late or repeated decision can never land on a later round.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from temporalio.client import Client
+
+from workflows import contract
+from workflows.payloads import HistoryEntry, ReviewDecision, RunStatus
+
+DECISION_EVENTS = frozenset({"approve", "reedit", "reject"})
+
+
+def update_id(workflow_id: str, review_round: int | None, reviewer: str) -> str:
+    """The update id for ``reviewer``'s decision on ``review_round`` of ``workflow_id``."""
+    return f"review:{workflow_id}:round-{review_round or 0}:{reviewer}"
+
+
+@dataclass(frozen=True)
+class ReviewOutcome:
+    """What a sent review led to: the status after it and the decision the round recorded."""
+
+    sent: ReviewDecision
+    status: RunStatus
+    recorded: HistoryEntry | None
+
+    @property
+    def applied_as_sent(self) -> bool:
+        """False when the round was decided by an earlier, different decision."""
+        recorded = self.recorded
+        return recorded is None or (
+            recorded.event == self.sent.decision and recorded.reviewer == self.sent.reviewer
+        )
+
+    def describe(self, workflow_id: str) -> str:
+        """One line for the reviewer."""
+        status = self.status
+        round_text = f"round {self.sent.review_round}" if self.sent.review_round else "review"
+        if self.applied_as_sent:
+            return (
+                f"{workflow_id}: {self.sent.decision} accepted ({round_text}); "
+                f"now {status.state} ({status.status})"
+            )
+        recorded = self.recorded
+        assert recorded is not None
+        return (
+            f"{workflow_id}: {round_text} was already decided ({recorded.event} by "
+            f"{recorded.reviewer}); your {self.sent.decision} was not applied. "
+            f"Now {status.state} ({status.status})"
+        )
+
+
+def decision_for_round(history: list[HistoryEntry], review_round: int) -> HistoryEntry | None:
+    """The decision recorded for ``review_round``, if any."""
+    for entry in reversed(history):
+        if entry.event in DECISION_EVENTS and entry.review_round == review_round:
+            return entry
+    return None
+
+
+async def submit_review(
+    client: Client, workflow_id: str, decision: ReviewDecision
+) -> ReviewOutcome:
+    """Send ``decision`` through the ``submit_review`` update, idempotently (see module doc).
+
+    Raises:
+        temporalio.client.WorkflowUpdateFailedError: the run refused it (the cause says why).
+        temporalio.service.RPCError: no such open run, or the server is unreachable.
+    """
+    handle = client.get_workflow_handle(workflow_id)
+    if decision.review_round is None:
+        current: RunStatus = await handle.query(contract.QUERY_STATUS, result_type=RunStatus)
+        if current.review_round:
+            decision = decision.model_copy(update={"review_round": current.review_round})
+    status: RunStatus = await handle.execute_update(
+        contract.UPDATE_SUBMIT_REVIEW,
+        decision,
+        id=update_id(workflow_id, decision.review_round, decision.reviewer),
+        result_type=RunStatus,
+    )
+    recorded = (
+        decision_for_round(status.history, decision.review_round) if decision.review_round else None
+    )
+    return ReviewOutcome(sent=decision, status=status, recorded=recorded)

@@ -1,0 +1,148 @@
+"""OpenTelemetry tracing and Prometheus metrics for the worker and the starter.
+
+Traces: when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set,
+`tracing` installs a replay-safe tracer provider (``temporalio.contrib.opentelemetry``) with a
+batch processor and an OTLP exporter, and `client_plugins` adds Temporal's
+``OpenTelemetryPlugin`` to every client `aiorch.temporal.connect` makes. The plugin carries the
+trace context in Temporal headers, so one trace runs from ``starter.py start`` (the
+``StartWorkflow`` span) through ``RunWorkflow`` and each transition span into every
+``RunActivity``. The exporter is built without arguments so it honours every standard
+``OTEL_EXPORTER_OTLP_*`` variable itself (endpoint, headers, timeout, compression,
+certificates, the ``_TRACES_`` variants); ``OTEL_EXPORTER_OTLP_PROTOCOL`` picks gRPC (default)
+or ``http/protobuf``.
+Unset: no provider, no plugin, nothing exported and no error.
+
+Metrics: `worker_runtime` gives the worker a Temporal ``Runtime`` whose Prometheus endpoint
+(``http://0.0.0.0:METRICS_PORT/metrics``) serves the SDK's own metrics (``temporal_*``) and the
+project's (``aiorch_*``, see ``workflows.observability``). The SDK's runtime exports metrics to
+Prometheus *or* OTLP, not both, so Prometheus is the path: a collector that wants them over OTLP
+scrapes this endpoint with its ``prometheus`` receiver.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator, Sequence
+
+from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from temporalio.contrib.opentelemetry import (
+    OpenTelemetryPlugin,
+    ReplaySafeTracerProvider,
+    create_tracer_provider,
+)
+from temporalio.plugin import SimplePlugin
+from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
+
+from aiorch.config import Settings
+from workflows.observability import (
+    METRIC_LLM_COST,
+    METRIC_REVIEW_WAIT,
+    METRIC_RUN_DURATION,
+)
+
+log = logging.getLogger(__name__)
+
+# Reviews take seconds to days; runs take a second to days (with review); calls cost cents.
+HISTOGRAM_BUCKETS: dict[str, Sequence[float]] = {
+    METRIC_REVIEW_WAIT: [1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 12 * 3600, 86400, 2 * 86400],
+    METRIC_RUN_DURATION: [0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600, 86400],
+    METRIC_LLM_COST: [0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5],
+}
+
+
+def span_exporter(settings: Settings) -> SpanExporter:
+    """The OTLP span exporter for the configured protocol, reading its own OTEL_* variables."""
+    if settings.otel_exporter_otlp_protocol == "http/protobuf":
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+            OTLPSpanExporter as HttpSpanExporter,
+        )
+
+        return HttpSpanExporter()
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+        OTLPSpanExporter as GrpcSpanExporter,
+    )
+
+    return GrpcSpanExporter()
+
+
+def _installed_provider() -> ReplaySafeTracerProvider | None:
+    provider = trace.get_tracer_provider()
+    return provider if isinstance(provider, ReplaySafeTracerProvider) else None
+
+
+def install_tracing(settings: Settings, component: str) -> ReplaySafeTracerProvider | None:
+    """Install the process-wide tracer provider once, if an endpoint is configured.
+
+    Returns the provider (also when an earlier call installed it), or None when tracing is off.
+    """
+    if not settings.tracing_enabled:
+        return None
+    existing = _installed_provider()
+    if existing is not None:
+        return existing
+    resource = Resource.create(
+        {"service.name": settings.otel_service_name, "aiorch.component": component}
+    )
+    provider = create_tracer_provider(resource=resource)
+    provider.add_span_processor(BatchSpanProcessor(span_exporter(settings)))
+    trace.set_tracer_provider(provider)
+    return provider
+
+
+@contextlib.contextmanager
+def tracing(settings: Settings, component: str) -> Iterator[ReplaySafeTracerProvider | None]:
+    """Tracing for the duration of a command or a worker's life; flushes spans on the way out."""
+    provider = install_tracing(settings, component)
+    try:
+        yield provider
+    finally:
+        if provider is not None:
+            provider.force_flush(timeout_millis=10_000)
+
+
+def client_plugins() -> list[SimplePlugin]:
+    """Temporal's OpenTelemetry plugin when tracing is installed in this process, else nothing.
+
+    ``add_temporal_spans`` gives the start call, the workflow run and each activity a span of
+    their own, so the trace shows the whole run and not only the context passing through.
+    """
+    if _installed_provider() is None:
+        return []
+    return [OpenTelemetryPlugin(add_temporal_spans=True)]
+
+
+def worker_runtime(settings: Settings) -> Runtime | None:
+    """A runtime serving Prometheus metrics on ``METRICS_PORT``; None when it is 0 or taken.
+
+    A port already in use (a second worker on the same host) is logged, not fatal: metrics must
+    never stop the pipeline.
+    """
+    if not settings.metrics_port:
+        return None
+    bind_address = f"0.0.0.0:{settings.metrics_port}"
+    try:
+        runtime = Runtime(
+            telemetry=TelemetryConfig(
+                metrics=PrometheusConfig(
+                    bind_address=bind_address,
+                    counters_total_suffix=True,
+                    durations_as_seconds=True,
+                    histogram_bucket_overrides=HISTOGRAM_BUCKETS,
+                ),
+                global_tags={"service_name": settings.otel_service_name},
+                attach_service_name=False,
+            )
+        )
+    except ValueError as err:
+        log.warning(
+            "metrics endpoint %s not started (%s); set METRICS_PORT to a free port, or 0 to "
+            "turn it off",
+            bind_address,
+            err,
+        )
+        return None
+    log.info("Prometheus metrics on http://%s/metrics", bind_address)
+    return runtime

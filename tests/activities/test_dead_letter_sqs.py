@@ -1,0 +1,214 @@
+"""The dead-letter queue against a real SQS endpoint (moto in server mode, its own process).
+
+``send_dead_letter`` runs in the activity test environment with the worker's boto3 settings;
+the operator's side (``aiorch.dead_letters``: list without consuming, delete) reads the same
+queue.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import boto3
+import pytest
+from botocore.config import Config as BotoConfig
+from botocore.exceptions import EndpointConnectionError
+from temporalio.testing import ActivityEnvironment
+
+from activities.dead_letter import MAX_BODY_BYTES, DeadLetterActivities, dedup_key
+from aiorch.dead_letters import DeadLetterQueue
+from aiorch.localstack import ManagedProcess, free_port, start_sqs_server
+from workflows.payloads import DeadLetterInput, DeadLetterMessage, HistoryEntry
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+    from mypy_boto3_sqs.type_defs import MessageTypeDef
+
+QUEUE = "test-dlq"
+# What worker.py gives the activity: one boto3 attempt, so Temporal owns every retry.
+WORKER_BOTO = BotoConfig(
+    retries={"max_attempts": 1, "mode": "standard"}, connect_timeout=5, read_timeout=15
+)
+
+
+class Sqs:
+    """A moto server process that a test may stop and start again on the same port."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.port = free_port()
+        self.log_dir = log_dir
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: ManagedProcess | None = None
+        self.start()
+
+    def start(self) -> None:
+        self.proc = start_sqs_server(port=self.port, log_dir=self.log_dir)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.stop()
+            self.proc = None
+
+    def client(self, config: BotoConfig = WORKER_BOTO) -> SQSClient:
+        return boto3.session.Session(
+            aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1"
+        ).client("sqs", endpoint_url=self.url, config=config)
+
+
+@pytest.fixture
+def sqs(tmp_path: Path) -> Iterator[Sqs]:
+    server = Sqs(tmp_path)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def message(workflow_id: str, run_id: str = "run-1", text: str = "hello") -> DeadLetterMessage:
+    return DeadLetterMessage(
+        workflow_id=workflow_id,
+        run_id=run_id,
+        request={"request_id": "a" * 24, "user_message": text},
+        failed_state="invoke_llm",
+        attempts=3,
+        last_error="LlmRetryable: HTTP 503 from the LLM: overloaded",
+        history=[
+            HistoryEntry(
+                from_state="invoke_llm",
+                to_state="retry_llm",
+                event="retryable_error",
+                at=datetime(2026, 1, 1, tzinfo=UTC),
+                attempt=1,
+            )
+        ],
+    )
+
+
+async def send(activities: DeadLetterActivities, dead: DeadLetterMessage) -> str:
+    receipt = await ActivityEnvironment().run(
+        activities.send_dead_letter, DeadLetterInput(message=dead)
+    )
+    return receipt.message_id
+
+
+def all_raw(sqs: Sqs) -> list[MessageTypeDef]:
+    """Every message with its attributes, made visible again afterwards."""
+    client = sqs.client()
+    url = client.get_queue_url(QueueName=QUEUE)["QueueUrl"]
+    found = client.receive_message(
+        QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=30, MessageAttributeNames=["All"]
+    ).get("Messages", [])
+    for item in found:
+        client.change_message_visibility(
+            QueueUrl=url, ReceiptHandle=item["ReceiptHandle"], VisibilityTimeout=0
+        )
+    return found
+
+
+async def test_send_creates_the_queue_and_sends_the_contract_body(sqs: Sqs) -> None:
+    """The first send creates the missing queue; the body is the contract's message and carries
+    the workflow:run deduplication key as a message attribute."""
+    activities = DeadLetterActivities(sqs.client(), QUEUE)
+    dead = message("wf-1")
+
+    message_id = await send(activities, dead)
+
+    [raw] = all_raw(sqs)
+    assert raw["MessageId"] == message_id
+    assert DeadLetterMessage.model_validate_json(str(raw["Body"])) == dead
+    attributes = raw["MessageAttributes"]
+    assert attributes == {"dedup_key": {"DataType": "String", "StringValue": "wf-1:run-1"}}
+    assert dedup_key(dead) == "wf-1:run-1"
+
+
+async def test_unreachable_sqs_fails_the_attempt_fast(sqs: Sqs) -> None:
+    """With SQS down the activity raises at once (connection refused, one boto3 attempt), so
+    Temporal's retry policy, not boto3, decides when to try again."""
+    activities = DeadLetterActivities(sqs.client(), QUEUE)
+    sqs.stop()
+    started = time.monotonic()
+
+    with pytest.raises(EndpointConnectionError):
+        await send(activities, message("wf-down"))
+    assert time.monotonic() - started < 3
+
+
+async def test_send_recovers_when_the_queue_vanished(sqs: Sqs) -> None:
+    """A queue that disappears after its URL was cached (local SQS restarted empty) is created
+    again and the message sent in the same attempt: exactly one message arrives."""
+    activities = DeadLetterActivities(sqs.client(), QUEUE)
+    await send(activities, message("wf-before"))
+    sqs.stop()
+    sqs.start()  # moto keeps no state: the queue is gone
+
+    await send(activities, message("wf-after"))
+
+    bodies = [json.loads(str(raw["Body"]))["workflow_id"] for raw in all_raw(sqs)]
+    assert bodies == ["wf-after"]
+
+
+async def test_huge_message_is_accepted_by_sqs(sqs: Sqs) -> None:
+    """A 1 MB request is cut to fit; SQS accepts it and the body says what was cut."""
+    activities = DeadLetterActivities(sqs.client(), QUEUE)
+
+    await send(activities, message("wf-huge", text="x" * 1_000_000))
+
+    [raw] = all_raw(sqs)
+    assert len(str(raw["Body"]).encode()) <= MAX_BODY_BYTES
+    body = DeadLetterMessage.model_validate_json(str(raw["Body"]))
+    assert "cut from 1000000 characters" in body.request["truncated"]
+
+
+async def test_listing_pages_past_ten_and_consumes_nothing(sqs: Sqs) -> None:
+    """The operator's listing finds all 23 messages (SQS returns at most ten per receive), oldest
+    first, and leaves every one of them visible: a second listing sees them all again."""
+    activities = DeadLetterActivities(sqs.client(), QUEUE)
+    for number in range(23):
+        await send(activities, message(f"wf-{number:02d}"))
+    queue = DeadLetterQueue(sqs.client(), QUEUE, wait_s=0)
+
+    first = queue.peek()
+    second = queue.peek()
+
+    assert [letter.workflow_id for letter in first] == [f"wf-{n:02d}" for n in range(23)]
+    assert {letter.message_id for letter in second} == {letter.message_id for letter in first}
+    assert all(letter.problem is None and letter.sent_at is not None for letter in first)
+    client = sqs.client()
+    url = client.get_queue_url(QueueName=QUEUE)["QueueUrl"]
+    attributes = client.get_queue_attributes(
+        QueueUrl=url,
+        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+    )["Attributes"]
+    assert attributes == {
+        "ApproximateNumberOfMessages": "23",
+        "ApproximateNumberOfMessagesNotVisible": "0",
+    }
+
+
+async def test_listing_a_missing_queue_is_empty(sqs: Sqs) -> None:
+    """Before anything was dead-lettered the queue does not exist: the listing is empty and
+    does not create it."""
+    queue = DeadLetterQueue(sqs.client(), "never-created", wait_s=0)
+
+    assert queue.peek() == []
+    assert "QueueUrls" not in sqs.client().list_queues()
+
+
+async def test_unreadable_message_is_listed_with_its_problem(sqs: Sqs) -> None:
+    """A message that is not a dead-letter body is listed (not hidden, not deleted) with the
+    reason it cannot be read."""
+    client = sqs.client()
+    url = client.create_queue(QueueName=QUEUE)["QueueUrl"]
+    client.send_message(QueueUrl=url, MessageBody="not json")
+    queue = DeadLetterQueue(client, QUEUE, wait_s=0)
+
+    [letter] = queue.peek()
+
+    assert letter.body is None
+    assert letter.problem is not None and "not a dead-letter message" in letter.problem
+    assert len(queue.peek()) == 1

@@ -1,0 +1,165 @@
+"""`starter.py stats` and `starter.py stuck` against a dev server seeded with runs in known
+states, with real waits of a few seconds standing in for hours."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+
+from aiorch.localstack import LocalStack
+from aiorch.operations import find_stuck, parse_duration
+from aiorch.temporal import DATA_CONVERTER
+from tests.e2e.conftest import request, start, visible_state
+from workflows import contract
+from workflows.payloads import PipelineResult
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+async def starter(stack: LocalStack, *args: str, stdin: str | None = None, expect: int = 0) -> str:
+    """Run ``python starter.py ARGS`` against the stack; returns stdout (+ stderr on failure)."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "starter.py",
+        *args,
+        cwd=ROOT,
+        env={**stack.addresses.env(), "COLUMNS": "200"},
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    raw_out, raw_err = await asyncio.wait_for(
+        process.communicate(stdin.encode() if stdin else None), timeout=60
+    )
+    stdout, stderr = raw_out.decode(), raw_err.decode()
+    assert process.returncode == expect, f"exit {process.returncode}\n{stdout}\n{stderr}"
+    assert "Traceback" not in stderr
+    return stdout + stderr
+
+
+async def starter_json(stack: LocalStack, *args: str) -> Any:
+    return json.loads(await starter(stack, *args, "--json"))
+
+
+async def all_visible(client: Client, handles: list[WorkflowHandle[Any, Any]], state: str) -> None:
+    for handle in handles:
+        assert await visible_state(client, handle.id, state, timeout=30), (handle.id, state)
+
+
+async def final(handle: WorkflowHandle[Any, Any]) -> PipelineResult:
+    return PipelineResult.model_validate(await handle.result())
+
+
+async def test_stats_and_stuck_find_the_right_runs_and_bulk_actions_work(
+    private_stack: LocalStack,
+) -> None:
+    """Five runs waiting for review past the threshold and three younger: `stats` counts every
+    state, the approval delay and the processing time; `stuck` lists exactly the five and its
+    dead-letter action sends them through escalate to dead_letter; a declined confirmation
+    changes nothing, timeout moves the three to escalate and cancel ends them."""
+    client = await Client.connect(
+        private_stack.addresses.temporal_address, data_converter=DATA_CONVERTER
+    )
+    old = [await start(client, request(f"old {i}", review="always")) for i in range(5)]
+    await all_visible(client, old, "await_review")
+    waited_from = asyncio.get_running_loop().time()
+
+    # Finished runs in known states, while the old ones age.
+    done = await start(client, request("plain"))
+    approved = await start(client, request("to approve", review="always"))
+    rejected = await start(client, request("to reject", review="always"))
+    given_up = await start(
+        client, request("down [sim:status=500]", options={"llm_max_attempts": 1})
+    )
+    await all_visible(client, [approved, rejected], "await_review")
+    await asyncio.sleep(1.5)
+    await approved.signal(contract.SIGNAL_REVIEW, {"decision": "approve", "reviewer": "ann"})
+    await rejected.signal(contract.SIGNAL_REVIEW, {"decision": "reject", "reviewer": "ann"})
+    finished = {h.id: (await final(h)).state for h in (done, approved, rejected, given_up)}
+    assert sorted(finished.values()) == ["completed", "completed", "dead_letter", "failed"]
+
+    # While the old runs age: stats on five waiting runs and four finished ones.
+    stats = await starter_json(private_stack, "stats")
+    assert stats["total"] == 9
+    assert stats["states"] == {
+        "await_review": {"open": 5, "closed": 0},
+        "completed": {"open": 0, "closed": 2},
+        "failed": {"open": 0, "closed": 1},
+        "dead_letter": {"open": 0, "closed": 1},
+    }
+    assert stats["runs_sampled"] == 4
+    assert stats["approvals"] == 1
+    assert 1.5 <= stats["approval_delay_s"] < 10
+    assert 0 < stats["processing_s"]["completed"] <= stats["processing_s"]["all"] * 2
+
+    await asyncio.sleep(max(0.0, 10.0 - (asyncio.get_running_loop().time() - waited_from)))
+    young = [await start(client, request(f"young {i}", review="always")) for i in range(3)]
+    await all_visible(client, young, "await_review")
+    assert len(await find_stuck(client, parse_duration("0s"))) == 8
+
+    # One command lists and acts, so the young runs (seconds old) cannot age past 7s between.
+    acted = await starter(
+        private_stack,
+        *("stuck", "--older-than", "7s", "--action", "dead-letter", "--yes", "--json"),
+    )
+    listed, _ = json.JSONDecoder().raw_decode(acted)
+    assert sorted(run["workflow_id"] for run in listed["runs"]) == sorted(h.id for h in old)
+    assert {run["state"] for run in listed["runs"]} == {"await_review"}
+    assert "dead-letter: 5 done, 0 failed" in acted
+    for handle in old:
+        result = await final(handle)
+        assert result.state == "dead_letter"
+        tail = [(h.from_state, h.to_state, h.event) for h in result.history[-2:]]
+        assert tail == [
+            ("await_review", "escalate", "review_timeout"),
+            ("escalate", "dead_letter", "escalation_timeout"),
+        ]
+        assert result.history[-2].detail == "dead-lettered by starter.py stuck"
+    await all_visible(client, old, "dead_letter")
+
+    waiting = await starter_json(private_stack, "stuck", "--older-than", "0s")
+    assert sorted(run["workflow_id"] for run in waiting["runs"]) == sorted(h.id for h in young)
+
+    declined = await starter(
+        private_stack,
+        *("stuck", "--older-than", "0s", "--state", "await_review", "--action", "timeout"),
+        stdin="n\n",
+        expect=1,
+    )
+    assert "timeout 3 run(s)?" in declined
+    assert "Aborted" in declined
+    await all_visible(client, young, "await_review")
+
+    timed_out = await starter(
+        private_stack,
+        *("stuck", "--older-than", "0s", "--state", "await_review", "--action", "timeout", "-y"),
+    )
+    assert "timeout: 3 done, 0 failed" in timed_out
+    await all_visible(client, young, "escalate")
+
+    cancelled = await starter(
+        private_stack,
+        *("stuck", "--older-than", "0s", "--state", "escalate", "--action", "cancel", "--yes"),
+    )
+    assert "cancel: 3 done, 0 failed" in cancelled
+    for handle in young:
+        try:
+            await handle.result()
+        except WorkflowFailureError:
+            pass
+        else:
+            raise AssertionError(f"{handle.id} was not cancelled")
+    await all_visible(client, young, "cancelled")
+
+    after = await starter_json(private_stack, "stats")
+    assert after["states"] == {
+        "completed": {"open": 0, "closed": 2},
+        "failed": {"open": 0, "closed": 1},
+        "dead_letter": {"open": 0, "closed": 6},
+        "cancelled": {"open": 0, "closed": 3},
+    }

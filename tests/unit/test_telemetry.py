@@ -1,0 +1,101 @@
+"""Telemetry setup: nothing without an endpoint, the plugin and exporter with one."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from opentelemetry import trace
+
+from aiorch.config import load_settings
+from aiorch.localstack import free_port
+from aiorch.telemetry import client_plugins, install_tracing, worker_runtime
+
+
+def test_no_endpoint_no_tracing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without OTEL_EXPORTER_OTLP_ENDPOINT nothing is installed and clients get no plugin."""
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
+    settings = load_settings()
+    assert not settings.tracing_enabled
+    assert install_tracing(settings, "test") is None
+    assert client_plugins() == []
+    assert not trace.get_tracer("t").start_span("x").is_recording()
+
+
+@pytest.mark.parametrize(
+    ("protocol", "exporter"),
+    [
+        ("grpc", "opentelemetry.exporter.otlp.proto.grpc.trace_exporter"),
+        ("http/protobuf", "opentelemetry.exporter.otlp.proto.http.trace_exporter"),
+    ],
+)
+def test_endpoint_installs_replay_safe_provider_and_plugin(protocol: str, exporter: str) -> None:
+    """With an endpoint (in a fresh process: the provider is process-wide) the replay-safe
+    provider, the protocol's OTLP exporter and Temporal's plugin are in place."""
+    script = textwrap.dedent(
+        """
+        from opentelemetry import trace
+        from temporalio.contrib.opentelemetry import ReplaySafeTracerProvider
+        from aiorch.config import load_settings
+        from aiorch.telemetry import client_plugins, install_tracing
+        provider = install_tracing(load_settings(), "test")
+        assert isinstance(trace.get_tracer_provider(), ReplaySafeTracerProvider)
+        assert install_tracing(load_settings(), "again") is provider
+        [plugin] = client_plugins()
+        assert type(plugin).__name__ == "OpenTelemetryPlugin"
+        processor = provider._tracer_provider._active_span_processor._span_processors[0]
+        print(type(processor._batch_processor._exporter).__module__)
+        """
+    )
+    env = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{free_port()}",
+        "OTEL_EXPORTER_OTLP_PROTOCOL": protocol,
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == exporter
+
+
+def test_metrics_port_zero_turns_the_endpoint_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    """METRICS_PORT=0 gives the SDK's default runtime (no Prometheus endpoint)."""
+    monkeypatch.setenv("METRICS_PORT", "0")
+    assert worker_runtime(load_settings()) is None
+
+
+def test_metrics_port_in_use_is_logged_not_fatal(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A second worker on the same host keeps running, without its own metrics endpoint."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        monkeypatch.setenv("METRICS_PORT", str(taken.getsockname()[1]))
+        assert worker_runtime(load_settings()) is None
+    assert "METRICS_PORT" in caplog.text
+
+
+TELEMETRY_VARIABLES = (
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_PROTOCOL",
+    "OTEL_SERVICE_NAME",
+    "OTEL_CAPTURE_CONTENT",
+    "METRICS_PORT",
+    "LLM_PRICE_TABLE",
+)
+
+
+@pytest.mark.parametrize("name", TELEMETRY_VARIABLES)
+def test_telemetry_variables_are_documented(name: str) -> None:
+    """Each telemetry setting is a config field, in the README's table and in .env.example."""
+    from aiorch.config import Settings
+    from aiorch.docs import ROOT
+
+    assert name.lower() in Settings.model_fields
+    assert f"`{name}`" in (ROOT / "README.md").read_text(encoding="utf-8")
+    assert f"{name}=" in (ROOT / ".env.example").read_text(encoding="utf-8")

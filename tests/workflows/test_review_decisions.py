@@ -1,0 +1,132 @@
+"""Reviewer decisions: approve, reedit and reject, in await_review and after escalation."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from temporalio.client import WorkflowHandle
+
+from tests.workflows.conftest import Orchestration, Reply, entry_for, events, path
+from workflows import contract
+from workflows.payloads import Decision, PipelineResult, ReviewDecision, RunStatus
+
+
+async def submit(
+    handle: WorkflowHandle[Any, PipelineResult],
+    decision: Decision,
+    reviewer: str = "alice",
+    feedback: str | None = None,
+) -> RunStatus:
+    """Send a review through the submit_review update; the status after the decision."""
+    review = ReviewDecision(decision=decision, reviewer=reviewer, feedback=feedback)
+    status: RunStatus = await handle.execute_update(
+        contract.UPDATE_SUBMIT_REVIEW, review, result_type=RunStatus
+    )
+    return status
+
+
+async def test_approve_during_escalation_completes(orch: Orchestration) -> None:
+    """A run escalated by the review timeout still takes an approval: escalate -> approve ->
+    generate_embedding -> completed, storing the reviewed content, with no dead letter."""
+    orch.fakes.llm_script = [Reply(content="needs a look", needs_review=True)]
+    handle = await orch.start(review="auto", options={"review_timeout_s": 60})
+    await orch.wait_for_state(handle, "await_review")
+    await orch.env.sleep(timedelta(seconds=61))
+    await orch.wait_for_state(handle, "escalate")
+
+    await handle.signal(contract.SIGNAL_REVIEW, {"decision": "approve", "reviewer": "bob"})
+    result = await handle.result()
+
+    assert result.state == "completed"
+    assert path(result.history)[-4:] == [
+        "await_review",
+        "escalate",
+        "generate_embedding",
+        "completed",
+    ]
+    approval = entry_for(result.history, "approve")
+    assert (approval.from_state, approval.detail) == ("escalate", "approve by bob")
+    assert [e.content for e in orch.fakes.embedding_calls] == ["needs a look"]
+    assert orch.fakes.dead_letters == []
+    await orch.check_finished(handle, result)
+
+
+async def test_reedit_passes_feedback_to_the_next_llm_call(orch: Orchestration) -> None:
+    """reedit sends the run back to invoke_llm with every reviewer's feedback so far (a reedit
+    without feedback asks for a revision); the revised answer is reviewed again, then approved."""
+    orch.fakes.llm_script = [
+        Reply(content="v1", needs_review=True),
+        Reply(content="v2", needs_review=True),
+        Reply(content="v3", needs_review=True),
+    ]
+    handle = await orch.start(review="auto")
+    await orch.wait_for_state(handle, "await_review")
+
+    after_first = await submit(handle, "reedit", feedback="Cite your sources.")
+    assert entry_for(after_first.history, "reedit").detail == (
+        "reedit by alice: Cite your sources."
+    )
+    await orch.wait_for_state(handle, "await_review")
+    await submit(handle, "reedit", reviewer="bob")
+    await orch.wait_for_state(handle, "await_review")
+    await submit(handle, "approve")
+    result = await handle.result()
+
+    assert result.state == "completed"
+    assert result.content == "v3"
+    calls = orch.fakes.llm_calls
+    assert [c.attempt for c in calls] == [1, 2, 3]
+    assert [c.feedback for c in calls] == [
+        [],
+        ["Cite your sources."],
+        ["Cite your sources.", "Please revise the answer."],
+    ]
+    assert all(c.user_prompt == calls[0].user_prompt for c in calls)
+    assert events(result.history).count("reedit") == 2
+    assert [e.content for e in orch.fakes.embedding_calls] == ["v3"]
+    await orch.check_finished(handle, result)
+
+
+async def test_reject_fails_the_run_naming_the_reviewer(orch: Orchestration) -> None:
+    """reject ends the run in failed with last_error naming the reviewer; nothing is embedded
+    or dead-lettered, and the rejected content is still in the result."""
+    orch.fakes.llm_script = [Reply(content="dubious", needs_review=True)]
+    handle = await orch.start(review="auto")
+    await orch.wait_for_state(handle, "await_review")
+
+    status = await submit(handle, "reject", reviewer="carol", feedback="Made up numbers.")
+    result = await handle.result()
+
+    assert (status.state, status.status) == ("failed", "Failed")
+    assert status.last_error == "rejected by carol"
+    assert result.state == "failed"
+    assert result.content == "dubious"
+    assert result.embedding_id is None
+    rejection = result.history[-1]
+    assert (rejection.from_state, rejection.event, rejection.to_state) == (
+        "await_review",
+        "reject",
+        "failed",
+    )
+    assert rejection.detail == "reject by carol: Made up numbers."
+    assert orch.fakes.embedding_calls == [] and orch.fakes.dead_letters == []
+    assert (await orch.status(handle)).last_error == "rejected by carol"
+    await orch.check_finished(handle, result)
+
+
+async def test_reject_during_escalation_fails(orch: Orchestration) -> None:
+    """The same decisions apply after escalation: reject there ends in failed, not dead_letter."""
+    orch.fakes.llm_script = [Reply(needs_review=True)]
+    handle = await orch.start(review="auto", options={"review_timeout_s": 5})
+    await orch.wait_for_state(handle, "await_review")
+    await orch.env.sleep(timedelta(seconds=6))
+    await orch.wait_for_state(handle, "escalate")
+
+    status = await submit(handle, "reject", reviewer="dave")
+    result = await handle.result()
+
+    assert status.state == "failed"
+    assert path(result.history)[-3:] == ["await_review", "escalate", "failed"]
+    assert orch.fakes.dead_letters == []
+    await orch.check_finished(handle, result)

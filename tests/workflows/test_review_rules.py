@@ -1,0 +1,108 @@
+"""Who may review and when: review rounds, allowed reviewers and the feedback limit, enforced
+alike by the submit_review validator (refused, nothing recorded) and the review signal (a
+review_refused note, not acted on)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
+
+from tests.workflows.conftest import Orchestration, Reply, events, notes
+from workflows import contract
+from workflows.payloads import PipelineResult, RunStatus
+
+
+async def submit(handle: WorkflowHandle[Any, PipelineResult], review: dict[str, Any]) -> RunStatus:
+    status: RunStatus = await handle.execute_update(
+        contract.UPDATE_SUBMIT_REVIEW, review, result_type=RunStatus
+    )
+    return status
+
+
+async def refusal(handle: WorkflowHandle[Any, PipelineResult], review: dict[str, Any]) -> str:
+    with pytest.raises(WorkflowUpdateFailedError) as info:
+        await submit(handle, review)
+    cause = info.value.cause
+    assert isinstance(cause, ApplicationError), repr(cause)
+    return cause.message
+
+
+async def test_decision_for_another_round_is_refused(orch: Orchestration) -> None:
+    """status.review_round numbers each answer under review; a decision pinned to another round
+    is refused (a re-sent reedit can never land on the next answer), one pinned to the current
+    round is applied."""
+    orch.fakes.llm_script = [
+        Reply(content="v1", needs_review=True),
+        Reply(content="v2", needs_review=True),
+    ]
+    handle = await orch.start(review="auto")
+    first = await orch.wait_for_state(handle, "await_review")
+    assert first.review_round == 1
+
+    reedit = {"decision": "reedit", "reviewer": "ann", "feedback": "shorter", "review_round": 1}
+    after = await submit(handle, reedit)
+    assert after.review_round == 1
+    second = await orch.wait_for_state(handle, "await_review")
+    assert second.review_round == 2
+
+    message = await refusal(handle, reedit)
+    assert message == f"review for round 1 refused: run {handle.id} is at review round 2"
+    assert (await orch.status(handle)).history == second.history
+    await handle.signal(contract.SIGNAL_REVIEW, reedit)
+    await submit(handle, {"decision": "approve", "reviewer": "ann", "review_round": 2})
+    result = await handle.result()
+
+    assert result.state == "completed" and result.content == "v2"
+    assert events(result.history).count("reedit") == 1
+    [stale] = notes(result.history)
+    assert stale.from_state == "await_review" and stale.detail is not None
+    assert "review for round 1 refused" in stale.detail
+    approval = result.history[-2]
+    assert (approval.event, approval.reviewer, approval.review_round) == ("approve", "ann", 2)
+    assert len(orch.fakes.llm_calls) == 2
+    await orch.check_finished(handle, result)
+
+
+async def test_only_allowed_reviewers_decide(orch: Orchestration) -> None:
+    """With options.allowed_reviewers, anyone else is refused by the update and noted (not
+    applied) for the signal; an allowed reviewer's decision is applied."""
+    orch.fakes.llm_script = [Reply(needs_review=True)]
+    handle = await orch.start(review="auto", options={"allowed_reviewers": ["alice", "bob"]})
+    await orch.wait_for_state(handle, "await_review")
+
+    message = await refusal(handle, {"decision": "approve", "reviewer": "mallory"})
+    assert message == f"reviewer 'mallory' is not allowed to review run {handle.id}"
+    await handle.signal(contract.SIGNAL_REVIEW, {"decision": "reject", "reviewer": "mallory"})
+    status = await submit(handle, {"decision": "approve", "reviewer": "bob"})
+    result = await handle.result()
+
+    assert status.state == "generate_embedding"
+    assert result.state == "completed"
+    [refused] = notes(result.history)
+    assert refused.reviewer == "mallory" and refused.detail is not None
+    assert "is not allowed to review" in refused.detail
+    assert "reject" not in events(result.history)
+    await orch.check_finished(handle, result)
+
+
+async def test_feedback_over_the_run_limit_is_refused(orch: Orchestration) -> None:
+    """Feedback longer than the plan's max_feedback_chars is refused, naming the limit; the run
+    keeps waiting and takes a shorter reedit."""
+    orch.fakes.plan_overrides["max_feedback_chars"] = 20
+    orch.fakes.llm_script = [Reply(needs_review=True), Reply()]
+    handle = await orch.start(review="auto")
+    await orch.wait_for_state(handle, "await_review")
+
+    long_feedback = {"decision": "reedit", "reviewer": "ann", "feedback": "x" * 21}
+    message = await refusal(handle, long_feedback)
+    assert message == f"feedback is 21 characters; run {handle.id} accepts at most 20"
+    assert (await orch.status(handle)).state == "await_review"
+    await submit(handle, {"decision": "reedit", "reviewer": "ann", "feedback": "x" * 20})
+    result = await handle.result()
+
+    assert result.state == "completed"
+    assert orch.fakes.llm_calls[-1].feedback == ["x" * 20]
+    await orch.check_finished(handle, result)

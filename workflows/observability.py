@@ -1,0 +1,197 @@
+"""Spans and metrics for state transitions: deterministic-safe, called from the workflow.
+
+``record_transition`` runs inside ``AiOrchestrator._move`` for every graph edge a run takes. It
+sends no commands, so it cannot change what the workflow does, and it is replay-safe:
+
+- spans come from the global OpenTelemetry tracer, which the worker makes replay-safe
+  (``temporalio.contrib.opentelemetry.create_tracer_provider``): a span started while history is
+  replayed is never ended, so never exported twice; span ids come from the workflow's seeded
+  random, so a replay rebuilds the same ids. With no tracer provider set, spans are no-ops.
+- counters and histograms go through ``workflow.metric_meter()``, which drops recordings made
+  during replay.
+
+Prompt and reply text (and the history entry's ``detail``, which can quote a reviewer or a
+malformed reply) stay out of spans unless the run's plan says ``capture_content``
+(``OTEL_CAPTURE_CONTENT`` on the worker that fetched the prompt).
+
+The metric names are the project's catalogue; the activity side (tokens, cost) and the worker's
+histogram buckets use the same constants.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+
+from opentelemetry import trace
+from opentelemetry.trace import Status, StatusCode
+from opentelemetry.util.types import AttributeValue
+from temporalio import workflow
+
+from workflows.graph import Event, State, is_terminal
+from workflows.payloads import HistoryEntry, LlmCallResult, PromptPlan
+
+# Workflow side (workflow.metric_meter(): replay-safe).
+METRIC_TRANSITIONS = "aiorch_transitions"
+METRIC_LLM_RETRIES = "aiorch_llm_retries"
+METRIC_DEAD_LETTERS = "aiorch_dead_letters"
+METRIC_REVIEW_WAIT = "aiorch_review_wait_seconds"
+METRIC_RUN_DURATION = "aiorch_run_duration_seconds"
+# Activity side (activity.metric_meter()).
+METRIC_LLM_TOKENS = "aiorch_llm_tokens"
+METRIC_LLM_COST = "aiorch_llm_cost_usd"
+
+TRACER_NAME = "ai-orchestrator.workflow"
+REVIEW_STATES = frozenset({State.AWAIT_REVIEW.value, State.ESCALATE.value})
+ERROR_EVENTS = frozenset(
+    {Event.RETRYABLE_ERROR.value, Event.PERMANENT_ERROR.value, Event.EXHAUSTED.value}
+)
+GRAPH_EVENTS = frozenset(event.value for event in Event)
+ANSWER_EVENTS = frozenset({Event.LLM_OK.value, Event.NEEDS_REVIEW.value})
+UNKNOWN_REASON = "Unknown"
+# The workflow writes errors as "Type: message" (ApplicationError type or "Timeout").
+_ERROR_TYPE = re.compile(r"^([A-Za-z][A-Za-z0-9_.]{0,63}): ")
+
+
+def error_reason(last_error: str | None) -> str:
+    """The stable error type at the front of a ``last_error`` text, for a low-cardinality label."""
+    match = _ERROR_TYPE.match(last_error or "")
+    return match.group(1) if match else UNKNOWN_REASON
+
+
+def failed_state(entry: HistoryEntry) -> str:
+    """The state a dead-lettered run failed in, as its dead-letter message names it.
+
+    Exhausted LLM retries leave from ``retry_llm`` but failed in ``invoke_llm``.
+    """
+    if entry.from_state == State.RETRY_LLM.value:
+        return State.INVOKE_LLM.value
+    return entry.from_state
+
+
+def state_entered_at(earlier: Sequence[HistoryEntry], default: datetime) -> datetime:
+    """When the run entered its current state: the last real transition in ``earlier``.
+
+    Notes in the history (a refused review, a continue-as-new marker) are not transitions.
+    """
+    for entry in reversed(earlier):
+        if entry.event in GRAPH_EVENTS:
+            return entry.at
+    return default
+
+
+def span_name(entry: HistoryEntry) -> str:
+    """``transition invoke_llm->await_review``."""
+    return f"transition {entry.from_state}->{entry.to_state}"
+
+
+def answered(entry: HistoryEntry, reply: LlmCallResult | None) -> LlmCallResult | None:
+    """The LLM reply this transition reports, if it is the one leaving invoke_llm with an answer."""
+    if entry.from_state == State.INVOKE_LLM.value and entry.event in ANSWER_EVENTS:
+        return reply
+    return None
+
+
+def transition_attributes(
+    workflow_id: str,
+    entry: HistoryEntry,
+    *,
+    model: str | None,
+    reply: LlmCallResult | None,
+    plan: PromptPlan | None,
+    last_error: str | None,
+) -> dict[str, AttributeValue]:
+    """The span attributes of one transition; text content only when the plan allows it."""
+    attributes: dict[str, AttributeValue] = {
+        "aiorch.workflow_id": workflow_id,
+        "aiorch.from_state": entry.from_state,
+        "aiorch.to_state": entry.to_state,
+        "aiorch.event": entry.event,
+        "aiorch.attempt": entry.attempt,
+    }
+    answer = answered(entry, reply)
+    if answer is not None:
+        model = answer.model
+        attributes["gen_ai.usage.input_tokens"] = answer.usage.prompt_tokens
+        attributes["gen_ai.usage.output_tokens"] = answer.usage.completion_tokens
+        attributes["aiorch.tokens.total"] = answer.usage.total_tokens
+    if model:
+        attributes["gen_ai.response.model"] = model
+    if entry.event in ERROR_EVENTS:
+        attributes["aiorch.error_type"] = error_reason(last_error)
+    if plan is not None and plan.capture_content:
+        if entry.detail:
+            attributes["aiorch.detail"] = entry.detail
+        if answer is not None:
+            attributes["aiorch.prompt"] = plan.user_prompt
+            attributes["aiorch.reply"] = answer.content
+    return attributes
+
+
+def _ns(moment: datetime) -> int:
+    return int(moment.timestamp() * 1_000_000_000)
+
+
+def record_transition(
+    history: Sequence[HistoryEntry],
+    *,
+    model: str | None,
+    reply: LlmCallResult | None,
+    plan: PromptPlan | None,
+    last_error: str | None,
+) -> None:
+    """Emit the span and metrics for the transition just appended to ``history``.
+
+    The span covers the time spent in the state being left: it starts when the run entered
+    ``from_state`` (the previous entry, or the workflow's start) and ends at the transition.
+    """
+    entry = history[-1]
+    info = workflow.info()
+    entered_at = state_entered_at(history[:-1], default=info.workflow_start_time)
+    entered_at = min(entered_at, entry.at)
+    # A run continued as new starts again; its carried history still goes back further.
+    started_at = min(info.workflow_start_time, history[0].at)
+    attributes = transition_attributes(
+        info.workflow_id, entry, model=model, reply=reply, plan=plan, last_error=last_error
+    )
+    span = trace.get_tracer(TRACER_NAME).start_span(
+        span_name(entry), attributes=attributes, start_time=_ns(entered_at)
+    )
+    if entry.to_state in (State.FAILED.value, State.DEAD_LETTER.value):
+        span.set_status(Status(StatusCode.ERROR, f"{entry.event}: {error_reason(last_error)}"))
+    span.end(end_time=_ns(entry.at))
+    _record_metrics(entry, entered_at, started_at, last_error)
+
+
+def _record_metrics(
+    entry: HistoryEntry, entered_at: datetime, started_at: datetime, last_error: str | None
+) -> None:
+    meter = workflow.metric_meter()
+    edge: Mapping[str, str] = {
+        "from_state": entry.from_state,
+        "to_state": entry.to_state,
+        "event": entry.event,
+    }
+    meter.create_counter(
+        METRIC_TRANSITIONS, "State transitions taken, by from/to state and event"
+    ).add(1, edge)
+    if entry.event == Event.RETRYABLE_ERROR.value:
+        meter.create_counter(
+            METRIC_LLM_RETRIES, "LLM attempts that failed retryably (each goes to retry_llm)"
+        ).add(1, {"reason": error_reason(last_error)})
+    if entry.to_state == State.DEAD_LETTER.value:
+        meter.create_counter(METRIC_DEAD_LETTERS, "Runs sent to the dead-letter queue").add(
+            1, {"failed_state": failed_state(entry)}
+        )
+    if entry.from_state in REVIEW_STATES:
+        meter.create_histogram_float(
+            METRIC_REVIEW_WAIT, "Time a run waited in a review state", "s"
+        ).record(
+            (entry.at - entered_at).total_seconds(),
+            {"state": entry.from_state, "outcome": entry.event},
+        )
+    if is_terminal(entry.to_state):
+        meter.create_histogram_float(
+            METRIC_RUN_DURATION, "Run duration from start to its final state", "s"
+        ).record((entry.at - started_at).total_seconds(), {"final_state": entry.to_state})
