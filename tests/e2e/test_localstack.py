@@ -38,13 +38,20 @@ pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _gone(pid: int) -> bool:
-    """True when ``pid`` no longer runs; a zombie nobody reaped counts as gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return True
-    return stat.rsplit(")", 1)[1].split()[0] == "Z"
+def _gone(pid: int, within: float = 5.0) -> bool:
+    """True when ``pid`` stops running within ``within`` seconds; an unreaped zombie counts as
+    gone. A SIGKILL is delivered asynchronously, so a loaded machine needs a moment."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except FileNotFoundError:
+            return True
+        if stat.rsplit(")", 1)[1].split()[0] == "Z":
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
 
 
 @pytest.fixture
