@@ -14,6 +14,7 @@ import logging
 import signal
 import sys
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +81,7 @@ def tuning_options(settings: Settings) -> dict[str, Any]:
         "activity_task_poller_behavior": PollerBehaviorSimpleMaximum(
             settings.worker_activity_task_pollers
         ),
-        "graceful_shutdown_timeout": settings.worker_shutdown_grace,
+        "graceful_shutdown_timeout": timedelta(seconds=settings.worker_shutdown_grace),
     }
 
 

@@ -9,7 +9,6 @@ that names the variable.
 from __future__ import annotations
 
 import re
-from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -115,7 +114,7 @@ class Settings(BaseSettings):
     worker_max_cached_workflows: int = Field(default=2000, ge=0, le=100000)
     worker_workflow_task_pollers: int = Field(default=5, ge=2, le=1000)
     worker_activity_task_pollers: int = Field(default=5, ge=1, le=1000)
-    worker_shutdown_grace: timedelta = timedelta(seconds=30)
+    worker_shutdown_grace: float = Field(default=30.0, ge=0, le=3600)
 
     @model_validator(mode="before")
     @classmethod

@@ -48,3 +48,18 @@ def test_invalid_value_names_the_variable(
     message = str(info.value)
     assert name in message
     assert "\n" not in message
+
+
+def test_every_setting_is_documented() -> None:
+    """Each environment variable the config reads appears in the README and .env.example."""
+    from aiorch.config import Settings
+    from aiorch.docs import ROOT
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    example = (ROOT / ".env.example").read_text(encoding="utf-8")
+    missing = [
+        name.upper()
+        for name in Settings.model_fields
+        if name.upper() not in readme or name.upper() not in example
+    ]
+    assert missing == []
