@@ -111,7 +111,9 @@ class Settings(BaseSettings):
     # Worker tuning
     worker_max_concurrent_activities: int = Field(default=200, ge=1, le=10000)
     worker_max_concurrent_workflow_tasks: int = Field(default=100, ge=1, le=10000)
-    worker_max_cached_workflows: int = Field(default=2000, ge=0, le=100000)
+    # ~0.12 MiB per cached run (bench: 2,000 parked runs peak at ~450 MiB with 1000, ~565 with
+    # 2000); a run evicted from the cache is replayed from history when it wakes.
+    worker_max_cached_workflows: int = Field(default=1000, ge=0, le=100000)
     worker_workflow_task_pollers: int = Field(default=5, ge=2, le=1000)
     worker_activity_task_pollers: int = Field(default=5, ge=1, le=1000)
     worker_shutdown_grace: float = Field(default=30.0, ge=0, le=3600)

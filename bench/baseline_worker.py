@@ -1,0 +1,59 @@
+"""The baseline's worker: ``python -m bench.baseline_worker``.
+
+It reads the same environment as ``worker.py`` and takes the same tuning, so the only
+difference from our worker is what the workflow and its activities do. The bench runs it as a
+process of its own, so its CPU and memory are measured on their own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import compileall
+import logging
+import signal
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from aiorch.config import Settings, load_settings
+from aiorch.telemetry import worker_runtime
+from aiorch.temporal import connect
+from bench import baseline
+from bench.baseline import BASELINE_TASK_QUEUE, BenchBaseline, bench_embed, bench_fetch, bench_llm
+from worker import tuning_options
+
+READY_LINE = "baseline worker started"
+
+
+def build_baseline_worker(client: Client, settings: Settings) -> Worker:
+    """A worker for the baseline with the same tuning as ``worker.py``."""
+    return Worker(
+        client,
+        task_queue=BASELINE_TASK_QUEUE,
+        workflows=[BenchBaseline],
+        activities=[bench_fetch, bench_llm, bench_embed],
+        **tuning_options(settings),
+    )
+
+
+async def _serve(settings: Settings) -> None:
+    # As worker.py does for its workflows: the sandbox re-imports this module for every run.
+    compileall.compile_file(baseline.__file__, quiet=2)
+    # The same client and metrics runtime as worker.py, so both pay the same telemetry cost.
+    client = await connect(settings, runtime=worker_runtime(settings))
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    async with build_baseline_worker(client, settings):
+        print(f"{READY_LINE}: task queue {BASELINE_TASK_QUEUE!r}", flush=True)
+        await stop.wait()
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.WARNING)
+    asyncio.run(_serve(load_settings()))
+
+
+if __name__ == "__main__":
+    main()

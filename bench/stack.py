@@ -1,0 +1,172 @@
+"""The processes a bench run measures: one dev server (WAL), the LLM simulator, SQS, and a worker
+for ours and one for the baseline; plus, for one phase, a second dev server with SQLite's default
+settings and its own workers.
+
+Every process is started here, on 127.0.0.1 and free ports, and stopped by PID (its process
+group) on exit, failures included.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+from types import TracebackType
+
+from aiorch.localstack import (
+    LocalStack,
+    ManagedProcess,
+    free_port,
+    start_temporal_dev_server,
+    start_worker,
+)
+from bench.baseline_worker import READY_LINE as BASELINE_READY_LINE
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
+def worker_env(stack: LocalStack, temporal_address: str, name: str) -> dict[str, str]:
+    """The environment of a bench worker: the stack's addresses, a metrics port and a vector
+    store of its own (embedded Qdrant allows one process per path)."""
+    return {
+        **stack.addresses.env(),
+        "TEMPORAL_ADDRESS": temporal_address,
+        "METRICS_PORT": str(free_port()),
+        "VECTOR_STORE_PATH": str(stack.data_dir / f"vectors-{name}"),
+        # Nothing leaves the machine, and the bench measures the pipeline, not an exporter.
+        "OTEL_EXPORTER_OTLP_ENDPOINT": "",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "",
+    }
+
+
+def start_ours(stack: LocalStack, temporal_address: str, name: str) -> ManagedProcess:
+    """``python worker.py`` against ``temporal_address``, ready when it polls."""
+    env = worker_env(stack, temporal_address, name)
+    return start_worker(env=env, log_dir=stack.log_dir, cwd=PROJECT_ROOT)
+
+
+def start_baseline(stack: LocalStack, temporal_address: str, name: str) -> ManagedProcess:
+    """``python -m bench.baseline_worker`` against ``temporal_address``, ready when it polls."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **worker_env(stack, temporal_address, name)}
+    proc = ManagedProcess(
+        name,
+        [sys.executable, "-m", "bench.baseline_worker"],
+        log_dir=stack.log_dir,
+        env=env,
+        cwd=PROJECT_ROOT,
+    )
+    try:
+        proc.wait_for_log_line(re.escape(BASELINE_READY_LINE))
+    except BaseException:
+        proc.stop()
+        raise
+    return proc
+
+
+class BenchStack:
+    """The measured processes; a context manager that stops all of them on exit."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.local = LocalStack(data_dir, persist=True)  # a db file, so the WAL pragmas apply
+        self.ours: ManagedProcess | None = None
+        self.baseline: ManagedProcess | None = None
+        self.default_server: ManagedProcess | None = None
+        self.default_ours: ManagedProcess | None = None
+        self.default_baseline: ManagedProcess | None = None
+        self._generation = 0
+        self._default_address = ""
+
+    @property
+    def address(self) -> str:
+        """The WAL dev server's address."""
+        return self.local.addresses.temporal_address
+
+    @property
+    def default_address(self) -> str:
+        """The default-SQLite dev server's address (after `start_default_server`)."""
+        if self.default_server is None:
+            raise RuntimeError("the default-SQLite server is not running")
+        return self._default_address
+
+    def server_pid(self) -> int:
+        """PID of the WAL dev server (it changes when the server restarts)."""
+        return self.local.processes["temporal"].pid
+
+    def simulator_pid(self) -> int:
+        """PID of the LLM simulator."""
+        return self.local.processes["llm"].pid
+
+    def start(self) -> None:
+        """Start the servers, then our worker and the baseline's."""
+        self.local.start()
+        self.ours = start_ours(self.local, self.address, "worker")
+        self.baseline = start_baseline(self.local, self.address, "baseline-worker")
+
+    def restart_ours(self) -> ManagedProcess:
+        """Replace our worker with a fresh process (stopped cleanly first)."""
+        if self.ours is not None:
+            self.ours.stop()
+            self.ours = None
+        return self.start_ours_again()
+
+    def kill_ours(self) -> None:
+        """SIGKILL our worker, as a crash would; `start_ours_again` brings a new one."""
+        if self.ours is not None:
+            self.ours.kill()
+            self.ours = None
+
+    def start_ours_again(self) -> ManagedProcess:
+        """Start a new worker of ours (its own log and vector store)."""
+        self._generation += 1
+        self.ours = start_ours(self.local, self.address, f"worker-{self._generation}")
+        return self.ours
+
+    def crash_restart_server(self) -> None:
+        """SIGKILL the WAL dev server and start it again on the same port and SQLite file."""
+        self.local.restart_temporal(crash=True)
+
+    def start_default_server(self) -> None:
+        """A second dev server with SQLite's default settings (rollback journal, full sync) on a
+        db file of its own, and a worker of ours and one of the baseline against it."""
+        port = free_port()
+        self._default_address = f"127.0.0.1:{port}"
+        self.default_server = start_temporal_dev_server(
+            port=port,
+            ui_port=None,
+            db_file=self.local.data_dir / "default-settings.sqlite",
+            log_dir=self.local.log_dir / "default-server",
+            fast_sqlite=False,
+        )
+        self.default_ours = start_ours(self.local, self._default_address, "worker-default")
+        self.default_baseline = start_baseline(
+            self.local, self._default_address, "baseline-worker-default"
+        )
+
+    def stop_default_server(self) -> None:
+        """Stop the default-SQLite server and its worker, if running."""
+        for proc in (self.default_ours, self.default_baseline, self.default_server):
+            if proc is not None:
+                proc.stop()
+        self.default_ours = self.default_baseline = self.default_server = None
+
+    def stop(self) -> None:
+        """Stop every process this stack started, workers first."""
+        self.stop_default_server()
+        for proc in (self.ours, self.baseline):
+            if proc is not None:
+                proc.stop()
+        self.ours = self.baseline = None
+        self.local.stop()
+
+    def __enter__(self) -> BenchStack:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
