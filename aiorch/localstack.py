@@ -417,13 +417,7 @@ def start_codec_server(
     """Run ``python -m aiorch.codec_server`` on ``127.0.0.1:port`` until it listens."""
     ensure_port_free(port, "codec server", "CODEC_SERVER_PORT")
     args = [sys.executable, "-m", "aiorch.codec_server", "--host", HOST, "--port", str(port)]
-    proc = ManagedProcess("codec", args, log_dir=log_dir, env=_python_env(env), cwd=_PROJECT_ROOT)
-    try:
-        proc.wait_for_log_line(re.escape(CODEC_READY_LINE), timeout)
-    except BaseException:
-        proc.stop()
-        raise
-    return proc
+    return _start_until_line("codec", args, env, _PROJECT_ROOT, log_dir, CODEC_READY_LINE, timeout)
 
 
 def start_worker(
@@ -433,9 +427,22 @@ def start_worker(
     if not (cwd / "worker.py").is_file():
         raise LocalStackError(f"no worker.py in {cwd}; run from the project root")
     args = [sys.executable, "worker.py"]
-    proc = ManagedProcess("worker", args, log_dir=log_dir, env=_python_env(env), cwd=cwd)
+    return _start_until_line("worker", args, env, cwd, log_dir, WORKER_READY_LINE, timeout)
+
+
+def _start_until_line(
+    name: str,
+    args: Sequence[str],
+    env: Mapping[str, str],
+    cwd: Path,
+    log_dir: Path,
+    ready_line: str,
+    timeout: float,
+) -> ManagedProcess:
+    """Start a Python child and wait until its log shows ``ready_line``; stop it on failure."""
+    proc = ManagedProcess(name, args, log_dir=log_dir, env=_python_env(env), cwd=cwd)
     try:
-        proc.wait_for_log_line(re.escape(WORKER_READY_LINE), timeout)
+        proc.wait_for_log_line(re.escape(ready_line), timeout)
     except BaseException:
         proc.stop()
         raise
