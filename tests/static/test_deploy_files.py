@@ -641,7 +641,7 @@ def test_dashboard_shows_runs_by_state_transitions_retries_dead_letters_review_w
     """The dashboard has a panel for each thing operators watch, on the documented metrics."""
     exprs = " ".join(expr for group in _dashboard_exprs().values() for expr in group)
     for needle in (
-        "aiorch_runs",
+        'label_replace(aiorch_transitions_total, "state", "$1", "to_state"',
         "aiorch_transitions_total",
         "aiorch_llm_retries_total",
         'to_state="dead_letter"',
