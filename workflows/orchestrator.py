@@ -261,10 +261,10 @@ class AiOrchestrator:
     @submit_review.validator
     def _validate_review(self, raw_decision: Any) -> None:
         try:
-            ReviewDecision.model_validate(raw_decision)
+            decision = ReviewDecision.model_validate(raw_decision)
         except ValidationError as err:
             raise ValueError(f"invalid review: {describe_validation_error(err)}") from None
-        problem = self._review_refusal(ReviewDecision.model_validate(raw_decision))
+        problem = self._review_refusal(decision)
         if problem:
             raise ValueError(problem)
 
