@@ -25,7 +25,6 @@ if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
 MAX_INPUT_BYTES = 20 * 1024 * 1024
-REFERENCE_SCHEMES = ("file://", "s3://")
 
 SYSTEM_PROMPT = (
     "You are a careful assistant inside an automated pipeline. Answer the user's request. "
@@ -37,11 +36,6 @@ CORRECTIVE_INSTRUCTION = (
     "Your previous reply could not be used: it was not a single JSON object of the form "
     '{"content": string, "needs_review": boolean}. Reply again with only that JSON object.'
 )
-
-
-def is_reference(message: str) -> bool:
-    """True when the message is a reference to a document rather than the text itself."""
-    return message.startswith(REFERENCE_SCHEMES)
 
 
 def context_suffix(metadata: dict[str, Any]) -> str:
@@ -119,7 +113,7 @@ class PromptActivities:
         """Validate the input, build the prompt and resolve every setting the run will use."""
         request = prompt_input.request
         input_ref: str | None = None
-        if is_reference(request.user_message):
+        if request.is_reference:
             input_ref = request.user_message
             await self._loader.load(input_ref)
             # The document is prepended by invoke_llm; only the context travels in history.

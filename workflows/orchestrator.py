@@ -2,9 +2,10 @@
 
 The workflow never decides a transition on its own: each state's handler does that state's work
 (usually one activity) and reports an event; ``workflows.graph`` says where that event leads and
-refuses what the graph does not allow. Every move appends a history entry, upserts the ``AiState``
-search attribute and refreshes the Web UI's current details in the same workflow task, so the
-bookkeeping rides on commands the task sends anyway.
+refuses what the graph does not allow. Every move appends a history entry and refreshes the Web
+UI's current details; the ``AiState`` search attribute is published once per workflow task, with
+the state the run has reached when the task ends (see ``_publish_state``), so the bookkeeping rides
+on commands the task sends anyway and adds no visibility write nobody could observe.
 
 Deterministic code only: time, randomness and I/O come from ``workflow.*`` or activities.
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
@@ -89,6 +90,13 @@ HEARTBEAT_TIMEOUT = timedelta(seconds=10)
 # workflow.patched() ids of the cancellation fixes: runs recorded before them replay unchanged.
 PATCH_CANCEL_IN_ACTIVITY = "cancel-in-activity-is-cancel"
 PATCH_EMBEDDING_CANCEL_WAITS = "embedding-cancel-waits"
+# Runs recorded before fetch_prompt ran as a local activity (for inline messages) replay it as
+# a regular activity.
+PATCH_LOCAL_FETCH = "fetch-prompt-local"
+# An inline fetch_prompt does no I/O (it validates and builds the prompt from worker settings),
+# so it runs as a local activity: no task queue round trip, no extra workflow task, one marker
+# in history instead of three activity events. Its failures are permanent (InvalidRequest).
+LOCAL_FETCH_TIMEOUT = timedelta(seconds=10)
 
 
 def _error_text(err: BaseException) -> str:
@@ -125,6 +133,7 @@ class AiOrchestrator:
     @workflow.init
     def __init__(self, raw_request: Any) -> None:
         self._state = State.IDLE
+        self._state_since: datetime | None = None
         self._history: list[HistoryEntry] = []
         self._attempts = 0
         self._consecutive_failures = 0
@@ -147,6 +156,9 @@ class AiOrchestrator:
         self._forced_timeout: str | None = None
         self._dead_letter_requested: str | None = None
         self._restore(raw_request)
+        # What visibility holds when this run starts: the starter's AiState=idle, or the
+        # state a continued run inherits with its search attributes.
+        self._published_state = self._state
 
     @workflow.run
     async def run(self, raw_request: Any) -> PipelineResult:
@@ -163,6 +175,8 @@ class AiOrchestrator:
         }
         try:
             while not is_terminal(self._state):
+                if not self._fetches_locally():
+                    self._publish_state()
                 await self._continue_as_new_if_due()
                 await handlers[self._state]()
         except (asyncio.CancelledError, ActivityError) as err:
@@ -171,7 +185,9 @@ class AiOrchestrator:
             if isinstance(err, ActivityError) and not self._cancelled(err):
                 raise
             await self._compensate_cancel()
+            self._publish_state()
             raise
+        self._publish_state()
         await workflow.wait_condition(workflow.all_handlers_finished)
         return self._result()
 
@@ -275,22 +291,35 @@ class AiOrchestrator:
 
     async def _fetch_prompt(self) -> None:
         assert self._request is not None
+        # Workflow time right after a local activity differs between the first execution and
+        # a replay (a query's), so this state's moves carry the task's time, which does not.
+        at = workflow.now()
         try:
-            self._plan = await workflow.execute_activity(
-                contract.ACTIVITY_FETCH_PROMPT,
-                PromptInput(request=self._request),
-                result_type=PromptPlan,
-                start_to_close_timeout=timedelta(seconds=60),
-                retry_policy=FETCH_RETRY,
-                summary="fetch_prompt: load input, build prompt",
-            )
+            if self._fetches_locally():
+                self._plan = await workflow.execute_local_activity(
+                    contract.ACTIVITY_FETCH_PROMPT,
+                    PromptInput(request=self._request),
+                    result_type=PromptPlan,
+                    start_to_close_timeout=LOCAL_FETCH_TIMEOUT,
+                    retry_policy=FETCH_RETRY,
+                    summary="fetch_prompt: build prompt (local)",
+                )
+            else:
+                self._plan = await workflow.execute_activity(
+                    contract.ACTIVITY_FETCH_PROMPT,
+                    PromptInput(request=self._request),
+                    result_type=PromptPlan,
+                    start_to_close_timeout=timedelta(seconds=60),
+                    retry_policy=FETCH_RETRY,
+                    summary="fetch_prompt: load input, build prompt",
+                )
         except ActivityError as err:
             if self._cancelled(err):
                 raise
             self._last_error = _error_text(err)
-            self._move(Event.PERMANENT_ERROR, detail=self._last_error)
+            self._move(Event.PERMANENT_ERROR, detail=self._last_error, at=at)
             return
-        self._move(Event.PROMPT_READY)
+        self._move(Event.PROMPT_READY, at=at)
 
     async def _invoke_llm(self) -> None:
         plan = self._require_plan()
@@ -442,6 +471,15 @@ class AiOrchestrator:
                 type=errors.INVALID_REQUEST,
                 non_retryable=True,
             ) from None
+
+    def _fetches_locally(self) -> bool:
+        """Whether this run's fetch_prompt runs as a local activity, inside the current task."""
+        return (
+            self._state is State.FETCH_PROMPT
+            and self._request is not None
+            and not self._request.is_reference
+            and workflow.patched(PATCH_LOCAL_FETCH)
+        )
 
     def _require_plan(self) -> PromptPlan:
         if self._plan is None:
@@ -641,10 +679,16 @@ class AiOrchestrator:
             detail = f"compensation: deleted {deleted} vector(s)"
         self._move(Event.CANCEL, detail=detail)
 
-    def _move(self, event: Event, detail: str | None = None, **review: Any) -> None:
-        """Take one graph edge: validate, record, and publish the new state."""
+    def _move(
+        self,
+        event: Event,
+        detail: str | None = None,
+        at: datetime | None = None,
+        **review: Any,
+    ) -> None:
+        """Take one graph edge: validate, record it (at ``at``, default now) and show it."""
         target = graph_next_state(self._state, event)
-        now = workflow.now()
+        now = at or workflow.now()
         self._history.append(
             HistoryEntry(
                 from_state=self._state.value,
@@ -657,6 +701,7 @@ class AiOrchestrator:
             )
         )
         self._state = target
+        self._state_since = now
         observability.record_transition(
             self._history,
             model=self._model,
@@ -664,10 +709,22 @@ class AiOrchestrator:
             plan=self._plan,
             last_error=self._last_error,
         )
-        workflow.upsert_search_attributes(
-            [AI_STATE.value_set(target.value), AI_STATE_SINCE.value_set(now)]
-        )
         workflow.set_current_details(self._details())
+
+    def _publish_state(self) -> None:
+        """Upsert ``AiState``/``AiStateSince`` if the state moved since the last upsert.
+
+        Called whenever the run is about to wait on the server (an activity, a timer, a review)
+        and when it ends, that is, before every point where a workflow task can end. Visibility
+        only ever sees the state at those points, so one upsert per task says everything: moves
+        made within one task (an inline fetch_prompt runs locally) need no visibility write each.
+        """
+        if self._state is self._published_state or self._state_since is None:
+            return
+        workflow.upsert_search_attributes(
+            [AI_STATE.value_set(self._state.value), AI_STATE_SINCE.value_set(self._state_since)]
+        )
+        self._published_state = self._state
 
     def _details(self) -> str:
         parts = [

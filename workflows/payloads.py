@@ -30,6 +30,7 @@ from typing import Annotated, Any, Final, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 REQUEST_ID_PATTERN = r"^[a-f0-9]{24}$"
+REFERENCE_SCHEMES: Final = ("file://", "s3://")
 
 ReviewMode = Literal["auto", "always", "never"]
 Decision = Literal["approve", "reedit", "reject"]
@@ -107,6 +108,11 @@ class PipelineRequest(_Strict):
         default_factory=dict
     )
     options: RunOptions = Field(default_factory=RunOptions)
+
+    @property
+    def is_reference(self) -> bool:
+        """True when ``user_message`` names a document (loaded by activities), not the text."""
+        return self.user_message.startswith(REFERENCE_SCHEMES)
 
 
 class ReviewDecision(_Strict):

@@ -1,0 +1,112 @@
+"""How fetch_prompt runs and how the state reaches visibility: an inline message is fetched by a
+local activity inside the first workflow task, a referenced document by a regular activity, and
+``AiState`` is upserted once per workflow task, with the state the task ends in."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowHandle
+
+from tests.workflows.conftest import Orchestration, path
+from workflows import contract
+
+
+def _events(history: Any, event_type: EventType.ValueType) -> list[Any]:
+    return [event for event in history.events if event.event_type == event_type]
+
+
+async def _published_states(handle: WorkflowHandle[Any, Any]) -> list[str]:
+    """Every AiState value the run upserted, in order (the patch upserts carry none)."""
+    history = await handle.fetch_history()
+    states = []
+    for event in _events(history, EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES):
+        fields = event.upsert_workflow_search_attributes_event_attributes.search_attributes
+        if contract.SEARCH_ATTRIBUTE_STATE in fields.indexed_fields:
+            states.append(json.loads(fields.indexed_fields[contract.SEARCH_ATTRIBUTE_STATE].data))
+    return states
+
+
+async def _scheduled_activities(handle: WorkflowHandle[Any, Any]) -> list[str]:
+    history = await handle.fetch_history()
+    return [
+        event.activity_task_scheduled_event_attributes.activity_type.name
+        for event in _events(history, EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED)
+    ]
+
+
+async def test_inline_message_is_fetched_locally(orch: Orchestration) -> None:
+    """An inline message's fetch_prompt runs as a local activity (a marker, no activity task),
+    and the run still walks fetch_prompt in its own history and completes."""
+    handle = await orch.start(review="never", user_message="Inline text")
+
+    result = await handle.result()
+
+    assert result.state == "completed"
+    assert "fetch_prompt" in path(result.history)
+    assert [p.request.user_message for p in orch.fakes.prompt_inputs] == ["Inline text"]
+    assert await _scheduled_activities(handle) == [
+        contract.ACTIVITY_INVOKE_LLM,
+        contract.ACTIVITY_GENERATE_EMBEDDING,
+    ]
+    history = await handle.fetch_history()
+    markers = [
+        e.marker_recorded_event_attributes.marker_name
+        for e in _events(history, EventType.EVENT_TYPE_MARKER_RECORDED)
+    ]
+    assert "core_local_activity" in markers
+    await orch.check_finished(handle, result)
+
+
+async def test_referenced_document_is_fetched_by_a_regular_activity(orch: Orchestration) -> None:
+    """A file:// or s3:// reference is loaded with real I/O, so its fetch_prompt stays a regular
+    activity: retried and timed out by the server, visible as a pending activity."""
+    handle = await orch.start(review="never", user_message="s3://docs/report.txt")
+
+    result = await handle.result()
+
+    assert result.state == "completed"
+    assert await _scheduled_activities(handle) == [
+        contract.ACTIVITY_FETCH_PROMPT,
+        contract.ACTIVITY_INVOKE_LLM,
+        contract.ACTIVITY_GENERATE_EMBEDDING,
+    ]
+    assert await _published_states(handle) == [
+        "fetch_prompt",
+        "invoke_llm",
+        "generate_embedding",
+        "completed",
+    ]
+    await orch.check_finished(handle, result)
+
+
+async def test_state_is_upserted_once_per_workflow_task(orch: Orchestration) -> None:
+    """Moves made within one workflow task (idle -> fetch_prompt -> invoke_llm, with the local
+    fetch) publish only the state the task ends in: fetch_prompt is never visible because no
+    task ever ended there, and every state a task did end in was published, in order."""
+    handle = await orch.start(review="never")
+
+    result = await handle.result()
+
+    assert path(result.history) == [
+        "idle",
+        "fetch_prompt",
+        "invoke_llm",
+        "generate_embedding",
+        "completed",
+    ]
+    assert await _published_states(handle) == ["invoke_llm", "generate_embedding", "completed"]
+    await orch.check_finished(handle, result)
+
+
+async def test_review_states_are_published_while_waiting(orch: Orchestration) -> None:
+    """A run waiting for review has await_review in visibility (AiState and AiStateSince equal
+    the last history entry), so `AiState='await_review'` finds it while it waits."""
+    handle = await orch.start(review="always")
+
+    status = await orch.wait_for_state(handle, "await_review")
+
+    await orch.check_history(handle, status.history)
+    assert (await _published_states(handle))[-1] == "await_review"
