@@ -120,37 +120,31 @@ async def load(
 async def sqlite_settings(
     client: Client, stack: BenchStack, n: int, reps: int, timeout_s: float, log: Log
 ) -> dict[str, dict[str, list[BatchFigures]]]:
-    """Baseline and ours at ``n`` on the WAL server and on a default-SQLite server.
+    """Baseline and ours at ``n`` on two fresh servers: WAL (embedded default) and default SQLite.
 
     Each repetition runs the four batches back to back (WAL/default order alternating), so
-    each WAL/default pair shares the machine's state. The baseline shows what the server's
-    settings do on their own; ours adds our worker's share of the machine.
+    each WAL/default pair shares the machine's state, and both servers hold the same number of
+    runs at every step. The baseline shows what the server's settings do on their own; ours
+    adds our worker's share of the machine.
     """
-    stack.start_default_server()
+    sides = stack.start_side_servers()
     batches: dict[str, dict[str, list[BatchFigures]]] = {
         target.name: {"wal": [], "default": []} for target in (BASELINE, OURS)
     }
     try:
-        default_client = await Client.connect(
-            stack.default_address, data_converter=client.data_converter
-        )
-        server = stack.default_server
-        assert server is not None
-        assert stack.default_ours is not None and stack.default_baseline is not None
-        default_workers = {"ours": stack.default_ours.pid, "baseline": stack.default_baseline.pid}
+        clients = {
+            name: await Client.connect(side.address, data_converter=client.data_converter)
+            for name, side in sides.items()
+        }
         for rep in range(reps):
             order = ("wal", "default") if rep % 2 == 0 else ("default", "wal")
             for target in _pair(rep):
                 for name in order:
+                    side = sides[name]
+                    worker = side.ours if target is OURS else side.baseline
+                    pids = {"server": side.server.pid, "worker": worker.pid}
                     busy = await settle()
-                    if name == "wal":
-                        pids = _pids(stack, target)
-                        figures = await run_batch(client, target, n, pids, timeout_s=timeout_s)
-                    else:
-                        pids = {"server": server.pid, "worker": default_workers[target.name]}
-                        figures = await run_batch(
-                            default_client, target, n, pids, timeout_s=timeout_s
-                        )
+                    figures = await run_batch(clients[name], target, n, pids, timeout_s=timeout_s)
                     batches[target.name][name].append(replace(figures, machine_busy_before=busy))
                     log(
                         f"SQLite rep {rep + 1}/{reps} {target.name} on {name}: "
@@ -158,7 +152,7 @@ async def sqlite_settings(
                         f"failed {figures.failed}"
                     )
     finally:
-        stack.stop_default_server()
+        stack.stop_side_servers()
     return batches
 
 

@@ -1,6 +1,6 @@
 """The processes a bench run measures: one dev server (WAL), the LLM simulator, SQS, and a worker
-for ours and one for the baseline; plus, for one phase, a second dev server with SQLite's default
-settings and its own workers.
+for ours and one for the baseline; plus, for the SQLite phase, two fresh dev servers (WAL and
+SQLite's default settings), each with its own workers.
 
 Every process is started here, on 127.0.0.1 and free ports, and stopped by PID (its process
 group) on exit, failures included.
@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
@@ -64,6 +65,21 @@ def start_baseline(stack: LocalStack, temporal_address: str, name: str) -> Manag
     return proc
 
 
+@dataclass
+class SideServer:
+    """A dev server of the SQLite phase with a worker of ours and one of the baseline."""
+
+    name: str
+    address: str
+    server: ManagedProcess
+    ours: ManagedProcess
+    baseline: ManagedProcess
+
+    def stop(self) -> None:
+        for proc in (self.ours, self.baseline, self.server):
+            proc.stop()
+
+
 class BenchStack:
     """The measured processes; a context manager that stops all of them on exit."""
 
@@ -71,23 +87,13 @@ class BenchStack:
         self.local = LocalStack(data_dir, persist=True)  # a db file, so the WAL pragmas apply
         self.ours: ManagedProcess | None = None
         self.baseline: ManagedProcess | None = None
-        self.default_server: ManagedProcess | None = None
-        self.default_ours: ManagedProcess | None = None
-        self.default_baseline: ManagedProcess | None = None
+        self.side_servers: dict[str, SideServer] = {}
         self._generation = 0
-        self._default_address = ""
 
     @property
     def address(self) -> str:
         """The WAL dev server's address."""
         return self.local.addresses.temporal_address
-
-    @property
-    def default_address(self) -> str:
-        """The default-SQLite dev server's address (after `start_default_server`)."""
-        if self.default_server is None:
-            raise RuntimeError("the default-SQLite server is not running")
-        return self._default_address
 
     def server_pid(self) -> int:
         """PID of the WAL dev server (it changes when the server restarts)."""
@@ -126,33 +132,40 @@ class BenchStack:
         """SIGKILL the WAL dev server and start it again on the same port and SQLite file."""
         self.local.restart_temporal(crash=True)
 
-    def start_default_server(self) -> None:
-        """A second dev server with SQLite's default settings (rollback journal, full sync) on a
-        db file of its own, and a worker of ours and one of the baseline against it."""
-        port = free_port()
-        self._default_address = f"127.0.0.1:{port}"
-        self.default_server = start_temporal_dev_server(
-            port=port,
-            ui_port=None,
-            db_file=self.local.data_dir / "default-settings.sqlite",
-            log_dir=self.local.log_dir / "default-server",
-            fast_sqlite=False,
-        )
-        self.default_ours = start_ours(self.local, self._default_address, "worker-default")
-        self.default_baseline = start_baseline(
-            self.local, self._default_address, "baseline-worker-default"
-        )
+    def start_side_servers(self) -> dict[str, SideServer]:
+        """Two fresh dev servers, ``wal`` (the embedded default) and ``default`` (SQLite's own
+        settings: rollback journal, full sync), each on a new db file with its own workers.
 
-    def stop_default_server(self) -> None:
-        """Stop the default-SQLite server and its worker, if running."""
-        for proc in (self.default_ours, self.default_baseline, self.default_server):
-            if proc is not None:
-                proc.stop()
-        self.default_ours = self.default_baseline = self.default_server = None
+        Both start empty, so neither carries the main server's earlier batches (a bigger
+        visibility table makes every later write and count slower)."""
+        for name, fast in (("wal", True), ("default", False)):
+            port = free_port()
+            address = f"127.0.0.1:{port}"
+            server = start_temporal_dev_server(
+                port=port,
+                ui_port=None,
+                db_file=self.local.data_dir / f"sqlite-{name}.sqlite",
+                log_dir=self.local.log_dir / f"sqlite-{name}-server",
+                fast_sqlite=fast,
+            )
+            self.side_servers[name] = SideServer(
+                name,
+                address,
+                server,
+                ours=start_ours(self.local, address, f"worker-sqlite-{name}"),
+                baseline=start_baseline(self.local, address, f"baseline-worker-sqlite-{name}"),
+            )
+        return dict(self.side_servers)
+
+    def stop_side_servers(self) -> None:
+        """Stop the SQLite phase's servers and their workers, if running."""
+        for side in self.side_servers.values():
+            side.stop()
+        self.side_servers.clear()
 
     def stop(self) -> None:
         """Stop every process this stack started, workers first."""
-        self.stop_default_server()
+        self.stop_side_servers()
         for proc in (self.ours, self.baseline):
             if proc is not None:
                 proc.stop()
