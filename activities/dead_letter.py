@@ -106,6 +106,12 @@ class DeadLetterActivities:
         try:
             url = self._sqs.get_queue_url(QueueName=self._queue_name)["QueueUrl"]
         except self._sqs.exceptions.QueueDoesNotExist:
-            url = self._sqs.create_queue(QueueName=self._queue_name)["QueueUrl"]
+            if self._queue_name.endswith(".fifo"):  # SQS refuses a .fifo name on other queues
+                created = self._sqs.create_queue(
+                    QueueName=self._queue_name, Attributes={"FifoQueue": "true"}
+                )
+            else:
+                created = self._sqs.create_queue(QueueName=self._queue_name)
+            url = created["QueueUrl"]
         self._queue_url = url
         return url

@@ -126,6 +126,23 @@ async def test_send_creates_the_queue_and_sends_the_contract_body(sqs: Sqs) -> N
     assert dedup_key(dead) == "wf-1:run-1"
 
 
+async def test_fifo_queue_is_created_as_fifo_and_drops_a_repeated_send(sqs: Sqs) -> None:
+    """A DLQ_QUEUE_NAME ending in .fifo is created as a FIFO queue, and the same run's message
+    sent twice (a retried activity) arrives once: its deduplication id is workflow:run."""
+    activities = DeadLetterActivities(sqs.client(), "test-dlq.fifo")
+    dead = message("wf-fifo")
+
+    await send(activities, dead)
+    await send(activities, dead)
+
+    client = sqs.client()
+    url = client.get_queue_url(QueueName="test-dlq.fifo")["QueueUrl"]
+    attributes = client.get_queue_attributes(QueueUrl=url, AttributeNames=["FifoQueue"])
+    assert attributes["Attributes"]["FifoQueue"] == "true"
+    received = client.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
+    assert [DeadLetterMessage.model_validate_json(str(m["Body"])) for m in received] == [dead]
+
+
 async def test_unreachable_sqs_fails_the_attempt_fast(sqs: Sqs) -> None:
     """With SQS down the activity raises at once (connection refused, one boto3 attempt), so
     Temporal's retry policy, not boto3, decides when to try again."""
