@@ -20,7 +20,7 @@ from aiorch.telemetry import worker_runtime
 from aiorch.temporal import connect
 from bench import baseline
 from bench.baseline import BASELINE_TASK_QUEUE, BenchBaseline, bench_embed, bench_fetch, bench_llm
-from worker import tune_garbage_collector, tuning_options
+from worker import tuning_options
 
 READY_LINE = "baseline worker started"
 
@@ -46,7 +46,6 @@ async def _serve(settings: Settings) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     async with build_baseline_worker(client, settings):
-        tune_garbage_collector()
         print(f"{READY_LINE}: task queue {BASELINE_TASK_QUEUE!r}", flush=True)
         await stop.wait()
 
