@@ -72,6 +72,25 @@ def cache_workflow_bytecode() -> bool:
     return bool(compileall.compile_dir(folder, quiet=2))
 
 
+def small_cache_warning(settings: Settings) -> str | None:
+    """Why a workflow cache smaller than the workflow task slots hurts, or None if it is not.
+
+    Runs are then evicted between (or during) their workflow tasks and replayed from history;
+    one evicted while its local ``fetch_prompt`` is in flight loses that task and waits out the
+    workflow task timeout (10 s) before it is retried. Fine for debugging replays, not for load.
+    """
+    cache = settings.worker_max_cached_workflows
+    slots = settings.worker_max_concurrent_workflow_tasks
+    if cache >= slots:
+        return None
+    return (
+        f"WORKER_MAX_CACHED_WORKFLOWS={cache} is below WORKER_MAX_CONCURRENT_WORKFLOW_TASKS="
+        f"{slots}: runs are replayed from history on every task, and a run evicted while its "
+        "local fetch_prompt is in flight waits out the workflow task timeout (10 s); use a "
+        "cache this small for debugging only"
+    )
+
+
 def tuning_options(settings: Settings) -> dict[str, Any]:
     """The worker's slots, pollers and cache from settings (shared with the bench baseline)."""
     return {
@@ -129,6 +148,8 @@ async def run_worker(settings: Settings, client: Client | None = None) -> None:
     if not cache_workflow_bytecode():
         log.info("workflow bytecode not cached (read-only tree?): each new run compiles it")
     client = client or await connect(settings, runtime=worker_runtime(settings))
+    if warning := small_cache_warning(settings):
+        log.warning("%s", warning)
     added = await ensure_search_attributes(client)
     if added:
         log.info("registered search attributes: %s", ", ".join(added))

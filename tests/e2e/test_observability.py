@@ -327,7 +327,9 @@ async def test_prometheus_endpoint_counts_transitions_retries_tokens_and_cost(
     review = handles[3]
     # Visibility, not the state query: a query that reaches a cache-less worker while a workflow
     # task is in flight replays that task live, which the SDK may count twice (see README).
-    assert await visible_state(observed_client, review.id, "await_review", timeout=30)
+    # With no cache, a run evicted while its local fetch_prompt is in flight waits out a
+    # workflow task timeout (10 s) before it is retried, possibly more than once.
+    assert await visible_state(observed_client, review.id, "await_review", timeout=90)
     await review.signal(contract.SIGNAL_REVIEW, {"decision": "approve", "reviewer": "eve"})
     for handle in handles:
         await handle.result()
