@@ -77,6 +77,8 @@ AI_STATE = SearchAttributeKey.for_keyword(contract.SEARCH_ATTRIBUTE_STATE)
 AI_STATE_SINCE = SearchAttributeKey.for_datetime(contract.SEARCH_ATTRIBUTE_STATE_SINCE)
 
 PRIMARY_MODEL = "primary-model"
+# The states a run without review walks through, in order.
+HAPPY_PATH = ["idle", "fetch_prompt", "invoke_llm", "generate_embedding", "completed"]
 FALLBACK_MODEL = "fallback-model"
 DLQ_URL = "fake://sqs/ai-orchestrator-dlq"
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.workflows.conftest import PRIMARY_MODEL, Orchestration, Reply, path
+from tests.workflows.conftest import HAPPY_PATH, PRIMARY_MODEL, Orchestration, Reply, path
 
 
 async def test_run_without_review_completes_with_embedding(orch: Orchestration) -> None:
@@ -18,13 +18,7 @@ async def test_run_without_review_completes_with_embedding(orch: Orchestration) 
     assert result.content == "all systems nominal"
     assert result.model == PRIMARY_MODEL
     assert result.embedding_id == f"vec-{handle.id}"
-    assert path(result.history) == [
-        "idle",
-        "fetch_prompt",
-        "invoke_llm",
-        "generate_embedding",
-        "completed",
-    ]
+    assert path(result.history) == HAPPY_PATH
     await orch.check_finished(handle, result)
     status = await orch.status(handle)
     assert (status.status, status.attempts, status.model) == ("Completed", 1, PRIMARY_MODEL)

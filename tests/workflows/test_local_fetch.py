@@ -10,7 +10,7 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle
 
-from tests.workflows.conftest import Orchestration, path
+from tests.workflows.conftest import HAPPY_PATH, Orchestration, path
 from workflows import contract
 
 
@@ -90,13 +90,7 @@ async def test_state_is_upserted_once_per_workflow_task(orch: Orchestration) -> 
 
     result = await handle.result()
 
-    assert path(result.history) == [
-        "idle",
-        "fetch_prompt",
-        "invoke_llm",
-        "generate_embedding",
-        "completed",
-    ]
+    assert path(result.history) == HAPPY_PATH
     assert await _published_states(handle) == ["invoke_llm", "generate_embedding", "completed"]
     await orch.check_finished(handle, result)
 
