@@ -23,12 +23,11 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from aiorch.config import Settings
 from workflows.errors import OrchestratorError
-from workflows.payloads import REQUEST_ID_PATTERN
+from workflows.payloads import REFERENCE_SCHEMES, REQUEST_ID_PATTERN
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
-REFERENCE_PREFIXES = ("file://", "s3://")
 BOTO_CONFIG = BotoConfig(
     retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=5, read_timeout=60
 )
@@ -143,7 +142,7 @@ def resolve_message(
         reference = store_document(settings, request_id, data, s3=s3)
         return reference, f"stored {file} ({_size(len(data))}) as {reference}"
     assert message is not None
-    if message.startswith(REFERENCE_PREFIXES):
+    if message.startswith(REFERENCE_SCHEMES):
         return message, None
     data = message.encode("utf-8")
     if len(data) > settings.max_inline_message_bytes:
