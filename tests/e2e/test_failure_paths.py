@@ -23,7 +23,6 @@ from typing import Any
 import boto3
 import pytest
 from qdrant_client import AsyncQdrantClient, models
-from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import CancelledError
 
@@ -33,6 +32,7 @@ from aiorch.dead_letters import DeadLetter, DeadLetterQueue
 from aiorch.localstack import LocalStack
 from aiorch.temporal import DATA_CONVERTER
 from tests.e2e.conftest import Simulator, request, start, status_of, wait_for_state
+from tests.history_events import scheduled_activities
 from workflows import contract
 from workflows.payloads import DeadLetterMessage, PipelineResult, RunStatus
 
@@ -117,15 +117,6 @@ async def pending_activity(handle: WorkflowHandle[Any, Any], name: str) -> Any:
         if pending.activity_type.name == name:
             return pending
     return None
-
-
-async def activities_scheduled(handle: WorkflowHandle[Any, Any]) -> list[str]:
-    history = await handle.fetch_history()
-    return [
-        event.activity_task_scheduled_event_attributes.activity_type.name
-        for event in history.events
-        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-    ]
 
 
 async def vectors_of(stack: LocalStack, workflow_id: str) -> int:
@@ -467,7 +458,7 @@ async def test_cancel_during_embedding_leaves_no_vector(
         "cancelled",
     )
     assert last.detail in ("compensation: deleted 0 vector(s)", "compensation: deleted 1 vector(s)")
-    assert (await activities_scheduled(slow))[-1] == contract.ACTIVITY_DELETE_EMBEDDING
+    assert (await scheduled_activities(slow))[-1] == contract.ACTIVITY_DELETE_EMBEDDING
     print(f"cancel during a 6 s embedding call: {last.detail}")
 
     private_simulator.clear_faults()
@@ -507,4 +498,4 @@ async def test_cancel_during_hanging_llm_call_ends_promptly(
         "cancel",
         "no side effects to undo",
     )
-    assert contract.ACTIVITY_DELETE_EMBEDDING not in await activities_scheduled(handle)
+    assert contract.ACTIVITY_DELETE_EMBEDDING not in await scheduled_activities(handle)

@@ -34,6 +34,7 @@ from aiorch.localstack import LocalStack, free_port
 from aiorch.pricing import DEFAULT_PRICE_TABLE, estimate_cost
 from aiorch.temporal import DATA_CONVERTER
 from tests.e2e.conftest import E2E_WORKER_ENV, Simulator, request, start, visible_state
+from tests.history_events import scheduled_activities
 from workflows import contract
 from workflows.observability import error_reason
 from workflows.payloads import PipelineResult
@@ -218,15 +219,6 @@ async def wait_for_spans(
         await asyncio.sleep(0.2)
 
 
-def activity_types(history: Any) -> list[str]:
-    """The activity types the server scheduled for a run, in order."""
-    return [
-        event.activity_task_scheduled_event_attributes.activity_type.name
-        for event in history.events
-        if event.HasField("activity_task_scheduled_event_attributes")
-    ]
-
-
 async def test_one_trace_links_start_workflow_activities_and_transitions(
     observed: ObservedStack, observed_client: Client
 ) -> None:
@@ -254,7 +246,7 @@ async def test_one_trace_links_start_workflow_activities_and_transitions(
     assert start_spans[0].resource["aiorch.component"] == "starter"
     assert start_spans[0].parent_id == ""  # the start call is the root of the trace
     assert by_name[f"RunWorkflow:{contract.WORKFLOW_TYPE}"] == 1
-    scheduled = activity_types(await handle.fetch_history())
+    scheduled = await scheduled_activities(handle)
     # The inline message's fetch_prompt is a local activity: traced, but not an activity task.
     assert scheduled == ["invoke_llm", "invoke_llm", "generate_embedding"]
     assert Counter(

@@ -8,10 +8,10 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import CancelledError
 
+from tests.history_events import scheduled_activities
 from tests.workflows.conftest import Gate, Orchestration, Reply, rate_limited
 from workflows import contract
 from workflows.payloads import PipelineResult, RunStatus
@@ -31,15 +31,6 @@ async def cancel_and_wait(
     assert (status.state, status.status, status.progress) == ("cancelled", "Cancelled", 100)
     await orch.check_history(handle, status.history)
     return status
-
-
-async def scheduled_activities(handle: WorkflowHandle[Any, PipelineResult]) -> list[str]:
-    history = await handle.fetch_history()
-    return [
-        event.activity_task_scheduled_event_attributes.activity_type.name
-        for event in history.events
-        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-    ]
 
 
 async def test_cancel_in_await_review_needs_no_compensation(orch: Orchestration) -> None:

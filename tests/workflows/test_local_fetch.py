@@ -10,6 +10,7 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle
 
+from tests.history_events import scheduled_activities
 from tests.workflows.conftest import HAPPY_PATH, Orchestration, path
 from workflows import contract
 
@@ -29,14 +30,6 @@ async def _published_states(handle: WorkflowHandle[Any, Any]) -> list[str]:
     return states
 
 
-async def _scheduled_activities(handle: WorkflowHandle[Any, Any]) -> list[str]:
-    history = await handle.fetch_history()
-    return [
-        event.activity_task_scheduled_event_attributes.activity_type.name
-        for event in _events(history, EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED)
-    ]
-
-
 async def test_inline_message_is_fetched_locally(orch: Orchestration) -> None:
     """An inline message's fetch_prompt runs as a local activity (a marker, no activity task),
     and the run still walks fetch_prompt in its own history and completes."""
@@ -47,7 +40,7 @@ async def test_inline_message_is_fetched_locally(orch: Orchestration) -> None:
     assert result.state == "completed"
     assert "fetch_prompt" in path(result.history)
     assert [p.request.user_message for p in orch.fakes.prompt_inputs] == ["Inline text"]
-    assert await _scheduled_activities(handle) == [
+    assert await scheduled_activities(handle) == [
         contract.ACTIVITY_INVOKE_LLM,
         contract.ACTIVITY_GENERATE_EMBEDDING,
     ]
@@ -68,7 +61,7 @@ async def test_referenced_document_is_fetched_by_a_regular_activity(orch: Orches
     result = await handle.result()
 
     assert result.state == "completed"
-    assert await _scheduled_activities(handle) == [
+    assert await scheduled_activities(handle) == [
         contract.ACTIVITY_FETCH_PROMPT,
         contract.ACTIVITY_INVOKE_LLM,
         contract.ACTIVITY_GENERATE_EMBEDDING,
