@@ -103,6 +103,16 @@ def test_dev_server_db_file_is_in_wal_mode(dev_server, tmp_path: Path) -> None:
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
+def test_dev_server_caches_search_attribute_definitions(dev_server) -> None:
+    """The server keeps its search-attribute cache: start-dev's default rereads the definitions
+    from SQLite for every upsert (32 reads per pipeline run). Its own metrics are the only
+    other witness, so the running process's command line is checked."""
+    proc, _, _ = dev_server
+    args = Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")
+    flag = args.index(b"--dynamic-config-value")
+    assert args[flag + 1] == b"system.forceSearchAttributesCacheRefreshOnRead=false"
+
+
 @pytest.mark.parametrize("how", ["stop", "kill"])
 async def test_started_workflow_survives_a_server_restart(dev_server, tmp_path, how) -> None:
     """A workflow started before a restart (clean stop, or kill -9) is still there after it."""
