@@ -9,7 +9,11 @@ from pathlib import Path
 import pytest
 from temporalio.api.common.v1 import Payload
 from temporalio.api.failure.v1 import Failure
-from temporalio.converter import DefaultFailureConverterWithEncodedAttributes
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import (
+    CompositePayloadConverter,
+    DefaultFailureConverterWithEncodedAttributes,
+)
 from temporalio.exceptions import ApplicationError
 
 from aiorch.codec import (
@@ -170,3 +174,20 @@ def test_converter_keeps_the_pydantic_payload_converter() -> None:
     converter = dataclasses.replace(DATA_CONVERTER)
     encrypted = data_converter(Settings(payload_keys=f"k1:{KEY_A}"))
     assert encrypted.payload_converter_class is converter.payload_converter_class
+
+
+def test_payload_converters_share_one_type_adapter_cache() -> None:
+    """Every payload converter the SDK builds (one per run and activation) uses the same JSON
+    converter, so a model's type adapter is built once per process, not once per run; the
+    bytes are those of temporalio's own pydantic converter."""
+    first = DATA_CONVERTER.payload_converter_class()
+    second = DATA_CONVERTER.payload_converter_class()
+    assert isinstance(first, CompositePayloadConverter)
+    assert isinstance(second, CompositePayloadConverter)
+    assert first.converters[b"json/plain"] is second.converters[b"json/plain"]
+
+    request = PipelineRequest(request_id="a" * 24, user_message=CANARY)
+    [ours] = first.to_payloads([request])
+    [temporalios] = pydantic_data_converter.payload_converter.to_payloads([request])
+    assert ours == temporalios
+    assert second.from_payloads([ours], [PipelineRequest]) == [request]
