@@ -4,7 +4,9 @@ moto's S3 over HTTP, and real files, each run in Temporal's activity test enviro
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections.abc import AsyncIterator, Iterator
+from contextlib import closing
 from datetime import timedelta
 from pathlib import Path
 
@@ -190,3 +192,19 @@ async def test_embedding_upsert_is_idempotent_and_deletable(llm: AsyncOpenAI) ->
     assert (await store.count("runs")).count == 0
     assert await ActivityEnvironment().run(activity.delete_embedding, "wf-1") == 0
     await store.close()
+
+
+async def test_embedded_store_commits_in_wal_mode(llm: AsyncOpenAI, tmp_path: Path) -> None:
+    """An embedded store's collection file is switched to WAL (no fsync per upsert on the
+    worker's event loop), and a vector written that way is there after reopening the store."""
+    store = AsyncQdrantClient(path=str(tmp_path / "vectors"))
+    activity = VectorActivities(llm, store, "runs", "sim-embed")
+    payload = EmbeddingInput(workflow_id="wf-1", request_id=RUN_ID, content="an answer")
+    await ActivityEnvironment().run(activity.generate_embedding, payload)
+    await store.close()
+    [collection_file] = (tmp_path / "vectors").rglob("storage.sqlite")
+    with closing(sqlite3.connect(collection_file)) as db:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    reopened = AsyncQdrantClient(path=str(tmp_path / "vectors"))
+    assert (await reopened.count("runs")).count == 1
+    await reopened.close()
