@@ -18,16 +18,16 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy, SearchAttributeKey
+from temporalio.common import SearchAttributeKey
 from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.exceptions import CancelledError as ActivityCancelledError
-from temporalio.exceptions import TimeoutError as ActivityTimeoutError
 
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
     # One `import` per module: `from workflows import x` bypasses the sandbox pass-through, so
     # x would be re-imported (and recompiled) for every new run. Imports add no commands.
+    import workflows.activity_policy as activity_policy
     import workflows.continuation as continuation
     import workflows.contract as contract
     import workflows.errors as errors
@@ -64,61 +64,12 @@ AI_STATE_SINCE = SearchAttributeKey.for_datetime(contract.SEARCH_ATTRIBUTE_STATE
 
 REVIEW_STATES = frozenset({State.AWAIT_REVIEW, State.ESCALATE})
 
-# The LLM activity gets exactly one attempt per call: retries are the graph's retry_llm state,
-# so each attempt, its error and its backoff are visible in history and in status.attempts.
-SINGLE_ATTEMPT = RetryPolicy(maximum_attempts=1)
-FETCH_RETRY = RetryPolicy(
-    maximum_attempts=5,
-    non_retryable_error_types=[errors.INVALID_REQUEST, errors.INPUT_UNAVAILABLE],
-)
-EMBEDDING_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    maximum_interval=timedelta(seconds=30),
-    maximum_attempts=5,
-    non_retryable_error_types=[errors.EMBEDDING_FAILED],
-)
-# A dead letter must never be lost: keep trying (visibly, in the pending activity) until the
-# queue accepts it, however long the queue is down.
-DEAD_LETTER_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    backoff_coefficient=2.0,
-    maximum_interval=timedelta(seconds=30),
-    maximum_attempts=0,
-)
-COMPENSATION_RETRY = RetryPolicy(maximum_attempts=10, maximum_interval=timedelta(seconds=30))
-HEARTBEAT_TIMEOUT = timedelta(seconds=10)
 # workflow.patched() ids of the cancellation fixes: runs recorded before them replay unchanged.
 PATCH_CANCEL_IN_ACTIVITY = "cancel-in-activity-is-cancel"
 PATCH_EMBEDDING_CANCEL_WAITS = "embedding-cancel-waits"
 # Runs recorded before fetch_prompt ran as a local activity (for inline messages) replay it as
 # a regular activity.
 PATCH_LOCAL_FETCH = "fetch-prompt-local"
-# An inline fetch_prompt does no I/O (it validates and builds the prompt from worker settings),
-# so it runs as a local activity: no task queue round trip, no extra workflow task, one marker
-# in history instead of three activity events. Its failures are permanent (InvalidRequest).
-LOCAL_FETCH_TIMEOUT = timedelta(seconds=10)
-
-
-def _error_text(err: BaseException) -> str:
-    """The innermost message of an activity failure, for last_error and history."""
-    cause = err.cause if isinstance(err, ActivityError) and err.cause is not None else err
-    if isinstance(cause, ApplicationError) and cause.type:
-        return f"{cause.type}: {cause.message}"
-    if isinstance(cause, ActivityTimeoutError):
-        return f"Timeout: activity timed out ({cause.type.name if cause.type else 'unknown'})"
-    return str(cause) or type(cause).__name__
-
-
-def _is_permanent(err: ActivityError) -> bool:
-    cause = err.cause
-    return isinstance(cause, ApplicationError) and cause.non_retryable
-
-
-def _retry_after(err: ActivityError) -> timedelta | None:
-    cause = err.cause
-    if isinstance(cause, ApplicationError):
-        return cause.next_retry_delay
-    return None
 
 
 @workflow.defn(
@@ -300,8 +251,8 @@ class AiOrchestrator:
                     contract.ACTIVITY_FETCH_PROMPT,
                     PromptInput(request=self._request),
                     result_type=PromptPlan,
-                    start_to_close_timeout=LOCAL_FETCH_TIMEOUT,
-                    retry_policy=FETCH_RETRY,
+                    start_to_close_timeout=activity_policy.LOCAL_FETCH_TIMEOUT,
+                    retry_policy=activity_policy.FETCH_RETRY,
                     summary="fetch_prompt: build prompt (local)",
                 )
             else:
@@ -310,13 +261,13 @@ class AiOrchestrator:
                     PromptInput(request=self._request),
                     result_type=PromptPlan,
                     start_to_close_timeout=timedelta(seconds=60),
-                    retry_policy=FETCH_RETRY,
+                    retry_policy=activity_policy.FETCH_RETRY,
                     summary="fetch_prompt: load input, build prompt",
                 )
         except ActivityError as err:
             if self._cancelled(err):
                 raise
-            self._last_error = _error_text(err)
+            self._last_error = activity_policy.error_text(err)
             self._move(Event.PERMANENT_ERROR, detail=self._last_error, at=at)
             return
         self._move(Event.PROMPT_READY, at=at)
@@ -343,20 +294,20 @@ class AiOrchestrator:
                 call,
                 result_type=LlmCallResult,
                 start_to_close_timeout=timedelta(seconds=plan.llm_timeout_s + 15),
-                heartbeat_timeout=HEARTBEAT_TIMEOUT,
-                retry_policy=SINGLE_ATTEMPT,
+                heartbeat_timeout=activity_policy.HEARTBEAT_TIMEOUT,
+                retry_policy=activity_policy.SINGLE_ATTEMPT,
                 summary=f"invoke_llm: attempt {self._attempts} on {model}",
             )
         except ActivityError as err:
             if self._cancelled(err):
                 raise
-            self._last_error = _error_text(err)
-            self._retry_after = _retry_after(err)
+            self._last_error = activity_policy.error_text(err)
+            self._retry_after = activity_policy.retry_after(err)
             self._corrective_next = (
                 isinstance(err.cause, ApplicationError)
                 and err.cause.type == errors.LLM_MALFORMED_REPLY
             )
-            if _is_permanent(err):
+            if activity_policy.is_permanent(err):
                 self._move(Event.PERMANENT_ERROR, detail=self._last_error)
             else:
                 self._consecutive_failures += 1
@@ -432,8 +383,8 @@ class AiOrchestrator:
                 ),
                 result_type=EmbeddingResult,
                 start_to_close_timeout=timedelta(seconds=60),
-                heartbeat_timeout=HEARTBEAT_TIMEOUT,
-                retry_policy=EMBEDDING_RETRY,
+                heartbeat_timeout=activity_policy.HEARTBEAT_TIMEOUT,
+                retry_policy=activity_policy.EMBEDDING_RETRY,
                 cancellation_type=(
                     workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
                     if wait_for_cancel
@@ -444,7 +395,7 @@ class AiOrchestrator:
         except ActivityError as err:
             if self._cancelled(err):
                 raise
-            self._last_error = _error_text(err)
+            self._last_error = activity_policy.error_text(err)
             await self._dead_letter(failed_state=State.GENERATE_EMBEDDING)
             self._move(Event.EXHAUSTED, detail=self._last_error)
             return
@@ -649,7 +600,7 @@ class AiOrchestrator:
             DeadLetterInput(message=message),
             result_type=DeadLetterReceipt,
             start_to_close_timeout=timedelta(seconds=30),
-            retry_policy=DEAD_LETTER_RETRY,
+            retry_policy=activity_policy.DEAD_LETTER_RETRY,
             summary=f"send_dead_letter: {failed_state.value}",
         )
         workflow.logger.info("dead-lettered as SQS message %s", receipt.message_id)
@@ -673,7 +624,7 @@ class AiOrchestrator:
                 workflow.info().workflow_id,
                 result_type=int,
                 start_to_close_timeout=timedelta(seconds=30),
-                retry_policy=COMPENSATION_RETRY,
+                retry_policy=activity_policy.COMPENSATION_RETRY,
                 summary="compensate: delete embedding",
             )
             detail = f"compensation: deleted {deleted} vector(s)"
