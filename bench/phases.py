@@ -49,15 +49,19 @@ Log = Callable[[str], None]
 CLOSED = "ExecutionStatus != 'Running'"
 
 
-SETTLE_BUSY = 0.5  # start a batch once the machine is at most this busy ...
-SETTLE_MAX_S = 10.0  # ... or after this long: on a shared machine it may never be quiet
+SETTLE_BUSY = 0.15  # start a batch once the machine is at most this busy ...
+SETTLE_MAX_S = 20.0  # ... or after this long: on a shared machine it may never be quiet
 
 
 async def settle() -> float:
     """Wait (bounded) for a quiet machine before a batch; returns the busy fraction then.
 
-    The previous batch leaves background work behind (visibility, task acks), and on a shared
-    machine other jobs come and go; starting each batch at a quieter moment cuts the noise.
+    The previous batch leaves work behind on the server: timers due 10 s after they were
+    armed (each workflow task's timeout, our activities' heartbeat timeouts), visibility, task
+    acks. It should not be charged to the next batch, so that batch starts once the machine is
+    nearly idle again (the idle stack keeps it 1-5% busy); on a shared machine other jobs come
+    and go, hence the bound. The baseline's activity timers (60 s) are not waited for: they
+    fire later at a low rate, which this cannot tell from idle (docs/performance.md).
     """
     deadline = time.monotonic() + SETTLE_MAX_S
     while True:
