@@ -43,7 +43,7 @@ _ENCODING_CONVERTERS = tuple(
 )
 
 
-class PydanticPayloadConverter(CompositePayloadConverter):
+class SharedCachePydanticPayloadConverter(CompositePayloadConverter):
     """temporalio's pydantic payload converter (same encodings, same bytes), sharing one
     type-adapter cache across runs."""
 
@@ -51,7 +51,7 @@ class PydanticPayloadConverter(CompositePayloadConverter):
         super().__init__(*_ENCODING_CONVERTERS)
 
 
-DATA_CONVERTER = DataConverter(payload_converter_class=PydanticPayloadConverter)
+DATA_CONVERTER = DataConverter(payload_converter_class=SharedCachePydanticPayloadConverter)
 
 
 def data_converter(settings: Settings) -> DataConverter:
