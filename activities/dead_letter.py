@@ -19,6 +19,7 @@ from workflows.payloads import DeadLetterInput, DeadLetterMessage, DeadLetterRec
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
+    from mypy_boto3_sqs.literals import QueueAttributeNameType
     from mypy_boto3_sqs.type_defs import MessageAttributeValueTypeDef
 
 MAX_BODY_BYTES = 250 * 1024
@@ -106,12 +107,10 @@ class DeadLetterActivities:
         try:
             url = self._sqs.get_queue_url(QueueName=self._queue_name)["QueueUrl"]
         except self._sqs.exceptions.QueueDoesNotExist:
-            if self._queue_name.endswith(".fifo"):  # SQS refuses a .fifo name on other queues
-                created = self._sqs.create_queue(
-                    QueueName=self._queue_name, Attributes={"FifoQueue": "true"}
-                )
-            else:
-                created = self._sqs.create_queue(QueueName=self._queue_name)
-            url = created["QueueUrl"]
+            # SQS refuses a .fifo name on any other kind of queue.
+            fifo: dict[QueueAttributeNameType, str] = (
+                {"FifoQueue": "true"} if self._queue_name.endswith(".fifo") else {}
+            )
+            url = self._sqs.create_queue(QueueName=self._queue_name, Attributes=fifo)["QueueUrl"]
         self._queue_url = url
         return url
