@@ -8,14 +8,12 @@ of workers may poll the same queue.
 from __future__ import annotations
 
 import asyncio
-import compileall
 import contextlib
 import logging
 import signal
 import sys
 from collections.abc import AsyncIterator
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import boto3
@@ -31,6 +29,7 @@ from activities.prompt import InputLoader, PromptActivities
 from activities.vectors import VectorActivities
 from aiorch.codec import keyring_from_settings
 from aiorch.config import ConfigError, Settings, load_settings
+from aiorch.sandbox import worker_workflow_runner
 from aiorch.telemetry import tracing, worker_runtime
 from aiorch.temporal import connect, ensure_search_attributes
 from workflows.orchestrator import AiOrchestrator
@@ -59,17 +58,6 @@ def vector_store(settings: Settings) -> AsyncQdrantClient:
     if settings.vector_store_url:
         return AsyncQdrantClient(url=settings.vector_store_url)
     return AsyncQdrantClient(path=settings.vector_store_path)
-
-
-def cache_workflow_bytecode() -> bool:
-    """Write the bytecode caches of the workflow modules once, at start.
-
-    The sandbox executes the workflow module afresh for every new run. Without a cache (our
-    image sets PYTHONDONTWRITEBYTECODE) that means compiling its source every time, about a fifth
-    of the worker's CPU under load. A read-only tree only loses that saving.
-    """
-    folder = Path(sys.modules[AiOrchestrator.__module__].__file__ or ".").parent
-    return bool(compileall.compile_dir(folder, quiet=2))
 
 
 def small_cache_warning(settings: Settings) -> str | None:
@@ -129,6 +117,7 @@ async def build_worker(client: Client, settings: Settings) -> AsyncIterator[Work
             client,
             task_queue=settings.temporal_task_queue,
             workflows=[AiOrchestrator],
+            workflow_runner=worker_workflow_runner(),
             activities=[
                 prompts.fetch_prompt,
                 llm_activities.invoke_llm,
@@ -145,8 +134,6 @@ async def build_worker(client: Client, settings: Settings) -> AsyncIterator[Work
 
 async def run_worker(settings: Settings, client: Client | None = None) -> None:
     """Poll until SIGTERM/SIGINT; tests may hand in a client."""
-    if not cache_workflow_bytecode():
-        log.info("workflow bytecode not cached (read-only tree?): each new run compiles it")
     client = client or await connect(settings, runtime=worker_runtime(settings))
     if warning := small_cache_warning(settings):
         log.warning("%s", warning)

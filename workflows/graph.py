@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from types import MappingProxyType
 
 from workflows.errors import InvalidTransition
 
@@ -80,19 +81,27 @@ class Transition:
     target: State
 
 
-STATES: Mapping[State, StateInfo] = {
-    State.IDLE: StateInfo(Status.PENDING, 0, "accepted, not started"),
-    State.FETCH_PROMPT: StateInfo(Status.PROCESSING, 10, "loading input and building the prompt"),
-    State.INVOKE_LLM: StateInfo(Status.PROCESSING, 30, "calling the LLM"),
-    State.RETRY_LLM: StateInfo(Status.PROCESSING, 30, "backing off before the next LLM attempt"),
-    State.AWAIT_REVIEW: StateInfo(Status.WAITING_FOR_INPUT, 60, "waiting for a reviewer"),
-    State.ESCALATE: StateInfo(Status.WAITING_FOR_INPUT, 60, "review timed out; escalated"),
-    State.GENERATE_EMBEDDING: StateInfo(Status.PROCESSING, 85, "embedding and storing the output"),
-    State.COMPLETED: StateInfo(Status.COMPLETED, 100, "done"),
-    State.FAILED: StateInfo(Status.FAILED, 100, "failed permanently or rejected"),
-    State.DEAD_LETTER: StateInfo(Status.FAILED, 100, "gave up; sent to the dead-letter queue"),
-    State.CANCELLED: StateInfo(Status.CANCELLED, 100, "cancelled; compensation done"),
-}
+STATES: Mapping[State, StateInfo] = MappingProxyType(
+    {
+        State.IDLE: StateInfo(Status.PENDING, 0, "accepted, not started"),
+        State.FETCH_PROMPT: StateInfo(
+            Status.PROCESSING, 10, "loading input and building the prompt"
+        ),
+        State.INVOKE_LLM: StateInfo(Status.PROCESSING, 30, "calling the LLM"),
+        State.RETRY_LLM: StateInfo(
+            Status.PROCESSING, 30, "backing off before the next LLM attempt"
+        ),
+        State.AWAIT_REVIEW: StateInfo(Status.WAITING_FOR_INPUT, 60, "waiting for a reviewer"),
+        State.ESCALATE: StateInfo(Status.WAITING_FOR_INPUT, 60, "review timed out; escalated"),
+        State.GENERATE_EMBEDDING: StateInfo(
+            Status.PROCESSING, 85, "embedding and storing the output"
+        ),
+        State.COMPLETED: StateInfo(Status.COMPLETED, 100, "done"),
+        State.FAILED: StateInfo(Status.FAILED, 100, "failed permanently or rejected"),
+        State.DEAD_LETTER: StateInfo(Status.FAILED, 100, "gave up; sent to the dead-letter queue"),
+        State.CANCELLED: StateInfo(Status.CANCELLED, 100, "cancelled; compensation done"),
+    }
+)
 
 TERMINAL_STATES: frozenset[State] = frozenset(
     {State.COMPLETED, State.FAILED, State.DEAD_LETTER, State.CANCELLED}
@@ -127,7 +136,9 @@ TRANSITIONS: tuple[Transition, ...] = (
     ),
 )
 
-_NEXT: Mapping[tuple[State, Event], State] = {(t.source, t.event): t.target for t in TRANSITIONS}
+_NEXT: Mapping[tuple[State, Event], State] = MappingProxyType(
+    {(t.source, t.event): t.target for t in TRANSITIONS}
+)
 
 
 def next_state(state: State | str, event: Event | str) -> State:

@@ -1,4 +1,8 @@
-"""Recorded histories replay against today's workflow code: a determinism guard."""
+"""Recorded histories replay against today's workflow code: a determinism guard.
+
+Each history replays twice: under the SDK's own sandbox, which imports the workflow module
+afresh and enforces every restriction at run time, and under the worker's lean runner
+(`aiorch.sandbox`), which is what production runs."""
 
 from __future__ import annotations
 
@@ -6,12 +10,18 @@ from pathlib import Path
 
 import pytest
 from temporalio.client import WorkflowHistory
-from temporalio.worker import Replayer
+from temporalio.worker import Replayer, WorkflowRunner
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
+from aiorch.sandbox import worker_workflow_runner
 from aiorch.temporal import DATA_CONVERTER
 from workflows.orchestrator import AiOrchestrator
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
+RUNNERS: dict[str, WorkflowRunner] = {
+    "sdk-sandbox": SandboxedWorkflowRunner(),
+    "worker-runner": worker_workflow_runner(),
+}
 
 
 def test_histories_are_recorded() -> None:
@@ -20,11 +30,14 @@ def test_histories_are_recorded() -> None:
     assert {"happy_path", "reedit_then_approve", "dead_letter", "cancel_in_review"} <= names
 
 
+@pytest.mark.parametrize("runner", RUNNERS)
 @pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])
-async def test_history_replays_without_nondeterminism(path: Path) -> None:
-    """Replaying a recorded run raises no nondeterminism error: the code still issues the same
-    commands in the same order."""
+async def test_history_replays_without_nondeterminism(path: Path, runner: str) -> None:
+    """Replaying a recorded run raises no nondeterminism error (nor a sandbox restriction): the
+    code still issues the same commands in the same order."""
     history = WorkflowHistory.from_json(path.stem, path.read_text(encoding="utf-8"))
-    replayer = Replayer(workflows=[AiOrchestrator], data_converter=DATA_CONVERTER)
+    replayer = Replayer(
+        workflows=[AiOrchestrator], data_converter=DATA_CONVERTER, workflow_runner=RUNNERS[runner]
+    )
     result = await replayer.replay_workflow(history, raise_on_replay_failure=True)
     assert result.replay_failure is None

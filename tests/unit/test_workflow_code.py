@@ -1,9 +1,11 @@
 """Workflow code keeps the sandbox's rules, whether the sandbox checks it at run time or not.
 
-Several modules of ``workflows/`` are passed through the sandbox (built once per worker, not for
-every run), so a wall-clock read or a random number there would only show up as a replay
-failure later. These tests read every module of ``workflows/`` and refuse what the sandbox
-would: wall clock, randomness, uuids, the environment, files, sleeping threads and I/O clients.
+The worker passes the whole ``workflows`` package through the sandbox (`aiorch.sandbox`: built
+once per worker, not for every run), so a wall-clock read or a random number there would only
+show up as a replay failure later, and module state would be shared by every run. These tests
+read every module of ``workflows/`` and refuse what the sandbox would: wall clock, randomness,
+uuids, the environment, files, sleeping threads and I/O clients; and module-level state that a
+run could change (the workflow and replay tests also run this code under the SDK's full sandbox).
 """
 
 from __future__ import annotations
@@ -40,12 +42,42 @@ FORBIDDEN_MODULES = frozenset(
 FORBIDDEN_ATTRIBUTE_CALLS = frozenset({"now", "utcnow", "today", "fromtimestamp", "sleep"})
 FORBIDDEN_NAME_CALLS = frozenset({"open", "input", "print"})
 ALLOWED_CALLERS = frozenset({"workflow"})  # workflow.now(), workflow.sleep() are the way
+# Module-level values of these kinds can be changed by one run and seen by the next.
+MUTABLE_LITERALS = (ast.List, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp)
+MUTABLE_FACTORIES = frozenset({"list", "dict", "set", "bytearray", "defaultdict", "deque"})
+
+
+def _is_mutable_value(value: ast.expr | None) -> bool:
+    if isinstance(value, MUTABLE_LITERALS):
+        return True
+    if isinstance(value, ast.Call):
+        func = value.func
+        name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
+        return name in MUTABLE_FACTORIES
+    return False
+
+
+def shared_state(tree: ast.Module) -> list[str]:
+    """Module-level mutable values and ``global`` statements: state one run could leave for the
+    next once the module is imported once per worker."""
+    found = []
+    for node in tree.body:
+        targets_value = (
+            node.value if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)) else None
+        )
+        if _is_mutable_value(targets_value):
+            found.append(f"line {node.lineno}: mutable module-level value")
+    for inner in ast.walk(tree):
+        if isinstance(inner, (ast.Global, ast.Nonlocal)):
+            found.append(f"line {inner.lineno}: {type(inner).__name__.lower()} statement")
+    return found
 
 
 def violations(source: str) -> list[str]:
     """What in ``source`` the workflow sandbox would refuse, one line each."""
-    found = []
-    for node in ast.walk(ast.parse(source)):
+    tree = ast.parse(source)
+    found = shared_state(tree)
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name.split(".")[0] in FORBIDDEN_MODULES:
@@ -66,7 +98,8 @@ def violations(source: str) -> list[str]:
 
 @pytest.mark.parametrize("module", sorted(WORKFLOWS_DIR.glob("*.py")), ids=lambda path: path.name)
 def test_workflow_module_keeps_the_sandbox_rules(module: Path) -> None:
-    """No wall clock, randomness, environment, files or I/O clients in workflow code."""
+    """No wall clock, randomness, environment, files, I/O clients or mutable module state in
+    workflow code."""
     assert violations(module.read_text("utf-8")) == []
 
 
@@ -81,6 +114,10 @@ def test_workflow_module_keeps_the_sandbox_rules(module: Path) -> None:
         "text = open('prompt.txt').read()",
         "import asyncio\nasync def f() -> None:\n    await asyncio.sleep(1)",
         "from openai import AsyncOpenAI",
+        "SEEN: list[str] = []",
+        "CACHE = {}",
+        "from collections import defaultdict\nCOUNTS = defaultdict(int)",
+        "calls = 0\ndef count() -> None:\n    global calls\n    calls += 1",
     ],
 )
 def test_the_check_catches_what_the_sandbox_would(snippet: str) -> None:
