@@ -31,22 +31,27 @@ class Observed:
     context_pairs: list[tuple[Any, Any]] = field(default_factory=list)
 
 
-class _ObservedLeanInstance(sandbox._LeanInstance):
-    """The lean run, also asking the SDK's way (through the sandbox) to compare the answers."""
+class _CountingInstance(sdk_runner._Instance):
+    """A run counting its entries into the sandbox once created (creating it enters twice)."""
 
-    def __init__(self, *args: Any, observed: Observed) -> None:
-        self.observed = observed
-        super().__init__(*args)
+    observed: Observed | None = None
 
     def _run_code(self, code: str, **extra_globals: Any) -> None:
-        self.observed.sandbox_entries += 1
+        if self.observed is not None:
+            self.observed.sandbox_entries += 1
         super()._run_code(code, **extra_globals)
 
+
+class _ObservedLeanInstance(sandbox._LeanInstance, _CountingInstance):
+    """The lean run, also asking the SDK's way (through the sandbox) to compare the answers."""
+
     def _compare(self, lean: Any, stock_path: Any, command_info: CommandInfo | None) -> Any:
-        entries = self.observed.sandbox_entries
+        observed = self.observed
+        assert observed is not None
+        entries = observed.sandbox_entries
         stock = stock_path(self, command_info)
-        self.observed.sandbox_entries = entries  # the comparison's own entry does not count
-        self.observed.context_pairs.append((lean, stock))
+        observed.sandbox_entries = entries  # the comparison's own entry does not count
+        observed.context_pairs.append((lean, stock))
         return lean
 
     def get_serialization_context(self, command_info: CommandInfo | None) -> Any:
@@ -58,16 +63,6 @@ class _ObservedLeanInstance(sandbox._LeanInstance):
         return self._compare(lean, sdk_runner._Instance.get_external_store_context, command_info)
 
 
-class _ObservedStockInstance(sdk_runner._Instance):
-    def __init__(self, *args: Any, observed: Observed) -> None:
-        self.observed = observed
-        super().__init__(*args)
-
-    def _run_code(self, code: str, **extra_globals: Any) -> None:
-        self.observed.sandbox_entries += 1
-        super()._run_code(code, **extra_globals)
-
-
 @dataclass(frozen=True)
 class ObservingRunner(SandboxedWorkflowRunner):
     """The lean runner (or the SDK's) with each run recording into ``observed``."""
@@ -76,8 +71,9 @@ class ObservingRunner(SandboxedWorkflowRunner):
     lean: bool = True
 
     def create_instance(self, det: WorkflowInstanceDetails) -> WorkflowInstance:
-        instance_class = _ObservedLeanInstance if self.lean else _ObservedStockInstance
-        instance = instance_class(det, self.runner_class, self.restrictions, observed=self.observed)
+        instance_class = _ObservedLeanInstance if self.lean else _CountingInstance
+        instance = instance_class(det, self.runner_class, self.restrictions)
+        instance.observed = self.observed
         workflow_class: Any = instance.globals_and_locals["__temporal_workflow_class"]
         self.observed.workflow_classes.append(workflow_class)
         return instance
