@@ -37,7 +37,8 @@ def build_baseline_worker(client: Client, settings: Settings) -> Worker:
 
 
 async def _serve(settings: Settings) -> None:
-    # As worker.py does for its workflows: the sandbox re-imports this module for every run.
+    # The SDK's sandbox re-imports this module for every run; without bytecode (our images set
+    # PYTHONDONTWRITEBYTECODE) it would also compile it every time.
     compileall.compile_file(baseline.__file__, quiet=2)
     # The same client and metrics runtime as worker.py, so both pay the same telemetry cost.
     client = await connect(settings, runtime=worker_runtime(settings))

@@ -7,7 +7,9 @@ refuses what the graph does not allow. Each move is recorded by ``workflows.run_
 reviews and operator actions arrive through ``workflows.review_desk``: the two base classes of
 ``AiOrchestrator``, passed through the sandbox (see ``workflows.run_record``).
 
-Deterministic code only: time, randomness and I/O come from ``workflow.*`` or activities.
+Deterministic code only: time, randomness and I/O come from ``workflow.*`` or activities. The
+worker imports this package once (``aiorch.sandbox``); the tests run it under the SDK's sandbox,
+which imports this module afresh for every run, hence the pass-through below.
 """
 
 from __future__ import annotations
