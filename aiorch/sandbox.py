@@ -25,7 +25,7 @@ with the pass-through too.
 
 `LeanSandboxedWorkflowRunner` subclasses the SDK runner's run (``_runner._Instance``), which
 temporalio does not export. A run whose in-sandbox half is not where it expects asks the SDK's
-way, so an SDK update can cost speed but not correctness; ``tests/unit/test_sandbox.py`` fails
+way, so an SDK update can cost speed but not correctness; ``tests/replay/test_sandbox.py`` fails
 when the installed SDK no longer takes the lean path.
 """
 

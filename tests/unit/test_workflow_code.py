@@ -62,10 +62,8 @@ def shared_state(tree: ast.Module) -> list[str]:
     next once the module is imported once per worker."""
     found = []
     for node in tree.body:
-        targets_value = (
-            node.value if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)) else None
-        )
-        if _is_mutable_value(targets_value):
+        value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)) else None
+        if _is_mutable_value(value):
             found.append(f"line {node.lineno}: mutable module-level value")
     for inner in ast.walk(tree):
         if isinstance(inner, (ast.Global, ast.Nonlocal)):
