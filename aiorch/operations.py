@@ -32,13 +32,12 @@ from temporalio.common import SearchAttributeKey
 from temporalio.service import RPCError, RPCStatusCode
 
 from workflows import contract
-from workflows.graph import STATES, Event, State
+from workflows.graph import REVIEW_STATES, STATES, Event, State
 from workflows.observability import GRAPH_EVENTS
 from workflows.payloads import HistoryEntry, OperatorRequest, PipelineResult
 
 AI_STATE = SearchAttributeKey.for_keyword(contract.SEARCH_ATTRIBUTE_STATE)
 AI_STATE_SINCE = SearchAttributeKey.for_datetime(contract.SEARCH_ATTRIBUTE_STATE_SINCE)
-REVIEW_STATES = frozenset({State.AWAIT_REVIEW.value, State.ESCALATE.value})
 FINAL_RESULT_STATES = (State.COMPLETED, State.FAILED, State.DEAD_LETTER)
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")

@@ -106,6 +106,8 @@ STATES: Mapping[State, StateInfo] = MappingProxyType(
 TERMINAL_STATES: frozenset[State] = frozenset(
     {State.COMPLETED, State.FAILED, State.DEAD_LETTER, State.CANCELLED}
 )
+# The states in which a run waits for a reviewer (State is a str, so the names match too).
+REVIEW_STATES: frozenset[State] = frozenset({State.AWAIT_REVIEW, State.ESCALATE})
 
 _REVIEW_DECISIONS = (
     (Event.APPROVE, State.GENERATE_EMBEDDING),

@@ -29,7 +29,7 @@ from opentelemetry.trace import Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 from temporalio import workflow
 
-from workflows.graph import Event, State, is_terminal
+from workflows.graph import REVIEW_STATES, Event, State, is_terminal
 from workflows.payloads import HistoryEntry, LlmCallResult, PromptPlan
 
 # Workflow side (workflow.metric_meter(): replay-safe).
@@ -43,7 +43,6 @@ METRIC_LLM_TOKENS = "aiorch_llm_tokens"
 METRIC_LLM_COST = "aiorch_llm_cost_usd"
 
 TRACER_NAME = "ai-orchestrator.workflow"
-REVIEW_STATES = frozenset({State.AWAIT_REVIEW.value, State.ESCALATE.value})
 ERROR_EVENTS = frozenset(
     {Event.RETRYABLE_ERROR.value, Event.PERMANENT_ERROR.value, Event.EXHAUSTED.value}
 )

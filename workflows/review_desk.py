@@ -20,14 +20,14 @@ from temporalio import workflow
 import workflows.continuation as continuation
 import workflows.contract as contract
 import workflows.review_rules as review_rules
-from workflows.graph import Event
+from workflows.graph import REVIEW_STATES, Event
 from workflows.payloads import (
     OperatorRequest,
     ReviewDecision,
     RunStatus,
     describe_validation_error,
 )
-from workflows.run_record import REVIEW_STATES, RunRecord
+from workflows.run_record import RunRecord
 
 
 class ReviewDesk(RunRecord):

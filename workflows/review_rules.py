@@ -17,10 +17,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from workflows.graph import State
+from workflows.graph import REVIEW_STATES, State
 from workflows.payloads import NOTE_REVIEW_REFUSED, HistoryEntry, PromptPlan, ReviewDecision
 
-REVIEW_STATES = frozenset({State.AWAIT_REVIEW, State.ESCALATE})
 # A refused signal's payload is untrusted: only this much of it reaches history.
 MAX_REFUSAL_DETAIL_CHARS = 500
 

@@ -26,7 +26,7 @@ import workflows.continuation as continuation
 import workflows.contract as contract
 import workflows.errors as errors
 import workflows.observability as observability
-from workflows.graph import Event, State, progress_of, status_of
+from workflows.graph import REVIEW_STATES, Event, State, progress_of, status_of
 from workflows.graph import next_state as graph_next_state
 from workflows.payloads import (
     NOTE_CONTINUED_AS_NEW,
@@ -44,8 +44,6 @@ from workflows.payloads import (
 
 AI_STATE = SearchAttributeKey.for_keyword(contract.SEARCH_ATTRIBUTE_STATE)
 AI_STATE_SINCE = SearchAttributeKey.for_datetime(contract.SEARCH_ATTRIBUTE_STATE_SINCE)
-
-REVIEW_STATES = frozenset({State.AWAIT_REVIEW, State.ESCALATE})
 
 
 class RunRecord:

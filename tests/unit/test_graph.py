@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from workflows.errors import InvalidTransition
 from workflows.graph import (
+    REVIEW_STATES,
     STATES,
     TERMINAL_STATES,
     TRANSITIONS,
@@ -24,6 +25,16 @@ from workflows.graph import (
     to_dot,
     to_mermaid,
 )
+
+
+def test_review_states_are_the_states_waiting_for_a_reviewer() -> None:
+    """REVIEW_STATES (used by the workflow, its metrics and `starter.py stuck`) are exactly the
+    states whose status is waiting for input, and each takes the three review decisions."""
+    waiting = {state for state, info in STATES.items() if info.status is Status.WAITING_FOR_INPUT}
+    assert waiting == REVIEW_STATES
+    for state in REVIEW_STATES:
+        assert {Event.APPROVE, Event.REEDIT, Event.REJECT} <= set(allowed_events(state))
+    assert "await_review" in REVIEW_STATES  # a state name read from visibility matches too
 
 
 def test_every_state_has_info_and_terminal_states_are_final() -> None:
