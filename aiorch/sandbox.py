@@ -25,8 +25,9 @@ with the pass-through too.
 
 `LeanSandboxedWorkflowRunner` subclasses the SDK runner's run (``_runner._Instance``), which
 temporalio does not export. A run whose in-sandbox half is not where it expects asks the SDK's
-way, so an SDK update can cost speed but not correctness; ``tests/replay/test_sandbox.py`` fails
-when the installed SDK no longer takes the lean path.
+way, so that kind of SDK change costs speed, not correctness; an SDK without that class stops
+the worker at import, loudly. ``tests/replay/test_sandbox.py`` fails when the installed SDK no
+longer takes the lean path.
 """
 
 from __future__ import annotations
