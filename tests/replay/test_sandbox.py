@@ -4,7 +4,6 @@ they change nothing a run decides or encodes: same payload contexts, same comman
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from temporalio.client import WorkflowHistory
@@ -16,10 +15,10 @@ from temporalio.worker.workflow_sandbox import _runner as sdk_runner
 
 from aiorch import sandbox
 from aiorch.temporal import DATA_CONVERTER
+from tests.replay.test_replay import HISTORIES
 from workflows.orchestrator import AiOrchestrator
 
 WORKER_RESTRICTIONS = sandbox.worker_workflow_runner().restrictions
-HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 
 
 @dataclass
