@@ -75,8 +75,26 @@ class Settings(BaseSettings):
     codec_server_token_file: Path | None = None
     codec_server_host: str = "127.0.0.1"
     codec_server_port: int = Field(default=DEFAULT_CODEC_PORT, ge=0, le=65535)
-    # Who may review a run when its request names nobody ("alice,bob"); unset = anyone.
+    # With keys configured: refuse payloads that are not encrypted (a plaintext start fails).
+    require_encryption: bool = False
+    # Who may review a run ("alice,bob"); unset = anyone. A request may only narrow this set.
     allowed_reviewers: Annotated[list[str] | None, NoDecode] = None
+    # The least review a run gets: a request may ask for more (auto -> always), never less.
+    review_min: Literal["never", "auto", "always"] = "auto"
+    # Reviewer authentication (on when set): "key_id:base64 Ed25519 public key[:who]" entries;
+    # `who` is the reviewers that key may sign for ("alice|bob", or * for an identity
+    # provider such as the review inbox); without it, only the reviewer named key_id.
+    review_public_keys: str | None = None
+    review_public_keys_file: Path | None = None
+    # The CLI's own signing key for reviews: "key_id:base64 Ed25519 private key (32 bytes)".
+    reviewer_key: SecretStr | None = None
+    reviewer_key_file: Path | None = None
+    # How long a signed review stays valid after it is made (checked against workflow time).
+    review_token_ttl_s: float = Field(default=600.0, gt=0, le=7 * 86400)
+    # Where referenced inputs (file://, s3://) may come from, besides the claim-check store:
+    # directories ("/srv/inputs,/data/docs") and S3 "bucket/prefix" entries. None by default.
+    input_file_roots: Annotated[list[Path], NoDecode] = Field(default_factory=list)
+    input_s3_prefixes: Annotated[list[str], NoDecode] = Field(default_factory=list)
     # Bounded inputs: large documents travel by reference (claim check), never in history.
     claim_check_bucket: str = Field(default="ai-orchestrator-inputs", min_length=3)
     claim_check_dir: Path | None = None
@@ -121,10 +139,10 @@ class Settings(BaseSettings):
     @model_validator(mode="before")
     @classmethod
     def _secrets_from_files(cls, data: Any) -> Any:
-        """<NAME>_FILE holds the secret <NAME> (Docker/Kubernetes secrets); never both."""
+        """<NAME>_FILE holds the value of <NAME> (Docker/Kubernetes secrets); never both."""
         if not isinstance(data, dict):
             return data
-        for name in SECRET_FILE_FIELDS:
+        for name in FILE_BACKED_FIELDS:
             path = data.get(f"{name}_file")
             if not path:
                 data = {**data, f"{name}_file": None}  # set but empty = unset
@@ -138,9 +156,40 @@ class Settings(BaseSettings):
     @classmethod
     def _split_reviewers(cls, value: Any) -> Any:
         if isinstance(value, str):
-            names = [name.strip() for name in value.split(",") if name.strip()]
-            return names or None
+            return split_list(value) or None
         return value
+
+    @field_validator("input_file_roots", "input_s3_prefixes", mode="before")
+    @classmethod
+    def _split_list(cls, value: Any) -> Any:
+        return split_list(value) if isinstance(value, str) else value
+
+    @field_validator("input_s3_prefixes")
+    @classmethod
+    def _bucket_prefixes(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            bucket, _, _ = entry.partition("/")
+            if not re.fullmatch(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", bucket):
+                raise ValueError(f"{entry!r} is not bucket/prefix (an S3 bucket name first)")
+        return value
+
+    @model_validator(mode="after")
+    def _encryption_required_needs_keys(self) -> Settings:
+        if self.require_encryption and self.payload_keys is None:
+            raise ConfigError("REQUIRE_ENCRYPTION=true needs PAYLOAD_KEYS (or PAYLOAD_KEYS_FILE)")
+        return self
+
+    @property
+    def allowed_file_roots(self) -> list[Path]:
+        """Directories ``file://`` inputs may come from: INPUT_FILE_ROOTS and CLAIM_CHECK_DIR."""
+        extra = [self.claim_check_dir] if self.claim_check_dir is not None else []
+        return [*self.input_file_roots, *extra]
+
+    @property
+    def allowed_s3_prefixes(self) -> list[str]:
+        """``bucket/prefix`` entries ``s3://`` inputs may come from: INPUT_S3_PREFIXES and the
+        claim-check bucket's ``inputs/`` prefix (where the starter stores documents)."""
+        return [*self.input_s3_prefixes, f"{self.claim_check_bucket}/inputs/"]
 
     @property
     def tracing_enabled(self) -> bool:
@@ -148,7 +197,14 @@ class Settings(BaseSettings):
         return bool(self.otel_exporter_otlp_endpoint)
 
 
-SECRET_FILE_FIELDS = ("openai_api_key", "payload_keys", "codec_server_token")
+SECRET_FILE_FIELDS = ("openai_api_key", "payload_keys", "codec_server_token", "reviewer_key")
+# Settings that may also be given as a file (<NAME>_FILE); only the secrets are masked.
+FILE_BACKED_FIELDS = (*SECRET_FILE_FIELDS, "review_public_keys")
+
+
+def split_list(value: str) -> list[str]:
+    """A comma-separated variable as its non-empty, stripped items."""
+    return [item.strip() for item in value.split(",") if item.strip()]
 
 
 def read_secret_file(path: Path, variable: str) -> str:
