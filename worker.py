@@ -24,6 +24,7 @@ from temporalio.client import Client
 from temporalio.worker import PollerBehaviorSimpleMaximum, Worker
 
 from activities.dead_letter import DeadLetterActivities
+from activities.lineage import LineageActivities
 from activities.llm import LlmActivities
 from activities.prompt import InputLoader, PromptActivities
 from activities.vectors import VectorActivities
@@ -112,6 +113,7 @@ async def build_worker(client: Client, settings: Settings) -> AsyncIterator[Work
     dead_letters = DeadLetterActivities(
         sqs, settings.dlq_queue_name, content_free=keyring_from_settings(settings) is not None
     )
+    lineage = LineageActivities(client)
     try:
         yield Worker(
             client,
@@ -124,6 +126,7 @@ async def build_worker(client: Client, settings: Settings) -> AsyncIterator[Work
                 vectors.generate_embedding,
                 vectors.delete_embedding,
                 dead_letters.send_dead_letter,
+                lineage.verify_continuation,
             ],
             **tuning_options(settings),
         )

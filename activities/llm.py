@@ -67,9 +67,10 @@ def parse_reply(text: str) -> LlmReply:
     try:
         return LlmReply.model_validate(json.loads(body))
     except (json.JSONDecodeError, ValidationError) as err:
-        snippet = text[:120].replace("\n", " ")
+        # Never quote the reply: error texts reach worker logs, which payload encryption
+        # does not cover.
         raise ApplicationError(
-            f"reply is not the contract's JSON ({type(err).__name__}): {snippet!r}",
+            f"reply is not the contract's JSON ({type(err).__name__}; {len(text)} characters)",
             type=errors.LLM_MALFORMED_REPLY,
         ) from None
 

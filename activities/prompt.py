@@ -19,7 +19,7 @@ from temporalio.exceptions import ApplicationError
 
 from aiorch.config import Settings
 from workflows import contract, errors
-from workflows.payloads import PipelineRequest, PromptInput, PromptPlan
+from workflows.payloads import PipelineRequest, PromptInput, PromptPlan, ReviewMode
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -43,6 +43,36 @@ def context_suffix(metadata: dict[str, Any]) -> str:
     if not metadata:
         return ""
     return "\n\nContext (JSON): " + json.dumps(metadata, sort_keys=True, ensure_ascii=False)
+
+
+REVIEW_LEVELS: tuple[ReviewMode, ...] = ("never", "auto", "always")
+
+
+def review_policy(
+    settings: Settings, request: PipelineRequest
+) -> tuple[ReviewMode, list[str] | None]:
+    """The run's review level and reviewers: the operator's policy is the floor.
+
+    A request may raise the level (``never`` < ``auto`` < ``always``) above ``REVIEW_MIN`` and
+    narrow ``ALLOWED_REVIEWERS`` (to names it also allows; to any names when it allows anyone),
+    never lower or widen them. ``None`` reviewers = anyone.
+
+    Raises:
+        ApplicationError: ``InvalidRequest`` when the request's reviewers leave nobody.
+    """
+    level = max(request.review, settings.review_min, key=REVIEW_LEVELS.index)
+    operator, asked = settings.allowed_reviewers, request.options.allowed_reviewers
+    if asked is None:
+        return level, operator
+    reviewers = [name for name in asked if operator is None or name in operator]
+    if not reviewers:
+        raise ApplicationError(
+            "options.allowed_reviewers names nobody the operator allows (ALLOWED_REVIEWERS): "
+            "a request may only narrow the set of reviewers",
+            type=errors.INVALID_REQUEST,
+            non_retryable=True,
+        )
+    return level, reviewers
 
 
 def input_unavailable(reason: str) -> ApplicationError:
@@ -107,6 +137,7 @@ class PromptActivities:
     def __init__(self, settings: Settings, loader: InputLoader) -> None:
         self._settings = settings
         self._loader = loader
+        self._review_keys = settings.review_keys()
 
     @activity.defn(name=contract.ACTIVITY_FETCH_PROMPT)
     async def fetch_prompt(self, prompt_input: PromptInput) -> PromptPlan:
@@ -126,6 +157,7 @@ class PromptActivities:
         self, request: PipelineRequest, user_prompt: str, input_ref: str | None
     ) -> PromptPlan:
         cfg, opts = self._settings, request.options
+        review, reviewers = review_policy(cfg, request)
         return PromptPlan(
             system_prompt=SYSTEM_PROMPT,
             user_prompt=user_prompt,
@@ -141,11 +173,10 @@ class PromptActivities:
             backoff_initial_s=cfg.llm_backoff_initial_s,
             backoff_max_s=cfg.llm_backoff_max_s,
             capture_content=cfg.otel_capture_content,
-            allowed_reviewers=(
-                opts.allowed_reviewers
-                if opts.allowed_reviewers is not None
-                else cfg.allowed_reviewers
-            ),
+            review=review,
+            allowed_reviewers=reviewers,
+            requested_by=request.requested_by,
+            review_keys=self._review_keys,
             max_feedback_chars=cfg.max_feedback_chars,
             max_reply_chars=cfg.max_reply_chars,
             reedit_rounds_per_run=cfg.reedit_rounds_per_run,

@@ -17,6 +17,8 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, Settin
 
 from aiorch.pricing import DEFAULT_PRICE_TABLE, ModelPrice
 from workflows.errors import OrchestratorError
+from workflows.identity import KeySpecError, parse_review_keys
+from workflows.payloads import ReviewKey
 
 DEFAULT_LLM_PORT = 8700
 DEFAULT_SQS_PORT = 8701
@@ -177,7 +179,21 @@ class Settings(BaseSettings):
     def _encryption_required_needs_keys(self) -> Settings:
         if self.require_encryption and self.payload_keys is None:
             raise ConfigError("REQUIRE_ENCRYPTION=true needs PAYLOAD_KEYS (or PAYLOAD_KEYS_FILE)")
+        self.review_keys()
         return self
+
+    def review_keys(self) -> list[ReviewKey]:
+        """The reviewer public keys (REVIEW_PUBLIC_KEYS); empty = reviewer authentication off.
+
+        Raises:
+            ConfigError: an entry is malformed (checked when the settings are loaded).
+        """
+        if not self.review_public_keys:
+            return []
+        try:
+            return parse_review_keys(self.review_public_keys)
+        except KeySpecError as err:
+            raise ConfigError(f"REVIEW_PUBLIC_KEYS: {err}") from None
 
     @property
     def allowed_file_roots(self) -> list[Path]:

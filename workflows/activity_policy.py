@@ -41,6 +41,9 @@ HEARTBEAT_TIMEOUT = timedelta(seconds=10)
 # so it runs as a local activity: no task queue round trip, no extra workflow task, one marker
 # in history instead of three activity events. Its failures are permanent (InvalidRequest).
 LOCAL_FETCH_TIMEOUT = timedelta(seconds=10)
+# verify_continuation reads the previous run from Temporal: a few quick tries, then the run fails
+# (a continuation nobody can vouch for is not resumed).
+VERIFY_RETRY = RetryPolicy(maximum_attempts=5, maximum_interval=timedelta(seconds=2))
 
 
 def error_text(err: BaseException) -> str:

@@ -1,18 +1,22 @@
-"""Continue-as-new for long reedit loops: when, what is carried, and how it stays bounded.
+"""Continue-as-new: when a run moves to a fresh Temporal run, and who may hand it state.
 
 Temporal warns at 10,240 events or 10 MB of history and terminates a run at 51,200 events or
-50 MB. A reedit loop adds about a dozen events and two history entries per round, and every
-update result repeats the run's status (so late rounds weigh more than early ones). A long loop
-therefore moves to a fresh run (same workflow id) before its history grows large: after
-``PromptPlan.reedit_rounds_per_run`` rounds, once the run's history passes ``CONTINUE_AT_BYTES``
-or ``CONTINUE_AT_EVENTS``, or as soon as the server suggests it. It happens at one safe point
-only, right after a reedit decision, before the next LLM call; the new run starts in
-``invoke_llm`` with the carried state and never repeats ``fetch_prompt``.
+50 MB. A reedit loop adds about a dozen events per round, and every signal adds one, whoever
+sends it. So a run moves to a fresh run (same workflow id) before its history grows large:
+after ``PromptPlan.reedit_rounds_per_run`` rounds, once its history passes
+``CONTINUE_AT_BYTES`` or ``CONTINUE_AT_EVENTS``, or as soon as the server suggests it. That
+happens at safe points only: right after a reedit decision (the new run starts in
+``invoke_llm``), or while the run waits for a reviewer (it resumes the same wait, with the same
+deadline). The new run gets the whole ``RunState``; what it carries stays bounded because the
+state itself is (``workflows.run_record`` bounds the history, this module the feedback).
 
-What is carried must itself stay far below the 256 KB payload warning, so the oldest history
-entries and the oldest reviewer feedback are dropped past fixed budgets. ``RunStatus`` says how
-many entries were dropped (``history_dropped``); at the default budget that is only after
-several hundred review rounds. Pure functions: deterministic and unit-testable.
+Carried state is trusted only from this workflow's own continue-as-new. Temporal also marks
+cron runs and workflow retries as continuations of an earlier run, and a client chooses the
+input of both, so a carried state is accepted only when the run is a continuation that is
+neither (``continuation_problem``), and this workflow refuses cron schedules and workflow retry
+policies outright: the graph owns retries, and a request runs once.
+
+Pure functions: deterministic and unit-testable.
 """
 
 from __future__ import annotations
@@ -20,27 +24,50 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from workflows.payloads import CarriedState, ContinuedRun, HistoryEntry
+from workflows.payloads import ContinuedRun, PipelineRequest, RunState
 
-# Budgets for what a continued run carries (JSON bytes); together well below 256 KB.
-CARRIED_HISTORY_MAX_BYTES = 128 * 1024
 FEEDBACK_WINDOW_BYTES = 32 * 1024
-PATCH_ID = "continue-as-new-reedit-loop"
-# Far below Temporal's warnings (10 MB, 10,240 events), checked after every reedit.
+# Far below Temporal's warnings (10 MB, 10,240 events).
 CONTINUE_AT_BYTES = 2 * 1024 * 1024
 CONTINUE_AT_EVENTS = 2_000
 
 
-def split_input(raw: Any) -> tuple[Any, CarriedState | None]:
-    """The raw request and the carried state, if ``raw`` is a continued run's input.
+def parse_input(raw: Any) -> tuple[PipelineRequest, RunState | None]:
+    """The request, and the carried state when ``raw`` is a continued run's input.
 
     Raises:
-        pydantic.ValidationError: the input looks like a continued run but is not one.
+        pydantic.ValidationError: not a valid request (or continued run).
     """
     if isinstance(raw, dict) and "carried" in raw:
         continued = ContinuedRun.model_validate(raw)
-        return continued.request.model_dump(mode="json"), continued.carried
-    return raw, None
+        return continued.request, continued.carried
+    return PipelineRequest.model_validate(raw), None
+
+
+def start_problem(
+    *,
+    carried: bool,
+    continued_run_id: str | None,
+    cron_schedule: str | None,
+    has_retry_policy: bool,
+    attempt: int,
+) -> str | None:
+    """Why this run may not start as it was started, or None when it may.
+
+    A cron schedule or a workflow retry policy is refused for every run; carried state is
+    accepted only from a continue-as-new, which is then the only way the run can be a
+    continuation of an earlier one.
+    """
+    if cron_schedule:
+        return (
+            "AiOrchestrator runs take no cron schedule (a request runs once; start runs from "
+            "a Temporal Schedule instead)"
+        )
+    if has_retry_policy or attempt > 1:
+        return "AiOrchestrator runs take no workflow retry policy (the state graph owns retries)"
+    if carried and continued_run_id is None:
+        return "carried state is accepted only from the workflow's own continue-as-new"
+    return None
 
 
 def is_due(
@@ -51,29 +78,13 @@ def is_due(
     history_bytes: int = 0,
     history_events: int = 0,
 ) -> bool:
-    """True when a reedit loop should move to a fresh run now."""
+    """True when a run should move to a fresh run at its next safe point."""
     return (
         rounds_this_run >= rounds_per_run
         or suggested
         or history_bytes >= CONTINUE_AT_BYTES
         or history_events >= CONTINUE_AT_EVENTS
     )
-
-
-def bounded_history(
-    entries: Sequence[HistoryEntry], max_bytes: int = CARRIED_HISTORY_MAX_BYTES
-) -> tuple[list[HistoryEntry], int]:
-    """The newest entries that fit ``max_bytes`` of JSON, and how many older ones were dropped."""
-    kept: list[HistoryEntry] = []
-    used = 0
-    for entry in reversed(entries):
-        size = len(entry.model_dump_json()) + 1
-        if used + size > max_bytes:
-            break
-        kept.append(entry)
-        used += size
-    kept.reverse()
-    return kept, len(entries) - len(kept)
 
 
 def bounded_feedback(feedback: Sequence[str], max_bytes: int = FEEDBACK_WINDOW_BYTES) -> list[str]:

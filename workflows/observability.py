@@ -21,7 +21,7 @@ histogram buckets use the same constants.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from datetime import datetime
 
 from opentelemetry import trace
@@ -30,7 +30,7 @@ from opentelemetry.util.types import AttributeValue
 from temporalio import workflow
 
 from workflows.graph import REVIEW_STATES, Event, State, is_terminal
-from workflows.payloads import HistoryEntry, LlmCallResult, PromptPlan
+from workflows.payloads import HistoryEntry, LlmCallResult, PromptPlan, RunState
 
 # Workflow side (workflow.metric_meter(): replay-safe).
 METRIC_TRANSITIONS = "aiorch_transitions"
@@ -38,6 +38,7 @@ METRIC_LLM_RETRIES = "aiorch_llm_retries"
 METRIC_DEAD_LETTERS = "aiorch_dead_letters"
 METRIC_REVIEW_WAIT = "aiorch_review_wait_seconds"
 METRIC_RUN_DURATION = "aiorch_run_duration_seconds"
+METRIC_REVIEWS_REFUSED = "aiorch_reviews_refused"
 # Activity side (activity.metric_meter()).
 METRIC_LLM_TOKENS = "aiorch_llm_tokens"
 METRIC_LLM_COST = "aiorch_llm_cost_usd"
@@ -67,17 +68,6 @@ def failed_state(entry: HistoryEntry) -> str:
     if entry.from_state == State.RETRY_LLM.value:
         return State.INVOKE_LLM.value
     return entry.from_state
-
-
-def state_entered_at(earlier: Sequence[HistoryEntry], default: datetime) -> datetime:
-    """When the run entered its current state: the last real transition in ``earlier``.
-
-    Notes in the history (a refused review, a continue-as-new marker) are not transitions.
-    """
-    for entry in reversed(earlier):
-        if entry.event in GRAPH_EVENTS:
-            return entry.at
-    return default
 
 
 def span_name(entry: HistoryEntry) -> str:
@@ -132,35 +122,30 @@ def _ns(moment: datetime) -> int:
     return int(moment.timestamp() * 1_000_000_000)
 
 
-def record_transition(
-    history: Sequence[HistoryEntry],
-    *,
-    model: str | None,
-    reply: LlmCallResult | None,
-    plan: PromptPlan | None,
-    last_error: str | None,
-) -> None:
-    """Emit the span and metrics for the transition just appended to ``history``.
+def record_transition(run: RunState, entry: HistoryEntry, *, entered_at: datetime) -> None:
+    """Emit the span and metrics for ``entry``, the transition ``run`` just took.
 
-    The span covers the time spent in the state being left: it starts when the run entered
-    ``from_state`` (the previous entry, or the workflow's start) and ends at the transition.
+    The span covers the time spent in the state being left: from ``entered_at`` (when the run
+    entered ``from_state``) to the transition.
     """
-    entry = history[-1]
     info = workflow.info()
-    entered_at = state_entered_at(history[:-1], default=info.workflow_start_time)
-    entered_at = min(entered_at, entry.at)
-    # A run continued as new starts again; its carried history still goes back further.
-    started_at = min(info.workflow_start_time, history[0].at)
+    # A run continued as new starts again; the chain it continues started earlier.
+    started_at = min(info.workflow_start_time, run.started_at or info.workflow_start_time)
     attributes = transition_attributes(
-        info.workflow_id, entry, model=model, reply=reply, plan=plan, last_error=last_error
+        info.workflow_id,
+        entry,
+        model=run.model,
+        reply=run.reply,
+        plan=run.plan,
+        last_error=run.last_error,
     )
     span = trace.get_tracer(TRACER_NAME).start_span(
         span_name(entry), attributes=attributes, start_time=_ns(entered_at)
     )
     if entry.to_state in (State.FAILED.value, State.DEAD_LETTER.value):
-        span.set_status(Status(StatusCode.ERROR, f"{entry.event}: {error_reason(last_error)}"))
+        span.set_status(Status(StatusCode.ERROR, f"{entry.event}: {error_reason(run.last_error)}"))
     span.end(end_time=_ns(entry.at))
-    _record_metrics(entry, entered_at, started_at, last_error)
+    _record_metrics(entry, entered_at, started_at, run.last_error)
 
 
 def _record_metrics(
@@ -194,3 +179,10 @@ def _record_metrics(
         meter.create_histogram_float(
             METRIC_RUN_DURATION, "Run duration from start to its final state", "s"
         ).record((entry.at - started_at).total_seconds(), {"final_state": entry.to_state})
+
+
+def count_refused_review(code: str) -> None:
+    """Count a review signal the run refused, by the refusal's stable code."""
+    workflow.metric_meter().create_counter(
+        METRIC_REVIEWS_REFUSED, "Review signals refused (not applied), by reason"
+    ).add(1, {"reason": code})

@@ -2,14 +2,16 @@
 
 The workflow never decides a transition on its own: each state's handler does that state's work
 (usually one activity) and reports an event; ``workflows.graph`` says where that event leads and
-refuses what the graph does not allow. Each move is recorded by ``workflows.run_record``
-(history, spans and metrics, the Web UI's details, ``AiState`` once per workflow task), and
-reviews and operator actions arrive through ``workflows.review_desk``: the two base classes of
-``AiOrchestrator``, passed through the sandbox (see ``workflows.run_record``).
+refuses what the graph does not allow. The run's whole state is one ``RunState``: moves are
+recorded by ``workflows.run_record`` and reviews judged by ``workflows.review_desk``, both plain
+functions over it, and continue-as-new carries it whole (``workflows.continuation``).
 
-Deterministic code only: time, randomness and I/O come from ``workflow.*`` or activities. The
-worker imports this package once (``aiorch.sandbox``); the tests run it under the SDK's sandbox,
-which imports this module afresh for every run, hence the pass-through below.
+Everything a client sends (the start input, signals, the update) arrives undecoded
+(``RawValue``) and is decoded and validated here, so no input of any shape, encoding or size can
+fail the workflow task (which Temporal would retry forever): a bad start fails the run at once
+with ``InvalidRequest``, a bad review is refused or counted.
+
+Deterministic code only: time, randomness and I/O come from ``workflow.*`` or activities.
 """
 
 from __future__ import annotations
@@ -17,9 +19,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, Final, NoReturn, TypeVar
 
+from pydantic import BaseModel
 from temporalio import workflow
+from temporalio.api.common.v1 import Payload
+from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.exceptions import CancelledError as ActivityCancelledError
 
@@ -27,14 +32,21 @@ with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
     # One `import` per module: `from workflows import x` bypasses the sandbox pass-through, so
-    # x would be re-imported (and recompiled) for every new run. Imports add no commands.
+    # x would be re-imported for every new run. Imports add no commands.
     import workflows.activity_policy as activity_policy
     import workflows.continuation as continuation
     import workflows.contract as contract
     import workflows.errors as errors
+    import workflows.observability as observability
+    import workflows.review_desk as review_desk
+    import workflows.run_record as run_record
     from workflows.backoff import full_jitter_delay
     from workflows.graph import Event, State, is_terminal
     from workflows.payloads import (
+        NOTE_CONTINUED_AS_NEW,
+        ContinuationCheck,
+        ContinuationVerdict,
+        ContinuedRun,
         DeadLetterInput,
         DeadLetterMessage,
         DeadLetterReceipt,
@@ -42,27 +54,55 @@ with workflow.unsafe.imports_passed_through():
         EmbeddingResult,
         LlmCallInput,
         LlmCallResult,
+        OperatorRequest,
         PipelineRequest,
         PipelineResult,
         PromptInput,
         PromptPlan,
+        ReviewDecision,
+        RunState,
         RunStatus,
         describe_validation_error,
+        printable,
     )
 
-    # The record and the review desk are this class's bases. Passed through like the other
-    # workflow-side modules, their handlers are built once per worker, not for every run
-    # (replaying a recorded happy path costs 1-2 ms less); tests/unit/test_workflow_code.py
-    # holds every module of workflows/ to the sandbox's rules instead.
-    from workflows.review_desk import ReviewDesk
+M = TypeVar("M", bound=BaseModel)
+# The operator signals' argument is optional; this stands for "sent without one".
+NO_ARGUMENT: Final = RawValue(Payload())
 
 
-# workflow.patched() ids of the cancellation fixes: runs recorded before them replay unchanged.
-PATCH_CANCEL_IN_ACTIVITY = "cancel-in-activity-is-cancel"
-PATCH_EMBEDDING_CANCEL_WAITS = "embedding-cancel-waits"
-# Runs recorded before fetch_prompt ran as a local activity (for inline messages) replay it as
-# a regular activity.
-PATCH_LOCAL_FETCH = "fetch-prompt-local"
+def decoded(raw: RawValue) -> Any:
+    """A client's payload, decoded (JSON values, not yet validated).
+
+    Raises:
+        errors.InvalidRequest: it does not decode: an unknown or refused encoding, invalid
+            JSON or Unicode, nesting past the decoder's limit.
+    """
+    try:
+        return workflow.payload_converter().from_payload(raw.payload)
+    except ValidationError as err:
+        raise errors.InvalidRequest(describe_validation_error(err)) from None
+    except Exception as err:  # whatever a decoder raises, the client gets one line, no loop
+        raise errors.InvalidRequest(printable(str(err) or type(err).__name__)) from None
+
+
+def inbound(raw: RawValue, model: type[M]) -> M:
+    """A client's payload, decoded and validated as ``model``.
+
+    Raises:
+        errors.InvalidRequest: it does not decode, or does not validate.
+    """
+    value = decoded(raw)
+    try:
+        return model.model_validate(value)
+    except ValidationError as err:
+        raise errors.InvalidRequest(describe_validation_error(err)) from None
+
+
+def _cancelled(err: ActivityError) -> bool:
+    """True when ``err`` is this run's cancel reaching an in-flight activity: the SDK reports
+    it as ActivityError (cause CancelledError), not asyncio.CancelledError."""
+    return isinstance(err.cause, ActivityCancelledError)
 
 
 @workflow.defn(
@@ -71,43 +111,43 @@ PATCH_LOCAL_FETCH = "fetch-prompt-local"
     # workflow task forever.
     failure_exception_types=[errors.InvalidTransition],
 )
-class AiOrchestrator(ReviewDesk):
+class AiOrchestrator:
     """Runs one request through fetch -> LLM -> (review) -> embed, with retries and escalation."""
 
     @workflow.init
-    def __init__(self, raw_request: Any) -> None:
-        self._state = State.IDLE
-        self._state_since = None
-        self._history = []
-        self._attempts = 0
-        self._consecutive_failures = 0
-        self._corrective_next = False
-        self._model = None
-        self._last_error = None
-        self._pending_review = None
+    def __init__(self, raw_input: RawValue) -> None:
+        self._run = RunState()
+        self._request: PipelineRequest | None = None
+        # A continued run's state, installed only once verify_continuation vouches for it.
+        self._carried: RunState | None = None
+        self._input_problem: str | None = None
+        self._pending_review: ReviewDecision | None = None
         self._reviews_applied = 0
-        self._feedback = []
-        self._request = None
-        self._plan = None
-        self._reply = None
-        self._embedding_id = None
-        self._retry_after: timedelta | None = None
-        self._review_round = 0
         self._rounds_this_run = 0
-        self._history_dropped = 0
-        self._input_problem = None
-        # Operator actions (expire_review: one wait; dead_letter: every wait until dead_letter).
-        self._forced_timeout = None
-        self._dead_letter_requested = None
-        self._restore(raw_request)
-        # What visibility holds when this run starts: the starter's AiState=idle, or the
-        # state a continued run inherits with its search attributes.
-        self._published_state = self._state
+        self._after_reedit = False
+        # What visibility holds: the starter's AiState=idle (a continued run's own state is
+        # inherited with its search attributes, see _admit).
+        self._published = State.IDLE
+        try:
+            self._request, self._carried = continuation.parse_input(decoded(raw_input))
+        except errors.InvalidRequest as err:
+            self._input_problem = f"invalid request: {err}"
+            return
+        except ValidationError as err:
+            self._input_problem = f"invalid request: {describe_validation_error(err)}"
+            return
+        info = workflow.info()
+        self._input_problem = continuation.start_problem(
+            carried=self._carried is not None,
+            continued_run_id=info.continued_run_id,
+            cron_schedule=info.cron_schedule,
+            has_retry_policy=info.retry_policy is not None,
+            attempt=info.attempt,
+        )
 
     @workflow.run
-    async def run(self, raw_request: Any) -> PipelineResult:
-        request = self._parse_request(raw_request)
-        self._request = request
+    async def run(self, raw_input: RawValue) -> PipelineResult:
+        request = await self._admit()
         handlers: dict[State, Callable[[], Awaitable[None]]] = {
             State.IDLE: self._start,
             State.FETCH_PROMPT: self._fetch_prompt,
@@ -118,73 +158,122 @@ class AiOrchestrator(ReviewDesk):
             State.GENERATE_EMBEDDING: self._generate_embedding,
         }
         try:
-            while not is_terminal(self._state):
+            while not is_terminal(self._run.state):
                 if not self._fetches_locally():
-                    self._publish_state()
+                    self._publish()
                 await self._continue_as_new_if_due()
-                await handlers[self._state]()
+                await handlers[self._run.state]()
         except (asyncio.CancelledError, ActivityError) as err:
-            # A cancel reaching an in-flight activity arrives as ActivityError, not
-            # asyncio.CancelledError (see _cancelled); any other ActivityError here is a bug.
-            if isinstance(err, ActivityError) and not self._cancelled(err):
+            # Any ActivityError that is not this run's cancel is a bug: let it fail the task.
+            if isinstance(err, ActivityError) and not _cancelled(err):
                 raise
             await self._compensate_cancel()
-            self._publish_state()
+            self._publish()
             raise
-        self._publish_state()
+        self._publish()
         await workflow.wait_condition(workflow.all_handlers_finished)
-        return self._result()
+        return run_record.result(self._run, request)
 
-    # Queries: the contract's names (the review signal and update are in ReviewDesk).
+    # Queries, the review signal and update, operator signals: the contract's names.
 
     @workflow.query(name=contract.QUERY_STATE)
     def state(self) -> str:
-        return self._state.value
+        return self._run.state.value
 
     @workflow.query(name=contract.QUERY_STATUS)
     def status(self) -> RunStatus:
-        return self._status()
+        return run_record.status(self._run)
+
+    @workflow.signal(name=contract.SIGNAL_REVIEW)
+    def review(self, raw_decision: RawValue) -> None:
+        # A signal cannot be refused: one the rules refuse is counted and not acted on.
+        try:
+            decision = inbound(raw_decision, ReviewDecision)
+        except errors.InvalidRequest as err:
+            self._count_refusal(review_desk.invalid(str(err)))
+            return
+        refused = self._refusal(decision)
+        if refused is not None:
+            self._count_refusal(refused)
+            return
+        self._pending_review = decision
+
+    @workflow.update(name=contract.UPDATE_SUBMIT_REVIEW)
+    async def submit_review(self, raw_decision: RawValue) -> RunStatus:
+        decision = inbound(raw_decision, ReviewDecision)
+        applied_before = self._reviews_applied
+        self._pending_review = decision
+        await workflow.wait_condition(lambda: self._reviews_applied > applied_before)
+        return run_record.status(self._run)
+
+    @submit_review.validator
+    def _validate_review(self, raw_decision: RawValue) -> None:
+        try:
+            decision = inbound(raw_decision, ReviewDecision)
+        except errors.InvalidRequest as err:
+            raise ValueError(f"invalid review: {err}") from None
+        refused = self._refusal(decision)
+        if refused is not None:
+            raise ValueError(refused.reason)
+
+    @workflow.signal(name=contract.SIGNAL_EXPIRE_REVIEW)
+    def expire_review(self, raw_request: RawValue = NO_ARGUMENT) -> None:
+        """Operator action: end the current review wait now, exactly as its timeout would."""
+        reason = self._operator_reason(raw_request, "review timeout forced")
+        if reason:
+            self._run.forced_timeout = reason
+
+    @workflow.signal(name=contract.SIGNAL_DEAD_LETTER)
+    def request_dead_letter(self, raw_request: RawValue = NO_ARGUMENT) -> None:
+        """Operator action: time out every review wait now, so the run takes its normal
+        escalate -> dead_letter path (and sends its dead-letter message)."""
+        reason = self._operator_reason(raw_request, "dead-lettered")
+        if reason:
+            self._run.dead_letter_requested = reason
 
     # State handlers: each does its state's work and reports one event.
 
     async def _start(self) -> None:
-        self._move(Event.START)
+        run_record.move(self._run, Event.START)
 
     async def _fetch_prompt(self) -> None:
-        assert self._request is not None
+        request = self._require_request()
         # Workflow time right after a local activity differs between the first execution and
         # a replay (a query's), so this state's moves carry the task's time, which does not.
         at = workflow.now()
+        local = self._fetches_locally()
         try:
-            if self._fetches_locally():
-                self._plan = await workflow.execute_local_activity(
+            if local:
+                plan = await workflow.execute_local_activity(
                     contract.ACTIVITY_FETCH_PROMPT,
-                    PromptInput(request=self._request),
+                    PromptInput(request=request),
                     result_type=PromptPlan,
                     start_to_close_timeout=activity_policy.LOCAL_FETCH_TIMEOUT,
                     retry_policy=activity_policy.FETCH_RETRY,
                     summary="fetch_prompt: build prompt (local)",
                 )
             else:
-                self._plan = await workflow.execute_activity(
+                plan = await workflow.execute_activity(
                     contract.ACTIVITY_FETCH_PROMPT,
-                    PromptInput(request=self._request),
+                    PromptInput(request=request),
                     result_type=PromptPlan,
                     start_to_close_timeout=timedelta(seconds=60),
                     retry_policy=activity_policy.FETCH_RETRY,
                     summary="fetch_prompt: load input, build prompt",
                 )
         except ActivityError as err:
-            if self._cancelled(err):
+            if _cancelled(err):
                 raise
-            self._last_error = activity_policy.error_text(err)
-            self._move(Event.PERMANENT_ERROR, detail=self._last_error, at=at)
+            detail = run_record.set_error(self._run, activity_policy.error_text(err))
+            run_record.move(self._run, Event.PERMANENT_ERROR, detail=detail, at=at)
             return
-        self._move(Event.PROMPT_READY, at=at)
+        self._run.plan = plan
+        run_record.move(self._run, Event.PROMPT_READY, at=at)
 
     async def _invoke_llm(self) -> None:
-        plan = self._require_plan()
-        self._attempts += 1
+        run, plan = self._run, self._require_plan()
+        self._after_reedit = False
+        run.attempts += 1
         model = self._choose_model(plan)
         call = LlmCallInput(
             workflow_id=workflow.info().workflow_id,
@@ -192,10 +281,10 @@ class AiOrchestrator(ReviewDesk):
             user_prompt=plan.user_prompt,
             input_ref=plan.input_ref,
             model=model,
-            attempt=self._attempts,
+            attempt=run.attempts,
             temperature=plan.temperature,
-            feedback=list(self._feedback),
-            corrective=self._corrective_next,
+            feedback=list(run.feedback),
+            corrective=run.corrective_next,
             max_reply_chars=plan.max_reply_chars,
         )
         try:
@@ -206,188 +295,306 @@ class AiOrchestrator(ReviewDesk):
                 start_to_close_timeout=timedelta(seconds=plan.llm_timeout_s + 15),
                 heartbeat_timeout=activity_policy.HEARTBEAT_TIMEOUT,
                 retry_policy=activity_policy.SINGLE_ATTEMPT,
-                summary=f"invoke_llm: attempt {self._attempts} on {model}",
+                summary=f"invoke_llm: attempt {run.attempts} on {model}",
             )
         except ActivityError as err:
-            if self._cancelled(err):
+            if _cancelled(err):
                 raise
-            self._last_error = activity_policy.error_text(err)
-            self._retry_after = activity_policy.retry_after(err)
-            self._corrective_next = (
+            detail = run_record.set_error(run, activity_policy.error_text(err))
+            delay = activity_policy.retry_after(err)
+            run.retry_after_s = delay.total_seconds() if delay else None
+            run.corrective_next = (
                 isinstance(err.cause, ApplicationError)
                 and err.cause.type == errors.LLM_MALFORMED_REPLY
             )
             if activity_policy.is_permanent(err):
-                self._move(Event.PERMANENT_ERROR, detail=self._last_error)
+                run_record.move(run, Event.PERMANENT_ERROR, detail=detail)
             else:
-                self._consecutive_failures += 1
-                self._move(Event.RETRYABLE_ERROR, detail=self._last_error)
+                run.consecutive_failures += 1
+                run_record.move(run, Event.RETRYABLE_ERROR, detail=detail)
             return
-        self._reply = reply
-        self._model = reply.model
-        self._consecutive_failures = 0
-        self._corrective_next = False
-        assert self._request is not None
-        review = self._request.review
-        if review == "always" or (review == "auto" and reply.needs_review):
-            self._review_round += 1
-            self._move(
+        run.reply = reply
+        run.model = reply.model
+        run.consecutive_failures = 0
+        run.corrective_next = False
+        if plan.review == "always" or (plan.review == "auto" and reply.needs_review):
+            run.review_round += 1
+            run.review_deadline = workflow.now() + timedelta(seconds=plan.review_timeout_s)
+            run_record.move(
+                run,
                 Event.NEEDS_REVIEW,
                 detail=f"answered by {reply.model}",
-                review_round=self._review_round,
+                review_round=run.review_round,
             )
         else:
-            self._move(Event.LLM_OK, detail=f"answered by {reply.model}")
+            run_record.move(run, Event.LLM_OK, detail=f"answered by {reply.model}")
 
     async def _retry_llm(self) -> None:
-        plan = self._require_plan()
-        if self._consecutive_failures >= plan.llm_max_attempts:
-            await self._dead_letter(failed_state=State.INVOKE_LLM)
-            self._move(Event.EXHAUSTED, detail=f"gave up after {self._attempts} attempts")
+        run, plan = self._run, self._require_plan()
+        if run.consecutive_failures >= plan.llm_max_attempts:
+            refused = await self._dead_letter(failed_state=State.INVOKE_LLM)
+            detail = f"gave up after {run.attempts} attempts{refused}"
+            run_record.move(run, Event.EXHAUSTED, detail=detail)
             return
         delay = full_jitter_delay(
-            self._consecutive_failures,
+            run.consecutive_failures,
             initial=timedelta(seconds=plan.backoff_initial_s),
             cap=timedelta(seconds=plan.backoff_max_s),
             unit_random=workflow.random().random(),
-            at_least=self._retry_after,
+            at_least=timedelta(seconds=run.retry_after_s) if run.retry_after_s else None,
         )
         await workflow.sleep(delay, summary=f"retry_llm backoff {delay.total_seconds():.1f}s")
-        self._move(Event.BACKOFF_ELAPSED, detail=f"waited {delay.total_seconds():.2f}s")
+        run_record.move(run, Event.BACKOFF_ELAPSED, detail=f"waited {delay.total_seconds():.2f}s")
 
     async def _await_review(self) -> None:
-        plan = self._require_plan()
-        decision = await self._wait_for_review(plan.review_timeout_s, "review timeout")
-        if decision is None:
-            detail = self._take_forced_reason() or f"no review in {plan.review_timeout_s:g}s"
-            self._move(Event.REVIEW_TIMEOUT, detail=detail)
-        else:
+        run, plan = self._run, self._require_plan()
+        decision = await self._wait_for_review("review timeout")
+        if decision is not None:
             self._apply_review(decision)
+            return
+        detail = review_desk.take_forced_reason(run) or f"no review in {plan.review_timeout_s:g}s"
+        run.review_deadline = workflow.now() + timedelta(seconds=plan.escalation_timeout_s)
+        run_record.move(run, Event.REVIEW_TIMEOUT, detail=detail)
 
     async def _escalate(self) -> None:
-        plan = self._require_plan()
-        decision = await self._wait_for_review(plan.escalation_timeout_s, "escalation timeout")
-        if decision is None:
-            self._last_error = (
-                self._take_forced_reason()
-                or f"no review after escalation ({plan.escalation_timeout_s:g}s)"
-            )
-            await self._dead_letter(failed_state=State.ESCALATE)
-            self._move(Event.ESCALATION_TIMEOUT, detail=self._last_error)
-        else:
+        run, plan = self._run, self._require_plan()
+        decision = await self._wait_for_review("escalation timeout")
+        if decision is not None:
             self._apply_review(decision)
+            return
+        reason = review_desk.take_forced_reason(run)
+        detail = run_record.set_error(
+            run, reason or f"no review after escalation ({plan.escalation_timeout_s:g}s)"
+        )
+        run.review_deadline = None
+        refused = await self._dead_letter(failed_state=State.ESCALATE)
+        run_record.move(run, Event.ESCALATION_TIMEOUT, detail=detail + refused)
 
     async def _generate_embedding(self) -> None:
-        assert self._request is not None and self._reply is not None
-        # On cancel, wait until the activity has really stopped (it heartbeats, so the cancel
-        # reaches it) before compensating: with TRY_CANCEL the delete could run while the
-        # embedding call is still in flight, and the upsert after it would leave an orphan.
-        wait_for_cancel = workflow.patched(PATCH_EMBEDDING_CANCEL_WAITS)
+        run, request = self._run, self._require_request()
+        assert run.reply is not None
         try:
             result = await workflow.execute_activity(
                 contract.ACTIVITY_GENERATE_EMBEDDING,
                 EmbeddingInput(
                     workflow_id=workflow.info().workflow_id,
-                    request_id=self._request.request_id,
-                    content=self._reply.content,
+                    request_id=request.request_id,
+                    content=run.reply.content,
                 ),
                 result_type=EmbeddingResult,
                 start_to_close_timeout=timedelta(seconds=60),
                 heartbeat_timeout=activity_policy.HEARTBEAT_TIMEOUT,
                 retry_policy=activity_policy.EMBEDDING_RETRY,
-                cancellation_type=(
-                    workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
-                    if wait_for_cancel
-                    else workflow.ActivityCancellationType.TRY_CANCEL
-                ),
+                # On cancel, wait until the activity has really stopped (it heartbeats, so the
+                # cancel reaches it) before compensating: the delete must not race the upsert.
+                cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
                 summary="generate_embedding: embed and upsert",
             )
         except ActivityError as err:
-            if self._cancelled(err):
+            if _cancelled(err):
                 raise
-            self._last_error = activity_policy.error_text(err)
-            await self._dead_letter(failed_state=State.GENERATE_EMBEDDING)
-            self._move(Event.EXHAUSTED, detail=self._last_error)
+            detail = run_record.set_error(run, activity_policy.error_text(err))
+            refused = await self._dead_letter(failed_state=State.GENERATE_EMBEDDING)
+            run_record.move(run, Event.EXHAUSTED, detail=detail + refused)
             return
-        self._embedding_id = result.embedding_id
-        if wait_for_cancel and workflow.cancellation_reason() is not None:
+        run.embedding_id = result.embedding_id
+        if workflow.cancellation_reason() is not None:
             # The cancel came too late to stop the write: the compensation deletes the vector.
             raise asyncio.CancelledError
-        self._move(Event.EMBEDDED, detail=f"embedding {result.embedding_id}")
+        run_record.move(run, Event.EMBEDDED, detail=f"embedding {result.embedding_id}")
 
     # Helpers.
 
-    def _parse_request(self, raw_request: Any) -> PipelineRequest:
-        if self._input_problem is not None:
-            raise ApplicationError(
-                self._input_problem, type=errors.INVALID_REQUEST, non_retryable=True
+    async def _admit(self) -> PipelineRequest:
+        """Fail the run on a bad start; install a continued run's state once it is vouched for.
+
+        Raises:
+            ApplicationError: ``InvalidRequest`` (non-retryable): the run fails at once.
+        """
+        if self._input_problem is None and self._carried is not None:
+            info = workflow.info()
+            verdict = await workflow.execute_local_activity(
+                contract.ACTIVITY_VERIFY_CONTINUATION,
+                ContinuationCheck(
+                    workflow_id=info.workflow_id,
+                    run_id=info.run_id,
+                    previous_run_id=info.continued_run_id or "",
+                ),
+                result_type=ContinuationVerdict,
+                start_to_close_timeout=activity_policy.LOCAL_FETCH_TIMEOUT,
+                retry_policy=activity_policy.VERIFY_RETRY,
+                summary="verify_continuation",
             )
-        try:
-            request_part, _ = continuation.split_input(raw_request)
-            return PipelineRequest.model_validate(request_part)
-        except ValidationError as err:
-            # Fails the run (not the workflow task), so bad input from any client ends at once.
-            raise ApplicationError(
-                f"invalid request: {describe_validation_error(err)}",
-                type=errors.INVALID_REQUEST,
-                non_retryable=True,
-            ) from None
+            if verdict.accepted:
+                self._run, self._published = self._carried, self._carried.state
+            else:
+                self._input_problem = f"carried state refused: {verdict.reason}"
+        if self._input_problem is not None or self._request is None:
+            problem = self._input_problem or "invalid request"
+            raise ApplicationError(problem, type=errors.INVALID_REQUEST, non_retryable=True)
+        if self._carried is None:
+            self._run.started_at = workflow.info().workflow_start_time
+        return self._request
+
+    def _publish(self) -> None:
+        self._published = run_record.publish_state(self._run, self._published)
 
     def _fetches_locally(self) -> bool:
-        """Whether this run's fetch_prompt runs as a local activity, inside the current task."""
+        """Whether this run's fetch_prompt runs as a local activity, inside the current task:
+        an inline message needs no I/O, a reference (file://, s3://) does."""
         return (
-            self._state is State.FETCH_PROMPT
+            self._run.state is State.FETCH_PROMPT
             and self._request is not None
             and not self._request.is_reference
-            and workflow.patched(PATCH_LOCAL_FETCH)
         )
 
+    def _require_request(self) -> PipelineRequest:
+        if self._request is None:
+            raise errors.InvalidTransition(self._run.state, "(no request)", "input not admitted")
+        return self._request
+
     def _require_plan(self) -> PromptPlan:
-        if self._plan is None:
-            raise errors.InvalidTransition(self._state, "(no prompt plan)", "fetch_prompt not run")
-        return self._plan
+        if self._run.plan is None:
+            raise errors.InvalidTransition(self._run.state, "(no plan)", "fetch_prompt not run")
+        return self._run.plan
 
     def _choose_model(self, plan: PromptPlan) -> str:
-        if plan.fallback_model and self._consecutive_failures >= plan.fallback_after:
+        if plan.fallback_model and self._run.consecutive_failures >= plan.fallback_after:
             return plan.fallback_model
         return plan.model
 
-    async def _dead_letter(self, failed_state: State) -> None:
-        assert self._request is not None
+    def _refusal(self, decision: ReviewDecision) -> review_desk.Refusal | None:
+        return review_desk.refusal(
+            self._run,
+            decision,
+            workflow_id=workflow.info().workflow_id,
+            pending=self._pending_review,
+            now=workflow.now(),
+        )
+
+    def _count_refusal(self, refused: review_desk.Refusal) -> None:
+        review_desk.count_refusal(self._run, refused)
+        observability.count_refused_review(refused.code)
+
+    def _operator_reason(self, raw_request: RawValue | None, action: str) -> str | None:
+        # Signals cannot be refused: an invalid or untimely one is dropped (state unchanged).
+        try:
+            request = inbound(raw_request, OperatorRequest) if raw_request else OperatorRequest()
+        except errors.InvalidRequest:
+            return None
+        return review_desk.operator_reason(self._run, request, action)
+
+    async def _wait_for_review(self, summary: str) -> ReviewDecision | None:
+        """The decision for this wait, or None when it timed out (or an operator ended it).
+
+        A flood of signals cannot make the wait outlive Temporal's history limits: when the
+        history grows large the run continues as new, and the new run resumes this wait with
+        the same deadline.
+        """
+        run = self._run
+        deadline = run.review_deadline or workflow.now()
+        while True:
+            remaining = deadline - workflow.now()
+            if remaining <= timedelta(0):
+                return None
+            try:
+                await workflow.wait_condition(
+                    lambda: (
+                        self._pending_review is not None
+                        or run.forced_timeout is not None
+                        or run.dead_letter_requested is not None
+                        or self._history_is_large()
+                    ),
+                    timeout=remaining,
+                    timeout_summary=summary,
+                )
+            except TimeoutError:
+                return None
+            decision = self._pending_review
+            if decision is not None:
+                run.forced_timeout = None  # a review that came with it wins
+                return decision
+            if run.forced_timeout is not None or run.dead_letter_requested is not None:
+                return None
+            await self._continue_as_new("while waiting for review")
+
+    def _apply_review(self, decision: ReviewDecision) -> None:
+        if decision.decision == "reedit":
+            self._rounds_this_run += 1
+            self._after_reedit = True
+        self._pending_review = None
+        self._reviews_applied += 1
+        review_desk.apply(self._run, decision)
+
+    def _history_is_large(self) -> bool:
+        """The server suggests continuing as new, or the history passed our own bounds (and no
+        update is in flight, which must finish on this run)."""
         info = workflow.info()
+        return workflow.all_handlers_finished() and continuation.is_due(
+            rounds_this_run=0,
+            rounds_per_run=1,
+            suggested=info.is_continue_as_new_suggested(),
+            history_bytes=info.get_current_history_size(),
+            history_events=info.get_current_history_length(),
+        )
+
+    async def _continue_as_new_if_due(self) -> None:
+        """After a reedit, before the next LLM call: hand a long loop to a fresh run."""
+        plan = self._run.plan
+        if self._run.state is not State.INVOKE_LLM or not self._after_reedit or plan is None:
+            return
+        info = workflow.info()
+        if continuation.is_due(
+            rounds_this_run=self._rounds_this_run,
+            rounds_per_run=plan.reedit_rounds_per_run,
+            suggested=info.is_continue_as_new_suggested(),
+            history_bytes=info.get_current_history_size(),
+            history_events=info.get_current_history_length(),
+        ):
+            await self._continue_as_new(f"after {self._rounds_this_run} review rounds")
+
+    async def _continue_as_new(self, when: str) -> NoReturn:
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        events = workflow.info().get_current_history_length()
+        run_record.note(
+            self._run, NOTE_CONTINUED_AS_NEW, f"continued as a new run {when} ({events} events)"
+        )
+        workflow.continue_as_new(ContinuedRun(request=self._require_request(), carried=self._run))
+
+    async def _dead_letter(self, failed_state: State) -> str:
+        """Send the run's dead-letter message; returns a note for history when the queue
+        refused it for good (the run still ends dead_letter: nothing retries forever)."""
+        run, info = self._run, workflow.info()
         message = DeadLetterMessage(
             workflow_id=info.workflow_id,
             run_id=info.run_id,
-            request=self._request.model_dump(mode="json"),
+            request=self._require_request().model_dump(mode="json"),
             failed_state=failed_state.value,
-            attempts=self._attempts,
-            last_error=self._last_error,
-            history=list(self._history),
+            attempts=run.attempts,
+            last_error=run.last_error,
+            history=list(run.history),
         )
-        receipt = await workflow.execute_activity(
-            contract.ACTIVITY_SEND_DEAD_LETTER,
-            DeadLetterInput(message=message),
-            result_type=DeadLetterReceipt,
-            start_to_close_timeout=timedelta(seconds=30),
-            retry_policy=activity_policy.DEAD_LETTER_RETRY,
-            summary=f"send_dead_letter: {failed_state.value}",
-        )
-        workflow.logger.info("dead-lettered as SQS message %s", receipt.message_id)
-
-    def _cancelled(self, err: ActivityError) -> bool:
-        """True when ``err`` is this run's cancel reaching an in-flight activity.
-
-        The SDK reports such an activity as ActivityError (cause CancelledError), not as
-        asyncio.CancelledError, so a state's ``except ActivityError`` must re-raise it rather
-        than retry or dead-letter. Runs recorded before this check replay their old path.
-        """
-        return isinstance(err.cause, ActivityCancelledError) and workflow.patched(
-            PATCH_CANCEL_IN_ACTIVITY
-        )
+        try:
+            await workflow.execute_activity(
+                contract.ACTIVITY_SEND_DEAD_LETTER,
+                DeadLetterInput(message=message),
+                result_type=DeadLetterReceipt,
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=activity_policy.DEAD_LETTER_RETRY,
+                summary=f"send_dead_letter: {failed_state.value}",
+            )
+        except ActivityError as err:
+            if _cancelled(err):
+                raise
+            return (
+                f"; the dead-letter queue refused the message ({activity_policy.error_text(err)})"
+            )
+        return ""
 
     async def _compensate_cancel(self) -> None:
+        run = self._run
         detail = "no side effects to undo"
-        if self._state in (State.GENERATE_EMBEDDING, State.COMPLETED) or self._embedding_id:
+        if run.state in (State.GENERATE_EMBEDDING, State.COMPLETED) or run.embedding_id:
             deleted = await workflow.execute_activity(
                 contract.ACTIVITY_DELETE_EMBEDDING,
                 workflow.info().workflow_id,
@@ -397,4 +604,4 @@ class AiOrchestrator(ReviewDesk):
                 summary="compensate: delete embedding",
             )
             detail = f"compensation: deleted {deleted} vector(s)"
-        self._move(Event.CANCEL, detail=detail)
+        run_record.move(run, Event.CANCEL, detail=detail)

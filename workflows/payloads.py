@@ -9,16 +9,18 @@ Sizes are bounded so no run can fail on Temporal's payload limits (warning at 25
 travel by reference, ``file://`` or ``s3://``), metadata at most ``MAX_METADATA_BYTES``, feedback
 at most ``MAX_FEEDBACK_CHARS`` (runs may set a lower limit).
 
-History entries come in three kinds, all ``HistoryEntry``:
+Every text a client sends must be valid Unicode (no lone surrogates, which no payload could
+carry onwards), and metadata is bounded in size and depth.
 
-- a *transition* (``from_state != to_state`` or a graph self-edge): an edge of
-  ``workflows.graph``, validated before it is recorded; ``event`` is a ``graph.Event``. Review
-  decisions also carry ``reviewer``, ``feedback`` and ``review_round``.
-- ``review_refused`` (``NOTE_REVIEW_REFUSED``): a review signal the run did not act on (wrong
-  state, reviewer not allowed, round already decided, invalid payload); ``from_state ==
-  to_state`` = the state the run stayed in, ``detail`` = the reason. Not a graph transition.
-- ``continued_as_new`` (``NOTE_CONTINUED_AS_NEW``): a long reedit loop moved on to a fresh
-  Temporal run carrying its state; ``from_state == to_state == "invoke_llm"``. Not a transition.
+History entries come in two kinds, both ``HistoryEntry``:
+
+- a *transition*: an edge of ``workflows.graph``, validated before it is recorded; ``event`` is
+  a ``graph.Event``. Review decisions also carry ``reviewer``, ``feedback`` and ``review_round``.
+- ``continued_as_new`` (``NOTE_CONTINUED_AS_NEW``): the run moved on to a fresh Temporal run
+  carrying its state; ``from_state == to_state``. Not a transition.
+
+Reviews the run refused are counted (``RunStatus.reviews_refused``), never stored one by one,
+so no sender can grow a run's state.
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ import json
 from datetime import datetime
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from workflows.graph import State
 
 REQUEST_ID_PATTERN = r"^[a-f0-9]{24}$"
 REFERENCE_SCHEMES: Final = ("file://", "s3://")
@@ -40,8 +44,19 @@ MAX_INLINE_MESSAGE_BYTES: Final = 256 * 1024
 MAX_METADATA_BYTES: Final = 64 * 1024
 MAX_FEEDBACK_CHARS: Final = 16 * 1024
 MAX_REVIEWER_CHARS: Final = 200
-NOTE_REVIEW_REFUSED: Final = "review_refused"
+MAX_METADATA_DEPTH: Final = 16
+MAX_TOKEN_CHARS: Final = 8192
 NOTE_CONTINUED_AS_NEW: Final = "continued_as_new"
+# The states a continued run may resume in: the safe points where a run continues as new.
+RESUMABLE_STATES: Final = frozenset({State.INVOKE_LLM, State.AWAIT_REVIEW, State.ESCALATE})
+
+
+def _unicode(value: str) -> str:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("is not valid Unicode (it holds a lone surrogate)") from None
+    return value
 
 
 def _not_blank(value: str) -> str:
@@ -50,8 +65,11 @@ def _not_blank(value: str) -> str:
     return value
 
 
-NonBlank = Annotated[str, AfterValidator(_not_blank)]
-ReviewerName = Annotated[str, Field(max_length=MAX_REVIEWER_CHARS), AfterValidator(_not_blank)]
+Text = Annotated[str, AfterValidator(_unicode)]
+NonBlank = Annotated[str, AfterValidator(_unicode), AfterValidator(_not_blank)]
+ReviewerName = Annotated[
+    str, Field(max_length=MAX_REVIEWER_CHARS), AfterValidator(_unicode), AfterValidator(_not_blank)
+]
 
 
 def _inline_size(value: str) -> str:
@@ -65,14 +83,29 @@ def _inline_size(value: str) -> str:
     return value
 
 
-def _metadata_size(value: dict[str, Any]) -> dict[str, Any]:
-    size = len(json.dumps(value, ensure_ascii=False, default=str).encode("utf-8"))
+def _depth(value: Any, limit: int) -> int:
+    """How deeply ``value`` nests (stops counting past ``limit``)."""
+    if limit < 0 or not isinstance(value, dict | list):
+        return 0
+    children = value.values() if isinstance(value, dict) else value
+    return 1 + max((_depth(child, limit - 1) for child in children), default=0)
+
+
+def _metadata_bounds(value: dict[str, Any]) -> dict[str, Any]:
+    if _depth(value, MAX_METADATA_DEPTH) > MAX_METADATA_DEPTH:
+        raise ValueError(f"nests deeper than {MAX_METADATA_DEPTH} levels")
+    try:
+        size = len(json.dumps(value, ensure_ascii=False, default=str).encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ValueError("is not valid Unicode (it holds a lone surrogate)") from None
     if size > MAX_METADATA_BYTES:
         raise ValueError(f"is {size} bytes as JSON; the limit is {MAX_METADATA_BYTES} bytes")
     return value
 
 
 class _Strict(BaseModel):
+    """Inbound models: what a client sends. Unknown fields are an error."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
@@ -80,6 +113,12 @@ class _Open(BaseModel):
     """Outbound models ignore unknown fields so an older reader accepts a newer writer."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class _Mutable(BaseModel):
+    """The workflow's own state: changed in place by workflow code, carried as a whole."""
+
+    model_config = ConfigDict(extra="ignore")
 
 
 class RunOptions(_Strict):
@@ -92,7 +131,8 @@ class RunOptions(_Strict):
         default=None,
         min_length=1,
         max_length=100,
-        description="Who may review this run; unset = the worker's ALLOWED_REVIEWERS (or anyone)",
+        description="Narrows who may review this run: only names the worker's ALLOWED_REVIEWERS "
+        "also allows (all of them when the worker allows anyone); never widens that set",
     )
 
 
@@ -103,11 +143,17 @@ class PipelineRequest(_Strict):
     user_message: Annotated[NonBlank, AfterValidator(_inline_size)] = Field(
         description="The message, or a reference to it: file:///path or s3://bucket/key"
     )
-    review: ReviewMode = "auto"
-    metadata: Annotated[dict[str, Any], AfterValidator(_metadata_size)] = Field(
+    review: ReviewMode = Field(
+        default="auto",
+        description="May raise the operator's REVIEW_MIN (never < auto < always), never lower it",
+    )
+    metadata: Annotated[dict[str, Any], AfterValidator(_metadata_bounds)] = Field(
         default_factory=dict
     )
     options: RunOptions = Field(default_factory=RunOptions)
+    requested_by: ReviewerName | None = Field(
+        default=None, description="Who asked for this run; that reviewer may not review it"
+    )
 
     @property
     def is_reference(self) -> bool:
@@ -120,12 +166,18 @@ class ReviewDecision(_Strict):
 
     decision: Decision
     reviewer: ReviewerName
-    feedback: str | None = Field(default=None, max_length=MAX_FEEDBACK_CHARS)
+    feedback: Text | None = Field(default=None, max_length=MAX_FEEDBACK_CHARS)
     review_round: int | None = Field(
         default=None,
         ge=1,
         description="The round decided (RunStatus.review_round); a decision for any other "
         "round is refused, so a re-sent decision never lands on a later round",
+    )
+    token: str | None = Field(
+        default=None,
+        max_length=MAX_TOKEN_CHARS,
+        description="Signed review token (required when the operator turns reviewer "
+        "authentication on; see workflows/identity.py)",
     )
 
 
@@ -133,7 +185,7 @@ class OperatorRequest(_Strict):
     """Payload of the operator signals ``expire_review`` and ``dead_letter`` (both optional)."""
 
     operator: NonBlank = Field(default="operator", max_length=200)
-    reason: str | None = Field(default=None, max_length=500)
+    reason: Text | None = Field(default=None, max_length=500)
 
 
 class HistoryEntry(_Open):
@@ -163,6 +215,9 @@ class RunStatus(_Open):
     review_round: int = 0
     # Entries dropped from the front of ``history`` to keep a very long run's state bounded.
     history_dropped: int = 0
+    # Reviews the run refused (wrong state or round, reviewer not allowed, unsigned, ...).
+    reviews_refused: int = 0
+    last_refusal: str | None = None
 
 
 class PipelineResult(_Open):
@@ -191,8 +246,18 @@ class DeadLetterMessage(_Open):
 class LlmReply(_Strict):
     """What the model must answer (as JSON); anything else is a malformed reply."""
 
-    content: str
+    content: Text
     needs_review: bool
+
+
+class ReviewKey(_Open):
+    """A public key that may sign reviews (see ``workflows.identity``)."""
+
+    key_id: str
+    public_key: str = Field(description="the raw 32-byte Ed25519 public key, base64")
+    reviewers: list[str] | None = Field(
+        default=None, description="whom it may sign for; None = anyone (an identity provider)"
+    )
 
 
 # Activity payloads: internal to the worker but recorded in history, so also versioned by default.
@@ -224,8 +289,13 @@ class PromptPlan(_Open):
     backoff_max_s: float = 60.0
     # OTEL_CAPTURE_CONTENT of the worker that built the plan: prompt/reply text in spans.
     capture_content: bool = False
-    # Reviewer authority and bounds, resolved once from the request and ALLOWED_REVIEWERS etc.
+    # Review policy, resolved once from the request and the worker's floor (REVIEW_MIN,
+    # ALLOWED_REVIEWERS, REVIEW_PUBLIC_KEYS): who may review, whether review is required, and
+    # the public keys that authenticate reviewers (none = authentication off).
+    review: ReviewMode = "auto"
     allowed_reviewers: list[str] | None = None
+    requested_by: str | None = None
+    review_keys: list[ReviewKey] = Field(default_factory=list)
     max_feedback_chars: int = MAX_FEEDBACK_CHARS
     max_reply_chars: int | None = None
     reedit_rounds_per_run: int = 50
@@ -278,37 +348,87 @@ class DeadLetterReceipt(_Open):
     queue_url: str
 
 
-class CarriedState(_Open):
-    """What a long run hands to the run that continues it (continue-as-new)."""
+class RunState(_Mutable):
+    """Everything a run knows about itself: held by the workflow, changed by its handlers, and
+    carried whole to the run that continues it (continue-as-new)."""
 
-    state: str
+    state: State = State.IDLE
+    # When the current state began, and when the first run of this chain started.
+    state_since: datetime | None = None
+    started_at: datetime | None = None
     history: list[HistoryEntry] = Field(default_factory=list)
+    history_bytes: int = 0
     history_dropped: int = 0
     attempts: int = 0
     consecutive_failures: int = 0
     corrective_next: bool = False
+    retry_after_s: float | None = None
     model: str | None = None
     last_error: str | None = None
     feedback: list[str] = Field(default_factory=list)
     review_round: int = 0
-    plan: PromptPlan
+    # When the current review wait (await_review or escalate) times out.
+    review_deadline: datetime | None = None
+    reviews_refused: int = 0
+    last_refusal: str | None = None
+    plan: PromptPlan | None = None
+    reply: LlmCallResult | None = None
+    embedding_id: str | None = None
+    # Operator actions: expire_review ends one review wait, dead_letter every one until the end.
+    forced_timeout: str | None = None
+    dead_letter_requested: str | None = None
+
+
+class ContinuationCheck(_Open):
+    """Input of ``verify_continuation``: the run that claims to continue ``previous_run_id``."""
+
+    workflow_id: str
+    run_id: str
+    previous_run_id: str
+
+
+class ContinuationVerdict(_Open):
+    """Whether the previous run really continued as new into this one, and if not, why."""
+
+    accepted: bool
+    reason: str | None = None
 
 
 class ContinuedRun(_Strict):
     """Input of a continued run: the original request plus the carried state. Accepted only
-    from continue-as-new (the workflow checks ``continued_run_id``), never from a client."""
+    from this workflow's own continue-as-new (the workflow checks how the run was started),
+    never from a client."""
 
     request: PipelineRequest
-    carried: CarriedState
+    carried: RunState
+
+    @model_validator(mode="after")
+    def _resumable(self) -> ContinuedRun:
+        if self.carried.state not in RESUMABLE_STATES:
+            raise ValueError(f"a continued run cannot resume in {self.carried.state.value!r}")
+        if self.carried.plan is None:
+            raise ValueError("a continued run must carry its plan")
+        return self
+
+
+def printable(text: str, limit: int = 300) -> str:
+    """``text`` safe to put in an error or log line: no lone surrogates (they would make the
+    message itself unencodable), at most ``limit`` characters."""
+    safe = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return safe if len(safe) <= limit else safe[: limit - 6] + " [cut]"
 
 
 def describe_validation_error(err: ValidationError) -> str:
-    """One line naming each offending field, for users rather than developers."""
+    """One line naming each offending field, for users rather than developers.
+
+    Never quotes the offending value (it may be content, or not even encodable), and field
+    names a client made up are cut short.
+    """
     problems = []
-    for item in err.errors():
-        field = ".".join(str(part) for part in item["loc"]) or "(payload)"
-        problems.append(f"{field}: {item['msg']}")
-    return "; ".join(problems)
+    for item in err.errors()[:10]:
+        field = ".".join(printable(str(part), 64) for part in item["loc"]) or "(payload)"
+        problems.append(f"{field}: {printable(item['msg'], 200)}")
+    return printable("; ".join(problems), 1000)
 
 
 ALL_MODELS: tuple[type[BaseModel], ...] = (

@@ -1,172 +1,148 @@
-"""Reviews and operator actions: the ``review`` signal and the ``submit_review`` update (the
-contract's names), the ``expire_review`` and ``dead_letter`` operator signals, and the wait for
-a decision in ``await_review`` and ``escalate``.
+"""Reviews and operator actions, as functions over ``RunState``: one set of rules for the
+``submit_review`` update and the ``review`` signal, and how an accepted decision moves the run.
 
-A signal cannot be refused, so one that the rules refuse (``workflows.review_rules``) is
-recorded as a ``review_refused`` note and not acted on; the update's validator refuses the same
-reviews with an error the caller sees.
+A review is taken only while the run awaits one (``await_review`` or ``escalate``), for the
+round it is at, once per round, from a reviewer the run's plan allows (the operator's
+``ALLOWED_REVIEWERS``, possibly narrowed by the request) who is not the run's requester, with
+feedback within the limit, and, when the operator turned reviewer authentication on, with a
+token that proves who sent it (``workflows.identity``). The update's validator refuses anything
+else with the reason (nothing enters history); the signal, which cannot be refused, counts the
+refusal (``RunState.reviews_refused`` and ``last_refusal``) and does not act on it. Refusals are
+never stored one by one, so a flood of junk signals cannot grow the run.
 
-Workflow code, passed through the sandbox like ``workflows.run_record`` (see there).
+A *review round* is one LLM answer waiting for a decision: it starts when the run enters
+``await_review`` and ends with the decision (an escalation stays in the same round).
+
+Operator actions (``expire_review``, ``dead_letter`` signals) end review waits early; they have
+the power of a cancel, which Temporal's namespace permissions govern (docs/security.md).
+
+Workflow code, passed through the sandbox; deterministic (``now`` is workflow time).
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
-from typing import Any
-
-from pydantic import ValidationError
-from temporalio import workflow
+from dataclasses import dataclass
+from datetime import datetime
 
 import workflows.continuation as continuation
-import workflows.contract as contract
-import workflows.review_rules as review_rules
+import workflows.identity as identity
+import workflows.run_record as run_record
 from workflows.graph import REVIEW_STATES, Event
-from workflows.payloads import (
-    OperatorRequest,
-    ReviewDecision,
-    RunStatus,
-    describe_validation_error,
-)
-from workflows.run_record import RunRecord
+from workflows.payloads import OperatorRequest, ReviewDecision, RunState
+
+MAX_REFUSAL_CHARS = 300
 
 
-class ReviewDesk(RunRecord):
-    """Where reviews and operator actions arrive, and where a review state waits for them."""
+@dataclass(frozen=True)
+class Refusal:
+    """Why a review was refused: a stable ``code`` (a metric label) and a sentence."""
 
-    _pending_review: ReviewDecision | None
-    _reviews_applied: int
-    # Operator actions (expire_review: one wait; dead_letter: every wait until dead_letter).
-    _forced_timeout: str | None
-    _dead_letter_requested: str | None
+    code: str
+    reason: str
 
-    @workflow.signal(name=contract.SIGNAL_REVIEW)
-    def review(self, raw_decision: Any) -> None:
-        # A signal cannot be refused, so one the rules refuse (see workflows.review_rules) is
-        # recorded as a review_refused note, with the state unchanged, and not acted on; callers
-        # that need an answer use the submit_review update instead.
-        try:
-            decision = ReviewDecision.model_validate(raw_decision)
-        except ValidationError as err:
-            reviewer = raw_decision.get("reviewer") if isinstance(raw_decision, dict) else None
-            self._refuse_signal(
-                f"invalid review: {describe_validation_error(err)}",
-                reviewer if isinstance(reviewer, str) else None,
-            )
-            return
-        problem = self._review_refusal(decision)
-        if problem:
-            self._refuse_signal(problem, decision.reviewer)
-            return
-        self._pending_review = decision
 
-    @workflow.signal(name=contract.SIGNAL_EXPIRE_REVIEW)
-    def expire_review(self, raw_request: Any = None) -> None:
-        """Operator action: end the current review wait now, exactly as its timeout would."""
-        reason = self._operator_reason(raw_request, "review timeout forced")
-        if reason:
-            self._forced_timeout = reason
-
-    @workflow.signal(name=contract.SIGNAL_DEAD_LETTER)
-    def request_dead_letter(self, raw_request: Any = None) -> None:
-        """Operator action: time out every review wait now, so the run takes its normal
-        escalate -> dead_letter path (and sends its dead-letter message)."""
-        reason = self._operator_reason(raw_request, "dead-lettered")
-        if reason:
-            self._dead_letter_requested = reason
-
-    def _operator_reason(self, raw_request: Any, action: str) -> str | None:
-        # Signals cannot be refused: an invalid or untimely one is logged and dropped.
-        try:
-            request = OperatorRequest.model_validate(raw_request or {})
-        except ValidationError as err:
-            workflow.logger.warning("ignored %s: %s", action, describe_validation_error(err))
-            return None
-        if self._state not in REVIEW_STATES:
-            workflow.logger.warning(
-                "ignored %s: run is not awaiting review (state: %s)", action, self._state.value
-            )
-            return None
-        reason = f"{action} by {request.operator}"
-        return f"{reason}: {request.reason}" if request.reason else reason
-
-    def _take_forced_reason(self) -> str | None:
-        reason = self._forced_timeout or self._dead_letter_requested
-        self._forced_timeout = None
-        return reason
-
-    @workflow.update(name=contract.UPDATE_SUBMIT_REVIEW)
-    async def submit_review(self, raw_decision: Any) -> RunStatus:
-        decision = ReviewDecision.model_validate(raw_decision)
-        applied_before = self._reviews_applied
-        self._pending_review = decision
-        await workflow.wait_condition(lambda: self._reviews_applied > applied_before)
-        return self._status()
-
-    @submit_review.validator
-    def _validate_review(self, raw_decision: Any) -> None:
-        try:
-            decision = ReviewDecision.model_validate(raw_decision)
-        except ValidationError as err:
-            raise ValueError(f"invalid review: {describe_validation_error(err)}") from None
-        problem = self._review_refusal(decision)
-        if problem:
-            raise ValueError(problem)
-
-    def _review_refusal(self, decision: ReviewDecision) -> str | None:
-        return review_rules.refusal(
-            workflow_id=workflow.info().workflow_id,
-            state=self._state,
-            decision=decision,
-            review_round=self._review_round,
-            pending=self._pending_review,
-            plan=self._plan,
+def refusal(
+    run: RunState,
+    decision: ReviewDecision,
+    *,
+    workflow_id: str,
+    pending: ReviewDecision | None,
+    now: datetime,
+) -> Refusal | None:
+    """Why ``decision`` may not be applied now, or None when it may."""
+    if run.state not in REVIEW_STATES:
+        return Refusal(
+            "not_awaiting_review", f"run is not awaiting review (state: {run.state.value})"
         )
-
-    def _refuse_signal(self, reason: str, reviewer: str | None) -> None:
-        workflow.logger.warning("review signal refused: %s", reason)
-        self._history.append(
-            review_rules.refusal_note(
-                state=self._state,
-                at=workflow.now(),
-                attempt=self._attempts,
-                reason=reason,
-                reviewer=reviewer,
-                review_round=self._review_round,
-            )
+    if decision.review_round is not None and decision.review_round != run.review_round:
+        return Refusal(
+            "wrong_round",
+            f"review for round {decision.review_round} refused: run {workflow_id} is at "
+            f"review round {run.review_round}",
         )
-
-    async def _wait_for_review(self, timeout_s: float, summary: str) -> ReviewDecision | None:
-        try:
-            await workflow.wait_condition(
-                lambda: (
-                    self._pending_review is not None
-                    or self._forced_timeout is not None
-                    or self._dead_letter_requested is not None
-                ),
-                timeout=timedelta(seconds=timeout_s),
-                timeout_summary=summary,
-            )
-        except TimeoutError:
-            return None
-        decision = self._pending_review
-        if decision is None:
-            return None  # an operator forced the timeout (expire_review or dead_letter)
-        self._forced_timeout = None  # a review that came with it wins
-        return decision
-
-    def _apply_review(self, decision: ReviewDecision) -> None:
-        if decision.decision == "reedit":
-            self._feedback.append(decision.feedback or "Please revise the answer.")
-            self._feedback = continuation.bounded_feedback(self._feedback)
-            self._rounds_this_run += 1
-        elif decision.decision == "reject":
-            self._last_error = f"rejected by {decision.reviewer}"
-        self._pending_review = None
-        self._reviews_applied += 1
-        self._move(
-            Event(decision.decision),
-            detail=review_rules.decision_detail(decision),
-            reviewer=decision.reviewer,
-            feedback=decision.feedback,
-            review_round=self._review_round,
+    if pending is not None:
+        return Refusal(
+            "already_decided",
+            f"review round {run.review_round} of run {workflow_id} already has a decision; "
+            "a decision is applied once",
         )
+    plan = run.plan
+    if plan is None:
+        return Refusal("not_awaiting_review", "run has no plan yet")
+    if plan.allowed_reviewers is not None and decision.reviewer not in plan.allowed_reviewers:
+        return Refusal(
+            "reviewer_not_allowed",
+            f"reviewer {decision.reviewer[:80]!r} is not allowed to review run {workflow_id}",
+        )
+    if plan.requested_by is not None and decision.reviewer == plan.requested_by:
+        return Refusal("own_run", f"{decision.reviewer[:80]!r} requested this run")
+    if decision.feedback and len(decision.feedback) > plan.max_feedback_chars:
+        return Refusal(
+            "feedback_too_long",
+            f"feedback is {len(decision.feedback)} characters; run {workflow_id} accepts at "
+            f"most {plan.max_feedback_chars}",
+        )
+    if plan.review_keys:
+        problem = identity.review_token_problem(
+            decision,
+            keys=plan.review_keys,
+            workflow_id=workflow_id,
+            review_round=run.review_round,
+            now=now,
+        )
+        if problem is not None:
+            return Refusal("unauthenticated", problem)
+    return None
+
+
+def invalid(reason: str) -> Refusal:
+    """The refusal of a review payload that does not even decode or validate."""
+    return Refusal("invalid_payload", f"invalid review: {reason}")
+
+
+def count_refusal(run: RunState, refused: Refusal) -> None:
+    """A refused review signal is counted, never stored: the run's state stays bounded."""
+    run.reviews_refused += 1
+    run.last_refusal = run_record.bounded_text(refused.reason, MAX_REFUSAL_CHARS)
+
+
+def apply(run: RunState, decision: ReviewDecision) -> None:
+    """Move the run on an accepted decision: approve, reedit (with feedback) or reject."""
+    if decision.decision == "reedit":
+        run.feedback.append(decision.feedback or "Please revise the answer.")
+        run.feedback = continuation.bounded_feedback(run.feedback)
+    elif decision.decision == "reject":
+        run_record.set_error(run, f"rejected by {decision.reviewer}")
+    run.review_deadline = None
+    run_record.move(
+        run,
+        Event(decision.decision),
+        detail=decision_detail(decision),
+        reviewer=decision.reviewer,
+        feedback=decision.feedback,
+        review_round=run.review_round,
+    )
+
+
+def decision_detail(decision: ReviewDecision) -> str:
+    """The one-line detail of an accepted decision: ``approve by alice: looks good``."""
+    detail = f"{decision.decision} by {decision.reviewer}"
+    if decision.feedback:
+        detail += f": {decision.feedback}"
+    return detail
+
+
+def operator_reason(run: RunState, request: OperatorRequest, action: str) -> str | None:
+    """The reason an operator action records, or None when the run is not in a review state."""
+    if run.state not in REVIEW_STATES:
+        return None
+    reason = f"{action} by {request.operator}"
+    return f"{reason}: {request.reason}" if request.reason else reason
+
+
+def take_forced_reason(run: RunState) -> str | None:
+    """The operator's reason for ending this review wait now, if any (consumed, except a
+    dead-letter request, which ends every wait until the run is dead-lettered)."""
+    reason = run.forced_timeout or run.dead_letter_requested
+    run.forced_timeout = None
+    return reason

@@ -1,4 +1,4 @@
-"""Continue-as-new: when it is due, how the carried state stays bounded, and input parsing."""
+"""Continue-as-new: when it is due, what a run may start with, and how feedback stays bounded."""
 
 from __future__ import annotations
 
@@ -11,24 +11,15 @@ from workflows.continuation import (
     CONTINUE_AT_BYTES,
     CONTINUE_AT_EVENTS,
     bounded_feedback,
-    bounded_history,
     is_due,
-    split_input,
+    parse_input,
+    start_problem,
 )
-from workflows.payloads import CarriedState, ContinuedRun, HistoryEntry, PipelineRequest, PromptPlan
+from workflows.graph import State
+from workflows.payloads import ContinuedRun, HistoryEntry, PipelineRequest, PromptPlan, RunState
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 REQUEST = {"request_id": "a" * 24, "user_message": "hello"}
-
-
-def entry(n: int, detail: str = "") -> HistoryEntry:
-    return HistoryEntry(
-        from_state="await_review",
-        to_state="invoke_llm",
-        event="reedit",
-        at=AT,
-        detail=f"{n}{detail}",
-    )
 
 
 def plan() -> PromptPlan:
@@ -40,6 +31,11 @@ def plan() -> PromptPlan:
         llm_max_attempts=1,
         model="m",
     )
+
+
+def carried(state: State = State.INVOKE_LLM, **fields: object) -> dict[str, object]:
+    run = RunState(state=state, plan=plan(), review_round=4, **fields)  # type: ignore[arg-type]
+    return {"request": REQUEST, "carried": run.model_dump(mode="json")}
 
 
 def test_due_after_the_round_budget_history_budget_or_server_suggestion() -> None:
@@ -57,22 +53,6 @@ def test_due_after_the_round_budget_history_budget_or_server_suggestion() -> Non
     )
 
 
-def test_history_is_carried_whole_while_it_fits() -> None:
-    """Two hundred rounds of entries (400) fit the budget: nothing is dropped."""
-    entries = [entry(n) for n in range(400)]
-    kept, dropped = bounded_history(entries)
-    assert (kept, dropped) == (entries, 0)
-
-
-def test_history_beyond_the_budget_drops_the_oldest_and_counts_them() -> None:
-    """Past the byte budget the newest entries are kept, in order, and the rest counted."""
-    entries = [entry(n, "x" * 1000) for n in range(300)]
-    kept, dropped = bounded_history(entries, max_bytes=50_000)
-    assert dropped == len(entries) - len(kept) > 0
-    assert kept == entries[dropped:]
-    assert sum(len(e.model_dump_json()) + 1 for e in kept) <= 50_000
-
-
 def test_feedback_window_keeps_the_newest() -> None:
     """Reviewer feedback sent to the LLM is bounded; the oldest goes first."""
     feedback = [f"{n:04d}" + "y" * 996 for n in range(100)]
@@ -81,23 +61,96 @@ def test_feedback_window_keeps_the_newest() -> None:
 
 
 def test_plain_request_is_not_a_continuation() -> None:
-    """A client's request passes through untouched, with no carried state."""
-    assert split_input(REQUEST) == (REQUEST, None)
-    assert split_input("not even a dict") == ("not even a dict", None)
-
-
-def test_continued_input_splits_into_request_and_state() -> None:
-    """A continued run's input yields the original request and the carried state."""
-    carried = CarriedState(state="invoke_llm", history=[entry(1)], review_round=4, plan=plan())
-    raw = ContinuedRun(request=PipelineRequest.model_validate(REQUEST), carried=carried).model_dump(
-        mode="json"
-    )
-    request, state = split_input(raw)
-    assert request["request_id"] == REQUEST["request_id"]
-    assert state == carried
-
-
-def test_malformed_continuation_is_a_validation_error() -> None:
-    """Something that claims to carry state but is malformed is refused, not half-read."""
+    """A client's request is validated as a request, with no carried state."""
+    request, state = parse_input(REQUEST)
+    assert request == PipelineRequest.model_validate(REQUEST) and state is None
     with pytest.raises(ValidationError):
-        split_input({"request": REQUEST, "carried": {"state": "invoke_llm"}})
+        parse_input("not even a dict")
+
+
+def test_continued_input_yields_request_and_whole_state() -> None:
+    """A continued run's input yields the original request and the whole carried state."""
+    entry = HistoryEntry(from_state="await_review", to_state="invoke_llm", event="reedit", at=AT)
+    raw = carried(history=[entry], feedback=["shorter"])
+    request, state = parse_input(raw)
+    assert request.request_id == REQUEST["request_id"]
+    assert state is not None
+    assert (state.state, state.review_round, state.feedback) == (State.INVOKE_LLM, 4, ["shorter"])
+    assert state.history == [entry]
+    again = ContinuedRun(request=request, carried=state).model_dump(mode="json")
+    assert again["carried"] == raw["carried"]
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"request": REQUEST, "carried": {"state": "invoke_llm"}},
+        {"request": REQUEST, "carried": {"state": "no_such_state", "plan": plan().model_dump()}},
+        carried(State.COMPLETED),
+        carried(State.GENERATE_EMBEDDING),
+        {**carried(), "extra": 1},
+    ],
+    ids=["no-plan", "unknown-state", "terminal-state", "not-a-resume-point", "extra-field"],
+)
+def test_malformed_continuation_is_a_validation_error(raw: object) -> None:
+    """Something that claims to carry state but is malformed, names a state that does not
+    exist, or one a run never continues in, is refused as a whole, never half-read."""
+    with pytest.raises(ValidationError):
+        parse_input(raw)
+
+
+def start(**overrides: object) -> str | None:
+    fields: dict[str, object] = {
+        "carried": False,
+        "continued_run_id": None,
+        "cron_schedule": None,
+        "has_retry_policy": False,
+        "attempt": 1,
+    }
+    fields.update(overrides)
+    return start_problem(**fields)  # type: ignore[arg-type]
+
+
+def test_plain_start_and_own_continuation_are_admitted() -> None:
+    """A plain start, and carried state on a run that continues an earlier one (the lineage
+    activity then checks that earlier run really continued as new into it)."""
+    assert start() is None
+    assert start(carried=True, continued_run_id="previous") is None
+
+
+@pytest.mark.parametrize(
+    ("overrides", "words"),
+    [
+        ({"carried": True}, "only from the workflow's own continue-as-new"),
+        ({"cron_schedule": "* * * * *"}, "no cron schedule"),
+        ({"carried": True, "continued_run_id": "r", "cron_schedule": "@every 1m"}, "cron"),
+        ({"has_retry_policy": True}, "no workflow retry policy"),
+        ({"carried": True, "continued_run_id": "r", "attempt": 2}, "retry policy"),
+    ],
+)
+def test_client_chosen_continuations_are_refused(overrides: dict[str, object], words: str) -> None:
+    """Carried state on a plain start, any cron start, any start with a workflow retry policy
+    (Temporal marks cron runs and retries as continuations too) is refused with the reason."""
+    problem = start(**overrides)
+    assert problem is not None and words in problem
+
+
+def test_history_is_bounded_at_append_and_counts_what_it_drops() -> None:
+    """However many entries a run records, it keeps the newest within HISTORY_MAX_BYTES, in
+    order, and counts the dropped ones: status, result and carried state stay small."""
+    from workflows.run_record import HISTORY_MAX_BYTES, append
+
+    run = RunState(state=State.AWAIT_REVIEW)
+    entries = [
+        HistoryEntry(
+            from_state="await_review", to_state="invoke_llm", event="reedit", at=AT, detail=f"{n}"
+        )
+        for n in range(5000)
+    ]
+    for entry in entries:
+        append(run, entry)
+    kept = len(run.history)
+    assert run.history == entries[-kept:]
+    assert run.history_dropped == 5000 - kept > 0
+    assert run.history_bytes == sum(len(e.model_dump_json()) + 1 for e in run.history)
+    assert run.history_bytes <= HISTORY_MAX_BYTES

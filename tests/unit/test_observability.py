@@ -11,7 +11,6 @@ from workflows.observability import (
     error_reason,
     failed_state,
     span_name,
-    state_entered_at,
     transition_attributes,
 )
 from workflows.payloads import HistoryEntry, LlmCallResult, PromptPlan, TokenUsage
@@ -80,17 +79,6 @@ def test_span_name_shows_the_edge() -> None:
     assert span_name(entry("invoke_llm", "await_review", "needs_review")) == (
         "transition invoke_llm->await_review"
     )
-
-
-def test_state_entered_at_skips_notes() -> None:
-    """The state's entry time is the last real transition; notes do not count."""
-    history = [
-        entry("idle", "fetch_prompt", "start", 0),
-        entry("invoke_llm", "await_review", "needs_review", 5),
-        entry("await_review", "await_review", "review_refused", 9),
-    ]
-    assert state_entered_at(history, default=T0 - timedelta(hours=1)) == T0 + timedelta(seconds=5)
-    assert state_entered_at([], default=T0) == T0
 
 
 def test_answer_transition_carries_model_and_tokens_but_no_text_by_default() -> None:

@@ -117,7 +117,7 @@ def test_approval_delay_spans_escalation_and_restarts_after_reedit() -> None:
         step("invoke_llm", "await_review", "needs_review", 10),
         step("await_review", "invoke_llm", "reedit", 40),
         step("invoke_llm", "await_review", "needs_review", 50),
-        step("await_review", "await_review", "review_refused", 55),
+        step("await_review", "await_review", "continued_as_new", 55),
         step("await_review", "escalate", "review_timeout", 110),
         step("escalate", "generate_embedding", "approve", 130),
         step("generate_embedding", "completed", "embedded", 131),

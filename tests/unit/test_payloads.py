@@ -19,6 +19,13 @@ from workflows.payloads import (
 VALID_ID = "0123456789abcdef01234567"
 
 
+def nested(depth: int) -> object:
+    value: object = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 def error_fields(err: ValidationError) -> set[str]:
     return {".".join(str(p) for p in item["loc"]) for item in err.errors()}
 
@@ -110,3 +117,41 @@ def test_every_model_has_a_json_schema() -> None:
         assert schema["type"] == "object"
         assert set(schema["properties"]) == set(model.model_fields)
     assert PipelineRequest.model_json_schema()["additionalProperties"] is False
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"user_message": "hi \ud800"}, "user_message"),
+        ({"metadata": {"k": "\udfff"}}, "metadata"),
+        ({"requested_by": "\ud83d"}, "requested_by"),
+        ({"metadata": {"a": nested(20)}}, "metadata"),
+    ],
+    ids=["message", "metadata-text", "requester", "metadata-depth"],
+)
+def test_text_a_client_sends_must_be_valid_unicode_and_metadata_shallow(
+    fields: dict[str, object], field: str
+) -> None:
+    """Lone surrogates (which no payload could carry onwards) and deeply nested metadata are
+    refused at the boundary, naming the field and never quoting the value."""
+    with pytest.raises(ValidationError) as info:
+        PipelineRequest.model_validate({"request_id": "a" * 24, "user_message": "x", **fields})
+    line = describe_validation_error(info.value)
+    assert line.startswith(f"{field}")
+    assert "\\ud" not in line and "\ud800" not in line
+    line.encode("utf-8")  # the message itself is always encodable
+
+
+def test_validation_messages_never_carry_what_they_cannot_encode() -> None:
+    """A field name a client made up with a lone surrogate still gives an encodable line."""
+    with pytest.raises(ValidationError) as info:
+        PipelineRequest.model_validate(
+            {"request_id": "a" * 24, "user_message": "x", "\ud800" * 500: 1}
+        )
+    line = describe_validation_error(info.value)
+    line.encode("utf-8")
+    assert line.startswith("(payload): ") and len(line) < 400
+    with pytest.raises(ValidationError) as info:
+        PipelineRequest.model_validate({"request_id": "a" * 24, "user_message": "x", "k" * 500: 1})
+    line = describe_validation_error(info.value)
+    assert "Extra inputs are not permitted" in line and len(line) < 400

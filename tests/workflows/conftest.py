@@ -50,13 +50,13 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from activities.lineage import LineageActivities
 from aiorch.temporal import DATA_CONVERTER, SEARCH_ATTRIBUTES
 from workflows import contract, errors
 from workflows.graph import TRANSITIONS, State, is_terminal
 from workflows.orchestrator import AiOrchestrator
 from workflows.payloads import (
     NOTE_CONTINUED_AS_NEW,
-    NOTE_REVIEW_REFUSED,
     DeadLetterInput,
     DeadLetterReceipt,
     EmbeddingInput,
@@ -84,7 +84,7 @@ DLQ_URL = "fake://sqs/ai-orchestrator-dlq"
 
 GRAPH_EDGES = frozenset((t.source.value, t.event.value, t.target.value) for t in TRANSITIONS)
 # History entries that record something without moving the run (see workflows.payloads).
-NOTES = frozenset({NOTE_REVIEW_REFUSED, NOTE_CONTINUED_AS_NEW})
+NOTES = frozenset({NOTE_CONTINUED_AS_NEW})
 
 # Real time allowed for workflow *tasks* to make progress (never used to wait for a timer).
 TASK_PROGRESS_TIMEOUT_S = 10.0
@@ -209,7 +209,8 @@ class FakeActivities:
         self.prompt_inputs.append(prompt_input)
         if self.prompt_error is not None:
             raise self.prompt_error
-        options = prompt_input.request.options
+        request = prompt_input.request
+        options = request.options
         values: dict[str, Any] = {
             "system_prompt": "You are a test double.",
             "user_prompt": prompt_input.request.user_message,
@@ -222,7 +223,9 @@ class FakeActivities:
             "fallback_after": 2,
             "backoff_initial_s": 1.0,
             "backoff_max_s": 8.0,
+            "review": request.review,
             "allowed_reviewers": options.allowed_reviewers,
+            "requested_by": request.requested_by,
         }
         values.update(self.plan_overrides)
         return PromptPlan(**values)
@@ -285,7 +288,7 @@ def new_request_id() -> str:
 
 
 def transitions(history: Sequence[HistoryEntry]) -> list[HistoryEntry]:
-    """The entries that are graph transitions, leaving out notes (``review_refused`` etc.)."""
+    """The entries that are graph transitions, leaving out notes (``continued_as_new``)."""
     return [entry for entry in history if entry.event not in NOTES]
 
 
@@ -318,7 +321,7 @@ def path(history: Sequence[HistoryEntry]) -> list[str]:
     return [moves[0].from_state, *(entry.to_state for entry in moves)] if moves else []
 
 
-def notes(history: Sequence[HistoryEntry], kind: str = NOTE_REVIEW_REFUSED) -> list[HistoryEntry]:
+def notes(history: Sequence[HistoryEntry], kind: str = NOTE_CONTINUED_AS_NEW) -> list[HistoryEntry]:
     return [entry for entry in history if entry.event == kind]
 
 
@@ -470,7 +473,11 @@ async def running_orchestration(
         env.client,
         task_queue=orchestration.task_queue,
         workflows=[AiOrchestrator],
-        activities=orchestration.fakes.activities,
+        # The real lineage check: it only asks the server, which the test server answers.
+        activities=[
+            *orchestration.fakes.activities,
+            LineageActivities(env.client).verify_continuation,
+        ],
         # Heartbeat at once, so a cancel reaches a held fake activity in milliseconds.
         max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
         default_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,

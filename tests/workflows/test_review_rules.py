@@ -1,6 +1,6 @@
 """Who may review and when: review rounds, allowed reviewers and the feedback limit, enforced
 alike by the submit_review validator (refused, nothing recorded) and the review signal (a
-review_refused note, not acted on)."""
+refusal counted, not acted on)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
-from tests.workflows.conftest import Orchestration, Reply, events, notes
+from tests.workflows.conftest import Orchestration, Reply, events
 from workflows import contract
 from workflows.payloads import PipelineResult, RunStatus
 
@@ -57,9 +57,9 @@ async def test_decision_for_another_round_is_refused(orch: Orchestration) -> Non
 
     assert result.state == "completed" and result.content == "v2"
     assert events(result.history).count("reedit") == 1
-    [stale] = notes(result.history)
-    assert stale.from_state == "await_review" and stale.detail is not None
-    assert "review for round 1 refused" in stale.detail
+    final = await orch.status(handle)
+    assert final.reviews_refused == 1
+    assert final.last_refusal is not None and "review for round 1 refused" in final.last_refusal
     approval = result.history[-2]
     assert (approval.event, approval.reviewer, approval.review_round) == ("approve", "ann", 2)
     assert len(orch.fakes.llm_calls) == 2
@@ -67,7 +67,7 @@ async def test_decision_for_another_round_is_refused(orch: Orchestration) -> Non
 
 
 async def test_only_allowed_reviewers_decide(orch: Orchestration) -> None:
-    """With options.allowed_reviewers, anyone else is refused by the update and noted (not
+    """With options.allowed_reviewers, anyone else is refused by the update and counted (not
     applied) for the signal; an allowed reviewer's decision is applied."""
     orch.fakes.llm_script = [Reply(needs_review=True)]
     handle = await orch.start(review="auto", options={"allowed_reviewers": ["alice", "bob"]})
@@ -81,9 +81,9 @@ async def test_only_allowed_reviewers_decide(orch: Orchestration) -> None:
 
     assert status.state == "generate_embedding"
     assert result.state == "completed"
-    [refused] = notes(result.history)
-    assert refused.reviewer == "mallory" and refused.detail is not None
-    assert "is not allowed to review" in refused.detail
+    final = await orch.status(handle)
+    assert final.reviews_refused == 1
+    assert final.last_refusal == f"reviewer 'mallory' is not allowed to review run {handle.id}"
     assert "reject" not in events(result.history)
     await orch.check_finished(handle, result)
 

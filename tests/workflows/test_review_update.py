@@ -10,7 +10,7 @@ from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from tests.workflows.conftest import Gate, Orchestration, Reply, entry_for, events, notes
+from tests.workflows.conftest import Gate, Orchestration, Reply, entry_for, events, transitions
 from workflows import contract
 from workflows.payloads import PipelineResult, RunStatus
 
@@ -188,37 +188,39 @@ async def test_review_signal_with_the_same_payload_approves(orch: Orchestration)
     await orch.check_finished(handle, result)
 
 
-async def test_invalid_or_untimely_review_signals_are_noted_not_applied(
+async def test_invalid_or_untimely_review_signals_are_counted_not_applied(
     orch: Orchestration,
 ) -> None:
     """A signal cannot be refused, so an invalid one, or one sent before the run awaits review,
-    is recorded as a review_refused note (state unchanged) and not acted on: the run waits on
-    until a valid, timely signal arrives."""
+    is counted (state unchanged, nothing added to the history) and not acted on: the run waits
+    on until a valid, timely signal arrives."""
     gate = orch.fakes.llm_gate = Gate()
     orch.fakes.llm_script = [Reply(needs_review=True)]
     handle = await orch.start(review="auto")
     await gate.entered.wait()
 
     await handle.signal(contract.SIGNAL_REVIEW, {"decision": "reject", "reviewer": "early"})
+    early = await orch.status(handle)
     gate.release.set()
     await orch.wait_for_state(handle, "await_review")
     await handle.signal(contract.SIGNAL_REVIEW, {"decision": "nope", "reviewer": "bob"})
+    invalid = await orch.status(handle)
     await handle.signal(contract.SIGNAL_REVIEW, "approve")
+    not_a_dict = await orch.status(handle)
     await handle.signal(contract.SIGNAL_REVIEW, APPROVE)
     result = await handle.result()
 
     assert result.state == "completed"
     assert events(result.history).count("approve") == 1
     assert "reject" not in events(result.history)
-    early, invalid, not_a_dict = notes(result.history)
-    assert (early.from_state, early.to_state, early.reviewer) == (
-        "invoke_llm",
-        "invoke_llm",
-        "early",
-    )
-    assert early.detail is not None
-    assert "run is not awaiting review (state: invoke_llm)" in early.detail
-    assert (invalid.from_state, invalid.reviewer) == ("await_review", "bob")
-    assert invalid.detail is not None and "invalid review: decision: " in invalid.detail
-    assert not_a_dict.detail is not None and "invalid review: (payload): " in not_a_dict.detail
+    assert len(result.history) == len(transitions(result.history))
+    assert early.reviews_refused == 1
+    assert early.last_refusal == "run is not awaiting review (state: invoke_llm)"
+    assert invalid.reviews_refused == 2
+    assert invalid.last_refusal is not None
+    assert invalid.last_refusal.startswith("invalid review: decision: ")
+    assert not_a_dict.reviews_refused == 3
+    assert not_a_dict.last_refusal is not None
+    assert not_a_dict.last_refusal.startswith("invalid review: (payload): ")
+    assert (await orch.status(handle)).reviews_refused == 3
     await orch.check_finished(handle, result)

@@ -1,0 +1,68 @@
+"""Temporal as the witness of a run's lineage: ``verify_continuation``.
+
+A continued run resumes from the state its input carries, and any client can start a run with
+an input of that shape. Temporal's own records say whether a run really came from this
+workflow's continue-as-new: the run it claims to continue must be an ``AiOrchestrator`` run
+whose history closed with ``WorkflowExecutionContinuedAsNew`` into exactly this run. Only
+``AiOrchestrator``'s own code issues that command, with its own state, so a run that passes
+carries state this workflow wrote. (A cron run or a retried run closes differently; a
+workflow of another type that continues as new into ``AiOrchestrator`` fails the type check.)
+
+Runs as a local activity of the continued run, once, before it installs the carried state.
+"""
+
+from __future__ import annotations
+
+from temporalio import activity
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHistoryEventFilterType
+from temporalio.service import RPCError, RPCStatusCode
+
+from workflows import contract
+from workflows.payloads import ContinuationCheck, ContinuationVerdict
+
+
+def refused(reason: str) -> ContinuationVerdict:
+    return ContinuationVerdict(accepted=False, reason=reason)
+
+
+class LineageActivities:
+    """``verify_continuation``, with the worker's Temporal client injected."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    @activity.defn(name=contract.ACTIVITY_VERIFY_CONTINUATION)
+    async def verify_continuation(self, check: ContinuationCheck) -> ContinuationVerdict:
+        """Whether ``check.previous_run_id`` continued as new into ``check.run_id``.
+
+        Transient server errors are raised (the workflow's retry policy retries them); every
+        other answer is a verdict.
+        """
+        if not check.previous_run_id:
+            return refused("the run continues no earlier run")
+        handle = self._client.get_workflow_handle(check.workflow_id, run_id=check.previous_run_id)
+        try:
+            description = await handle.describe()
+            close = None
+            async for event in handle.fetch_history_events(
+                event_filter_type=WorkflowHistoryEventFilterType.CLOSE_EVENT
+            ):
+                close = event
+        except RPCError as err:
+            if err.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT):
+                return refused("the run it claims to continue does not exist")
+            raise
+        if description.workflow_type != contract.WORKFLOW_TYPE:
+            return refused(
+                f"it continues a run of another workflow type ({description.workflow_type})"
+            )
+        if (
+            close is None
+            or close.event_type != EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
+        ):
+            return refused("the run it claims to continue did not continue as new")
+        attributes = close.workflow_execution_continued_as_new_event_attributes
+        if attributes.new_execution_run_id != check.run_id:
+            return refused("the run it claims to continue continued into another run")
+        return ContinuationVerdict(accepted=True)

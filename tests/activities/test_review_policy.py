@@ -1,0 +1,78 @@
+"""fetch_prompt resolves the run's review policy: the operator's is the floor."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
+
+from activities.prompt import InputLoader, PromptActivities
+from aiorch.config import Settings
+from aiorch.signing import SigningKey
+from workflows import errors
+from workflows.payloads import PipelineRequest, PromptInput, PromptPlan
+
+RUN_ID = "0123456789abcdef01234567"
+
+
+async def plan_for(settings: Settings, **request: Any) -> PromptPlan:
+    activity = PromptActivities(settings, InputLoader())
+    payload = {"request_id": RUN_ID, "user_message": "Hi", **request}
+    prompt_input = PromptInput(request=PipelineRequest.model_validate(payload))
+    return await ActivityEnvironment().run(activity.fetch_prompt, prompt_input)
+
+
+@pytest.mark.parametrize(
+    ("floor", "asked", "level"),
+    [
+        ("auto", "never", "auto"),
+        ("always", "never", "always"),
+        ("always", "auto", "always"),
+        ("auto", "always", "always"),
+        ("never", "never", "never"),
+    ],
+)
+async def test_a_request_may_raise_the_review_level_never_lower_it(
+    floor: str, asked: str, level: str
+) -> None:
+    """The run's review level is the higher of REVIEW_MIN and the request's (never < auto <
+    always): `review: never` cannot skip a review the operator requires."""
+    plan = await plan_for(Settings(review_min=floor), review=asked)  # type: ignore[arg-type]
+    assert plan.review == level
+
+
+async def test_a_request_may_narrow_the_reviewers_never_widen_them() -> None:
+    """With ALLOWED_REVIEWERS set, a request's list keeps only names the operator allows; a
+    list that leaves nobody fails the run (InvalidRequest) instead of opening review to all."""
+    settings = Settings(allowed_reviewers=["alice", "bob"])
+    assert (await plan_for(settings)).allowed_reviewers == ["alice", "bob"]
+    narrowed = await plan_for(settings, options={"allowed_reviewers": ["bob", "mallory"]})
+    assert narrowed.allowed_reviewers == ["bob"]
+    with pytest.raises(ApplicationError) as info:
+        await plan_for(settings, options={"allowed_reviewers": ["mallory"]})
+    assert info.value.type == errors.INVALID_REQUEST and info.value.non_retryable
+    assert "names nobody the operator allows" in info.value.message
+
+
+async def test_without_an_operator_list_a_request_names_its_reviewers() -> None:
+    """When the operator allows anyone, a request may still restrict its run to a few."""
+    plan = await plan_for(Settings(), options={"allowed_reviewers": ["carol"]})
+    assert plan.allowed_reviewers == ["carol"]
+    assert (await plan_for(Settings())).allowed_reviewers is None
+
+
+async def test_plan_carries_public_keys_and_the_requester_never_a_private_key() -> None:
+    """Reviewer public keys and the requester travel in the plan (the workflow verifies
+    reviews with them); the private key never does."""
+    key = SigningKey.generate("inbox")
+    settings = Settings(
+        review_public_keys=key.public_entry(),
+        reviewer_key=key.private_entry(),  # type: ignore[arg-type]
+    )
+    plan = await plan_for(settings, requested_by="alice")
+    assert [k.key_id for k in plan.review_keys] == ["inbox"]
+    assert plan.requested_by == "alice"
+    private = key.private_entry().split(":", 1)[1]
+    assert private not in plan.model_dump_json()

@@ -1,0 +1,219 @@
+"""Reviewer authority: who may decide, when, only once per round, and (with keys) proven."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from pydantic import ValidationError
+
+from aiorch.reviews import ReviewOutcome, decision_for_round, update_id
+from aiorch.signing import SigningKey
+from workflows.graph import State
+from workflows.payloads import (
+    MAX_FEEDBACK_CHARS,
+    HistoryEntry,
+    PromptPlan,
+    ReviewDecision,
+    RunOptions,
+    RunState,
+    RunStatus,
+)
+from workflows.review_desk import MAX_REFUSAL_CHARS, Refusal, count_refusal, refusal
+
+RUN = "0123456789abcdef01234567"
+AT = datetime(2026, 1, 1, tzinfo=UTC)
+KEY = SigningKey.generate("inbox")
+
+
+def plan(
+    allowed: list[str] | None = None,
+    max_feedback: int = 100,
+    requested_by: str | None = None,
+    keys: bool = False,
+) -> PromptPlan:
+    return PromptPlan(
+        system_prompt="s",
+        user_prompt="u",
+        review_timeout_s=1,
+        escalation_timeout_s=1,
+        llm_max_attempts=1,
+        model="m",
+        allowed_reviewers=allowed,
+        max_feedback_chars=max_feedback,
+        requested_by=requested_by,
+        review_keys=[*_keys()] if keys else [],
+    )
+
+
+def _keys() -> list[object]:
+    from workflows.identity import parse_review_keys
+
+    return list(parse_review_keys(KEY.public_entry()))
+
+
+def decide(reviewer: str = "alice", **fields: object) -> ReviewDecision:
+    return ReviewDecision.model_validate({"decision": "approve", "reviewer": reviewer, **fields})
+
+
+def why(
+    decision: ReviewDecision,
+    *,
+    state: State = State.AWAIT_REVIEW,
+    review_round: int = 1,
+    pending: ReviewDecision | None = None,
+    run_plan: PromptPlan | None = None,
+    now: datetime = AT,
+) -> str | None:
+    run = RunState(state=state, review_round=review_round, plan=run_plan or plan())
+    found = refusal(run, decision, workflow_id=RUN, pending=pending, now=now)
+    return found.reason if found else None
+
+
+def test_allowed_reviewer_in_a_review_state_is_accepted() -> None:
+    """In await_review and escalate, an allowed reviewer's first decision is taken."""
+    assert why(decide("alice"), run_plan=plan(["alice", "bob"])) is None
+    assert why(decide("bob"), state=State.ESCALATE, run_plan=plan(["alice", "bob"])) is None
+    assert why(decide("anyone")) is None  # no list: anyone may review
+
+
+def test_reviewer_outside_the_set_is_refused_by_name_and_run() -> None:
+    """The refusal names the reviewer and the run (and not who else is allowed)."""
+    message = why(decide("mallory"), run_plan=plan(["alice"]))
+    assert message == f"reviewer 'mallory' is not allowed to review run {RUN}"
+
+
+def test_requester_may_not_review_their_own_run() -> None:
+    """A run's requester (requested_by) is refused as its reviewer, even when allowed."""
+    assert why(decide("alice"), run_plan=plan(["alice"], requested_by="alice")) == (
+        "'alice' requested this run"
+    )
+    assert why(decide("bob"), run_plan=plan(requested_by="alice")) is None
+
+
+def test_not_awaiting_review_keeps_the_contract_message() -> None:
+    """Outside a review state the message is the contract's one, naming the state."""
+    assert why(decide(), state=State.INVOKE_LLM) == "run is not awaiting review (state: invoke_llm)"
+
+
+def test_second_decision_for_a_round_is_refused() -> None:
+    """While a decision for the round is pending, another one (any reviewer) is refused."""
+    message = why(decide("bob"), pending=decide("alice"))
+    assert message is not None
+    assert "already has a decision" in message and "applied once" in message
+
+
+def test_decision_for_another_round_is_refused() -> None:
+    """A decision naming a round that is over (or not begun) never lands on the current one."""
+    assert why(decide(review_round=2), review_round=2) is None
+    message = why(decide(review_round=1), review_round=2)
+    assert message == f"review for round 1 refused: run {RUN} is at review round 2"
+
+
+def test_feedback_over_the_runs_limit_is_refused() -> None:
+    """Feedback longer than the run's MAX_FEEDBACK_CHARS is refused with both sizes."""
+    message = why(decide(feedback="x" * 101))
+    assert message == f"feedback is 101 characters; run {RUN} accepts at most 100"
+
+
+def signed(decision: ReviewDecision, *, key: SigningKey = KEY, **claims: object) -> ReviewDecision:
+    fields: dict[str, object] = {"workflow_id": RUN, "review_round": 1, "now": AT}
+    fields.update(claims)
+    return key.sign(decision, **fields)  # type: ignore[arg-type]
+
+
+def test_with_keys_only_a_valid_signature_for_this_decision_is_accepted() -> None:
+    """With reviewer keys in the plan, a decision needs a token signed by a configured key for
+    exactly this run, round, decision, reviewer and feedback, not yet expired."""
+    keyed = plan(keys=True)
+    good = signed(decide(feedback="ok"))
+    assert why(good, run_plan=keyed) is None
+    cases = {
+        "review is not signed": decide(),
+        "signed with a key this run does not know": signed(
+            decide(), key=SigningKey.generate("inbox2")
+        ),
+        "signature does not verify": signed(decide(), key=SigningKey.generate("inbox")),
+        "issued for another run": signed(decide(), workflow_id="f" * 24),
+        "is for round 2": signed(decide(), review_round=2).model_copy(
+            update={"review_round": None}
+        ),
+        "has expired": signed(decide(), now=AT - timedelta(minutes=11)),
+        "issued in the future": signed(decide(), now=AT + timedelta(minutes=5)),
+        "issued for other feedback": good.model_copy(update={"feedback": "changed"}),
+        "issued for another decision": good.model_copy(update={"decision": "reject"}),
+        "issued to another reviewer": good.model_copy(update={"reviewer": "mallory"}),
+        "token is malformed": decide(token="not.a.token"),
+    }
+    for words, decision in cases.items():
+        message = why(decision, run_plan=keyed)
+        assert message is not None and words in message, (words, message)
+
+
+def test_a_personal_key_signs_only_for_its_reviewer() -> None:
+    """A key configured without a reviewer list signs only for the reviewer named like it."""
+    from workflows.identity import parse_review_keys
+
+    alice = SigningKey.generate("alice")
+    keyed = plan().model_copy(
+        update={"review_keys": parse_review_keys(alice.public_entry(["alice"]))}
+    )
+    assert why(signed(decide("alice"), key=alice), run_plan=keyed) is None
+    message = why(signed(decide("bob"), key=alice), run_plan=keyed)
+    assert message == "key 'alice' may not sign for this reviewer"
+
+
+def test_refusals_are_counted_and_the_last_reason_is_bounded() -> None:
+    """A refused signal adds nothing to the history: a count and the last reason, cut short."""
+    run = RunState(state=State.AWAIT_REVIEW)
+    for _ in range(1000):
+        count_refusal(run, Refusal("invalid_payload", "x" * 5000))
+    assert run.reviews_refused == 1000 and run.history == []
+    assert run.last_refusal is not None and len(run.last_refusal) <= MAX_REFUSAL_CHARS
+
+
+def test_contract_caps_feedback_and_reviewer_names() -> None:
+    """The payload itself caps feedback, reviewer names and tokens, and refuses invalid
+    Unicode, whatever the run allows."""
+    with pytest.raises(ValidationError, match="feedback"):
+        decide(feedback="x" * (MAX_FEEDBACK_CHARS + 1))
+    with pytest.raises(ValidationError, match="feedback"):
+        decide(feedback="\ud800")
+    with pytest.raises(ValidationError, match="reviewer"):
+        decide("r" * 201)
+    with pytest.raises(ValidationError, match="token"):
+        decide(token="t" * 10_000)
+    with pytest.raises(ValidationError, match="allowed_reviewers"):
+        RunOptions(allowed_reviewers=[])
+    with pytest.raises(ValidationError, match="allowed_reviewers"):
+        RunOptions(allowed_reviewers=[" "])
+
+
+def test_update_id_is_per_run_round_and_reviewer() -> None:
+    """Re-sending the same reviewer's review of the same round reuses the update id."""
+    assert update_id(RUN, 2, "alice") == update_id(RUN, 2, "alice")
+    assert (
+        len({update_id(RUN, 2, "alice"), update_id(RUN, 3, "alice"), update_id(RUN, 2, "bob")}) == 3
+    )
+
+
+def test_outcome_says_when_the_round_was_decided_by_someone_else() -> None:
+    """When the round's recorded decision differs from the one sent, the CLI says so."""
+    recorded = HistoryEntry(
+        from_state="await_review",
+        to_state="generate_embedding",
+        event="approve",
+        at=AT,
+        reviewer="alice",
+        review_round=1,
+    )
+    status = RunStatus(state="generate_embedding", status="Processing", progress=85, attempts=1)
+    assert decision_for_round([recorded], 1) == recorded
+    assert decision_for_round([recorded], 2) is None
+    mine = ReviewOutcome(decide("alice", review_round=1), status, recorded)
+    theirs = ReviewOutcome(
+        ReviewDecision(decision="reject", reviewer="bob", review_round=1), status, recorded
+    )
+    assert mine.applied_as_sent and "approve accepted (round 1)" in mine.describe(RUN)
+    assert not theirs.applied_as_sent
+    assert "round 1 was already decided (approve by alice)" in theirs.describe(RUN)

@@ -1,0 +1,209 @@
+"""Who sent a review: signed review tokens, verified inside the workflow.
+
+A review names its reviewer, and a name is a string anyone can type. When the operator
+configures reviewer keys (``REVIEW_PUBLIC_KEYS``), every review must also carry a token: a
+compact JWS (JWT) signed with Ed25519 (``alg: EdDSA``) whose header names the key (``kid``) and
+whose claims bind it to one decision on one round of one run:
+
+========== ==========================================================================
+``aud``    ``ai-orchestrator/review``
+``sub``    the reviewer; the key must be allowed to sign for this name
+``wid``    the workflow id
+``round``  the review round decided (``RunStatus.review_round``)
+``dec``    ``approve``, ``reedit`` or ``reject``
+``fb``     SHA-256 (hex) of the feedback, or the empty string when there is none
+``iat``    issued at (seconds since the epoch)
+``exp``    expires at; checked against workflow time, never the wall clock
+========== ==========================================================================
+
+So a token cannot be replayed on another run, round or decision, nor carry other feedback.
+
+Public keys are plain data (``ReviewKey``: key id, the raw 32-byte key in base64, and whom it
+may sign for: one reviewer, a list, or anyone for an identity provider such as the review inbox).
+They travel in the run's plan, built by the worker from its configuration; private keys never
+enter a run. Verification is deterministic (a signature check and comparisons with values the
+workflow passes in), so it runs in update validators and signal handlers alike; the signing half
+lives with the operator's tools (``aiorch.reviews``).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import re
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+import jwt
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from workflows.payloads import ReviewDecision, ReviewKey
+
+AUDIENCE = "ai-orchestrator/review"
+ALGORITHM = "EdDSA"
+KEY_BYTES = 32
+ANY_REVIEWER = "*"
+# Tolerated clock difference between the signer and the workflow's time.
+CLOCK_SKEW = timedelta(seconds=60)
+_KEY_ID = re.compile(r"^[A-Za-z0-9._@-]{1,64}$")
+
+
+class ReviewClaims(BaseModel):
+    """The claims of a review token (see the module docstring)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    aud: str
+    sub: str = Field(min_length=1, max_length=200)
+    wid: str
+    round: int
+    dec: str
+    fb: str
+    iat: int
+    exp: int
+
+
+class KeySpecError(ValueError):
+    """A reviewer key entry that cannot be used; the message names the entry, not the key."""
+
+
+def feedback_digest(feedback: str | None) -> str:
+    """The ``fb`` claim: SHA-256 of the feedback (UTF-8, hex), or ``""`` without feedback."""
+    return hashlib.sha256(feedback.encode("utf-8")).hexdigest() if feedback else ""
+
+
+def claims_for(
+    decision: ReviewDecision,
+    *,
+    workflow_id: str,
+    review_round: int,
+    issued: datetime,
+    ttl: timedelta,
+) -> dict[str, object]:
+    """The claims a signer puts in the token for ``decision`` (the verifier checks the same)."""
+    issued_s = int(issued.timestamp())
+    return {
+        "aud": AUDIENCE,
+        "sub": decision.reviewer,
+        "wid": workflow_id,
+        "round": review_round,
+        "dec": decision.decision,
+        "fb": feedback_digest(decision.feedback),
+        "iat": issued_s,
+        "exp": issued_s + max(1, int(ttl.total_seconds())),
+    }
+
+
+def parse_review_keys(spec: str) -> list[ReviewKey]:
+    """``key_id:base64key[:who]`` entries separated by commas or newlines.
+
+    ``who`` is ``*`` (any reviewer: an identity provider) or reviewer names joined by ``|``;
+    without it the key signs only for the reviewer named like the key.
+
+    Raises:
+        KeySpecError: an entry is malformed, a key is not 32 bytes, or an id repeats.
+    """
+    keys: dict[str, ReviewKey] = {}
+    for raw_entry in re.split(r"[,\n]", spec):
+        entry = raw_entry.strip()
+        if not entry or entry.startswith("#"):
+            continue
+        parts = [part.strip() for part in entry.split(":")]
+        if len(parts) not in (2, 3) or not _KEY_ID.match(parts[0]):
+            raise KeySpecError(
+                "each entry is KEY_ID:BASE64_PUBLIC_KEY[:REVIEWER|REVIEWER...|*] with a key id "
+                "of letters, digits, '.', '_', '@' or '-'"
+            )
+        key_id = parts[0]
+        if key_id in keys:
+            raise KeySpecError(f"key id {key_id!r} is configured twice")
+        public_key_bytes(parts[1], key_id)
+        who = parts[2] if len(parts) == 3 else key_id
+        reviewers = None if who == ANY_REVIEWER else [n for n in who.split("|") if n.strip()]
+        if reviewers is not None and not reviewers:
+            raise KeySpecError(f"key {key_id!r} names nobody it may sign for")
+        keys[key_id] = ReviewKey(key_id=key_id, public_key=parts[1], reviewers=reviewers)
+    return list(keys.values())
+
+
+def public_key_bytes(material: str, key_id: str) -> bytes:
+    """The raw public key of a ``ReviewKey``.
+
+    Raises:
+        KeySpecError: not base64, or not 32 bytes.
+    """
+    try:
+        raw = base64.b64decode(material, validate=True)
+    except (binascii.Error, ValueError):
+        raise KeySpecError(f"key {key_id!r} is not valid base64") from None
+    if len(raw) != KEY_BYTES:
+        raise KeySpecError(f"key {key_id!r} is {len(raw)} bytes; an Ed25519 key is {KEY_BYTES}")
+    return raw
+
+
+def review_token_problem(
+    decision: ReviewDecision,
+    *,
+    keys: Sequence[ReviewKey],
+    workflow_id: str,
+    review_round: int,
+    now: datetime,
+) -> str | None:
+    """Why ``decision``'s token does not authenticate it, or None when it does.
+
+    ``now`` is workflow time (``workflow.now()``), so a replay decides the same way.
+    """
+    token = decision.token
+    if not token:
+        return "review is not signed (reviewer authentication is on: send a signed token)"
+    try:
+        header = jwt.get_unverified_header(token)
+    except jwt.PyJWTError:
+        return "review token is malformed"
+    key_id = header.get("kid")
+    key = next((k for k in keys if k.key_id == key_id), None)
+    if key is None:
+        return "review token is signed with a key this run does not know"
+    if header.get("alg") != ALGORITHM:
+        return f"review token must be signed with {ALGORITHM}"
+    try:
+        public_key = Ed25519PublicKey.from_public_bytes(
+            public_key_bytes(key.public_key, key.key_id)
+        )
+        payload = jwt.PyJWS().decode(token, key=public_key, algorithms=[ALGORITHM])
+        claims = ReviewClaims.model_validate_json(payload)
+    except (jwt.PyJWTError, KeySpecError, ValidationError):
+        return "review token signature does not verify"
+    return _claims_problem(claims, key, decision, workflow_id, review_round, now)
+
+
+def _claims_problem(
+    claims: ReviewClaims,
+    key: ReviewKey,
+    decision: ReviewDecision,
+    workflow_id: str,
+    review_round: int,
+    now: datetime,
+) -> str | None:
+    if claims.aud != AUDIENCE:
+        return "review token is not meant for reviews"
+    if claims.sub != decision.reviewer:
+        return "review token was issued to another reviewer"
+    if key.reviewers is not None and claims.sub not in key.reviewers:
+        return f"key {key.key_id!r} may not sign for this reviewer"
+    if claims.wid != workflow_id:
+        return "review token was issued for another run"
+    if claims.round != review_round:
+        return f"review token is for round {claims.round}, the run is at round {review_round}"
+    if claims.dec != decision.decision:
+        return "review token was issued for another decision"
+    if claims.fb != feedback_digest(decision.feedback):
+        return "review token was issued for other feedback"
+    now_s = now.timestamp()
+    if claims.exp <= now_s:
+        return "review token has expired"
+    if claims.iat > now_s + CLOCK_SKEW.total_seconds():
+        return "review token is issued in the future"
+    return None
