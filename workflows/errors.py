@@ -36,6 +36,8 @@ class InvalidRequest(OrchestratorError):
 # Stable ApplicationError type names (wire contract: never rename).
 INVALID_REQUEST = "InvalidRequest"
 INPUT_UNAVAILABLE = "InputUnavailable"
+# A referenced input could not be fetched for a passing reason (S3 throttling, 5xx, timeouts).
+INPUT_FETCH_FAILED = "InputFetchFailed"
 LLM_RETRYABLE = "LlmRetryable"
 LLM_RATE_LIMITED = "LlmRateLimited"
 LLM_MALFORMED_REPLY = "LlmMalformedReply"

@@ -83,10 +83,11 @@ async def test_fetch_prompt_resolves_defaults_and_options() -> None:
 
 
 async def test_file_reference_is_checked_but_not_copied(tmp_path: Path) -> None:
-    """A file:// input is validated by fetch_prompt yet stays a reference in its result."""
+    """A file:// input inside an input root is validated by fetch_prompt yet stays a reference
+    in its result."""
     document = tmp_path / "doc.txt"
     document.write_text("A long document " * 1000)
-    activity = PromptActivities(Settings(), InputLoader())
+    activity = PromptActivities(Settings(), InputLoader(file_roots=[tmp_path]))
     request = PipelineRequest(request_id=RUN_ID, user_message=document.as_uri())
     plan = await ActivityEnvironment().run(activity.fetch_prompt, PromptInput(request=request))
     assert plan.input_ref == document.as_uri()
@@ -97,7 +98,7 @@ async def test_missing_or_oversized_reference_is_permanent(tmp_path: Path) -> No
     """A missing file or one over the limit is a non-retryable InputUnavailable error."""
     big = tmp_path / "big.txt"
     big.write_bytes(b"x" * 2048)
-    activity = PromptActivities(Settings(), InputLoader(max_bytes=1024))
+    activity = PromptActivities(Settings(), InputLoader(max_bytes=1024, file_roots=[tmp_path]))
     for uri in ((tmp_path / "nope.txt").as_uri(), big.as_uri()):
         request = PipelineRequest(request_id=RUN_ID, user_message=uri)
         with pytest.raises(ApplicationError) as info:
@@ -107,11 +108,11 @@ async def test_missing_or_oversized_reference_is_permanent(tmp_path: Path) -> No
 
 
 async def test_s3_reference_is_loaded_through_boto3(s3: object) -> None:
-    """An s3:// input is read from the S3 endpoint (moto over HTTP)."""
+    """An s3:// input in an allowed bucket is read from the S3 endpoint (moto over HTTP)."""
     client = s3
     client.create_bucket(Bucket="inputs")  # type: ignore[attr-defined]
     client.put_object(Bucket="inputs", Key="q.txt", Body=b"From S3")  # type: ignore[attr-defined]
-    loader = InputLoader(s3=client)  # type: ignore[arg-type]
+    loader = InputLoader(s3=client, s3_prefixes=["inputs"])  # type: ignore[arg-type]
     assert await loader.load("s3://inputs/q.txt") == "From S3"
     with pytest.raises(ApplicationError) as info:
         await loader.load("s3://inputs/missing.txt")

@@ -1,0 +1,431 @@
+"""The input loader against real files and a real S3 endpoint (moto in server mode, its own
+process): references resolve only inside the operator's roots, reads are bounded whatever
+``stat`` or S3 claim, and every refusal reads the same whether the target is missing or
+forbidden."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import boto3
+import pytest
+from botocore.config import Config as BotoConfig
+from temporalio.exceptions import ApplicationError
+
+from activities.prompt import MAX_SHOWN_REFERENCE, InputLoader, shown_reference
+from aiorch.localstack import ManagedProcess, free_port, start_sqs_server
+from workflows import errors
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
+# What worker.py gives the loader: one boto3 attempt, so Temporal owns every retry.
+WORKER_BOTO = BotoConfig(
+    retries={"max_attempts": 1, "mode": "standard"}, connect_timeout=2, read_timeout=5
+)
+LIMIT = 1024
+# A refusal must come at once: nothing is opened, waited for or read.
+QUICK_S = 2.0
+ERRNO_WORDS = ("No such file", "Permission denied", "Errno", "directory", "FIFO", "denied")
+
+
+async def refusal(loader: InputLoader, reference: str) -> ApplicationError:
+    """The error ``loader`` raises for ``reference``, which must be a permanent refusal that
+    arrives quickly."""
+    started = time.monotonic()
+    with pytest.raises(ApplicationError) as info:
+        await asyncio.wait_for(loader.load(reference), timeout=10)
+    assert time.monotonic() - started < QUICK_S
+    assert info.value.type == errors.INPUT_UNAVAILABLE
+    assert info.value.non_retryable
+    return info.value
+
+
+def template(error: ApplicationError, reference: str) -> str:
+    """The error text with the (shortened) reference taken out: what it says about the target."""
+    return error.message.replace(shown_reference(reference), "<ref>")
+
+
+UNAVAILABLE = "input <ref> is not available (missing or not allowed)"
+
+
+# ----------------------------------------------------------------------------------- files
+
+
+@dataclass
+class Tree:
+    """An input root with a document in it, and a secret outside it."""
+
+    root: Path
+    document: Path
+    secret: Path
+
+    def loader(self, max_bytes: int = LIMIT) -> InputLoader:
+        return InputLoader(max_bytes=max_bytes, file_roots=[self.root])
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Tree:
+    root = tmp_path / "root"
+    (root / "team").mkdir(parents=True)
+    document = root / "team" / "doc.txt"
+    document.write_text("The quarterly report.")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    secret = outside / "secret.txt"
+    secret.write_text("OPENAI_API_KEY=sk-secret")
+    return Tree(root, document, secret)
+
+
+async def test_document_inside_a_root_is_read(tree: Tree) -> None:
+    """A regular file under a root loads, also through a symlink that stays inside the root and
+    through a percent-encoded path."""
+    link = tree.root / "latest.txt"
+    link.symlink_to(tree.document)
+    loader = tree.loader()
+    assert await loader.load(tree.document.as_uri()) == "The quarterly report."
+    assert await loader.load(link.as_uri()) == "The quarterly report."
+    spaced = tree.root / "team" / "with space.txt"
+    spaced.write_text("spaced")
+    assert await loader.load(spaced.as_uri()) == "spaced"
+
+
+async def test_no_roots_refuses_every_file(tree: Tree) -> None:
+    """A loader without roots (the production default) reads no file at all."""
+    error = await refusal(InputLoader(), tree.document.as_uri())
+    assert template(error, tree.document.as_uri()) == UNAVAILABLE
+
+
+async def test_symlink_escaping_the_root_is_refused(tree: Tree) -> None:
+    """A symlink inside the root that points outside it is refused, as is one to a directory
+    outside from which a path continues."""
+    (tree.root / "escape.txt").symlink_to(tree.secret)
+    (tree.root / "outdir").symlink_to(tree.secret.parent, target_is_directory=True)
+    loader = tree.loader()
+    for reference in (
+        (tree.root / "escape.txt").as_uri(),
+        (tree.root / "outdir" / "secret.txt").as_uri(),
+    ):
+        assert template(await refusal(loader, reference), reference) == UNAVAILABLE
+
+
+async def test_dot_dot_is_refused(tree: Tree) -> None:
+    """``..`` segments are refused, plain or percent-encoded, even when they would land inside
+    the root again."""
+    root = tree.root.as_uri()
+    for reference in (
+        f"{root}/../outside/secret.txt",
+        f"{root}/%2e%2e/outside/secret.txt",
+        f"{root}/team/../team/doc.txt",
+    ):
+        assert template(await refusal(tree.loader(), reference), reference) == UNAVAILABLE
+
+
+async def test_host_files_are_refused(tree: Tree) -> None:
+    """The worker's environment, /etc/passwd and /dev/zero are refused at once with the same
+    text, without reading them (a read of /dev/zero would say "larger than the limit")."""
+    for reference in ("file:///proc/self/environ", "file:///etc/passwd", "file:///dev/zero"):
+        error = await refusal(tree.loader(), reference)
+        assert template(error, reference) == UNAVAILABLE
+
+
+async def test_kernel_files_are_refused_even_inside_a_root() -> None:
+    """An operator root on /dev or /proc still yields nothing: devices are not regular files and
+    /proc files, which claim to be, are refused by their file system."""
+    loader = InputLoader(max_bytes=LIMIT, file_roots=[Path("/dev"), Path("/proc/self")])
+    for reference in ("file:///dev/zero", "file:///dev/null", "file:///proc/self/environ"):
+        error = await refusal(loader, reference)
+        assert template(error, reference) == UNAVAILABLE
+
+
+async def test_fifo_inside_the_root_is_refused_without_blocking(tree: Tree) -> None:
+    """A FIFO in the root (no writer) is refused at once instead of waiting for a writer."""
+    fifo = tree.root / "pipe.txt"
+    os.mkfifo(fifo)
+    error = await refusal(tree.loader(), fifo.as_uri())
+    assert template(error, fifo.as_uri()) == UNAVAILABLE
+
+
+async def test_directories_are_refused(tree: Tree) -> None:
+    """A directory in the root, and the root itself, are not documents."""
+    for reference in ((tree.root / "team").as_uri(), tree.root.as_uri()):
+        assert template(await refusal(tree.loader(), reference), reference) == UNAVAILABLE
+
+
+async def test_other_hosts_and_odd_urls_are_refused(tree: Tree) -> None:
+    """Only plain absolute local paths are references: a host, a query or a fragment is refused."""
+    path = tree.document.as_posix()
+    for reference in (
+        f"file://fileserver{path}",
+        f"file://{path}?x=1",
+        f"file://{path}#top",
+        "file://relative/doc.txt",
+    ):
+        assert template(await refusal(tree.loader(), reference), reference) == UNAVAILABLE
+
+
+async def test_size_limit_counts_bytes_read(tree: Tree) -> None:
+    """A file of exactly the limit loads; one byte more is refused as too large (said only for a
+    file inside a root)."""
+    at_limit = tree.root / "at.txt"
+    at_limit.write_bytes(b"a" * LIMIT)
+    under = tree.root / "under.txt"
+    under.write_bytes(b"a" * (LIMIT - 1))
+    over = tree.root / "over.txt"
+    over.write_bytes(b"a" * (LIMIT + 1))
+    loader = tree.loader()
+    assert len(await loader.load(under.as_uri())) == LIMIT - 1
+    assert len(await loader.load(at_limit.as_uri())) == LIMIT
+    error = await refusal(loader, over.as_uri())
+    assert template(error, over.as_uri()) == (
+        f"input <ref> is larger than the limit of {LIMIT} bytes (MAX_INPUT_BYTES)"
+    )
+
+
+async def test_not_utf8_is_named_inside_a_root(tree: Tree) -> None:
+    """Bytes that are not UTF-8 are reported as such for a file inside a root."""
+    binary = tree.root / "image.bin"
+    binary.write_bytes(b"\xff\xfe\x00binary")
+    error = await refusal(tree.loader(), binary.as_uri())
+    assert template(error, binary.as_uri()) == "input <ref> is not UTF-8 text"
+
+
+async def test_missing_and_forbidden_read_byte_identical(tree: Tree) -> None:
+    """For one reference, the error is byte for byte the same whether the file exists outside
+    the roots or does not exist at all; every other refusal has the same text but for the
+    reference, and none carries errno text."""
+    reference = tree.secret.as_uri()
+    loader = tree.loader()
+    forbidden = (await refusal(loader, reference)).message
+    tree.secret.unlink()
+    missing = (await refusal(loader, reference)).message
+    assert forbidden == missing
+
+    os.mkfifo(tree.root / "pipe")
+    unreadable = tree.root / "locked.txt"
+    unreadable.write_text("locked")
+    unreadable.chmod(0)  # root reads it anyway; then it is simply a readable file
+    others = [
+        (tree.root / "missing.txt").as_uri(),
+        (tree.root / "pipe").as_uri(),
+        (tree.root / "team").as_uri(),
+        "file:///etc/passwd",
+        "file:///etc/no-such-file",
+        "file:///proc/self/environ",
+    ]
+    if os.geteuid() != 0:
+        others.append(unreadable.as_uri())
+    for other in others:
+        error = await refusal(loader, other)
+        assert template(error, other) == UNAVAILABLE
+        assert not any(word in template(error, other) for word in ERRNO_WORDS)
+
+
+async def test_long_and_unprintable_references_are_shortened(tree: Tree) -> None:
+    """A huge or control-character reference is shown shortened and printable in the error."""
+    long_ref = tree.root.as_uri() + "/\n\x1b[31mevil" + "a" * 10_000
+    error = await refusal(tree.loader(), long_ref)
+    assert error.message.startswith("input file://")
+    assert len(error.message) < MAX_SHOWN_REFERENCE + 60
+    assert "..." in error.message and "\n" not in error.message and "\x1b" not in error.message
+
+
+async def test_directory_swapped_for_a_symlink_after_the_check_is_refused(tree: Tree) -> None:
+    """The open walks the checked path one component at a time without following links, so a
+    directory replaced by a link after ``realpath`` (the race) cannot lead out of the root."""
+    team = tree.root / "team"
+    loader = tree.loader()
+    team.rename(tree.root / "moved")
+    team.symlink_to(tree.secret.parent, target_is_directory=True)
+    reference = (team / "secret.txt").as_uri()
+    # What the walk would meet if the swap happened between realpath and open.
+    with pytest.raises(ApplicationError) as info:
+        loader._read_under(reference, str(tree.root.resolve()), ["team", "secret.txt"])
+    assert template(info.value, reference) == UNAVAILABLE
+
+
+# -------------------------------------------------------------------------------------- S3
+
+
+@dataclass
+class S3Server:
+    """A moto server process with its log, for checking which requests reached it."""
+
+    url: str
+    proc: ManagedProcess
+
+    def client(self, key_id: str = "testing", secret: str = "testing") -> S3Client:
+        return boto3.session.Session(
+            aws_access_key_id=key_id, aws_secret_access_key=secret, region_name="us-east-1"
+        ).client("s3", endpoint_url=self.url, config=WORKER_BOTO)
+
+    def requested_paths(self) -> str:
+        """Every request line logged so far, after a marker request proves the log is current."""
+        marker = f"/marker-{time.monotonic_ns()}"
+        with urllib.request.urlopen(f"{self.url}/moto-api/?m={marker}", timeout=5):
+            pass
+        deadline = time.monotonic() + 5
+        while marker not in (text := self.proc.log_text()):
+            assert time.monotonic() < deadline, "moto never logged the marker request"
+            time.sleep(0.05)
+        return text
+
+
+def start_s3(log_dir: Path) -> S3Server:
+    port = free_port()
+    return S3Server(f"http://127.0.0.1:{port}", start_sqs_server(port=port, log_dir=log_dir))
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    server = start_s3(tmp_path_factory.mktemp("moto"))
+    admin = server.client()
+    admin.create_bucket(Bucket="docs")
+    admin.create_bucket(Bucket="other")
+    for key, body in (
+        ("public/a.txt", b"public text"),
+        ("public/empty.txt", b""),
+        ("public/at-limit.txt", b"a" * LIMIT),
+        ("public/over-limit.txt", b"a" * (LIMIT + 1)),
+        ("public/big.txt", b"a" * (4 * 1024 * 1024)),
+        ("public-internal/x.txt", b"internal"),
+        ("private/other.txt", b"private"),
+    ):
+        admin.put_object(Bucket="docs", Key=key, Body=body)
+    admin.put_object(Bucket="other", Key="x", Body=b"other")
+    try:
+        yield server
+    finally:
+        server.proc.stop()
+
+
+def s3_loader(client: S3Client | None, *prefixes: str) -> InputLoader:
+    return InputLoader(s3=client, max_bytes=LIMIT, s3_prefixes=prefixes or ("docs/public",))
+
+
+async def test_s3_inside_an_allowed_prefix_is_read(s3: S3Server) -> None:
+    """An object under an allowed bucket/prefix loads; an empty one loads as empty text."""
+    loader = s3_loader(s3.client())
+    assert await loader.load("s3://docs/public/a.txt") == "public text"
+    assert await loader.load("s3://docs/public/empty.txt") == ""
+
+
+async def test_s3_outside_the_prefixes_is_refused_without_a_call(s3: S3Server) -> None:
+    """Another bucket, another prefix (also one that merely starts with the allowed folder's
+    name), ``..`` segments and empty keys are refused before any request reaches S3."""
+    loader = s3_loader(s3.client())
+    refused = [
+        "s3://other/x",
+        "s3://docs/private/other.txt",
+        "s3://docs/public-internal/x.txt",
+        "s3://docs/public/../private/s.txt",
+        "s3://docs/public/",
+        "s3://docs/",
+        "s3://docs",
+        "s3://some-other-bucket/x",
+    ]
+    for reference in refused:
+        assert template(await refusal(loader, reference), reference) == UNAVAILABLE
+    log = s3.requested_paths()
+    for path in ("/other/", "/docs/private", "/docs/public-internal", "/some-other-bucket"):
+        assert f"GET {path}" not in log
+    assert "GET /docs/public/ " not in log and "GET /docs " not in log
+
+
+async def test_s3_size_bound(s3: S3Server) -> None:
+    """An object of exactly the limit loads; one byte more, or megabytes more, is too large."""
+    loader = s3_loader(s3.client())
+    assert len(await loader.load("s3://docs/public/at-limit.txt")) == LIMIT
+    for reference in ("s3://docs/public/over-limit.txt", "s3://docs/public/big.txt"):
+        error = await refusal(loader, reference)
+        assert template(error, reference) == (
+            f"input <ref> is larger than the limit of {LIMIT} bytes (MAX_INPUT_BYTES)"
+        )
+
+
+async def test_s3_missing_key_and_bucket_read_as_refused(s3: S3Server) -> None:
+    """NoSuchKey and NoSuchBucket (both 404) give the same text as a prefix refusal."""
+    loader = s3_loader(s3.client(), "docs/public", "gone-bucket")
+    for reference in ("s3://docs/public/missing.txt", "s3://gone-bucket/x.txt"):
+        assert template(await refusal(loader, reference), reference) == UNAVAILABLE
+
+
+@pytest.fixture(scope="module")
+def locked_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[S3Server, S3Client]]:
+    """A moto server with IAM checks on, and a client whose key may read docs/public/* only."""
+    server = start_s3(tmp_path_factory.mktemp("moto-auth"))
+    try:
+        admin = server.client()
+        admin.create_bucket(Bucket="docs")
+        admin.put_object(Bucket="docs", Key="public/a.txt", Body=b"public text")
+        admin.put_object(Bucket="docs", Key="private/locked.txt", Body=b"private")
+        iam = boto3.client(
+            "iam",
+            endpoint_url=server.url,
+            region_name="us-east-1",
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
+        iam.create_user(UserName="worker")
+        statement = {
+            "Effect": "Allow",
+            "Action": "s3:GetObject",
+            "Resource": "arn:aws:s3:::docs/public/*",
+        }
+        iam.put_user_policy(
+            UserName="worker",
+            PolicyName="read-public",
+            PolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": [statement]}),
+        )
+        key = iam.create_access_key(UserName="worker")["AccessKey"]
+        # From here on moto checks every request against IAM, as AWS does.
+        request = urllib.request.Request(
+            f"{server.url}/moto-api/reset-auth",
+            data=b"0",
+            method="POST",
+            headers={"Content-Type": "text/plain"},
+        )
+        with urllib.request.urlopen(request, timeout=5):
+            pass
+        yield server, server.client(key["AccessKeyId"], key["SecretAccessKey"])
+    finally:
+        server.proc.stop()
+
+
+async def test_s3_403_and_404_read_byte_identical(
+    s3: S3Server, locked_s3: tuple[S3Server, S3Client]
+) -> None:
+    """One reference gives byte-identical errors whether S3 says 403 (the worker's role may not
+    read the object, which exists) or 404 (no such object): the caller cannot tell which keys
+    exist. Missing keys and buckets behind the IAM check read the same too."""
+    _, worker_client = locked_s3
+    locked = s3_loader(worker_client, "docs/public", "docs/private", "gone-bucket")
+    assert await locked.load("s3://docs/public/a.txt") == "public text"
+    reference = "s3://docs/private/locked.txt"
+    denied = await refusal(locked, reference)  # exists here: AccessDenied (403)
+    missing = await refusal(s3_loader(s3.client(), "docs/private"), reference)  # NoSuchKey
+    assert denied.message == missing.message
+    for other in ("s3://docs/private/none.txt", "s3://gone-bucket/x.txt"):
+        assert template(await refusal(locked, other), other) == UNAVAILABLE
+
+
+async def test_s3_unreachable_is_retryable() -> None:
+    """A connection failure is a passing problem: a retryable InputFetchFailed, so the
+    activity's retry policy tries again, never the permanent refusal."""
+    port = free_port()  # nothing listens here
+    client = boto3.session.Session(
+        aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1"
+    ).client("s3", endpoint_url=f"http://127.0.0.1:{port}", config=WORKER_BOTO)
+    with pytest.raises(ApplicationError) as info:
+        await s3_loader(client).load("s3://docs/public/a.txt")
+    assert info.value.type == errors.INPUT_FETCH_FAILED
+    assert not info.value.non_retryable
+    assert "will be retried" in info.value.message
