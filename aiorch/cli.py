@@ -11,7 +11,7 @@ import functools
 import json
 import uuid
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, ParamSpec, TypeVar
@@ -40,6 +40,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from aiorch import claim_check, codec_server, dead_letters, operations, reviews
 from aiorch.config import Settings, load_settings
+from aiorch.signing import SigningKey, signing_key_from_settings
 from aiorch.telemetry import tracing
 from aiorch.temporal import connect
 from workflows import contract
@@ -245,7 +246,9 @@ def review(
     workflow_id: Annotated[str, typer.Argument(help="the run's id")],
     decision: Annotated[DecisionName, typer.Argument()],
     feedback: Annotated[str | None, typer.Option(help="what to change (reedit)")] = None,
-    reviewer: Annotated[str, typer.Option(help="who decides")] = "cli",
+    reviewer: Annotated[
+        str | None, typer.Option(help="who decides (default: the signing key's id, else cli)")
+    ] = None,
     review_round: Annotated[
         int | None,
         typer.Option("--round", min=1, help="the round you reviewed (status shows it)"),
@@ -254,12 +257,15 @@ def review(
     """Approve, send back (reedit) or reject a run that awaits review.
 
     Applied once however often it is sent: the same reviewer's decision on the same round
-    returns the first result, and a decision for a round that is over is refused.
+    returns the first result, and a decision for a round that is over is refused. With
+    REVIEWER_KEY (or REVIEWER_KEY_FILE) the decision is signed for that round.
     """
+    settings = load_settings()
+    key = signing_key_from_settings(settings)
     try:
         payload = ReviewDecision(
             decision=decision.value,
-            reviewer=reviewer,
+            reviewer=reviewer or (key.key_id if key else "cli"),
             feedback=feedback,
             review_round=review_round,
         )
@@ -268,7 +274,9 @@ def review(
 
     async def go(client: Client, settings: Settings) -> None:
         try:
-            outcome = await reviews.submit_review(client, workflow_id, payload)
+            outcome = await reviews.submit_review(
+                client, workflow_id, payload, signer=review_signer(settings, key)
+            )
         except WorkflowUpdateFailedError as error:
             raise CliError(f"review refused for {workflow_id}: {error.cause}") from None
         except RPCError as error:
@@ -322,6 +330,24 @@ def review_all(
             raise CliError(f"{len(done.errors)} review(s) failed; run the command again")
 
     run_async(go)
+
+
+def review_signer(settings: Settings, key: SigningKey | None) -> reviews.Signer | None:
+    """Signs each decision for its run and round with ``key`` (None: reviews go unsigned)."""
+    if key is None:
+        return None
+    ttl = timedelta(seconds=settings.review_token_ttl_s)
+
+    def sign(decision: ReviewDecision, workflow_id: str, review_round: int) -> ReviewDecision:
+        return key.sign(
+            decision,
+            workflow_id=workflow_id,
+            review_round=review_round,
+            now=datetime.now(UTC),
+            ttl=ttl,
+        )
+
+    return sign
 
 
 def describe_rpc_error(workflow_id: str, error: RPCError) -> str:

@@ -54,6 +54,7 @@ from temporalio.client import Client
 
 from aiorch.codec_server import READY_LINE as CODEC_READY_LINE
 from aiorch.config import DEFAULT_CODEC_PORT, DEFAULT_LLM_PORT, DEFAULT_SQS_PORT
+from aiorch.signing import SigningKey
 from workflows.errors import OrchestratorError
 
 HOST = "127.0.0.1"
@@ -466,6 +467,10 @@ class StackAddresses:
     vector_store_path: Path
     # The worker's only file:// input root (INPUT_FILE_ROOTS): put documents here to use them.
     input_dir: Path
+    # Reviewer authentication is on: the stack's key signs for any reviewer (an identity
+    # provider, as the review inbox is); its private half is in this 0600 file.
+    review_public_keys: str
+    reviewer_key_file: Path
     # Set only when payload encryption is on; its token is in <data_dir>/codec-token.
     codec_server_url: str | None = None
 
@@ -483,6 +488,8 @@ class StackAddresses:
             "OPENAI_API_KEY": "sim-local-key",
             "VECTOR_STORE_PATH": str(self.vector_store_path),
             "INPUT_FILE_ROOTS": str(self.input_dir),
+            "REVIEW_PUBLIC_KEYS": self.review_public_keys,
+            "REVIEWER_KEY_FILE": str(self.reviewer_key_file),
         }
         if self.ui_url is not None:
             env["TEMPORAL_UI_URL"] = self.ui_url
@@ -521,6 +528,7 @@ class LocalStack:
         settings_env = {**os.environ, **self.worker_env}
         self.encrypted = any(settings_env.get(name) for name in ENCRYPTION_VARIABLES)
         self.codec_token_file = self.data_dir / "codec-token"
+        self.reviewer_key = _stack_reviewer_key(self.data_dir / "reviewer-key")
         taken = {p for p in (temporal_port, ui_port, sqs_port, llm_port, codec_port) if p}
         self.temporal_port = temporal_port or _distinct_free_port(taken)
         self.ui_port = ui_port
@@ -533,6 +541,8 @@ class LocalStack:
             openai_base_url=f"http://{HOST}:{self.llm_port}/v1",
             vector_store_path=self.data_dir / "vectors",
             input_dir=self.data_dir / "inputs",
+            review_public_keys=self.reviewer_key.public_entry(),
+            reviewer_key_file=self.data_dir / "reviewer-key",
             codec_server_url=(
                 f"http://{HOST}:{codec_port or _distinct_free_port(taken)}"
                 if self.encrypted
@@ -550,6 +560,7 @@ class LocalStack:
         """Start the three servers, then the worker if asked; return their addresses."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.addresses.input_dir.mkdir(exist_ok=True)
+        _write_secret(self.addresses.reviewer_key_file, self.reviewer_key.private_entry())
         try:
             # Temporal first: its port (7233) is the one most likely taken, and checking it
             # before launching anything gives the one-line error at once. The other two boot
@@ -627,9 +638,7 @@ class LocalStack:
         if not token and env.get("CODEC_SERVER_TOKEN_FILE"):
             token = Path(env["CODEC_SERVER_TOKEN_FILE"]).read_text(encoding="utf-8").strip()
         token = token or secrets.token_urlsafe(32)
-        self.codec_token_file.touch(mode=0o600, exist_ok=True)
-        self.codec_token_file.chmod(0o600)
-        self.codec_token_file.write_text(token + "\n", encoding="utf-8")
+        _write_secret(self.codec_token_file, token)
         return token
 
     def _start_codec(self, token: str) -> ManagedProcess:
@@ -673,6 +682,21 @@ class LocalStack:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
+
+
+def _write_secret(path: Path, value: str) -> None:
+    """Write ``value`` to a file only its owner can read (created 0600, never world-readable)."""
+    path.touch(mode=0o600, exist_ok=True)
+    path.chmod(0o600)
+    path.write_text(value + "\n", encoding="utf-8")
+
+
+def _stack_reviewer_key(path: Path) -> SigningKey:
+    # A persisted stack keeps its key, so runs that wait for review across restarts (their plan
+    # holds the public key) can still be reviewed.
+    if path.is_file():
+        return SigningKey.parse(path.read_text(encoding="utf-8"), source=str(path))
+    return SigningKey.generate("localstack")
 
 
 def _distinct_free_port(taken: set[int]) -> int:

@@ -9,6 +9,7 @@ late or repeated decision can never land on a later round.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from temporalio.client import Client
@@ -66,10 +67,15 @@ def decision_for_round(history: list[HistoryEntry], review_round: int) -> Histor
     return None
 
 
+Signer = Callable[[ReviewDecision, str, int], ReviewDecision]
+"""Signs a decision for (workflow id, review round): see ``aiorch.signing.SigningKey.sign``."""
+
+
 async def submit_review(
-    client: Client, workflow_id: str, decision: ReviewDecision
+    client: Client, workflow_id: str, decision: ReviewDecision, *, signer: Signer | None = None
 ) -> ReviewOutcome:
-    """Send ``decision`` through the ``submit_review`` update, idempotently (see module doc).
+    """Send ``decision`` through the ``submit_review`` update, idempotently (see module doc),
+    signed for its round by ``signer`` when reviewer authentication is on.
 
     Raises:
         temporalio.client.WorkflowUpdateFailedError: the run refused it (the cause says why).
@@ -80,6 +86,8 @@ async def submit_review(
         current: RunStatus = await handle.query(contract.QUERY_STATUS, result_type=RunStatus)
         if current.review_round:
             decision = decision.model_copy(update={"review_round": current.review_round})
+    if signer is not None and decision.review_round is not None:
+        decision = signer(decision, workflow_id, decision.review_round)
     status: RunStatus = await handle.execute_update(
         contract.UPDATE_SUBMIT_REVIEW,
         decision,

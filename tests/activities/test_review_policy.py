@@ -39,7 +39,7 @@ async def test_a_request_may_raise_the_review_level_never_lower_it(
 ) -> None:
     """The run's review level is the higher of REVIEW_MIN and the request's (never < auto <
     always): `review: never` cannot skip a review the operator requires."""
-    plan = await plan_for(Settings(review_min=floor), review=asked)  # type: ignore[arg-type]
+    plan = await plan_for(Settings(review_min=floor), review=asked)
     assert plan.review == level
 
 
@@ -69,7 +69,7 @@ async def test_plan_carries_public_keys_and_the_requester_never_a_private_key() 
     key = SigningKey.generate("inbox")
     settings = Settings(
         review_public_keys=key.public_entry(),
-        reviewer_key=key.private_entry(),  # type: ignore[arg-type]
+        reviewer_key=key.private_entry(),
     )
     plan = await plan_for(settings, requested_by="alice")
     assert [k.key_id for k in plan.review_keys] == ["inbox"]

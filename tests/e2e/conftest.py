@@ -18,6 +18,7 @@ import pytest
 from temporalio.client import Client, WorkflowHandle
 
 from aiorch.localstack import LocalStack
+from aiorch.signing import SigningKey
 from aiorch.temporal import DATA_CONVERTER
 from workflows import contract
 from workflows.payloads import RunStatus
@@ -45,6 +46,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
 def private_stack(tmp_path: Path) -> Iterator[LocalStack]:
     with LocalStack(tmp_path / "stack", with_worker=True, worker_env=E2E_WORKER_ENV) as running:
         yield running
+
+
+@pytest.fixture(scope="session")
+def reviewer_key(stack: LocalStack) -> SigningKey:
+    """The stack's identity-provider key: signs reviews for any reviewer."""
+    return stack.reviewer_key
 
 
 @pytest.fixture(scope="session")

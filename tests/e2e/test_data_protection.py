@@ -1,5 +1,5 @@
 """Data protection end to end: encrypted payloads, the codec server, key rotation, replay with
-encryption, reviewer authority and the claim check, against a real dev server, worker, SQS/S3
+encryption and the claim check, against a real dev server, worker, SQS/S3
 (moto), LLM simulator and OTLP receiver.
 
 The stack of this module has payload encryption on (``PAYLOAD_KEYS`` in the worker's
@@ -29,14 +29,14 @@ import boto3
 import pytest
 from google.protobuf import json_format
 from temporalio.api.common.v1 import Payload
-from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Replayer
 from typer.testing import CliRunner
 
-from aiorch import reviews
 from aiorch.cli import app
 from aiorch.codec import METADATA_KEY_ID, KeyRing, new_key
 from aiorch.localstack import LocalStack, free_port, temporal_cli_path
+from aiorch.signing import SigningKey
 from aiorch.temporal import DATA_CONVERTER, encrypted_converter
 from tests.e2e.conftest import (
     E2E_WORKER_ENV,
@@ -44,17 +44,14 @@ from tests.e2e.conftest import (
     new_id,
     request,
     start,
-    status_of,
     wait_for_state,
 )
 from tests.e2e.test_observability import OtlpReceiver
+from tests.reviewing import signed
 from workflows import contract
 from workflows.orchestrator import AiOrchestrator
 from workflows.payloads import (
-    NOTE_CONTINUED_AS_NEW,
-    NOTE_REVIEW_REFUSED,
     PipelineResult,
-    ReviewDecision,
     RunStatus,
 )
 
@@ -207,7 +204,7 @@ async def first_input(plain_client: Client, workflow_id: str) -> Payload:
     return payload
 
 
-async def canary_run(client: Client) -> WorkflowHandle[Any, Any]:
+async def canary_run(client: Client, key: SigningKey) -> WorkflowHandle[Any, Any]:
     """A completed run whose request, metadata and reviewer feedback all carry the canary."""
     handle = await start(
         client,
@@ -216,11 +213,11 @@ async def canary_run(client: Client) -> WorkflowHandle[Any, Any]:
     await wait_for_state(handle, "await_review")
     await handle.execute_update(
         contract.UPDATE_SUBMIT_REVIEW,
-        {"decision": "reedit", "reviewer": "ann", "feedback": f"mention {CANARY}"},
+        await signed(handle, key, "reedit", "ann", f"mention {CANARY}"),
         result_type=RunStatus,
     )
     await wait_for_state(handle, "await_review")
-    await handle.signal(contract.SIGNAL_REVIEW, {"decision": "approve", "reviewer": "ann"})
+    await handle.signal(contract.SIGNAL_REVIEW, await signed(handle, key, "approve", "ann"))
     return handle
 
 
@@ -231,7 +228,7 @@ async def test_canary_is_unreadable_in_history_dead_letters_spans_and_logs(
     appears nowhere in `temporal workflow show --output json`, the dead-letter message, the
     exported spans or the worker's log, and the canary API key nowhere at all; the project's
     client reads the result (canary included) and a keyless client cannot."""
-    done = await canary_run(client)
+    done = await canary_run(client, protected.stack.reviewer_key)
     dead = await start(
         client,
         request(f"{CANARY} [sim:status=503]", options={"llm_max_attempts": 1}),
@@ -328,8 +325,10 @@ async def test_key_rotation_keeps_old_runs_and_open_runs_readable(
     protected.stack.worker_env["PAYLOAD_KEY_ID"] = "k2"
     protected.stack.start_worker()
     rotated = await Client.connect(protected.address, data_converter=converter("k2"))
-    await rotated.get_workflow_handle(open_run.id).signal(
-        contract.SIGNAL_REVIEW, {"decision": "approve", "reviewer": "ann"}
+    rotated_run = rotated.get_workflow_handle(open_run.id)
+    await rotated_run.signal(
+        contract.SIGNAL_REVIEW,
+        await signed(rotated_run, protected.stack.reviewer_key, "approve", "ann"),
     )
     across = PipelineResult.model_validate(await rotated.get_workflow_handle(open_run.id).result())
     assert across.state == "completed" and CANARY in (across.content or "")
@@ -365,87 +364,21 @@ def _payloads(event: Any) -> list[Payload]:
     return found
 
 
-async def test_reviewer_outside_the_allowed_set_is_refused_and_reviews_apply_once(
-    protected: Protected, client: Client
-) -> None:
-    """Only allowed reviewers decide: the update refuses 'mallory' by name and run (the run
-    stays in await_review, nothing recorded); her signal is recorded as a review_refused note
-    without a state change. The same review sent twice (same update id) is applied once, and a
-    re-sent decision for a finished round is refused. Two reedits continue the run as new; its
-    history entries all stay queryable."""
-    handle = await start(
-        client, request("who approves?", review="always", options={"allowed_reviewers": ["alice"]})
-    )
-    await wait_for_state(handle, "await_review")
-    mallory = {"decision": "approve", "reviewer": "mallory"}
-    with pytest.raises(WorkflowUpdateFailedError) as info:
-        await handle.execute_update(contract.UPDATE_SUBMIT_REVIEW, mallory, result_type=RunStatus)
-    assert f"reviewer 'mallory' is not allowed to review run {handle.id}" in str(info.value.cause)
-    after = await status_of(handle)
-    assert (after.state, after.history[-1].event) == ("await_review", "needs_review")
-
-    await handle.signal(contract.SIGNAL_REVIEW, mallory)
-    note = (await wait_for_note(handle, NOTE_REVIEW_REFUSED))[-1]
-    assert (note.from_state, note.to_state, note.reviewer) == ("await_review",) * 2 + ("mallory",)
-    assert "not allowed" in (note.detail or "")
-    assert (await status_of(handle)).state == "await_review"
-
-    reedit = ReviewDecision(decision="reedit", reviewer="alice", feedback="shorter", review_round=1)
-    first = await reviews.submit_review(client, handle.id, reedit)
-    again = await reviews.submit_review(client, handle.id, reedit)
-    assert again.status == first.status  # the first result, not a second decision
-    await wait_for_state(handle, "await_review")
-    late = await reviews.submit_review(client, handle.id, reedit)  # round 2 began meanwhile
-    assert late.status == first.status
-    with pytest.raises(WorkflowUpdateFailedError) as refused:
-        await handle.execute_update(
-            contract.UPDATE_SUBMIT_REVIEW, reedit.model_dump(), id="fresh", result_type=RunStatus
-        )
-    assert "review for round 1 refused" in str(refused.value.cause)
-    second = ReviewDecision(decision="reedit", reviewer="alice", feedback="even shorter")
-    await reviews.submit_review(client, handle.id, second)
-    await wait_for_state(handle, "await_review")  # now in a continued run
-
-    approve = {"decision": "approve", "reviewer": "alice", "review_round": 3}
-    await handle.signal(contract.SIGNAL_REVIEW, approve)
-    await handle.signal(contract.SIGNAL_REVIEW, approve)
-    result = PipelineResult.model_validate(await handle.result())
-    events = [entry.event for entry in result.history]
-    assert events.count("reedit") == 2 and events.count("approve") == 1
-    assert events.count(NOTE_CONTINUED_AS_NEW) == 1
-    assert events.count(NOTE_REVIEW_REFUSED) == 2  # mallory, and the repeated approve
-    decisions = [e for e in result.history if e.event in ("reedit", "approve")]
-    assert [(e.reviewer, e.review_round) for e in decisions] == [
-        ("alice", 1),
-        ("alice", 2),
-        ("alice", 3),
-    ]
-    assert decisions[0].feedback == "shorter" and decisions[0].at is not None
-    runs = [r async for r in client.list_workflows(f"WorkflowId = '{handle.id}'")]
-    assert len(runs) == 2
-
-
-async def wait_for_note(handle: WorkflowHandle[Any, Any], event: str) -> list[Any]:
-    for _ in range(100):
-        notes = [e for e in (await status_of(handle)).history if e.event == event]
-        if notes:
-            return notes
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"no {event} note")
-
-
 async def test_replay_with_encryption_passes(protected: Protected, client: Client) -> None:
     """Runs recorded with encryption on (here: one that continued as new after two reedits,
-    plus every other run of this module: dead-lettered, rotated from k1 to k2, refused
-    reviews) replay deterministically through the Replayer with the encrypting converter."""
+    plus every other run of this module: dead-lettered, rotated from k1 to k2) replay
+    deterministically through the Replayer with the encrypting converter."""
+    key = protected.stack.reviewer_key
     handle = await start(client, request("replay me", review="always"))
     for n in (1, 2):
         await wait_for_state(handle, "await_review")
-        await reviews.submit_review(
-            client, handle.id, ReviewDecision(decision="reedit", reviewer="ann", feedback=f"{n}")
+        await handle.execute_update(
+            contract.UPDATE_SUBMIT_REVIEW,
+            await signed(handle, key, "reedit", "ann", f"{n}"),
+            result_type=RunStatus,
         )
     await wait_for_state(handle, "await_review")
-    await handle.signal(contract.SIGNAL_REVIEW, {"decision": "approve", "reviewer": "ann"})
+    await handle.signal(contract.SIGNAL_REVIEW, await signed(handle, key, "approve", "ann"))
     await handle.result()
 
     histories = []

@@ -33,6 +33,7 @@ from aiorch.localstack import LocalStack
 from aiorch.temporal import DATA_CONVERTER
 from tests.e2e.conftest import Simulator, request, start, status_of, wait_for_state
 from tests.history_events import scheduled_activities
+from tests.reviewing import signed
 from workflows import contract
 from workflows.payloads import DeadLetterMessage, PipelineResult, RunStatus
 
@@ -353,8 +354,12 @@ async def test_runs_in_flight_survive_a_dev_server_restart(
     private_stack.restart_temporal()
     down_for = time.monotonic() - stopped_at
 
-    await approve.signal(contract.SIGNAL_REVIEW, {"decision": "approve", "reviewer": "ann"})
-    await reject.signal(contract.SIGNAL_REVIEW, {"decision": "reject", "reviewer": "bob"})
+    await approve.signal(
+        contract.SIGNAL_REVIEW, await signed(approve, private_stack.reviewer_key, "approve", "ann")
+    )
+    await reject.signal(
+        contract.SIGNAL_REVIEW, await signed(reject, private_stack.reviewer_key, "reject", "bob")
+    )
     expected = {approve.id: "completed", reject.id: "failed", backoff.id: "completed"}
     expected.update({handle.id: "completed" for handle in slow})
     handles = [approve, reject, backoff, *slow]

@@ -16,6 +16,7 @@ from temporalio.exceptions import ApplicationError
 from aiorch.localstack import LocalStack
 from aiorch.temporal import DATA_CONVERTER
 from tests.e2e.conftest import E2E_WORKER_ENV, request, start, status_of
+from tests.reviewing import signed
 from workflows import contract, errors
 from workflows.payloads import NOTE_CONTINUED_AS_NEW, PipelineResult, RunStatus
 
@@ -67,13 +68,17 @@ async def test_two_hundred_reedit_rounds_continue_as_new_without_history_warning
     for n in range(1, ROUNDS + 1):
         await handle.execute_update(
             contract.UPDATE_SUBMIT_REVIEW,
-            {"decision": "reedit", "reviewer": "ann", "feedback": f"round {n}"},
+            await signed(
+                handle, long_stack.reviewer_key, "reedit", "ann", f"round {n}", review_round=n
+            ),
             result_type=RunStatus,
         )
         await until_awaiting(handle, n + 1)
 
     before = await status_of(handle)
-    await handle.signal(contract.SIGNAL_REVIEW, {"decision": "approve", "reviewer": "ann"})
+    await handle.signal(
+        contract.SIGNAL_REVIEW, await signed(handle, long_stack.reviewer_key, "approve", "ann")
+    )
     result = PipelineResult.model_validate(await handle.result())
 
     assert result.state == "completed"

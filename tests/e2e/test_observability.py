@@ -35,6 +35,7 @@ from aiorch.pricing import DEFAULT_PRICE_TABLE, estimate_cost
 from aiorch.temporal import DATA_CONVERTER
 from tests.e2e.conftest import E2E_WORKER_ENV, Simulator, request, start, visible_state
 from tests.history_events import scheduled_activities
+from tests.reviewing import signed
 from workflows import contract
 from workflows.observability import error_reason
 from workflows.payloads import PipelineResult
@@ -322,7 +323,10 @@ async def test_prometheus_endpoint_counts_transitions_retries_tokens_and_cost(
     # With no cache, a run evicted while its local fetch_prompt is in flight waits out a
     # workflow task timeout (10 s) before it is retried, possibly more than once.
     assert await visible_state(observed_client, review.id, "await_review", timeout=90)
-    await review.signal(contract.SIGNAL_REVIEW, {"decision": "approve", "reviewer": "eve"})
+    await review.signal(
+        contract.SIGNAL_REVIEW,
+        await signed(review, observed.stack.reviewer_key, "approve", "eve", review_round=1),
+    )
     for handle in handles:
         await handle.result()
 

@@ -15,6 +15,7 @@ from aiorch.localstack import LocalStack
 from aiorch.operations import find_stuck, parse_duration
 from aiorch.temporal import DATA_CONVERTER
 from tests.e2e.conftest import request, start, visible_state
+from tests.reviewing import signed
 from workflows import contract
 from workflows.payloads import PipelineResult
 
@@ -78,8 +79,12 @@ async def test_stats_and_stuck_find_the_right_runs_and_bulk_actions_work(
     )
     await all_visible(client, [approved, rejected], "await_review")
     await asyncio.sleep(1.5)
-    await approved.signal(contract.SIGNAL_REVIEW, {"decision": "approve", "reviewer": "ann"})
-    await rejected.signal(contract.SIGNAL_REVIEW, {"decision": "reject", "reviewer": "ann"})
+    await approved.signal(
+        contract.SIGNAL_REVIEW, await signed(approved, private_stack.reviewer_key, "approve", "ann")
+    )
+    await rejected.signal(
+        contract.SIGNAL_REVIEW, await signed(rejected, private_stack.reviewer_key, "reject", "ann")
+    )
     finished = {h.id: (await final(h)).state for h in (done, approved, rejected, given_up)}
     assert sorted(finished.values()) == ["completed", "completed", "dead_letter", "failed"]
 

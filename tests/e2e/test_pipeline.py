@@ -12,6 +12,7 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailed
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 
 from aiorch.localstack import LocalStack, temporal_cli_path
+from aiorch.signing import SigningKey
 from tests.e2e.conftest import (
     Simulator,
     new_id,
@@ -21,6 +22,7 @@ from tests.e2e.conftest import (
     visible_state,
     wait_for_state,
 )
+from tests.reviewing import signed
 from workflows import contract
 from workflows.graph import TRANSITIONS
 from workflows.payloads import PipelineResult, RunStatus
@@ -58,43 +60,49 @@ async def test_happy_path_completes_with_content_and_embedding(
     assert chats[0]["idempotency_key"] == f"{handle.id}:invoke_llm:1"
 
 
-async def test_review_approve_via_signal(client: Client) -> None:
+async def test_review_approve_via_signal(client: Client, reviewer_key: SigningKey) -> None:
     """needs_review parks the run in await_review (AiState too); the review signal approves."""
     handle = await start(client, request("Sensitive answer [sim:review]"))
     await wait_for_state(handle, "await_review")
     assert await visible_state(client, handle.id, "await_review")
-    await handle.signal(contract.SIGNAL_REVIEW, {"decision": "approve", "reviewer": "ann"})
+    await handle.signal(
+        contract.SIGNAL_REVIEW, await signed(handle, reviewer_key, "approve", "ann")
+    )
     result = PipelineResult.model_validate(await handle.result())
     assert result.state == "completed"
     approve = next(h for h in result.history if h.event == "approve")
     assert approve.detail == "approve by ann"
 
 
-async def test_review_approve_via_update_returns_new_status(client: Client) -> None:
+async def test_review_approve_via_update_returns_new_status(
+    client: Client, reviewer_key: SigningKey
+) -> None:
     """The submit_review update applies the decision and returns the status after it."""
     handle = await start(client, request("Check me", review="always"))
     await wait_for_state(handle, "await_review")
     after = await handle.execute_update(
         contract.UPDATE_SUBMIT_REVIEW,
-        {"decision": "approve", "reviewer": "bob", "feedback": None},
+        await signed(handle, reviewer_key, "approve", "bob"),
         result_type=RunStatus,
     )
     assert after.state in ("generate_embedding", "completed")
     assert (await handle.result())["state"] == "completed"
 
 
-async def test_reedit_sends_feedback_to_the_llm(client: Client, simulator: Simulator) -> None:
+async def test_reedit_sends_feedback_to_the_llm(
+    client: Client, simulator: Simulator, reviewer_key: SigningKey
+) -> None:
     """reedit goes back to invoke_llm with the reviewer's feedback in the prompt."""
     handle = await start(client, request("Write a tagline", review="always"))
     await wait_for_state(handle, "await_review")
     await handle.execute_update(
         contract.UPDATE_SUBMIT_REVIEW,
-        {"decision": "reedit", "reviewer": "cy", "feedback": "Make it rhyme"},
+        await signed(handle, reviewer_key, "reedit", "cy", "Make it rhyme"),
         result_type=RunStatus,
     )
     second = await wait_for_state(handle, "await_review")
     assert second.attempts == 2
-    await handle.signal(contract.SIGNAL_REVIEW, {"decision": "approve", "reviewer": "cy"})
+    await handle.signal(contract.SIGNAL_REVIEW, await signed(handle, reviewer_key, "approve", "cy"))
     result = PipelineResult.model_validate(await handle.result())
     assert result.state == "completed"
     chats = simulator.chat_requests(handle.id)
@@ -106,13 +114,13 @@ async def test_reedit_sends_feedback_to_the_llm(client: Client, simulator: Simul
     assert "Make it rhyme" in (result.content or "")
 
 
-async def test_reject_ends_failed(client: Client) -> None:
+async def test_reject_ends_failed(client: Client, reviewer_key: SigningKey) -> None:
     """reject ends the run in failed, naming the reviewer in the status."""
     handle = await start(client, request("Announce profits", review="always"))
     await wait_for_state(handle, "await_review")
     after = await handle.execute_update(
         contract.UPDATE_SUBMIT_REVIEW,
-        {"decision": "reject", "reviewer": "legal", "feedback": "no"},
+        await signed(handle, reviewer_key, "reject", "legal", "no"),
         result_type=RunStatus,
     )
     assert after.state == "failed"
@@ -122,7 +130,9 @@ async def test_reject_ends_failed(client: Client) -> None:
     assert await visible_state(client, handle.id, "failed")
 
 
-async def test_update_refused_when_not_awaiting_review(client: Client) -> None:
+async def test_update_refused_when_not_awaiting_review(
+    client: Client, reviewer_key: SigningKey
+) -> None:
     """While the LLM call runs, submit_review is refused at once and the state is unchanged."""
     handle = await start(client, request("Slow one [sim:hang=3]", review="always"))
     await wait_for_state(handle, "invoke_llm")
@@ -133,7 +143,9 @@ async def test_update_refused_when_not_awaiting_review(client: Client) -> None:
     assert "not awaiting review (state: invoke_llm)" in str(info.value.cause)
     assert (await status_of(handle)).state == "invoke_llm"
     await wait_for_state(handle, "await_review", timeout=30)
-    await handle.signal(contract.SIGNAL_REVIEW, {"decision": "approve", "reviewer": "dan"})
+    await handle.signal(
+        contract.SIGNAL_REVIEW, await signed(handle, reviewer_key, "approve", "dan")
+    )
     assert (await handle.result())["state"] == "completed"
 
 

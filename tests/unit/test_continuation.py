@@ -34,7 +34,7 @@ def plan() -> PromptPlan:
 
 
 def carried(state: State = State.INVOKE_LLM, **fields: object) -> dict[str, object]:
-    run = RunState(state=state, plan=plan(), review_round=4, **fields)  # type: ignore[arg-type]
+    run = RunState(state=state, plan=plan(), review_round=4, **fields)
     return {"request": REQUEST, "carried": run.model_dump(mode="json")}
 
 

@@ -58,7 +58,7 @@ def test_settings_refuse_bad_keys_at_load_and_mask_the_private_one() -> None:
     with pytest.raises(ConfigError, match="REVIEW_PUBLIC_KEYS"):
         Settings(review_public_keys="alice:nope")
     key = SigningKey.generate("alice")
-    settings = Settings(reviewer_key=key.private_entry())  # type: ignore[arg-type]
+    settings = Settings(reviewer_key=key.private_entry())
     assert key.private_entry() not in repr(settings)
     assert SigningKey.parse(key.private_entry()).private_entry() == key.private_entry()
 
