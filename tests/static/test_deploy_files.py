@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from aiorch.config import Settings
+from aiorch.config import SECRET_FILE_FIELDS, Settings
 from workflows import contract
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -386,9 +386,12 @@ def test_contract_variables_are_settings_fields() -> None:
 
 def test_worker_sets_every_address_and_name_setting() -> None:
     """The worker service sets every contract variable and every Settings field that names an
-    address or a resource, except the few left unset on purpose."""
+    address or a resource, except the few left unset on purpose. A secret (REVIEWER_KEY, the
+    CLI's signing key) is not an address, whatever its name ends with."""
     derived = {
-        name.upper() for name in Settings.model_fields if name.endswith(ADDRESS_OR_NAME_SUFFIXES)
+        name.upper()
+        for name in Settings.model_fields
+        if name.endswith(ADDRESS_OR_NAME_SUFFIXES) and name not in SECRET_FILE_FIELDS
     }
     required = (derived | set(CONTRACT_VARIABLES)) - set(NOT_WIRED)
     environment = _environment(WORKER)
