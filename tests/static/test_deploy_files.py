@@ -633,7 +633,7 @@ LOOPBACK = "127.0.0.1"
 # What the stack publishes on the host, by service and container port, and why a person or a
 # host tool must reach it there. Every other service stays on the internal network.
 PUBLISHED = {
-    ("temporal", 7233): "the temporal CLI and a host-side starter",
+    ("temporal", 7233): "the temporal CLI on the host (payloads through the codec server)",
     ("temporal-ui", 8080): "the Web UI, in a browser",
     ("codec-server", 8702): "the browser running the Web UI calls it to decode payloads",
     ("grafana", 3000): "dashboards, metrics and traces, behind Grafana's login",
@@ -1497,6 +1497,28 @@ def test_dashboard_shows_runs_by_state_transitions_retries_dead_letters_review_w
         "aiorch_review_wait_seconds_bucket",
     ):
         assert needle in exprs, f"no panel queries {needle}"
+
+
+def test_docs_explain_what_is_published_and_where_the_secrets_live() -> None:
+    """docs/docker.md gives every published address, the reason for any port beyond loopback,
+    each secret's volume, each operator command of secrets.sh, and the advice to pin image
+    digests."""
+    docs = DOCS_FILE.read_text(encoding="utf-8")
+    for name, spec in _services().items():
+        for port in _ports_of(spec):
+            assert f"127.0.0.1:{port.host_port}" in docs, f"{name}'s port is undocumented"
+    for reason in NOT_LOOPBACK.values():
+        assert reason in docs
+    job = _secrets_job(_services())
+    assert job is not None
+    for mount in _mounts_of(_services()[job]):
+        if mount.named:
+            assert f"`{mount.source}`" in docs, f"volume {mount.source} is undocumented"
+    commands = re.findall(r"^([a-z-]+)\) ", SECRETS_SCRIPT.read_text(encoding="utf-8"), re.M)
+    assert commands[0] == "init" and len(commands) == 4  # init: what `up` runs
+    for command in commands[1:]:
+        assert f"secrets {command}" in docs, f"secrets.sh {command} is undocumented"
+    assert "@sha256:" in docs, "no word on pinning digests"
 
 
 def test_docs_match_the_stack() -> None:
