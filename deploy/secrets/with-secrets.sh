@@ -27,8 +27,9 @@ while [ $# -gt 0 ] && [ "$1" != "--" ]; do
   case $name in
   '' | [!A-Za-z_]* | *[!A-Za-z0-9_]*) fail "not a variable name: $name" ;;
   esac
-  [ -r "$file" ] && [ -s "$file" ] ||
+  if [ ! -r "$file" ] || [ ! -s "$file" ]; then
     fail "$file is missing, empty or unreadable (the secrets service creates it)"
+  fi
   value=$(cat "$file")
   if [ -n "$append" ]; then
     eval "value=\${$name-}\$value"

@@ -162,26 +162,14 @@ def _one_shot_services() -> set[str]:
 
 def _container_ports(service: str) -> set[int]:
     """The ports a service listens on, as its ``ports`` and ``expose`` entries say."""
-    ports = {int(str(entry).split("/")[0]) for entry in _services()[service].get("expose") or []}
-    for entry in _services()[service].get("ports") or []:
-        if isinstance(entry, dict):
-            ports.add(int(entry["target"]))
-        else:
-            ports.add(int(str(entry).split("/")[0].rsplit(":", 1)[-1]))
-    return ports
+    spec = _services()[service]
+    exposed = {int(str(entry).split("/")[0]) for entry in spec.get("expose") or []}
+    return exposed | {port.container_port for port in _ports_of(spec)}
 
 
 def _published_ports(service: str) -> list[int]:
-    published: list[int] = []
-    for entry in _services()[service].get("ports") or []:
-        if isinstance(entry, dict):
-            if "published" in entry:
-                published.append(int(entry["published"]))
-            continue
-        parts = str(entry).split("/")[0].split(":")
-        if len(parts) >= 2:
-            published.append(int(parts[-2]))
-    return published
+    """The host ports a service publishes (one Docker picks is left out)."""
+    return [int(port.host_port) for port in _ports_of(_services()[service]) if port.host_port]
 
 
 def _healthcheck_text(service: str) -> str:
@@ -742,12 +730,15 @@ def exposure_problems(compose: Mapping[str, Any]) -> list[str]:
 
 
 def secret_problems(compose: Mapping[str, Any]) -> list[str]:
-    """No literal secret: a secret-named variable is unset (passed from the shell), required
-    from the user without a default, or a ``*_FILE`` in a read-only named volume; a secret-named
-    ``NAME=VALUE`` argument names such a file; PLACEHOLDERS are the only exceptions."""
+    """No literal secret: a secret-named variable (or build argument, which would stay in the
+    image) is unset (passed from the shell), required from the user without a default, or a
+    ``*_FILE`` in a read-only named volume; a secret-named ``NAME=VALUE`` argument names such a
+    file; PLACEHOLDERS are the only exceptions."""
     problems = []
     for name, spec in compose["services"].items():
-        for variable, value in _env_of(spec).items():
+        build = spec.get("build")
+        build_args = _env_of({"environment": build.get("args")}) if isinstance(build, dict) else {}
+        for variable, value in {**_env_of(spec), **build_args}.items():
             if value is None or not _is_secret_name(variable):
                 continue
             if re.search(r"_FILE$", variable):
@@ -836,6 +827,8 @@ def encryption_problems(compose: Mapping[str, Any]) -> list[str]:
             or str(endpoint.port) not in codec_ports
         ):
             problems.append(f"{name}: TEMPORAL_CODEC_ENDPOINT is not the codec server's port")
+        if not endpoint.path.endswith("/"):
+            problems.append(f"{name}: TEMPORAL_CODEC_ENDPOINT must end in / (the token follows)")
         file, appended = _wrapped_files(spec).get("TEMPORAL_CODEC_ENDPOINT", ("", False))
         mount = _secret_mount(spec, file)
         if not appended or mount is None or f"volume {mount.source}" not in tokens:
@@ -921,7 +914,8 @@ def test_grafana_needs_a_login_with_a_generated_password() -> None:
 def test_payloads_are_encrypted_and_the_ui_decodes_through_the_codec_server() -> None:
     """The worker encrypts with the generated key ring and refuses plaintext; the codec server
     reads the same ring and the token; the UI's codec endpoint is the codec server's published
-    port plus that token, and the codec server admits the UI's origin for CORS."""
+    port plus that token, the codec server admits the UI's origin for CORS, and it listens
+    where it is published and probed."""
     assert encryption_problems(_compose()) == []
     ui_port = _published_ports("temporal-ui")[0]
     origin = f"http://localhost:{ui_port}"
@@ -931,6 +925,9 @@ def test_payloads_are_encrypted_and_the_ui_decodes_through_the_codec_server() ->
         _environment("codec-server")["TEMPORAL_NAMESPACE"]
         == _environment(WORKER)["TEMPORAL_NAMESPACE"]
     )
+    codec_port = int(_environment("codec-server")["CODEC_SERVER_PORT"])
+    assert codec_port in _container_ports("codec-server")
+    assert f"'127.0.0.1', {codec_port}" in _healthcheck_text("codec-server")
 
 
 def test_secrets_are_generated_into_named_volumes_only() -> None:
@@ -1092,6 +1089,11 @@ VIOLATIONS: dict[str, tuple[str, str, Change]] = {
         "SQL_PASSWORD is set to a literal",
         _set("temporal-schema.environment.SQL_PASSWORD", "${SQL_PASSWORD:-temporal}"),
     ),
+    "secret-build-argument": (
+        "secrets",
+        "PIP_INDEX_TOKEN is set to a literal",
+        _set("worker.build", {"context": ".", "args": {"PIP_INDEX_TOKEN": "t0ken"}}),
+    ),
     "real-looking-openai-key": (
         "secrets",
         "OPENAI_API_KEY is set to a literal",
@@ -1141,6 +1143,11 @@ VIOLATIONS: dict[str, tuple[str, str, Change]] = {
         "encryption",
         "TEMPORAL_CODEC_ENDPOINT is not the codec server's port",
         _set("temporal-ui.environment.TEMPORAL_CODEC_ENDPOINT", None),
+    ),
+    "ui-endpoint-glued-to-the-token": (
+        "encryption",
+        "must end in /",
+        _set("temporal-ui.environment.TEMPORAL_CODEC_ENDPOINT", "http://localhost:8702"),
     ),
     "ui-endpoint-without-token": (
         "encryption",
