@@ -9,6 +9,12 @@ PORT=5432
 USER=temporal
 SCHEMA=/etc/temporal/schema/postgresql/v12
 
+# The password the secrets service generated (docker-compose.yml mounts its volume read-only);
+# temporal-sql-tool reads it from SQL_PASSWORD.
+[ -s "${SQL_PASSWORD_FILE:-}" ] || { echo "SQL_PASSWORD_FILE is unset or empty" >&2; exit 1; }
+SQL_PASSWORD=$(cat "$SQL_PASSWORD_FILE")
+export SQL_PASSWORD
+
 echo "waiting for PostgreSQL at $HOST:$PORT"
 tries=0
 until nc -z "$HOST" "$PORT"; do
@@ -22,7 +28,6 @@ for db in temporal temporal_visibility; do
     temporal) dir="$SCHEMA/temporal/versioned" ;;
     *) dir="$SCHEMA/visibility/versioned" ;;
   esac
-  # SQL_PASSWORD comes from the environment.
   tool="temporal-sql-tool --plugin postgres12 --ep $HOST -p $PORT -u $USER --db $db"
   $tool create
   $tool setup-schema -v 0.0

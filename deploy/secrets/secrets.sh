@@ -1,0 +1,146 @@
+#!/bin/sh
+# The stack's secrets, made at first start by the one-shot `secrets` service of
+# docker-compose.yml. They go into named volumes, one per secret, never into the checkout; no
+# value is ever printed or logged (this script names files and key ids only). Each volume is
+# mounted read-only into the services that need it and into no other:
+#
+#   payload-keys/keys                payload key ring, PAYLOAD_KEYS_FILE: worker, codec-server
+#   codec-token/token                codec server token, CODEC_SERVER_TOKEN_FILE: codec-server,
+#                                    temporal-ui (inside its codec endpoint)
+#   postgres-password/password       PostgreSQL password: postgres, temporal-schema, temporal
+#   grafana-admin-password/password  Grafana's first admin password: grafana
+#
+# Commands (the service's entrypoint is this script; docs/docker.md shows the compose lines):
+#   init                 create whatever is missing; an existing secret is never replaced
+#   rotate-payload-key   add a payload key kN to the ring and print its id (never the key)
+#   import-payload-keys  restore a key ring read from standard input into an empty volume
+#   new-codec-token      replace the codec server token
+set -eu
+umask 077
+
+ROOT=${SECRETS_ROOT:-/secrets}
+PYTHON=${PYTHON:-python}
+# uid:gid of the process that reads each file; root (postgres's entrypoint) reads anything. If an
+# image changes its user, that service stops with "permission denied" on the file: it fails
+# closed instead of widening the mode.
+PAYLOAD_KEYS_OWNER=${PAYLOAD_KEYS_OWNER:-10001:10001} # the project image (Dockerfile USER)
+CODEC_TOKEN_OWNER=${CODEC_TOKEN_OWNER:-10001:1000}    # codec-server; group: temporalio/ui's user
+POSTGRES_OWNER=${POSTGRES_OWNER:-1000:1000}           # temporalio/server and admin-tools' user
+GRAFANA_OWNER=${GRAFANA_OWNER:-472:0}                 # grafana/grafana's user
+
+KEYS=$ROOT/payload-keys/keys
+TOKEN=$ROOT/codec-token/token
+
+tmp=
+trap 'rm -f -- ${tmp:+"$tmp"}' EXIT
+
+say() { printf 'secrets: %s\n' "$*" >&2; }
+fail() {
+  say "$*"
+  exit 1
+}
+
+random_token() { "$PYTHON" -c 'import secrets; print(secrets.token_urlsafe(32))'; }
+
+first_payload_key() {
+  key=$("$PYTHON" -m aiorch.codec new-key)
+  printf 'k1:%s\n' "$key"
+}
+
+# new_temp FILE: a fresh temporary file next to FILE (same volume, so `mv` is atomic).
+new_temp() {
+  dir=$(dirname "$1")
+  [ -d "$dir" ] || fail "$dir is not mounted (is its volume missing from docker-compose.yml?)"
+  tmp=$(mktemp "$dir/.new.XXXXXX")
+}
+
+# protect FILE OWNER MODE: the file readable by its consumer only; its directory traversable.
+protect() {
+  chown "$2" "$1"
+  chmod "$3" "$1"
+  chmod 0755 "$(dirname "$1")"
+}
+
+# install FILE OWNER MODE: move the temporary file into place.
+install_temp() {
+  [ -s "$tmp" ] || fail "generating ${1#"$ROOT"/} produced nothing"
+  protect "$tmp" "$2" "$3"
+  mv -f "$tmp" "$1"
+  tmp=
+}
+
+# ensure FILE OWNER MODE COMMAND...: create FILE from COMMAND's output unless it exists.
+ensure() {
+  file=$1 owner=$2 mode=$3
+  shift 3
+  if [ -s "$file" ]; then
+    say "kept ${file#"$ROOT"/}"
+  else
+    new_temp "$file"
+    "$@" >"$tmp"
+    install_temp "$file" "$owner" "$mode"
+    say "created ${file#"$ROOT"/}"
+  fi
+  protect "$file" "$owner" "$mode"
+}
+
+init() {
+  ensure "$KEYS" "$PAYLOAD_KEYS_OWNER" 0400 first_payload_key
+  ensure "$TOKEN" "$CODEC_TOKEN_OWNER" 0440 random_token
+  ensure "$ROOT/postgres-password/password" "$POSTGRES_OWNER" 0400 random_token
+  ensure "$ROOT/grafana-admin-password/password" "$GRAFANA_OWNER" 0400 random_token
+}
+
+rotate_payload_key() {
+  [ -s "$KEYS" ] || fail "no key ring yet: start the stack once (docker compose up) first"
+  last=$(tr ',' '\n' <"$KEYS" | sed -n 's/^[[:space:]]*k\([0-9][0-9]*\)[[:space:]]*:.*/\1/p' |
+    sort -n | tail -n 1)
+  id=k$((${last:-0} + 1))
+  key=$("$PYTHON" -m aiorch.codec new-key)
+  new_temp "$KEYS"
+  cat "$KEYS" >"$tmp"
+  printf '\n%s:%s\n' "$id" "$key" >>"$tmp"
+  install_temp "$KEYS" "$PAYLOAD_KEYS_OWNER" 0400
+  say "added payload key $id; the older keys stay, so older histories still decode"
+  say "next: set PAYLOAD_KEY_ID=$id for worker and codec-server and recreate them"
+  printf '%s\n' "$id"
+}
+
+# Parses the ring with the codec's own parser: one line on error, never key material.
+CHECK_RING='
+import sys
+from aiorch.codec import KeyRing
+from aiorch.config import ConfigError
+spec = open(sys.argv[1], encoding="utf-8").read()
+entries = [e.strip() for e in spec.replace(",", "\n").splitlines()]
+ids = [e.split(":", 1)[0].strip() for e in entries if e and not e.startswith("#")]
+try:
+    KeyRing.parse(spec, ids[0] if ids else None, source="the imported key ring")
+except ConfigError as err:
+    sys.exit(f"secrets: {err}")
+print(" ".join(ids))
+'
+
+import_payload_keys() {
+  [ ! -s "$KEYS" ] || fail "a key ring already exists; import only into an empty payload-keys volume"
+  new_temp "$KEYS"
+  cat >"$tmp"
+  ids=$("$PYTHON" -c "$CHECK_RING" "$tmp")
+  install_temp "$KEYS" "$PAYLOAD_KEYS_OWNER" 0400
+  say "imported payload keys: $ids (with more than one, set PAYLOAD_KEY_ID)"
+}
+
+new_codec_token() {
+  new_temp "$TOKEN"
+  random_token >"$tmp"
+  install_temp "$TOKEN" "$CODEC_TOKEN_OWNER" 0440
+  say "replaced codec-token/token; recreate codec-server and temporal-ui to use it"
+}
+
+case ${1:-init} in
+init) init ;;
+rotate-payload-key) rotate_payload_key ;;
+import-payload-keys) import_payload_keys ;;
+new-codec-token) new_codec_token ;;
+*) fail "usage: secrets.sh [init | rotate-payload-key | import-payload-keys | new-codec-token]" ;;
+esac
