@@ -30,7 +30,7 @@ from activities.prompt import InputLoader, PromptActivities
 from activities.vectors import VectorActivities
 from aiorch.codec import keyring_from_settings
 from aiorch.config import ConfigError, Settings, load_settings
-from aiorch.sandbox import worker_workflow_runner
+from aiorch.sandbox import workflow_runner
 from aiorch.telemetry import tracing, worker_runtime
 from aiorch.temporal import connect, ensure_search_attributes
 from workflows.orchestrator import AiOrchestrator
@@ -124,7 +124,7 @@ async def build_worker(client: Client, settings: Settings) -> AsyncIterator[Work
             client,
             task_queue=settings.temporal_task_queue,
             workflows=[AiOrchestrator],
-            workflow_runner=worker_workflow_runner(),
+            workflow_runner=workflow_runner(),
             activities=[
                 prompts.fetch_prompt,
                 llm_activities.invoke_llm,

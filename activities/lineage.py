@@ -5,8 +5,9 @@ an input of that shape. Temporal's own records say whether a run really came fro
 workflow's continue-as-new: the run it claims to continue must be an ``AiOrchestrator`` run
 whose history closed with ``WorkflowExecutionContinuedAsNew`` into exactly this run. Only
 ``AiOrchestrator``'s own code issues that command, with its own state, so a run that passes
-carries state this workflow wrote. (A cron run or a retried run closes differently; a
-workflow of another type that continues as new into ``AiOrchestrator`` fails the type check.)
+carries state this workflow wrote. (Temporal records the end of a cron run or a retried run as
+continued-as-new too, but with another initiator; a workflow of another type that continues as
+new into ``AiOrchestrator`` fails the type check.)
 
 Runs as a local activity of the continued run, once, before it installs the carried state.
 """
@@ -14,12 +15,19 @@ Runs as a local activity of the continued run, once, before it installs the carr
 from __future__ import annotations
 
 from temporalio import activity
-from temporalio.api.enums.v1 import EventType
+from temporalio.api.enums.v1 import ContinueAsNewInitiator, EventType
 from temporalio.client import Client, WorkflowHistoryEventFilterType
 from temporalio.service import RPCError, RPCStatusCode
 
 from workflows import contract
 from workflows.payloads import ContinuationCheck, ContinuationVerdict
+
+_NOT_THE_WORKFLOW = frozenset(
+    {
+        ContinueAsNewInitiator.CONTINUE_AS_NEW_INITIATOR_RETRY,
+        ContinueAsNewInitiator.CONTINUE_AS_NEW_INITIATOR_CRON_SCHEDULE,
+    }
+)
 
 
 def refused(reason: str) -> ContinuationVerdict:
@@ -63,6 +71,10 @@ class LineageActivities:
         ):
             return refused("the run it claims to continue did not continue as new")
         attributes = close.workflow_execution_continued_as_new_event_attributes
+        # A cron run's or a retried run's end may be recorded as continued-as-new too, with
+        # its initiator; the workflow's own command leaves it unset or says WORKFLOW.
+        if attributes.initiator in _NOT_THE_WORKFLOW:
+            return refused("the run it claims to continue was a cron run or a retry")
         if attributes.new_execution_run_id != check.run_id:
             return refused("the run it claims to continue continued into another run")
         return ContinuationVerdict(accepted=True)

@@ -35,7 +35,7 @@ from temporalio.common import (
     TypedSearchAttributes,
     WorkflowIDReusePolicy,
 )
-from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from aiorch import claim_check, codec_server, dead_letters, operations, reviews
@@ -61,7 +61,8 @@ app = typer.Typer(
     add_completion=False,
 )
 out = Console(soft_wrap=True, highlight=False)
-err_console = Console(stderr=True)
+# One error line stays one line (no wrapping at the terminal's width), so it can be grepped.
+err_console = Console(stderr=True, soft_wrap=True)
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -278,7 +279,7 @@ def review(
                 client, workflow_id, payload, signer=review_signer(settings, key)
             )
         except WorkflowUpdateFailedError as error:
-            raise CliError(f"review refused for {workflow_id}: {error.cause}") from None
+            raise CliError(f"review refused for {workflow_id}: {refusal_text(error)}") from None
         except RPCError as error:
             raise CliError(describe_rpc_error(workflow_id, error)) from None
         out.print(outcome.describe(workflow_id))
@@ -348,6 +349,12 @@ def review_signer(settings: Settings, key: SigningKey | None) -> reviews.Signer 
         )
 
     return sign
+
+
+def refusal_text(error: WorkflowUpdateFailedError) -> str:
+    """The run's reason for refusing an update, without the Python type it was raised as."""
+    cause = error.cause
+    return cause.message if isinstance(cause, ApplicationError) else str(cause or error)
 
 
 def describe_rpc_error(workflow_id: str, error: RPCError) -> str:

@@ -261,8 +261,9 @@ class AiOrchestrator:
                     retry_policy=activity_policy.FETCH_RETRY,
                     summary="fetch_prompt: load input, build prompt",
                 )
-        except ActivityError as err:
-            if _cancelled(err):
+        except (ActivityError, ApplicationError) as err:
+            # A local activity's failure arrives as the ApplicationError itself, not wrapped.
+            if isinstance(err, ActivityError) and _cancelled(err):
                 raise
             detail = run_record.set_error(self._run, activity_policy.error_text(err))
             run_record.move(self._run, Event.PERMANENT_ERROR, detail=detail, at=at)

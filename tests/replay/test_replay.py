@@ -1,8 +1,8 @@
 """Recorded histories replay against today's workflow code: a determinism guard.
 
-Each history replays twice: under the SDK's own sandbox, which imports the workflow module
-afresh and enforces every restriction at run time, and under the worker's lean runner
-(`aiorch.sandbox`), which is what production runs."""
+Each history replays twice: with the workflow modules re-imported by the sandbox for every run
+(every restriction enforced at run time), and with the worker's runner, which passes the
+``workflows`` package through (`aiorch.sandbox`)."""
 
 from __future__ import annotations
 
@@ -11,16 +11,15 @@ from pathlib import Path
 import pytest
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer, WorkflowRunner
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
-from aiorch.sandbox import worker_workflow_runner
+from aiorch.sandbox import workflow_runner
 from aiorch.temporal import DATA_CONVERTER
 from workflows.orchestrator import AiOrchestrator
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 RUNNERS: dict[str, WorkflowRunner] = {
-    "sdk-sandbox": SandboxedWorkflowRunner(),
-    "worker-runner": worker_workflow_runner(),
+    "sdk-sandbox": workflow_runner(pass_workflows=False),
+    "worker-runner": workflow_runner(),
 }
 
 

@@ -18,15 +18,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio import workflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import (
     Client,
-    WorkflowFailureError,
+    WorkflowContinuedAsNewError,
     WorkflowHandle,
     WorkflowUpdateFailedError,
 )
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
+from temporalio.worker import Worker
 
 from aiorch.localstack import LocalStack, temporal_cli_path
 from aiorch.signing import SigningKey
@@ -135,7 +138,7 @@ async def test_requester_cannot_widen_reviewers_skip_review_or_approve_own_run(
         await wait_for_state(skipper, "await_review")
         own = await waiting(client, requested_by="alice")
         message = await refused_update(own, await signed(own, key, "approve", "alice"))
-        assert message == "'alice' requested this run"
+        assert message.endswith("'alice' requested this run")
         await own.signal(contract.SIGNAL_REVIEW, await signed(own, key, "approve", "bob"))
         assert (await own.result())["state"] == "completed"
         await skipper.signal(contract.SIGNAL_REVIEW, await signed(skipper, key, "approve", "bob"))
@@ -218,7 +221,7 @@ async def test_a_signal_flood_cannot_keep_a_run_from_finishing(
     async def flood(count: int) -> None:
         nonlocal sent
         for _ in range(count):
-            await handle.signal(contract.SIGNAL_REVIEW, junk)
+            await signal_across_continue_as_new(handle, junk)
             sent += 1
 
     await asyncio.gather(*(flood(250) for _ in range(20)))
@@ -237,6 +240,20 @@ async def test_a_signal_flood_cannot_keep_a_run_from_finishing(
     assert len(runs) >= 2
 
 
+async def signal_across_continue_as_new(handle: WorkflowHandle[Any, Any], payload: Any) -> None:
+    """A signal to the workflow id reaches its current run; one sent in the instant a run
+    continues as new may find the old run closed, and is sent again (as any client would)."""
+    for _ in range(20):
+        try:
+            await handle.signal(contract.SIGNAL_REVIEW, payload)
+            return
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
+            await asyncio.sleep(0.05)
+    raise AssertionError("the signal never found an open run")
+
+
 async def wait_until_refused(handle: WorkflowHandle[Any, Any], count: int) -> RunStatus:
     deadline = time.monotonic() + 60
     while True:
@@ -245,6 +262,17 @@ async def wait_until_refused(handle: WorkflowHandle[Any, Any], count: int) -> Ru
             assert status.reviews_refused == count, status.reviews_refused
             return status
         await asyncio.sleep(0.2)
+
+
+@workflow.defn(name="Evil", sandboxed=False)
+class Evil:
+    """An attacker's workflow that hands a forged continued-run input to AiOrchestrator."""
+
+    @workflow.run
+    async def run(self, forged: dict[str, Any]) -> None:
+        workflow.continue_as_new(
+            args=[forged], workflow=contract.WORKFLOW_TYPE, task_queue=contract.DEFAULT_TASK_QUEUE
+        )
 
 
 def forged_continuation() -> dict[str, Any]:
@@ -266,26 +294,39 @@ def forged_continuation() -> dict[str, Any]:
     return ContinuedRun(request=start_request, carried=carried).model_dump(mode="json")
 
 
-async def closes_failed(handle: WorkflowHandle[Any, Any], words: str) -> None:
-    """The run fails within the bar with InvalidRequest, without a failed workflow task."""
-    began = time.monotonic()
-    with pytest.raises(WorkflowFailureError) as info:
-        await asyncio.wait_for(handle.result(follow_runs=False), CLOSES_WITHIN_S)
-    assert time.monotonic() - began < CLOSES_WITHIN_S
-    cause = info.value.cause
+async def closes_failed(client: Client, handle: WorkflowHandle[Any, Any], words: str) -> None:
+    """The run fails within the bar with InvalidRequest, without a failed workflow task.
+
+    Read from the run's close event: Temporal records a failed cron run as continued-as-new
+    (with the failure), which a client's result call would follow or refuse.
+    """
+    run_id = handle.first_execution_run_id or (await handle.describe()).run_id
+    first_run = client.get_workflow_handle(handle.id, run_id=run_id)
+    deadline = time.monotonic() + CLOSES_WITHIN_S
+    while True:
+        events = (await first_run.fetch_history()).events
+        close = events[-1]
+        if close.HasField("workflow_execution_failed_event_attributes"):
+            failure = close.workflow_execution_failed_event_attributes.failure
+            break
+        if close.HasField("workflow_execution_continued_as_new_event_attributes"):
+            failure = close.workflow_execution_continued_as_new_event_attributes.failure
+            break
+        assert time.monotonic() < deadline, f"{handle.id} still open after {CLOSES_WITHIN_S}s"
+        await asyncio.sleep(0.2)
+    cause = await DATA_CONVERTER.decode_failure(failure)
     assert isinstance(cause, ApplicationError) and cause.type == errors.INVALID_REQUEST
     assert words in cause.message, cause.message
-    events = [e.event_type for e in (await handle.fetch_history()).events]
-    assert EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED not in events
+    assert EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED not in [e.event_type for e in events]
 
 
 async def test_forged_continuations_never_reach_an_activity(
     stack: LocalStack, client: Client
 ) -> None:
     """Carried state from a plain start, a cron start (whose later runs Temporal marks as
-    continuations), a start with a workflow retry policy, signal-with-start and the Temporal
-    CLI: every run fails at once, the forged model never reaches the LLM, and the worker's
-    configuration never leaves it."""
+    continuations), a start with a workflow retry policy, signal-with-start, the Temporal CLI
+    and a workflow of another type continuing as new into ours: every run fails at once, the
+    forged model never reaches the LLM, and the worker's configuration never leaves it."""
     simulator = Simulator(stack.addresses.openai_base_url)
     attempts: list[tuple[WorkflowHandle[Any, Any], str]] = []
     plain = forged_continuation()
@@ -293,7 +334,7 @@ async def test_forged_continuations_never_reach_an_activity(
         (await start_raw(client, plain), "accepted only from the workflow's own continue-as-new")
     )
     cron = forged_continuation()
-    attempts.append((await start_raw(client, cron, cron_schedule="* * * * *"), "no cron"))
+    attempts.append((await start_raw(client, cron, cron_schedule="@every 2s"), "no cron"))
     retried = forged_continuation()
     attempts.append(
         (
@@ -313,6 +354,18 @@ async def test_forged_continuations_never_reach_an_activity(
             "accepted only from",
         )
     )
+    # A workflow of the attacker's own type, on a worker of hers, continuing as new into
+    # AiOrchestrator: Temporal marks that run as a continuation, yet it is not ours.
+    evil = forged_continuation()
+    evil_queue = f"evil-{new_id()}"
+    async with Worker(client, task_queue=evil_queue, workflows=[Evil]):
+        handoff = await client.start_workflow(
+            "Evil", evil, id=f"evil-{new_id()}", task_queue=evil_queue
+        )
+        with pytest.raises(WorkflowContinuedAsNewError):
+            await handoff.result(follow_runs=False)
+    into_ours = client.get_workflow_handle(handoff.id)
+    attempts.append((into_ours, "it continues a run of another workflow type (Evil)"))
     by_cli = forged_continuation()
     workflow_id = by_cli["request"]["request_id"]
     started = subprocess.run(
@@ -340,14 +393,11 @@ async def test_forged_continuations_never_reach_an_activity(
     attempts.append((client.get_workflow_handle(workflow_id), "accepted only from"))
 
     for handle, words in attempts:
-        await closes_failed(handle, words)
+        await closes_failed(client, handle, words)
     for handle, _ in attempts:
         assert simulator.requests(handle.id) == []
     assert not [r for r in simulator.requests() if r.get("model") == "attacker-model"]
-    for handle, _ in attempts:  # the cron schedule would start it again every minute
-        description = await handle.describe()
-        if description.status is not None and description.status.name == "RUNNING":
-            await handle.terminate()
+    # Cron keeps starting (and failing) a run every 2 s until the schedule is stopped.
     await client.get_workflow_handle(cron["request"]["request_id"]).terminate()
 
 
@@ -403,7 +453,7 @@ async def test_bad_shapes_from_the_temporal_cli_close_the_run(stack: LocalStack)
             check=False,
         )
         assert done.returncode == 0, done.stderr
-        await closes_failed(client.get_workflow_handle(workflow_id), words)
+        await closes_failed(client, client.get_workflow_handle(workflow_id), words)
     # The worker is still serving: a plain run completes.
     plain = await start(
         await Client.connect(stack.addresses.temporal_address, data_converter=DATA_CONVERTER),

@@ -51,6 +51,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from activities.lineage import LineageActivities
+from aiorch.sandbox import workflow_runner
 from aiorch.temporal import DATA_CONVERTER, SEARCH_ATTRIBUTES
 from workflows import contract, errors
 from workflows.graph import TRANSITIONS, State, is_terminal
@@ -473,6 +474,8 @@ async def running_orchestration(
         env.client,
         task_queue=orchestration.task_queue,
         workflows=[AiOrchestrator],
+        # The full sandbox: the workflow modules are re-imported and checked for every run.
+        workflow_runner=workflow_runner(pass_workflows=False),
         # The real lineage check: it only asks the server, which the test server answers.
         activities=[
             *orchestration.fakes.activities,

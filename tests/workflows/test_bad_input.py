@@ -75,6 +75,29 @@ async def test_invalid_request_fails_the_run_at_once(
     assert await orch.ai_state(handle) == (None, None)
 
 
+async def test_a_refused_inline_request_fails_in_fetch_prompt(orch: Orchestration) -> None:
+    """An inline request that fetch_prompt refuses (its local activity raises a permanent
+    InvalidRequest, e.g. reviewers the operator does not allow) ends the run in failed with
+    fetch_prompt -> failed in history, like a referenced input would, not as a crashed run."""
+    orch.fakes.prompt_error = ApplicationError(
+        "options.allowed_reviewers names nobody the operator allows",
+        type=errors.INVALID_REQUEST,
+        non_retryable=True,
+    )
+    handle = await orch.start(user_message="inline text")
+
+    result = await handle.result()
+
+    assert result.state == "failed"
+    last = result.history[-1]
+    assert (last.from_state, last.event) == ("fetch_prompt", "permanent_error")
+    assert (
+        last.detail == "InvalidRequest: options.allowed_reviewers names nobody the operator allows"
+    )
+    assert orch.fakes.llm_calls == []
+    await orch.check_finished(handle, result)
+
+
 async def test_unavailable_input_fails_in_fetch_prompt(orch: Orchestration) -> None:
     """A permanent fetch_prompt error (InputUnavailable) ends the run in failed after one
     attempt, with fetch_prompt -> failed in history and the error as last_error; no LLM call."""
