@@ -234,14 +234,19 @@ class AiOrchestrator:
     # State handlers: each does its state's work and reports one event.
 
     async def _start(self) -> None:
-        run_record.move(self._run, Event.START)
+        # The run's start time, not the task's: the first task's time is not stable across
+        # replays when the server splits it around the local fetch (see _fetch_prompt).
+        run_record.move(self._run, Event.START, at=workflow.info().workflow_start_time)
 
     async def _fetch_prompt(self) -> None:
         request = self._require_request()
-        # Workflow time right after a local activity differs between the first execution and
-        # a replay (a query's), so this state's moves carry the task's time, which does not.
-        at = workflow.now()
         local = self._fetches_locally()
+        # Workflow time around a local activity is not stable: right after it, and in the task
+        # it runs in, when the worker completed that task early and finished the fetch in the
+        # next, the first execution and a replay (a query's) see different times. A local fetch
+        # is part of starting the run, so its moves carry the run's start time; a fetch
+        # activity's carry the time of the task that got its result.
+        at = self._run.state_since if local else None
         try:
             if local:
                 plan = await workflow.execute_local_activity(
