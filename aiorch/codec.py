@@ -328,6 +328,13 @@ class EncryptionCodec(PayloadCodec, WithSerializationContext):
             ) from None
         mine = self._binding
         if mine is not None and recorded != mine:
+            if not recorded.workflow_id:
+                # Made without a run's context: the codec server's /encode (the Web UI's or the
+                # temporal CLI's input), or an SDK path without context.
+                raise PayloadDecryptionError(
+                    "payload is encrypted for no run (made outside one, e.g. by the codec "
+                    "server's /encode): send it with the project's client (starter.py)"
+                )
             other = "namespace" if recorded.namespace != mine.namespace else "workflow id"
             raise PayloadDecryptionError(
                 f"payload is encrypted for another {other} than this run's: an encrypted "

@@ -5,7 +5,8 @@ The worker runs as the compose stack does: ``PAYLOAD_KEYS`` set and ``REQUIRE_EN
 The attacker can start runs, signal and update them and read their (encrypted) histories. She
 copies an encrypted payload out of one run's history into another run, sends plaintext where
 ciphertext is required, and calls the codec server without naming a namespace or with a payload
-of another namespace. The test reads outcomes with the deployment's own keys.
+of another namespace; what the codec server itself encodes is no run's input either. The test
+reads outcomes with the deployment's own keys.
 """
 
 from __future__ import annotations
@@ -219,13 +220,13 @@ async def test_plaintext_or_moved_reviews_are_not_applied(
 
 
 def codec_post(
-    stack: LocalStack, payloads: list[Payload], headers: dict[str, str]
+    stack: LocalStack, payloads: list[Payload], headers: dict[str, str], endpoint: str = "decode"
 ) -> tuple[int, dict[str, Any]]:
     url = stack.addresses.codec_server_url
     assert url is not None
     body = {"payloads": [json_format.MessageToDict(p) for p in payloads]}
     http = urllib.request.Request(
-        f"{url}/decode",
+        f"{url}/{endpoint}",
         data=json.dumps(body).encode(),
         method="POST",
         headers={"Content-Type": "application/json", **headers},
@@ -259,6 +260,32 @@ async def test_codec_server_needs_the_namespace_and_refuses_another(
         status, reply = codec_post(stack, batch, {**token, "X-Namespace": NAMESPACE})
         assert status == 403 and "payloads" not in reply
         assert "another namespace" in reply["error"]
+
+
+async def test_codec_server_encodings_are_no_runs_input(
+    stack: LocalStack, client: Client, attacker: Client
+) -> None:
+    """What the codec server's /encode makes (as the Web UI or `temporal workflow start
+    --codec-endpoint` would send it) is encrypted for the namespace and no run: the worker
+    refuses it as a start, within 10 s, saying to use the project's client."""
+    plain = Payload(
+        metadata={"encoding": b"json/plain"},
+        data=json.dumps(request("From the Web UI", review="never")).encode(),
+    )
+    token = {"Authorization": f"Bearer {stack.codec_token()}", "X-Namespace": NAMESPACE}
+    status, reply = codec_post(stack, [plain], token, endpoint="encode")
+    assert status == 200
+    encoded = json_format.ParseDict(reply["payloads"][0], Payload())
+
+    began = time.monotonic()
+    handle = await attacker.start_workflow(
+        contract.WORKFLOW_TYPE,
+        RawValue(encoded),
+        id=new_id(),
+        task_queue=contract.DEFAULT_TASK_QUEUE,
+    )
+    message = await refused_start(client, handle, began)
+    assert "encrypted for no run" in message and "starter.py" in message
 
 
 async def test_cli_without_keys_says_which_keys_to_set(stack: LocalStack, client: Client) -> None:

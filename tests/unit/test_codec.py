@@ -174,7 +174,9 @@ async def test_activity_payloads_are_bound_to_their_workflow() -> None:
 async def test_a_payload_encrypted_without_context_is_bound_to_no_run() -> None:
     """Without a serialization context (and for a Nexus context, which names no workflow) a
     payload records an empty namespace and workflow id: context-free readers open it, every
-    run's codec refuses it, so it cannot be injected into a run either."""
+    run's codec refuses it, so it cannot be injected into a run either; the same goes for one
+    bound to a namespace but no run (the codec server's /encode), with a reason that says to
+    use the project's client."""
     keys = codec()
     nexus = NexusSerializationContext(endpoint="e", service="s", operation="o")
     assert keys.with_context(nexus).binding is None
@@ -184,7 +186,10 @@ async def test_a_payload_encrypted_without_context_is_bound_to_no_run() -> None:
 
     assert await keys.decode([unbound]) == [plain(CANARY)]
     [refused] = await keys.with_context(RUN_A).decode([unbound])
-    assert "another namespace" in reason(refused)
+    assert reason(refused).startswith("payload is encrypted for no run")
+    [namespaced] = await keys.bound(Binding(namespace="default")).encode([plain(CANARY)])
+    [refused] = await keys.with_context(RUN_A).decode([namespaced])
+    assert "send it with the project's client" in reason(refused)
 
 
 async def test_rotation_old_key_still_decodes_and_new_payloads_use_the_current_key() -> None:
