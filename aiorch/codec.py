@@ -19,12 +19,15 @@ workflow id, so a ciphertext copied out of one run's history into another run (o
 refused. The workflow id, not the run id: continue-as-new and a redrive keep the workflow id, and
 the SDK encodes a start before its run id exists. A codec without context (the codec server, a
 manual read of history) reads the binding from the metadata, where the associated data vouches
-for it. A payload encrypted without any context (not a path this project uses; the SDK has a few,
-such as schedules and asynchronous activity completion) is bound to *no* run (empty namespace
-and workflow id): only context-free readers accept it, every run refuses it. The codec server
-encodes for its namespace and no run, so payloads made through its ``/encode`` (the Web UI's or
-the ``temporal`` CLI's inputs) are refused by workers: start and review runs with the project's
-client (``starter.py``).
+for it. A payload encrypted without any context (not a path this project uses; the SDK's
+asynchronous activity completion is one) is bound to *no* run (empty namespace and workflow id):
+only context-free readers accept it, every run refuses it. The codec server encodes for its
+namespace and no run, so payloads made through its ``/encode`` (the Web UI's or the ``temporal``
+CLI's inputs) are refused by workers: start and review runs with the project's client
+(``starter.py``). Two consequences: a ``Replayer`` must run in the runs' namespace
+(``namespace=``; its default, ``ReplayNamespace``, refuses every payload), and Temporal
+schedules cannot start runs (the SDK encodes a scheduled start for the schedule's workflow id,
+which is only the prefix of each run's id).
 
 **Untrusted payloads never raise.** What the SDK decodes includes whatever a client sent, and a
 codec error while decoding a workflow activation fails the workflow task, which Temporal retries
