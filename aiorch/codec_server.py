@@ -4,15 +4,20 @@ reads decrypted payloads in the Web UI and the ``temporal`` CLI, and nobody else
 The protocol (Temporal's codec server contract): ``POST /encode`` or ``POST /decode`` with
 ``Content-Type: application/json`` and a body ``{"payloads": [{"metadata": {...}, "data":
 "..."}]}`` in proto3 JSON (every metadata value and the data base64); the answer has the same
-shape. The caller names its namespace in ``X-Namespace``; this server serves only the configured
-``TEMPORAL_NAMESPACE``.
+shape. The caller must name its namespace in ``X-Namespace`` (the Web UI and the ``temporal``
+CLI do); this server serves only the configured ``TEMPORAL_NAMESPACE``: no header is 400,
+another namespace 403, and ``/decode`` also refuses (403) a payload encrypted for another
+namespace. ``/encode`` encrypts for this namespace and no run, so workers refuse what it makes
+as a run's input (see ``aiorch.codec``): it serves display and round trips, not sending.
 
 Access:
 
-- every request needs the token (``CODEC_SERVER_TOKEN``), either as ``Authorization: Bearer
-  TOKEN`` (the CLI: ``--codec-endpoint http://HOST:PORT --codec-auth "Bearer TOKEN"``) or as the
-  first path segment, ``http://HOST:PORT/TOKEN/decode`` (the Web UI, which cannot add headers of
-  its own: configure ``http://HOST:PORT/TOKEN`` as its codec endpoint). Anything else is 401.
+- every request needs the token (``CODEC_SERVER_TOKEN``, at least 32 characters and random:
+  ``python -c 'import secrets; print(secrets.token_urlsafe(32))'``), either as ``Authorization:
+  Bearer TOKEN`` (the CLI: ``--codec-endpoint http://HOST:PORT --codec-auth "Bearer TOKEN"``) or
+  as the first path segment, ``http://HOST:PORT/TOKEN/decode`` (the Web UI, which cannot add
+  headers of its own: configure ``http://HOST:PORT/TOKEN`` as its codec endpoint). Anything
+  else is 401; a weak token stops the server at start.
 - CORS answers only the Web UI's origin (from ``TEMPORAL_UI_URL``), preflight included, so no
   other web page can use an operator's browser to decode.
 - the access log names method, endpoint, status and payload count, never a path (it may hold
@@ -38,7 +43,14 @@ from aiohttp import hdrs, web
 from google.protobuf import json_format
 from temporalio.api.common.v1 import Payloads
 
-from aiorch.codec import EncryptionCodec, PayloadDecryptionError, keyring_from_settings
+from aiorch.codec import (
+    Binding,
+    EncryptionCodec,
+    PayloadDecryptionError,
+    is_encrypted,
+    keyring_from_settings,
+    payload_binding,
+)
 from aiorch.config import ConfigError, Settings, load_settings
 
 log = logging.getLogger("ai-orchestrator.codec-server")
@@ -47,6 +59,11 @@ READY_LINE = "codec server listening on"
 # The UI batches a page of events into one request; payloads are at most 2 MB each.
 MAX_BODY_BYTES = 16 * 1024 * 1024
 ALLOWED_HEADERS = "authorization, content-type, x-namespace"
+NAMESPACE_HEADER = "X-Namespace"
+# A token anyone could guess or brute-force would open every payload: refuse it at start.
+MIN_TOKEN_CHARS = 32
+MIN_TOKEN_DISTINCT_CHARS = 8
+TOKEN_ADVICE = "generate one: python -c 'import secrets; print(secrets.token_urlsafe(32))'"
 Operation = Literal["encode", "decode"]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -67,9 +84,10 @@ class CodecService:
     def __init__(
         self, codec: EncryptionCodec, *, token: str, namespace: str, origin: str | None
     ) -> None:
-        if not token:
-            raise ConfigError("the codec server needs CODEC_SERVER_TOKEN (or its _FILE)")
-        self._codec = codec
+        check_token(token)
+        # Decodes any run's payloads (it is context-free); encodes for this namespace, no run.
+        self._decoder = codec.bound(None)
+        self._encoder = codec.bound(Binding(namespace=namespace))
         self._token = token.encode()
         self._namespace = namespace
         self._origin = origin
@@ -126,8 +144,10 @@ class CodecService:
                 401,
                 {hdrs.WWW_AUTHENTICATE: 'Bearer realm="ai-orchestrator codec"'},
             )
-        namespace = request.headers.get("X-Namespace")
-        if namespace and namespace != self._namespace:
+        namespace = request.headers.get(NAMESPACE_HEADER)
+        if not namespace:
+            return _error(f"send {NAMESPACE_HEADER}: the namespace the payloads belong to", 400)
+        if namespace != self._namespace:
             return _error(f"this codec server serves namespace {self._namespace!r} only", 403)
         if request.content_type != "application/json":
             return _error("send Content-Type: application/json", 415)
@@ -135,15 +155,34 @@ class CodecService:
             payloads = json_format.Parse(await request.read(), Payloads())
         except (json_format.ParseError, ValueError) as err:  # ValueError: not UTF-8
             return _error(f"not a payloads body: {err}", 400)
-        try:
-            if operation == "encode":
-                converted = await self._codec.encode(payloads.payloads)
-            else:
-                converted = await self._codec.decode(payloads.payloads)
-        except PayloadDecryptionError as err:
-            return _error(str(err), 422)
+        if operation == "encode":
+            converted = await self._encoder.encode(payloads.payloads)
+        else:
+            foreign = self._foreign_payloads(payloads)
+            if foreign:
+                return _error(f"payloads {foreign} are encrypted for another namespace", 403)
+            try:
+                # Strict: the operator is told why a payload does not open, not handed a marker.
+                converted = [self._decoder.decrypt(payload) for payload in payloads.payloads]
+            except PayloadDecryptionError as err:
+                return _error(str(err), 422)
         body = json_format.MessageToJson(Payloads(payloads=converted))
         return web.Response(text=body, content_type="application/json"), len(converted)
+
+    def _foreign_payloads(self, payloads: Payloads) -> list[int]:
+        """Indexes of encrypted payloads that name another namespace than this server's (one
+        encrypted without any context names none, and is served)."""
+        foreign = []
+        for index, payload in enumerate(payloads.payloads):
+            if not is_encrypted(payload):
+                continue
+            try:
+                bound = payload_binding(payload).namespace
+            except ValueError:  # not UTF-8: decrypt refuses it with 422
+                continue
+            if bound not in ("", self._namespace):
+                foreign.append(index)
+        return foreign
 
     def _authorized(self, request: web.Request) -> bool:
         header = request.headers.get(hdrs.AUTHORIZATION, "")
@@ -154,6 +193,26 @@ class CodecService:
             return True
         prefix = request.match_info.get("prefix")
         return prefix is not None and hmac.compare_digest(prefix.encode(), self._token)
+
+
+def check_token(token: str) -> None:
+    """Refuse a token that is missing or weak (short, or few distinct characters).
+
+    Raises:
+        ConfigError: one line; never shows the token.
+    """
+    if not token:
+        raise ConfigError("the codec server needs CODEC_SERVER_TOKEN (or its _FILE)")
+    if len(token) < MIN_TOKEN_CHARS:
+        raise ConfigError(
+            f"CODEC_SERVER_TOKEN is {len(token)} characters; use at least {MIN_TOKEN_CHARS} "
+            f"random ones ({TOKEN_ADVICE})"
+        )
+    if len(set(token)) < MIN_TOKEN_DISTINCT_CHARS:
+        raise ConfigError(
+            f"CODEC_SERVER_TOKEN has only {len(set(token))} distinct characters; it does not "
+            f"look random ({TOKEN_ADVICE})"
+        )
 
 
 def _error(

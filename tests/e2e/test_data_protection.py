@@ -34,7 +34,8 @@ from temporalio.worker import Replayer
 from typer.testing import CliRunner
 
 from aiorch.cli import app
-from aiorch.codec import METADATA_KEY_ID, KeyRing, new_key
+from aiorch.codec import METADATA_KEY_ID, KeyRing, PayloadUnreadable, new_key
+from aiorch.dead_letters import original_request
 from aiorch.localstack import LocalStack, free_port, temporal_cli_path
 from aiorch.signing import SigningKey
 from aiorch.temporal import DATA_CONVERTER, encrypted_converter
@@ -51,6 +52,7 @@ from tests.reviewing import signed
 from workflows import contract
 from workflows.orchestrator import AiOrchestrator
 from workflows.payloads import (
+    DeadLetterMessage,
     PipelineResult,
     RunStatus,
 )
@@ -254,7 +256,7 @@ async def test_canary_is_unreadable_in_history_dead_letters_spans_and_logs(
     for name in ("worker", "codec", "temporal"):
         log = protected.stack.processes[name].log_text()
         assert CANARY not in log and API_KEY not in log, name
-    with pytest.raises(Exception, match="encoding"):
+    with pytest.raises(PayloadUnreadable, match=r"this payload is encrypted .*set PAYLOAD_KEYS"):
         await plain_client.get_workflow_handle(done.id).result()
 
 
@@ -262,29 +264,35 @@ async def test_codec_server_decodes_for_the_token_only(
     protected: Protected, client: Client, plain_client: Client
 ) -> None:
     """The codec server decodes with the bearer token (and for the CLI's --codec-auth), answers
-    401 without it or with a wrong one, serves only its namespace, answers CORS preflight for
-    the Web UI's origin only, and the local Web UI is wired to it."""
+    401 without it or with a wrong one, serves only its namespace (named in X-Namespace, as the
+    CLI and the Web UI do; 400 without it), answers CORS preflight for the Web UI's origin only,
+    and the local Web UI is wired to it."""
     handle = await start(client, request(f"{CANARY} codec check", review="never"))
     await handle.result()
     body = as_json_payloads([await first_input(plain_client, handle.id)])
     token = protected.stack.codec_token()
+    namespace = {"X-Namespace": "default"}
 
     status, _, decoded = codec_post(
-        protected, "/decode", body, {"Authorization": f"Bearer {token}"}
+        protected, "/decode", body, {"Authorization": f"Bearer {token}", **namespace}
     )
     assert status == 200
     assert CANARY in base64.b64decode(decoded["payloads"][0]["data"]).decode()
     for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": token}):
-        status, reply_headers, reply = codec_post(protected, "/decode", body, headers)
+        status, reply_headers, reply = codec_post(
+            protected, "/decode", body, {**headers, **namespace}
+        )
         assert status == 401, headers
         assert CANARY not in json.dumps(reply)
         assert reply_headers.get("WWW-Authenticate", "").startswith("Bearer")
-    status, _, _ = codec_post(protected, f"/{token}/decode", body, {})
+    status, _, _ = codec_post(protected, f"/{token}/decode", body, namespace)
     assert status == 200  # the Web UI's form: the token as path segment
-    status, _, _ = codec_post(
-        protected, "/decode", body, {"Authorization": f"Bearer {token}", "X-Namespace": "other"}
-    )
-    assert status == 403
+    for other, expected in (({"X-Namespace": "other"}, 403), ({}, 400)):
+        status, _, reply = codec_post(
+            protected, "/decode", body, {"Authorization": f"Bearer {token}", **other}
+        )
+        assert status == expected, other
+        assert CANARY not in json.dumps(reply)
 
     ui_origin = f"http://127.0.0.1:{protected.ui_port}"
     for origin, expected in ((ui_origin, 204), ("http://evil.example", 403)):
@@ -347,6 +355,29 @@ async def test_key_rotation_keeps_old_runs_and_open_runs_readable(
         await only_k2.get_workflow_handle(old.id).result()
 
 
+async def test_redrive_reads_the_request_from_encrypted_history(
+    protected: Protected, client: Client, plain_client: Client
+) -> None:
+    """With encryption on, a dead letter carries no request, so `dlq redrive` reads it from
+    the run's history (fetch_history, then a decode outside any run, which opens payloads bound
+    to any run of the deployment): the request comes back whole; a client without keys gets
+    one line telling it which keys to set."""
+    dead = await start(
+        client,
+        request(f"{CANARY} [sim:status=503] redrive me", options={"llm_max_attempts": 1}),
+    )
+    assert PipelineResult.model_validate(await dead.result()).state == "dead_letter"
+    [body] = [b for b in dead_letter_bodies(protected) if dead.id in b]
+    letter = DeadLetterMessage.model_validate_json(body)
+    assert CANARY not in body
+
+    recovered = await original_request(client, letter)
+    assert recovered.request_id == dead.id
+    assert recovered.user_message.startswith(CANARY)
+    with pytest.raises(PayloadUnreadable, match="set PAYLOAD_KEYS"):
+        await original_request(plain_client, letter)
+
+
 def _payloads(event: Any) -> list[Payload]:
     found: list[Payload] = []
     for attributes in (
@@ -367,7 +398,7 @@ def _payloads(event: Any) -> list[Payload]:
 async def test_replay_with_encryption_passes(protected: Protected, client: Client) -> None:
     """Runs recorded with encryption on (here: one that continued as new after two reedits,
     plus every other run of this module: dead-lettered, rotated from k1 to k2) replay
-    deterministically through the Replayer with the encrypting converter."""
+    deterministically through the Replayer with the encrypting converter, in their namespace."""
     key = protected.stack.reviewer_key
     handle = await start(client, request("replay me", review="always"))
     for n in (1, 2):
@@ -390,7 +421,11 @@ async def test_replay_with_encryption_passes(protected: Protected, client: Clien
         for h in histories
         for e in h.events
     )
-    replayer = Replayer(workflows=[AiOrchestrator], data_converter=converter("k2"))
+    # Payloads are bound to their namespace: a replayer must run in the runs' namespace (its
+    # default, "ReplayNamespace", would refuse every payload and so replay another path).
+    replayer = Replayer(
+        workflows=[AiOrchestrator], data_converter=converter("k2"), namespace=client.namespace
+    )
     failures = {}
     for history in histories:
         replayed = await replayer.replay_workflow(history, raise_on_replay_failure=False)

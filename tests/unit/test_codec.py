@@ -1,4 +1,5 @@
-"""The AES-GCM payload codec, its key ring, and the converter built from settings."""
+"""The AES-GCM payload codec (its key ring, its binding to a run, the markers it leaves for
+payloads it refuses), and the converter built from settings."""
 
 from __future__ import annotations
 
@@ -9,93 +10,335 @@ from pathlib import Path
 import pytest
 from temporalio.api.common.v1 import Payload
 from temporalio.api.failure.v1 import Failure
+from temporalio.common import RawValue
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import (
+    ActivitySerializationContext,
     CompositePayloadConverter,
+    DataConverter,
     DefaultFailureConverterWithEncodedAttributes,
+    NexusSerializationContext,
+    WorkflowSerializationContext,
 )
 from temporalio.exceptions import ApplicationError
 
 from aiorch.codec import (
     ENCODING,
     METADATA_KEY_ID,
+    METADATA_NAMESPACE,
+    METADATA_REASON,
+    METADATA_WORKFLOW_ID,
+    NOT_ENCRYPTED,
+    UNDECODABLE,
+    Binding,
     EncryptionCodec,
     KeyRing,
     PayloadDecryptionError,
+    PayloadUnreadable,
     keyring_from_settings,
     new_key,
 )
 from aiorch.config import ConfigError, Settings
-from aiorch.temporal import DATA_CONVERTER, data_converter
+from aiorch.temporal import DATA_CONVERTER, data_converter, encrypted_converter
+from workflows.errors import OrchestratorError
 from workflows.payloads import PipelineRequest
 
 CANARY = "canary-7f3a-personal-data"
 KEY_A = new_key()
 KEY_B = new_key()
+RUN_A = WorkflowSerializationContext(namespace="default", workflow_id="run-a")
+RUN_B = WorkflowSerializationContext(namespace="default", workflow_id="run-b")
+RUN_A_ELSEWHERE = WorkflowSerializationContext(namespace="staging", workflow_id="run-a")
 
 
 def plain(text: str) -> Payload:
     return Payload(metadata={"encoding": b"json/plain"}, data=f'"{text}"'.encode())
 
 
-def codec(spec: str, current: str | None = None) -> EncryptionCodec:
-    return EncryptionCodec(KeyRing.parse(spec, current))
+def codec(
+    spec: str = f"k1:{KEY_A}", current: str | None = None, *, require_encryption: bool = False
+) -> EncryptionCodec:
+    return EncryptionCodec(KeyRing.parse(spec, current), require_encryption=require_encryption)
 
 
-async def test_round_trip_hides_content_and_names_the_key() -> None:
-    """An encoded payload is opaque, says binary/encrypted and names its key id; decoding gives
-    back the original payload exactly, metadata included."""
-    ring = codec(f"k1:{KEY_A}")
+def activity_of(namespace: str, workflow_id: str | None) -> ActivitySerializationContext:
+    return ActivitySerializationContext(
+        namespace=namespace,
+        activity_id="1",
+        activity_type="invoke_llm",
+        activity_task_queue="ai-orchestrator",
+        workflow_id=workflow_id,
+        workflow_type="AiOrchestrator",
+        is_local=False,
+    )
+
+
+def reason(payload: Payload) -> str:
+    """The reason of a marker, checked to be one: the refused encoding, no content."""
+    assert payload.metadata["encoding"] == UNDECODABLE, payload
+    assert payload.data == b""
+    return payload.metadata[METADATA_REASON].decode()
+
+
+async def test_round_trip_hides_content_and_names_key_and_run() -> None:
+    """An encoded payload is opaque, says binary/encrypted and names its key id, namespace and
+    workflow id; the same run's codec gives back the original payload exactly."""
+    run_a = codec().with_context(RUN_A)
     original = plain(CANARY)
 
-    [encoded] = await ring.encode([original])
+    [encoded] = await run_a.encode([original])
 
     assert encoded.metadata["encoding"] == ENCODING
     assert encoded.metadata[METADATA_KEY_ID] == b"k1"
+    assert encoded.metadata[METADATA_NAMESPACE] == b"default"
+    assert encoded.metadata[METADATA_WORKFLOW_ID] == b"run-a"
     assert CANARY.encode() not in encoded.SerializeToString()
-    assert await ring.decode([encoded]) == [original]
+    assert await run_a.decode([encoded]) == [original]
 
 
 async def test_each_encryption_uses_a_fresh_nonce() -> None:
     """The same payload encrypts differently every time (random nonce), so equal inputs cannot
     be recognised in history."""
-    ring = codec(f"k1:{KEY_A}")
-    first, second = await ring.encode([plain(CANARY), plain(CANARY)])
+    run_a = codec().with_context(RUN_A)
+    first, second = await run_a.encode([plain(CANARY), plain(CANARY)])
     assert first.data != second.data
+
+
+async def test_a_ciphertext_moved_to_another_run_or_namespace_is_refused() -> None:
+    """A payload encrypted for run A, copied as it is into run B (same namespace) or into a run
+    with A's id in another namespace, is refused by that run's codec (a marker naming the
+    reason, no content); A's own codec and a context-free reader (the codec server, a manual
+    history read) still open it."""
+    keys = codec()
+    [sealed] = await keys.with_context(RUN_A).encode([plain(CANARY)])
+
+    [moved] = await keys.with_context(RUN_B).decode([sealed])
+    assert "another workflow id" in reason(moved)
+    [elsewhere] = await keys.with_context(RUN_A_ELSEWHERE).decode([sealed])
+    assert "another namespace" in reason(elsewhere)
+    assert await keys.with_context(RUN_A).decode([sealed]) == [plain(CANARY)]
+    assert await keys.decode([sealed]) == [plain(CANARY)]
+    with pytest.raises(PayloadDecryptionError, match="cannot be moved between runs"):
+        keys.with_context(RUN_B).decrypt(sealed)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        (METADATA_WORKFLOW_ID, b"run-b"),
+        (METADATA_NAMESPACE, b"staging"),
+        (METADATA_KEY_ID, b"k2"),
+    ],
+)
+async def test_relabelling_the_key_or_run_breaks_authentication(field: str, value: bytes) -> None:
+    """The associated data covers key id, namespace and workflow id: a payload whose metadata
+    is rewritten to claim another run, namespace or (configured) key fails to decrypt, for the
+    run it now names and for a context-free reader alike."""
+    keys = codec(f"k1:{KEY_A},k2:{KEY_B}", "k1")
+    [sealed] = await keys.with_context(RUN_A).encode([plain(CANARY)])
+    relabelled = Payload(metadata={**sealed.metadata, field: value}, data=sealed.data)
+    claimed = Binding(
+        relabelled.metadata[METADATA_NAMESPACE].decode(),
+        relabelled.metadata[METADATA_WORKFLOW_ID].decode(),
+    )
+
+    [marker] = await keys.bound(claimed).decode([relabelled])
+    assert "does not decrypt" in reason(marker)
+    with pytest.raises(PayloadDecryptionError, match="does not decrypt"):
+        keys.decrypt(relabelled)
+
+
+def test_associated_data_cannot_be_shifted_between_fields() -> None:
+    """Namespace and workflow id are length-prefixed in the associated data, so moving a
+    character from one to the other (``a:b`` + ``c`` vs ``a`` + ``b:c``) changes it."""
+    assert Binding("a:b", "c").associated_data("k1") != Binding("a", "b:c").associated_data("k1")
+    assert Binding("k", "x").associated_data("1") != Binding("", "x").associated_data("k1")
+
+
+async def test_activity_payloads_are_bound_to_their_workflow() -> None:
+    """An activity started by a workflow encodes and decodes for that workflow: the workflow's
+    codec opens its results and the activity's codec opens the workflow's inputs; an activity
+    of another workflow refuses them."""
+    keys = codec()
+    [result] = await keys.with_context(activity_of("default", "run-a")).encode([plain("reply")])
+    assert result.metadata[METADATA_WORKFLOW_ID] == b"run-a"
+    assert await keys.with_context(RUN_A).decode([result]) == [plain("reply")]
+    [arg] = await keys.with_context(RUN_A).encode([plain("prompt")])
+    assert await keys.with_context(activity_of("default", "run-a")).decode([arg]) == [
+        plain("prompt")
+    ]
+    [refused] = await keys.with_context(activity_of("default", "run-b")).decode([arg])
+    assert "another workflow id" in reason(refused)
+
+
+async def test_a_payload_encrypted_without_context_is_bound_to_no_run() -> None:
+    """Without a serialization context (and for a Nexus context, which names no workflow) a
+    payload records an empty namespace and workflow id: context-free readers open it, every
+    run's codec refuses it, so it cannot be injected into a run either; the same goes for one
+    bound to a namespace but no run (the codec server's /encode), with a reason that says to
+    use the project's client."""
+    keys = codec()
+    nexus = NexusSerializationContext(endpoint="e", service="s", operation="o")
+    assert keys.with_context(nexus).binding is None
+    [unbound] = await keys.encode([plain(CANARY)])
+    assert unbound.metadata[METADATA_NAMESPACE] == b""
+    assert unbound.metadata[METADATA_WORKFLOW_ID] == b""
+
+    assert await keys.decode([unbound]) == [plain(CANARY)]
+    [refused] = await keys.with_context(RUN_A).decode([unbound])
+    assert reason(refused).startswith("payload is encrypted for no run")
+    [namespaced] = await keys.bound(Binding(namespace="default")).encode([plain(CANARY)])
+    [refused] = await keys.with_context(RUN_A).decode([namespaced])
+    assert "send it with the project's client" in reason(refused)
 
 
 async def test_rotation_old_key_still_decodes_and_new_payloads_use_the_current_key() -> None:
     """After rotating (k2 current, k1 kept), payloads written with k1 still decode and new ones
-    are written with k2; once k1 is removed its payloads fail with a message naming k1."""
-    before = codec(f"k1:{KEY_A}")
-    [old] = await before.encode([plain("old")])
+    are written with k2; once k1 is removed its payloads are refused with a reason naming k1
+    (a marker from decode, PayloadDecryptionError from the strict decrypt)."""
+    [old] = await codec().with_context(RUN_A).encode([plain("old")])
 
-    rotated = codec(f"k1:{KEY_A},k2:{KEY_B}", "k2")
+    rotated = codec(f"k1:{KEY_A},k2:{KEY_B}", "k2").with_context(RUN_A)
     [new] = await rotated.encode([plain("new")])
 
     assert new.metadata[METADATA_KEY_ID] == b"k2"
     assert await rotated.decode([old, new]) == [plain("old"), plain("new")]
-    only_new = codec(f"k2:{KEY_B}")
+    only_new = codec(f"k2:{KEY_B}").with_context(RUN_A)
+    [marker] = await only_new.decode([old])
+    assert "key id 'k1', which is not configured" in reason(marker)
     with pytest.raises(PayloadDecryptionError, match="key id 'k1', which is not configured"):
-        await only_new.decode([old])
+        only_new.decrypt(old)
 
 
-async def test_tampered_or_relabelled_payload_is_refused() -> None:
-    """A flipped bit, or a payload relabelled with another configured key id, fails to decrypt
-    instead of yielding garbage."""
-    ring = codec(f"k1:{KEY_A}\nk2:{KEY_B}", "k1")
-    [encoded] = await ring.encode([plain(CANARY)])
-    tampered = Payload(metadata=dict(encoded.metadata), data=encoded.data[:-1] + b"\x00")
-    relabelled = Payload(metadata={**encoded.metadata, METADATA_KEY_ID: b"k2"}, data=encoded.data)
-    for bad in (tampered, relabelled):
-        with pytest.raises(PayloadDecryptionError, match="does not decrypt"):
-            await ring.decode([bad])
+async def test_plain_payloads_pass_through_unless_encryption_is_required() -> None:
+    """Without REQUIRE_ENCRYPTION a plaintext payload decodes unchanged; with it, decode leaves
+    a marker saying it is not encrypted. The strict decrypt (the codec server's, for display)
+    passes plaintext through either way."""
+    assert await codec().with_context(RUN_A).decode([plain("x")]) == [plain("x")]
+    strict = codec(require_encryption=True).with_context(RUN_A)
+    assert strict.require_encryption
+    [marker] = await strict.decode([plain("x")])
+    assert reason(marker) == NOT_ENCRYPTED
+    assert strict.decrypt(plain("x")) == plain("x")
 
 
-async def test_plain_payloads_pass_through_decode() -> None:
-    """Payloads written before encryption was switched on still decode (unchanged)."""
-    ring = codec(f"k1:{KEY_A}")
-    assert await ring.decode([plain("legacy")]) == [plain("legacy")]
+def crafted(**metadata: bytes) -> Payload:
+    data = metadata.pop("data", b"\x00" * 40)
+    return Payload(metadata={"encoding": ENCODING, **metadata}, data=data)
+
+
+@pytest.mark.parametrize(
+    ("payload", "words"),
+    [
+        (crafted(), "key id (not a valid key id)"),
+        (crafted(**{METADATA_KEY_ID: b"k9"}), "key id 'k9', which is not configured"),
+        (crafted(**{METADATA_KEY_ID: b"\xff\xfe" * 500}), "(not a valid key id)"),
+        (crafted(**{METADATA_KEY_ID: b"k1"}), "does not decrypt"),
+        (crafted(**{METADATA_KEY_ID: b"k1", "data": b""}), "does not decrypt"),
+        (crafted(**{METADATA_KEY_ID: b"k1", "data": b"\x01\x02"}), "does not decrypt"),
+        (crafted(**{METADATA_KEY_ID: b"k1", METADATA_NAMESPACE: b"\xff"}), "does not decrypt"),
+        (
+            Payload(metadata={"encoding": UNDECODABLE, METADATA_REASON: b"trust me"}),
+            NOT_ENCRYPTED,
+        ),
+    ],
+    ids=[
+        "no-key-id",
+        "unknown-key-id",
+        "junk-key-id",
+        "garbage-data",
+        "empty-data",
+        "short-nonce",
+        "non-utf8-namespace",
+        "client-made-marker",
+    ],
+)
+async def test_decode_never_raises_on_crafted_payloads(payload: Payload, words: str) -> None:
+    """Whatever a client sends as an encrypted payload (no or junk key id, garbage, empty or
+    short data, non-UTF-8 metadata), or a marker of its own while encryption is required,
+    decode leaves this codec's marker with a short reason and never raises (a codec error
+    would fail the workflow task, and Temporal would retry it forever)."""
+    [marker] = await codec(require_encryption=True).with_context(RUN_A).decode([payload])
+    text = reason(marker)
+    assert words in text
+    assert len(text) < 300 and "\n" not in text
+
+
+async def test_converter_turns_a_marker_into_one_typed_line() -> None:
+    """Through the project's data converter a refused payload (here: moved from run A to run
+    B) raises PayloadUnreadable, an OrchestratorError with one line naming the reason, not the
+    SDK's KeyError or a RuntimeError wrapping it; a RawValue still arrives undecoded, so the
+    workflow decides what to do with it."""
+    converter = encrypted_converter(KeyRing.parse(f"k1:{KEY_A}"))
+    request = PipelineRequest(request_id="a" * 24, user_message=CANARY)
+    [sealed] = await converter.with_context(RUN_A).encode([request])
+
+    run_b = converter.with_context(RUN_B)
+    with pytest.raises(PayloadUnreadable) as info:
+        await run_b.decode([sealed], [PipelineRequest])
+    assert type(info.value) is PayloadUnreadable
+    assert isinstance(info.value, OrchestratorError)
+    message = str(info.value)
+    assert message.startswith("payload refused: payload is encrypted for another workflow id")
+    assert "\n" not in message and CANARY not in message
+    [raw] = await run_b.decode([sealed], [RawValue])
+    with pytest.raises(PayloadUnreadable, match="another workflow id"):
+        run_b.payload_converter.from_payload(raw.payload)
+    assert await converter.with_context(RUN_A).decode([sealed], [PipelineRequest]) == [request]
+
+
+async def test_keyless_converter_says_which_keys_to_set() -> None:
+    """A process without keys (no codec) that meets an encrypted payload raises one line
+    telling the operator to set PAYLOAD_KEYS or use the codec server, instead of the SDK's
+    ``KeyError: 'Unknown payload encoding binary/encrypted'``."""
+    converter = encrypted_converter(KeyRing.parse(f"k1:{KEY_A}"))
+    [sealed] = await converter.with_context(RUN_A).encode([{"x": CANARY}])
+    with pytest.raises(PayloadUnreadable) as info:
+        await DATA_CONVERTER.with_context(RUN_A).decode([sealed])
+    assert str(info.value) == (
+        "this payload is encrypted (binary/encrypted): set PAYLOAD_KEYS (or PAYLOAD_KEYS_FILE) "
+        "to the deployment's keys, or use the codec server"
+    )
+
+
+def test_a_client_made_marker_shows_a_bounded_printable_reason() -> None:
+    """Without a codec, a client can send a payload that merely claims to be a marker: its
+    reason reaches the error cut short and without control characters or newlines."""
+    claimed = Payload(
+        metadata={"encoding": UNDECODABLE, METADATA_REASON: b"line\nbreak\x1b[31m" + b"x" * 5000}
+    )
+    with pytest.raises(PayloadUnreadable) as info:
+        DATA_CONVERTER.payload_converter.from_payload(claimed)
+    message = str(info.value)
+    assert message.startswith("payload refused: line?break?[31m")
+    assert len(message) < 350 and "\n" not in message and "\x1b" not in message
+
+
+async def test_require_encryption_is_wired_from_settings() -> None:
+    """REQUIRE_ENCRYPTION=true (with keys) gives a converter whose decode refuses plaintext
+    with PayloadUnreadable naming the reason; without it plaintext still decodes."""
+    required = data_converter(Settings(payload_keys=f"k1:{KEY_A}", require_encryption=True))
+    assert isinstance(required.payload_codec, EncryptionCodec)
+    assert required.payload_codec.require_encryption
+    [plaintext] = await DATA_CONVERTER.encode([{"decision": "approve"}])
+    with pytest.raises(PayloadUnreadable, match="REQUIRE_ENCRYPTION=true"):
+        await required.with_context(RUN_A).decode([plaintext])
+    relaxed = data_converter(Settings(payload_keys=f"k1:{KEY_A}"))
+    assert await relaxed.with_context(RUN_A).decode([plaintext]) == [{"decision": "approve"}]
+
+
+def test_the_sdk_binds_the_codec_through_the_data_converter() -> None:
+    """``DataConverter.with_context`` (what the SDK calls for every client call, activation and
+    activity) hands the codec the run: a bound copy, sharing the keys; the original stays
+    context-free."""
+    converter = encrypted_converter(KeyRing.parse(f"k1:{KEY_A}"))
+    bound = converter.with_context(RUN_A)
+    assert isinstance(bound, DataConverter)
+    assert isinstance(bound.payload_codec, EncryptionCodec)
+    assert isinstance(converter.payload_codec, EncryptionCodec)
+    assert bound.payload_codec.binding == Binding("default", "run-a")
+    assert converter.payload_codec.binding is None
+    assert bound.payload_codec.bound(Binding("default", "run-a")) is bound.payload_codec
 
 
 @pytest.mark.parametrize(
@@ -133,7 +376,7 @@ def test_keyring_repr_shows_ids_only() -> None:
 
 def test_no_keys_means_the_plain_converter(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without PAYLOAD_KEYS the converter is the plain pydantic one (no codec)."""
-    for name in ("PAYLOAD_KEYS", "PAYLOAD_KEYS_FILE", "PAYLOAD_KEY_ID"):
+    for name in ("PAYLOAD_KEYS", "PAYLOAD_KEYS_FILE", "PAYLOAD_KEY_ID", "REQUIRE_ENCRYPTION"):
         monkeypatch.delenv(name, raising=False)
     settings = Settings()
     assert keyring_from_settings(settings) is None
@@ -152,7 +395,9 @@ async def test_configured_converter_encrypts_values_and_failure_messages(tmp_pat
     the encoded-attributes failure converter, failure messages too; it decodes both back."""
     keys_file = tmp_path / "keys"
     keys_file.write_text(f"# rotated 2026-11\nk1:{KEY_A}\nk2:{KEY_B}\n")
-    converter = data_converter(Settings(payload_keys_file=keys_file, payload_key_id="k2"))
+    converter = data_converter(
+        Settings(payload_keys_file=keys_file, payload_key_id="k2")
+    ).with_context(RUN_A)
     assert isinstance(converter.payload_codec, EncryptionCodec)
     assert converter.failure_converter_class is DefaultFailureConverterWithEncodedAttributes
     request = PipelineRequest(request_id="a" * 24, user_message=CANARY)
@@ -185,6 +430,7 @@ def test_payload_converters_share_one_type_adapter_cache() -> None:
     assert isinstance(first, CompositePayloadConverter)
     assert isinstance(second, CompositePayloadConverter)
     assert first.converters[b"json/plain"] is second.converters[b"json/plain"]
+    assert first.with_context(RUN_A) is first  # nothing in it takes a context: no copies
 
     request = PipelineRequest(request_id="a" * 24, user_message=CANARY)
     [ours] = first.to_payloads([request])
