@@ -531,12 +531,18 @@ def dlq_redrive(
     workflow_id: Annotated[str | None, typer.Argument(help="the dead-lettered run's id")] = None,
     redrive_all: Annotated[bool, typer.Option("--all", help="every message in the queue")] = False,
 ) -> None:
-    """Start dead-lettered runs again (fresh attempt budget); delete each message after."""
+    """Start dead-lettered runs again (fresh attempt budget); delete each message after.
+
+    Each message is checked against Temporal first: only a run that really ended in dead_letter,
+    and is still the latest of its id, is started again, with its own request from its history.
+    Anything else is refused and left in the queue; the exit status is then 1.
+    """
     if (workflow_id is None) == (not redrive_all):
         raise CliError("name one run id to redrive, or pass --all (not both)")
+    from aiorch import redrive  # loads only for this command
 
-    async def go(client: Client, settings: Settings) -> list[dead_letters.RedriveOutcome]:
-        return await dead_letters.redrive(
+    async def go(client: Client, settings: Settings) -> list[redrive.RedriveOutcome]:
+        return await redrive.redrive(
             client,
             dead_letters.DeadLetterQueue.from_settings(settings),
             task_queue=settings.temporal_task_queue,
@@ -545,8 +551,8 @@ def dlq_redrive(
         )
 
     outcomes = run_async(go)
-    out.print(dead_letters.summarize(outcomes))
-    if any(outcome.action == "failed" for outcome in outcomes):
+    out.print(redrive.summarize(outcomes))
+    if any(outcome.action in ("failed", "refused") for outcome in outcomes):
         raise typer.Exit(1)
 
 
