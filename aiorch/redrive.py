@@ -88,7 +88,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from aiorch.dead_letters import DeadLetter, DeadLetterQueue, DeadLetterQueueError
 from workflows import contract
-from workflows.continuation import split_input
+from workflows.continuation import parse_input
 from workflows.errors import OrchestratorError
 from workflows.payloads import PipelineRequest, PipelineResult, describe_validation_error
 
@@ -270,8 +270,7 @@ async def run_request(client: Client, workflow_id: str, run_id: str) -> Pipeline
     if len(values) != 1:
         raise NotRedrivable("refused", f"run {run_id} was started with {len(values)} inputs")
     try:
-        raw, carried = split_input(values[0])
-        request = PipelineRequest.model_validate(raw)
+        request, carried = parse_input(values[0])
     except ValidationError as err:
         raise NotRedrivable(
             "refused", f"run {run_id}'s input is not a request: {describe_validation_error(err)}"
