@@ -6,7 +6,7 @@ only when Temporal confirms, for that exact run (`verify_dead_run`), that it
 
 1. exists, is of this project's workflow type, and is closed;
 2. ended in ``dead_letter`` by its own result: closed Completed with a ``PipelineResult``, or
-   closed Failed with the ``PipelineResult`` in its failure's details (`dead_letter_result`);
+   closed Failed with the ``PipelineResult`` in its failure's details (`final_result`);
 3. is still the latest run of its workflow id (checked again right before the start).
 
 The request started again is the run's own (`run_request`): the input of its
@@ -155,15 +155,16 @@ def _converter(client: Client, workflow_id: str) -> DataConverter:
     )
 
 
-def dead_letter_result(
+def final_result(
     status: WorkflowExecutionStatus | None, outcome: Any | BaseException
 ) -> PipelineResult | None:
-    """The ``PipelineResult`` a closed run ended with, if it says ``dead_letter``.
+    """The ``PipelineResult`` a closed run ended with, in either form it may take.
 
     ``outcome`` is what ``result(follow_runs=False)`` gave: the value of a Completed run, or the
-    exception of a Failed one, whose ``ApplicationError`` details may carry the result. Any other
-    ending (terminated, cancelled, timed out, continued as new) is None: a client can choose a
-    termination's details, so they prove nothing.
+    exception of a Failed one, whose ``ApplicationError`` details may carry the result (a
+    dead-lettered run that closes as a typed failure). Any other ending (terminated, cancelled,
+    timed out, continued as new) gives None: a client chooses a termination's details, so they
+    prove nothing.
     """
     if status == WorkflowExecutionStatus.COMPLETED and not isinstance(outcome, BaseException):
         candidates: Sequence[Any] = (outcome,)
@@ -176,12 +177,8 @@ def dead_letter_result(
     else:
         return None
     for candidate in candidates:
-        try:
-            result = PipelineResult.model_validate(candidate)
-        except ValidationError:
-            continue
-        if result.state == "dead_letter":
-            return result
+        with contextlib.suppress(ValidationError):
+            return PipelineResult.model_validate(candidate)
     return None
 
 
@@ -230,10 +227,10 @@ async def verify_dead_run(client: Client, workflow_id: str, run_id: str) -> Dead
             f"cannot decode the result of run {run_id} of {workflow_id} "
             f"({type(err).__name__}); does this starter have the worker's PAYLOAD_KEYS?"
         ) from None
-    result = dead_letter_result(status, outcome)
-    if result is None:
-        ended = status.name.lower()
-        raise NotRedrivable("refused", f"run {run_id} closed {ended}, not in dead_letter")
+    result = final_result(status, outcome)
+    if result is None or result.state != "dead_letter":
+        ended = f"ended in {result.state}" if result else f"closed {status.name.lower()}"
+        raise NotRedrivable("refused", f"run {run_id} {ended}, not in dead_letter")
     request = await run_request(client, workflow_id, run_id)
     return DeadRun(
         workflow_id=workflow_id,
