@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -298,3 +298,20 @@ async def test_reduced_body_refused_too_fails_for_good(sqs: Sqs) -> None:
     assert refused.value.non_retryable
     assert "InvalidParameterValue" in refused.value.message
     assert all_raw(sqs) == []
+
+
+async def test_hold_reports_the_messages_it_no_longer_holds(sqs: Sqs) -> None:
+    """Renewing the hold of received messages hides them again for the whole period and names
+    the ones that can no longer be held (here: deleted by another consumer meanwhile)."""
+    activities = DeadLetterActivities(sqs.client(), QUEUE)
+    for name in ("wf-kept", "wf-taken"):
+        await send(activities, message(name))
+    queue = DeadLetterQueue(sqs.client(), QUEUE, wait_s=0)
+    received = {letter.workflow_id: letter for letter in queue.receive_all(timedelta(seconds=30))}
+    kept, taken = received["wf-kept"], received["wf-taken"]
+    queue.delete(taken)
+
+    lost = queue.hold([kept, taken], timedelta(seconds=60))
+
+    assert lost == {taken.message_id}
+    assert queue.receive_all(timedelta(seconds=1)) == []  # the kept one is still hidden
