@@ -26,8 +26,9 @@ from temporalio.converter import DataConverter
 from aiorch import reviews
 from aiorch.codec import KeyRing, new_key
 from aiorch.dead_letters import DeadLetterQueue
+from aiorch.dead_runs import start_again, verify_dead_run
 from aiorch.localstack import LocalStack
-from aiorch.redrive import redrive, start_again, summarize, verify_dead_run
+from aiorch.redrive import redrive, summarize
 from aiorch.temporal import encrypted_converter
 from tests.e2e.conftest import E2E_WORKER_ENV, Simulator, request, start, status_of
 from workflows import contract
