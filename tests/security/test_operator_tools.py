@@ -6,7 +6,7 @@ terminated with a forged "dead_letter" result in its details, one that never exi
 the request in the message of a run that really dead-lettered; then the operator runs
 `starter.py dlq redrive` as documented, against the real dev server, SQS (moto) and a worker
 process. Nothing the attacker chose is started, and every forged message stays in the queue for
-the operator to see.
+the operator to see. And a request full of characters SQS refuses raw still dead-letters.
 """
 
 from __future__ import annotations
@@ -215,3 +215,30 @@ async def test_redrive_starts_the_runs_own_request_not_the_forged_one(
     assert f"{dead.id}: already redriven (run {new_run} replaced it)" in again.stdout
     assert await latest_run(client, dead.id) == new_run
     assert queue(ops_stack).peek() == []
+
+
+async def test_a_request_sqs_would_refuse_raw_still_dead_letters(
+    ops_stack: LocalStack, ops_client: Client
+) -> None:
+    """A request holding U+FFFE, U+FFFF and other characters real SQS refuses in a message body
+    (InvalidMessageContents) passes validation and dead-letters: its message lands as pure
+    ASCII JSON that decodes to the request as sent, and the run ends in dead_letter."""
+    odd = "odd \ufffe\uffff\x01\U0001f600\u202e end"
+    simulator = Simulator(ops_stack.addresses.openai_base_url)
+    empty_queue(ops_stack)
+    simulator.set_fault({"status": 503, "path": "chat"})
+    try:
+        handle = await start(ops_client, request(odd, options={"llm_max_attempts": 1}))
+        result = PipelineResult.model_validate(await handle.result())
+    finally:
+        simulator.clear_faults()
+
+    assert result.state == "dead_letter"
+    client = sqs(ops_stack)
+    url = client.get_queue_url(QueueName=QUEUE_NAME)["QueueUrl"]
+    [raw] = client.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
+    body = raw["Body"]
+    assert body.isascii()
+    message = DeadLetterMessage.model_validate_json(body)
+    assert (message.workflow_id, message.request["user_message"]) == (handle.id, odd)
+    client.delete_message(QueueUrl=url, ReceiptHandle=raw["ReceiptHandle"])
