@@ -78,12 +78,18 @@ class ReviewOutcome:
         """One line for the reviewer."""
         status = self.status
         round_text = f"round {self.sent.review_round}" if self.sent.review_round else "review"
+        recorded = self.recorded
+        if recorded is None and self.sent.review_round:
+            return (
+                f"{workflow_id}: {self.sent.decision} sent for {round_text}, but the run shows "
+                f"no decision for it (see `starter.py history {workflow_id}`); "
+                f"now {status.state} ({status.status})"
+            )
         if self.applied_as_sent:
             return (
                 f"{workflow_id}: {self.sent.decision} accepted ({round_text}); "
                 f"now {status.state} ({status.status})"
             )
-        recorded = self.recorded
         assert recorded is not None
         return (
             f"{workflow_id}: {round_text} was already decided ({recorded.event} by "

@@ -29,11 +29,13 @@ def outcome(sent: ReviewDecision, history: list[HistoryEntry]) -> ReviewOutcome:
 
 def test_applied_only_when_the_round_records_this_decision() -> None:
     """Applied means the round's recorded decision is this one (decision, reviewer, round);
-    another reviewer's or another decision on that round, or no record at all, is not."""
+    another reviewer's or another decision on that round, or no record at all, is not (and the
+    line for the reviewer says the run shows none)."""
     approve = ReviewDecision(decision="approve", reviewer="ann", review_round=2)
     history = [decided("reedit", "ann", 1)]
 
     assert not outcome(approve, history).applied
+    assert "shows no decision for it" in outcome(approve, history).describe("w1")
     assert outcome(approve, [*history, decided("approve", "ann", 2)]).applied
     assert not outcome(approve, [*history, decided("approve", "bob", 2)]).applied
     assert not outcome(approve, [*history, decided("reject", "ann", 2)]).applied
