@@ -93,9 +93,13 @@ async def _retrying(call: Callable[[], Awaitable[T]]) -> T:
 
 
 async def review_one(
-    client: Client, workflow_id: str, decide: reviews.DecisionFor
+    client: Client,
+    workflow_id: str,
+    decide: reviews.DecisionFor,
+    signer: reviews.Signer | None = None,
 ) -> reviews.ReviewOutcome | None:
-    """Read the run's round, build its decision once, and send it (retrying transient errors).
+    """Read the run's round, build its decision once, and send it (retrying transient errors),
+    signed for that run and round by ``signer`` when reviewer authentication is on.
 
     Returns None, sending nothing, when the run has no review round yet (it never awaited one).
 
@@ -110,7 +114,9 @@ async def review_one(
         return None
     # The same decision (same round, same update id) on every retry: a retry after an update
     # that was applied but whose answer was lost returns that first result.
-    return await _retrying(lambda: reviews.submit_review(client, workflow_id, decision))
+    return await _retrying(
+        lambda: reviews.submit_review(client, workflow_id, decision, signer=signer)
+    )
 
 
 async def review_all(
@@ -120,12 +126,14 @@ async def review_all(
     *,
     concurrency: int = DEFAULT_CONCURRENCY,
     on_done: Callable[[str, bool], None] | None = None,
+    signer: reviews.Signer | None = None,
 ) -> BatchReviewOutcome:
     """Send a decision to every run in ``ids`` on its current round, ``concurrency`` at a time.
 
     ``decision`` is either the same decision for every run (its round is replaced by each run's)
-    or a `aiorch.reviews.DecisionFor` that builds one per (run, round), e.g. a signing one.
-    ``on_done(workflow_id, applied)`` is called after each run (for a progress display).
+    or a `aiorch.reviews.DecisionFor` that builds one per (run, round); ``signer`` signs each
+    for its run and round. ``on_done(workflow_id, applied)`` is called after each run (for a
+    progress display).
     """
     decide = reviews.for_each_round(decision) if isinstance(decision, ReviewDecision) else decision
     outcome = BatchReviewOutcome(found=len(ids))
@@ -141,7 +149,7 @@ async def review_all(
                 return
             applied = False
             try:
-                sent = await review_one(client, workflow_id, decide)
+                sent = await review_one(client, workflow_id, decide, signer)
             except WorkflowUpdateFailedError as err:
                 outcome.refused[workflow_id] = str(err.cause or err)
             except RPCError as err:
@@ -173,6 +181,7 @@ async def review_all_with_progress(
     *,
     concurrency: int = DEFAULT_CONCURRENCY,
     console: Console | None = None,
+    signer: reviews.Signer | None = None,
 ) -> BatchReviewOutcome:
     """`review_all` with a progress bar (decisions done, rate, time left) on ``console``."""
     columns = (
@@ -194,4 +203,6 @@ async def review_all_with_progress(
             rate = done / max(time.monotonic() - began, 1e-6)
             bar.update(task, advance=1, rate=rate)
 
-        return await review_all(client, ids, decision, concurrency=concurrency, on_done=advance)
+        return await review_all(
+            client, ids, decision, concurrency=concurrency, on_done=advance, signer=signer
+        )

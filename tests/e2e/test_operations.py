@@ -6,17 +6,15 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 
 from aiorch.localstack import LocalStack
 from aiorch.operations import find_stuck, parse_duration
 from aiorch.temporal import DATA_CONVERTER
-from tests.e2e.conftest import E2E_WORKER_ENV, request, start, status_of, visible_state
+from tests.e2e.conftest import request, start, status_of, visible_state
 from tests.reviewing import signed
 from workflows import contract
 from workflows.payloads import PipelineResult
@@ -172,22 +170,12 @@ async def test_stats_and_stuck_find_the_right_runs_and_bulk_actions_work(
     }
 
 
-@pytest.fixture
-def unsigned_stack(tmp_path: Path) -> Iterator[LocalStack]:
-    """A stack whose worker takes unsigned reviews (reviewer authentication off): for what
-    does not depend on who reviews."""
-    env = {**E2E_WORKER_ENV, "REVIEW_PUBLIC_KEYS": ""}
-    with LocalStack(tmp_path / "stack", with_worker=True, worker_env=env) as running:
-        yield running
-
-
-async def test_review_all_decides_each_round_once(unsigned_stack: LocalStack) -> None:
-    """`review-all reedit` and then `review-all approve` on the same run: each reads the run's
-    round first, so the approve goes out as a new update for round 2 (not the cached answer of
-    round 1) and is counted applied only because the run recorded it; the run leaves review and
-    completes with the reedit on round 1 and the approve on round 2. Run again on the finished
-    run, review-all finds nothing to review."""
-    private_stack = unsigned_stack
+async def test_review_all_decides_each_round_once(private_stack: LocalStack) -> None:
+    """`review-all reedit` and then `review-all approve` on the same run, signed with the
+    stack's reviewer key: each reads the run's round first, so the approve goes out as a new
+    update for round 2 (not the cached answer of round 1) and is counted applied only because
+    the run recorded it; the run leaves review and completes with the reedit on round 1 and the
+    approve on round 2. Run again on the finished run, review-all finds nothing to review."""
     client = await Client.connect(
         private_stack.addresses.temporal_address, data_converter=DATA_CONVERTER
     )

@@ -13,7 +13,7 @@ import asyncio
 import os
 import sys
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,11 +51,20 @@ def sealed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
         "PAYLOAD_KEYS": KEYS,
         "PAYLOAD_KEY_ID": "k1",
         "REEDIT_ROUNDS_PER_RUN": "1",
-        # Reviewer authentication is off: these tests are about redrive, not about who reviews.
-        "REVIEW_PUBLIC_KEYS": "",
     }
     with LocalStack(tmp_path_factory.mktemp("redrive"), with_worker=True, worker_env=env) as stack:
         yield stack
+
+
+def signer(stack: LocalStack) -> reviews.Signer:
+    """Signs reviews with the stack's reviewer key, as the CLI does with REVIEWER_KEY_FILE."""
+
+    def sign(decision: ReviewDecision, workflow_id: str, review_round: int) -> ReviewDecision:
+        return stack.reviewer_key.sign(
+            decision, workflow_id=workflow_id, review_round=review_round, now=datetime.now(UTC)
+        )
+
+    return sign
 
 
 def keyed_converter() -> DataConverter:
@@ -161,7 +170,7 @@ async def test_continued_run_is_redriven_from_its_encrypted_history(
     await wait_until_round(handle, 1)
     first_run = (await handle.describe()).run_id
     reedit = ReviewDecision(decision="reedit", reviewer="ann", feedback="again", review_round=1)
-    await reviews.submit_review(keyed, handle.id, reedit)
+    await reviews.submit_review(keyed, handle.id, reedit, signer=signer(sealed))
     await wait_until_round(handle, 2)
     dead_run = (await handle.describe()).run_id
     assert dead_run != first_run  # continued as new after one round
@@ -189,7 +198,7 @@ async def test_continued_run_is_redriven_from_its_encrypted_history(
     assert restarted == PipelineRequest.model_validate(original)
     await wait_until_round(handle, 1)  # a fresh run: its own first round
     approve = ReviewDecision(decision="approve", reviewer="ann")
-    assert (await reviews.submit_review(keyed, handle.id, approve)).applied
+    assert (await reviews.submit_review(keyed, handle.id, approve, signer=signer(sealed))).applied
     latest = keyed.get_workflow_handle(handle.id)  # `handle` follows the first run's chain
     assert PipelineResult.model_validate(await latest.result()).state == "completed"
     assert queue(sealed).peek() == []

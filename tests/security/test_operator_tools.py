@@ -43,10 +43,8 @@ QUEUE_NAME = "ai-orchestrator-dlq"  # DLQ_QUEUE_NAME's default, which the stack'
 
 @pytest.fixture(scope="module")
 def ops_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    # Reviewer authentication is off: these tests are about redrive, not about who reviews.
-    env = {**E2E_WORKER_ENV, "REVIEW_PUBLIC_KEYS": ""}
     with LocalStack(
-        tmp_path_factory.mktemp("operator-tools"), with_worker=True, worker_env=env
+        tmp_path_factory.mktemp("operator-tools"), with_worker=True, worker_env=E2E_WORKER_ENV
     ) as stack:
         yield stack
 
