@@ -1,18 +1,23 @@
 """Review many runs at once: ``starter.py review-all approve --state await_review``.
 
-The runs are found through visibility (``AiState``), never by querying each run, and each one is
-reviewed with the ``submit_review`` update, so every decision is validated by the run itself: a
-run that left the review state in the meantime refuses it, and that refusal is counted, not
-fatal. At most ``concurrency`` updates are in flight; transient server errors (a restart, a full
-queue) are retried with backoff; a progress bar shows decisions per second.
+The runs are found through visibility (``AiState``), never by querying each run. Each run's
+decision names the run's current review round (read with the ``status`` query, then built by a
+`aiorch.reviews.DecisionFor`) and is sent through `aiorch.reviews.submit_review`, so its update
+id is per round and every decision is validated by the run itself: a run that left the review
+state or moved to another round in the meantime refuses it, and that refusal is counted, not
+fatal. A run counts as *applied* only when the update's result shows this very decision recorded
+for that round. At most ``concurrency`` runs are in flight; transient server errors (a restart,
+a full queue) are retried with backoff, with the same decision, so a retry can never decide a
+later round; a progress bar shows decisions per second.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from rich.console import Console
 from rich.progress import (
@@ -27,10 +32,10 @@ from rich.progress import (
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from aiorch.reviews import update_id
+from aiorch import reviews
 from workflows import contract
 from workflows.graph import State
-from workflows.payloads import ReviewDecision, RunStatus
+from workflows.payloads import ReviewDecision
 
 DEFAULT_CONCURRENCY = 32
 REVIEWABLE_STATES = (State.AWAIT_REVIEW, State.ESCALATE)
@@ -38,6 +43,7 @@ _TRANSIENT = frozenset(
     {RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.RESOURCE_EXHAUSTED}
 )
 _ATTEMPTS = 8
+T = TypeVar("T")
 
 
 @dataclass
@@ -74,18 +80,11 @@ async def waiting_runs(client: Client, state: State, limit: int | None = None) -
     return ids
 
 
-async def _review_one(client: Client, workflow_id: str, decision: ReviewDecision) -> RunStatus:
-    handle = client.get_workflow_handle(workflow_id)
+async def _retrying(call: Callable[[], Awaitable[T]]) -> T:
+    """``call()``, again after transient server errors (with backoff); others are raised."""
     for attempt in range(_ATTEMPTS):
         try:
-            # The same update id on a retry returns the first result instead of deciding again.
-            status: RunStatus = await handle.execute_update(
-                contract.UPDATE_SUBMIT_REVIEW,
-                decision,
-                id=update_id(workflow_id, decision.review_round, decision.reviewer),
-                result_type=RunStatus,
-            )
-            return status
+            return await call()
         except RPCError as err:
             if err.status not in _TRANSIENT or attempt == _ATTEMPTS - 1:
                 raise
@@ -93,18 +92,50 @@ async def _review_one(client: Client, workflow_id: str, decision: ReviewDecision
     raise AssertionError("unreachable")
 
 
+async def review_one(
+    client: Client,
+    workflow_id: str,
+    decide: reviews.DecisionFor,
+    signer: reviews.Signer | None = None,
+) -> reviews.ReviewOutcome | None:
+    """Read the run's round, build its decision once, and send it (retrying transient errors),
+    signed for that run and round by ``signer`` when reviewer authentication is on.
+
+    Returns None, sending nothing, when the run has no review round yet (it never awaited one).
+
+    Raises:
+        WorkflowUpdateFailedError: the run refused the decision.
+        RPCError: no such open run, or a server error that outlasted the retries.
+    """
+    decision = await _retrying(
+        lambda: reviews.decision_for_current_round(client, workflow_id, decide)
+    )
+    if decision.review_round is None:
+        return None
+    # The same decision (same round, same update id) on every retry: a retry after an update
+    # that was applied but whose answer was lost returns that first result.
+    return await _retrying(
+        lambda: reviews.submit_review(client, workflow_id, decision, signer=signer)
+    )
+
+
 async def review_all(
     client: Client,
     ids: list[str],
-    decision: ReviewDecision,
+    decision: ReviewDecision | reviews.DecisionFor,
     *,
     concurrency: int = DEFAULT_CONCURRENCY,
     on_done: Callable[[str, bool], None] | None = None,
+    signer: reviews.Signer | None = None,
 ) -> BatchReviewOutcome:
-    """Send ``decision`` to every run in ``ids``, at most ``concurrency`` at a time.
+    """Send a decision to every run in ``ids`` on its current round, ``concurrency`` at a time.
 
-    ``on_done(workflow_id, applied)`` is called after each run (for a progress display).
+    ``decision`` is either the same decision for every run (its round is replaced by each run's)
+    or a `aiorch.reviews.DecisionFor` that builds one per (run, round); ``signer`` signs each
+    for its run and round. ``on_done(workflow_id, applied)`` is called after each run (for a
+    progress display).
     """
+    decide = reviews.for_each_round(decision) if isinstance(decision, ReviewDecision) else decision
     outcome = BatchReviewOutcome(found=len(ids))
     queue: asyncio.Queue[str] = asyncio.Queue()
     for workflow_id in ids:
@@ -118,9 +149,7 @@ async def review_all(
                 return
             applied = False
             try:
-                await _review_one(client, workflow_id, decision)
-                outcome.applied += 1
-                applied = True
+                sent = await review_one(client, workflow_id, decide, signer)
             except WorkflowUpdateFailedError as err:
                 outcome.refused[workflow_id] = str(err.cause or err)
             except RPCError as err:
@@ -128,6 +157,14 @@ async def review_all(
                     outcome.refused[workflow_id] = "no open run with this id (it has finished)"
                 else:
                     outcome.errors[workflow_id] = err.message
+            else:
+                applied = sent is not None and sent.applied
+                if applied:
+                    outcome.applied += 1
+                elif sent is None:
+                    outcome.refused[workflow_id] = "run is not awaiting review (no review round)"
+                else:
+                    outcome.refused[workflow_id] = sent.describe(workflow_id)
             if on_done is not None:
                 on_done(workflow_id, applied)
 
@@ -140,10 +177,11 @@ async def review_all(
 async def review_all_with_progress(
     client: Client,
     ids: list[str],
-    decision: ReviewDecision,
+    decision: ReviewDecision | reviews.DecisionFor,
     *,
     concurrency: int = DEFAULT_CONCURRENCY,
     console: Console | None = None,
+    signer: reviews.Signer | None = None,
 ) -> BatchReviewOutcome:
     """`review_all` with a progress bar (decisions done, rate, time left) on ``console``."""
     columns = (
@@ -156,7 +194,8 @@ async def review_all_with_progress(
         TimeRemainingColumn(),
     )
     with Progress(*columns, console=console or Console(stderr=True), transient=False) as bar:
-        task = bar.add_task(f"{decision.decision}", total=len(ids), rate=0.0)
+        label = decision.decision if isinstance(decision, ReviewDecision) else "review"
+        task = bar.add_task(label, total=len(ids), rate=0.0)
         began = time.monotonic()
 
         def advance(workflow_id: str, applied: bool) -> None:
@@ -164,4 +203,6 @@ async def review_all_with_progress(
             rate = done / max(time.monotonic() - began, 1e-6)
             bar.update(task, advance=1, rate=rate)
 
-        return await review_all(client, ids, decision, concurrency=concurrency, on_done=advance)
+        return await review_all(
+            client, ids, decision, concurrency=concurrency, on_done=advance, signer=signer
+        )

@@ -295,18 +295,31 @@ def review_all(
         State.AWAIT_REVIEW
     ),
     feedback: Annotated[str | None, typer.Option(help="what to change (reedit)")] = None,
-    reviewer: Annotated[str, typer.Option(help="who decides")] = "cli",
+    reviewer: Annotated[
+        str | None, typer.Option(help="who decides (default: the signing key's id, else cli)")
+    ] = None,
     concurrency: Annotated[int, typer.Option(min=1, max=1000, help="updates in flight")] = 32,
     limit: Annotated[int | None, typer.Option(min=1, help="at most this many runs")] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="do not ask for confirmation")] = False,
 ) -> None:
-    """Approve (or reedit/reject) every run waiting in a review state, with a progress bar."""
+    """Approve (or reedit/reject) every run waiting in a review state, with a progress bar.
+
+    Each run's decision names the round that run is in (read first), so it is applied once to
+    that round; "applied" counts only runs that recorded it. With REVIEWER_KEY (or
+    REVIEWER_KEY_FILE) each decision is signed for its run and round.
+    """
     from aiorch import batch  # the batch machinery loads only for this command
 
     if state not in batch.REVIEWABLE_STATES:
         raise CliError(f"runs in {state.value} take no review; use await_review or escalate")
+    settings = load_settings()
+    key = signing_key_from_settings(settings)
     try:
-        payload = ReviewDecision(decision=decision.value, reviewer=reviewer, feedback=feedback)
+        payload = ReviewDecision(
+            decision=decision.value,
+            reviewer=reviewer or (key.key_id if key else "cli"),
+            feedback=feedback,
+        )
     except ValidationError as error:
         raise CliError(f"invalid review: {describe_validation_error(error)}") from None
 
@@ -318,7 +331,12 @@ def review_all(
         if not yes and not typer.confirm(f"{decision.value} {len(ids)} run(s) in {state.value}?"):
             raise typer.Exit(1)
         done = await batch.review_all_with_progress(
-            client, ids, payload, concurrency=concurrency, console=err_console
+            client,
+            ids,
+            payload,
+            concurrency=concurrency,
+            console=err_console,
+            signer=review_signer(settings, key),
         )
         out.print(
             f"{decision.value}: {done.applied} applied, {len(done.refused)} refused, "
@@ -531,12 +549,18 @@ def dlq_redrive(
     workflow_id: Annotated[str | None, typer.Argument(help="the dead-lettered run's id")] = None,
     redrive_all: Annotated[bool, typer.Option("--all", help="every message in the queue")] = False,
 ) -> None:
-    """Start dead-lettered runs again (fresh attempt budget); delete each message after."""
+    """Start dead-lettered runs again (fresh attempt budget); delete each message after.
+
+    Each message is checked against Temporal first: only a run that really ended in dead_letter,
+    and is still the latest of its id, is started again, with its own request from its history.
+    Anything else is refused and left in the queue; the exit status is then 1.
+    """
     if (workflow_id is None) == (not redrive_all):
         raise CliError("name one run id to redrive, or pass --all (not both)")
+    from aiorch import redrive  # loads only for this command
 
-    async def go(client: Client, settings: Settings) -> list[dead_letters.RedriveOutcome]:
-        return await dead_letters.redrive(
+    async def go(client: Client, settings: Settings) -> list[redrive.RedriveOutcome]:
+        return await redrive.redrive(
             client,
             dead_letters.DeadLetterQueue.from_settings(settings),
             task_queue=settings.temporal_task_queue,
@@ -545,8 +569,8 @@ def dlq_redrive(
         )
 
     outcomes = run_async(go)
-    out.print(dead_letters.summarize(outcomes))
-    if any(outcome.action == "failed" for outcome in outcomes):
+    out.print(redrive.summarize(outcomes))
+    if any(outcome.action in ("failed", "refused") for outcome in outcomes):
         raise typer.Exit(1)
 
 

@@ -1,10 +1,15 @@
 """Sending a review so that it is applied once, however often it is sent.
 
 The decision names its review round (the one the reviewer looked at; by default the run's
-current round), and the ``submit_review`` update's id is derived from (run, round, reviewer):
-re-sending the same review returns the first result instead of deciding again (Temporal keeps
-update ids per run), and a decision for a round that is over is refused by the workflow, so a
-late or repeated decision can never land on a later round.
+current round, read with the ``status`` query), and the ``submit_review`` update's id is derived
+from (run, round, reviewer): re-sending the same review returns the first result instead of
+deciding again (Temporal keeps update ids per run), and a decision for a round that is over is
+refused by the workflow, so a late or repeated decision can never land on a later round.
+
+``starter.py review`` and ``starter.py review-all`` (``aiorch.batch``) both go through
+`submit_review`, which signs the decision for its run and round with a `Signer` when reviewer
+authentication is on. A batch builds each run's decision with a `DecisionFor` from (workflow
+id, round), so what is sent, signed and deduplicated always names the round the run is in.
 """
 
 from __future__ import annotations
@@ -18,6 +23,19 @@ from workflows import contract
 from workflows.payloads import HistoryEntry, ReviewDecision, RunStatus
 
 DECISION_EVENTS = frozenset({"approve", "reedit", "reject"})
+
+DecisionFor = Callable[[str, int | None], ReviewDecision]
+"""Builds the (unsigned) decision for ``(workflow_id, review_round)``; the round is None when
+the run has not reached a review yet."""
+
+
+def for_each_round(template: ReviewDecision) -> DecisionFor:
+    """``template`` for any run, naming that run's round."""
+
+    def decide(workflow_id: str, review_round: int | None) -> ReviewDecision:
+        return template.model_copy(update={"review_round": review_round})
+
+    return decide
 
 
 def update_id(workflow_id: str, review_round: int | None, reviewer: str) -> str:
@@ -34,6 +52,21 @@ class ReviewOutcome:
     recorded: HistoryEntry | None
 
     @property
+    def applied(self) -> bool:
+        """True when the run's history records this very decision (decision, reviewer, round).
+
+        False for a cached result of an earlier, different decision with the same update id,
+        and when the run returned no record of the round at all.
+        """
+        recorded = self.recorded
+        return (
+            recorded is not None
+            and recorded.event == self.sent.decision
+            and recorded.reviewer == self.sent.reviewer
+            and recorded.review_round == self.sent.review_round
+        )
+
+    @property
     def applied_as_sent(self) -> bool:
         """False when the round was decided by an earlier, different decision."""
         recorded = self.recorded
@@ -45,12 +78,18 @@ class ReviewOutcome:
         """One line for the reviewer."""
         status = self.status
         round_text = f"round {self.sent.review_round}" if self.sent.review_round else "review"
+        recorded = self.recorded
+        if recorded is None and self.sent.review_round:
+            return (
+                f"{workflow_id}: {self.sent.decision} sent for {round_text}, but the run shows "
+                f"no decision for it (see `starter.py history {workflow_id}`); "
+                f"now {status.state} ({status.status})"
+            )
         if self.applied_as_sent:
             return (
                 f"{workflow_id}: {self.sent.decision} accepted ({round_text}); "
                 f"now {status.state} ({status.status})"
             )
-        recorded = self.recorded
         assert recorded is not None
         return (
             f"{workflow_id}: {round_text} was already decided ({recorded.event} by "
@@ -71,24 +110,43 @@ Signer = Callable[[ReviewDecision, str, int], ReviewDecision]
 """Signs a decision for (workflow id, review round): see ``aiorch.signing.SigningKey.sign``."""
 
 
+async def current_round(client: Client, workflow_id: str) -> int | None:
+    """The run's current review round (``status`` query), None before its first review.
+
+    Raises:
+        temporalio.service.RPCError: no such run, or the server is unreachable.
+    """
+    status: RunStatus = await client.get_workflow_handle(workflow_id).query(
+        contract.QUERY_STATUS, result_type=RunStatus
+    )
+    return status.review_round or None
+
+
+async def decision_for_current_round(
+    client: Client, workflow_id: str, decide: DecisionFor
+) -> ReviewDecision:
+    """The decision ``decide`` builds for the run's current round (see `current_round`)."""
+    return decide(workflow_id, await current_round(client, workflow_id))
+
+
 async def submit_review(
     client: Client, workflow_id: str, decision: ReviewDecision, *, signer: Signer | None = None
 ) -> ReviewOutcome:
     """Send ``decision`` through the ``submit_review`` update, idempotently (see module doc),
     signed for its round by ``signer`` when reviewer authentication is on.
 
+    A decision without a round is first given the run's current round. Retrying a call that
+    failed in transit with the *same* decision is safe: its update id names the round.
+
     Raises:
         temporalio.client.WorkflowUpdateFailedError: the run refused it (the cause says why).
         temporalio.service.RPCError: no such open run, or the server is unreachable.
     """
-    handle = client.get_workflow_handle(workflow_id)
     if decision.review_round is None:
-        current: RunStatus = await handle.query(contract.QUERY_STATUS, result_type=RunStatus)
-        if current.review_round:
-            decision = decision.model_copy(update={"review_round": current.review_round})
+        decision = await decision_for_current_round(client, workflow_id, for_each_round(decision))
     if signer is not None and decision.review_round is not None:
         decision = signer(decision, workflow_id, decision.review_round)
-    status: RunStatus = await handle.execute_update(
+    status: RunStatus = await client.get_workflow_handle(workflow_id).execute_update(
         contract.UPDATE_SUBMIT_REVIEW,
         decision,
         id=update_id(workflow_id, decision.review_round, decision.reviewer),

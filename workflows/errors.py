@@ -9,7 +9,8 @@ Hierarchy::
 Activities report failures to the workflow as ``temporalio.exceptions.ApplicationError`` with
 one of the stable ``type`` names below; the workflow, queries and dead-letter messages rely on
 them, so they never change. Retryable ones are retried by the workflow's ``retry_llm`` state,
-permanent ones end the run in ``failed``.
+permanent ones end the run in ``failed``. ``DeadLetterRejected`` (non-retryable) says SQS refused
+a run's dead-letter message for good, even in its reduced form (``activities.dead_letter``).
 """
 
 from __future__ import annotations
@@ -47,3 +48,4 @@ LLM_REFUSED = "LlmRefused"
 LLM_REPLY_TOO_LARGE = "LlmReplyTooLarge"
 EMBEDDING_FAILED = "EmbeddingFailed"
 INVALID_TRANSITION = "InvalidTransition"
+DEAD_LETTER_REJECTED = "DeadLetterRejected"

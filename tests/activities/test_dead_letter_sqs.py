@@ -2,7 +2,8 @@
 
 ``send_dead_letter`` runs in the activity test environment with the worker's boto3 settings;
 the operator's side (``aiorch.dead_letters``: list without consuming, delete) reads the same
-queue.
+queue. moto enforces a queue's ``MaximumMessageSize`` (``InvalidParameterValue``, as SQS does)
+but not SQS's character set, so permanent rejections are produced with a small queue.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,11 +19,13 @@ import boto3
 import pytest
 from botocore.config import Config as BotoConfig
 from botocore.exceptions import EndpointConnectionError
+from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from activities.dead_letter import MAX_BODY_BYTES, DeadLetterActivities, dedup_key
 from aiorch.dead_letters import DeadLetterQueue
 from aiorch.localstack import ManagedProcess, free_port, start_sqs_server
+from workflows import errors
 from workflows.payloads import DeadLetterInput, DeadLetterMessage, HistoryEntry
 
 if TYPE_CHECKING:
@@ -30,6 +33,8 @@ if TYPE_CHECKING:
     from mypy_boto3_sqs.type_defs import MessageTypeDef
 
 QUEUE = "test-dlq"
+# SQS's smallest MaximumMessageSize.
+SMALL_QUEUE_BYTES = 1024
 # What worker.py gives the activity: one boto3 attempt, so Temporal owns every retry.
 WORKER_BOTO = BotoConfig(
     retries={"max_attempts": 1, "mode": "standard"}, connect_timeout=5, read_timeout=15
@@ -229,3 +234,84 @@ async def test_unreadable_message_is_listed_with_its_problem(sqs: Sqs) -> None:
     assert letter.body is None
     assert letter.problem is not None and "not a dead-letter message" in letter.problem
     assert len(queue.peek()) == 1
+
+
+async def test_odd_characters_arrive_as_ascii_and_decode_to_the_original(sqs: Sqs) -> None:
+    """A request holding U+FFFE, U+FFFF, control, non-BMP and other odd characters (which real
+    SQS refuses raw: InvalidMessageContents) arrives; the raw body is pure ASCII JSON and decodes
+    to the original message."""
+    activities = DeadLetterActivities(sqs.client(), QUEUE)
+    odd = '\ufffe\uffff\x00\x08\x1b\x7f\U0001f600\U0010fffd\u2028\u202e\ufeff\\"\ud7ff\ue000'
+    dead = message("wf-odd", text=f"start {odd} end").model_copy(
+        update={"last_error": f"LlmMalformedReply: {odd}"}
+    )
+
+    message_id = await send(activities, dead)
+
+    [raw] = all_raw(sqs)
+    assert raw["MessageId"] == message_id
+    body = str(raw["Body"])
+    assert body.isascii()
+    assert DeadLetterMessage.model_validate_json(body) == dead
+
+
+async def test_body_the_queue_refuses_is_sent_reduced(sqs: Sqs) -> None:
+    """A queue whose MaximumMessageSize the message exceeds refuses it (InvalidParameterValue);
+    the message arrives reduced: ids, failed state, attempts and the error's type, no content,
+    and a note that says it was reduced and why."""
+    client = sqs.client()
+    client.create_queue(QueueName=QUEUE, Attributes={"MaximumMessageSize": str(SMALL_QUEUE_BYTES)})
+    activities = DeadLetterActivities(client, QUEUE)
+    dead = message("wf-small", text="private words " * 200)
+
+    await send(activities, dead)
+
+    [raw] = all_raw(sqs)
+    body = str(raw["Body"])
+    assert len(body) <= SMALL_QUEUE_BYTES
+    assert "private words" not in body
+    reduced = DeadLetterMessage.model_validate_json(body)
+    assert (reduced.workflow_id, reduced.run_id, reduced.failed_state, reduced.attempts) == (
+        "wf-small",
+        "run-1",
+        "invoke_llm",
+        3,
+    )
+    assert reduced.last_error == "LlmRetryable"
+    assert reduced.request["request_id"] == "a" * 24
+    assert "InvalidParameterValue" in reduced.request["reduced"]
+    assert raw["MessageAttributes"]["dedup_key"]["StringValue"] == "wf-small:run-1"
+
+
+async def test_reduced_body_refused_too_fails_for_good(sqs: Sqs) -> None:
+    """When even the reduced message is refused (here its workflow id alone is over the
+    queue's limit), the activity raises the non-retryable DeadLetterRejected instead of
+    retrying forever, and nothing reaches the queue."""
+    client = sqs.client()
+    client.create_queue(QueueName=QUEUE, Attributes={"MaximumMessageSize": str(SMALL_QUEUE_BYTES)})
+    activities = DeadLetterActivities(client, QUEUE)
+
+    with pytest.raises(ApplicationError) as refused:
+        await send(activities, message("w" * 1500))
+
+    assert refused.value.type == errors.DEAD_LETTER_REJECTED
+    assert refused.value.non_retryable
+    assert "InvalidParameterValue" in refused.value.message
+    assert all_raw(sqs) == []
+
+
+async def test_hold_reports_the_messages_it_no_longer_holds(sqs: Sqs) -> None:
+    """Renewing the hold of received messages hides them again for the whole period and names
+    the ones that can no longer be held (here: deleted by another consumer meanwhile)."""
+    activities = DeadLetterActivities(sqs.client(), QUEUE)
+    for name in ("wf-kept", "wf-taken"):
+        await send(activities, message(name))
+    queue = DeadLetterQueue(sqs.client(), QUEUE, wait_s=0)
+    received = {letter.workflow_id: letter for letter in queue.receive_all(timedelta(seconds=30))}
+    kept, taken = received["wf-kept"], received["wf-taken"]
+    queue.delete(taken)
+
+    lost = queue.hold([kept, taken], timedelta(seconds=60))
+
+    assert lost == {taken.message_id}
+    assert queue.receive_all(timedelta(seconds=1)) == []  # the kept one is still hidden

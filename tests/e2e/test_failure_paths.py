@@ -377,8 +377,8 @@ async def test_dlq_list_and_redrive(
     """Three runs dead-letter while the LLM is down. `dlq list` names them and consumes
     nothing; with the LLM healthy again, `dlq redrive ID` starts that run anew (same id, new
     run, fresh attempt budget) and completes it, deleting only its message; `dlq redrive --all`
-    does the rest, taking the request from the run's own history where the message's copy was
-    cut to fit SQS, and the queue is empty."""
+    does the rest, taking each request from the run's own history (also where the message's
+    copy was cut to fit SQS), and the queue is empty."""
     private_simulator.set_fault({"status": 503, "path": "chat"})
     options = {"llm_max_attempts": 2}
     first = await start(private_client, request("Redrive me first", options=options))
@@ -411,7 +411,7 @@ async def test_dlq_list_and_redrive(
     assert redriven.returncode == 0, redriven.stderr
     assert f"{first.id}: started run" in redriven.stdout
     assert f"{first.id}: deleted message" in redriven.stdout
-    assert "1 started, 0 already redriven, 0 skipped, 0 failed" in redriven.stdout
+    assert "1 started, 0 already redriven, 0 refused, 0 skipped, 0 failed" in redriven.stdout
     new_first = private_client.get_workflow_handle(first.id)
     result = PipelineResult.model_validate(await new_first.result())
     assert result.state == "completed"
@@ -424,7 +424,7 @@ async def test_dlq_list_and_redrive(
     rest = starter(private_stack, "dlq", "redrive", "--all")
 
     assert rest.returncode == 0, rest.stderr
-    assert "2 started, 0 already redriven, 0 skipped, 0 failed" in rest.stdout
+    assert "2 started, 0 already redriven, 0 refused, 0 skipped, 0 failed" in rest.stdout
     for handle in (second, third):
         assert f"{handle.id}: started run" in rest.stdout
         assert (await private_client.get_workflow_handle(handle.id).result())["state"] == (

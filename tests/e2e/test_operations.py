@@ -1,5 +1,5 @@
-"""`starter.py stats` and `starter.py stuck` against a dev server seeded with runs in known
-states, with real waits of a few seconds standing in for hours."""
+"""`starter.py stats`, `starter.py stuck` and `starter.py review-all` against a dev server seeded
+with runs in known states, with real waits of a few seconds standing in for hours."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from aiorch.localstack import LocalStack
 from aiorch.operations import find_stuck, parse_duration
 from aiorch.temporal import DATA_CONVERTER
-from tests.e2e.conftest import request, start, visible_state
+from tests.e2e.conftest import request, start, status_of, visible_state
 from tests.reviewing import signed
 from workflows import contract
 from workflows.payloads import PipelineResult
@@ -168,3 +168,39 @@ async def test_stats_and_stuck_find_the_right_runs_and_bulk_actions_work(
         "dead_letter": {"open": 0, "closed": 6},
         "cancelled": {"open": 0, "closed": 3},
     }
+
+
+async def test_review_all_decides_each_round_once(private_stack: LocalStack) -> None:
+    """`review-all reedit` and then `review-all approve` on the same run, signed with the
+    stack's reviewer key: each reads the run's round first, so the approve goes out as a new
+    update for round 2 (not the cached answer of round 1) and is counted applied only because
+    the run recorded it; the run leaves review and completes with the reedit on round 1 and the
+    approve on round 2. Run again on the finished run, review-all finds nothing to review."""
+    client = await Client.connect(
+        private_stack.addresses.temporal_address, data_converter=DATA_CONVERTER
+    )
+    handle = await start(client, request("Review me in rounds", review="always"))
+    assert await visible_state(client, handle.id, "await_review", timeout=30)
+
+    sent_back = await starter(
+        private_stack, "review-all", "reedit", "--feedback", "shorter", "--reviewer", "ann", "-y"
+    )
+    assert "reedit: 1 applied, 0 refused, 0 failed of 1" in sent_back
+    deadline = asyncio.get_running_loop().time() + 30
+    while (current := await status_of(handle)).state != "await_review" or (
+        current.review_round != 2
+    ):
+        assert asyncio.get_running_loop().time() < deadline, current
+        await asyncio.sleep(0.1)
+    assert await visible_state(client, handle.id, "await_review", timeout=30)
+
+    approved = await starter(private_stack, "review-all", "approve", "--reviewer", "ann", "-y")
+
+    assert "approve: 1 applied, 0 refused, 0 failed of 1" in approved
+    result = await final(handle)
+    assert result.state == "completed"
+    decisions = [(h.event, h.reviewer, h.review_round) for h in result.history if h.reviewer]
+    assert decisions == [("reedit", "ann", 1), ("approve", "ann", 2)]
+    assert await visible_state(client, handle.id, "completed", timeout=30)
+    again = await starter(private_stack, "review-all", "approve", "--reviewer", "ann", "-y")
+    assert "no open run is in await_review" in again

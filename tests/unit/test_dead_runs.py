@@ -1,0 +1,76 @@
+"""How redrive reads a closed run's ending, and the start request id that makes it idempotent."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.exceptions import ApplicationError, TerminatedError
+
+from aiorch.dead_runs import final_result, start_request_id
+from workflows.payloads import HistoryEntry, PipelineResult
+
+DEAD = PipelineResult(
+    request_id="a" * 24,
+    state="dead_letter",
+    history=[
+        HistoryEntry(
+            from_state="retry_llm",
+            to_state="dead_letter",
+            event="exhausted",
+            at=datetime(2026, 1, 1, tzinfo=UTC),
+        )
+    ],
+).model_dump(mode="json")
+
+
+def test_a_completed_run_ends_with_its_result() -> None:
+    """A run that closed Completed ended with the PipelineResult it returned."""
+    result = final_result(WorkflowExecutionStatus.COMPLETED, DEAD)
+    assert result is not None and result.state == "dead_letter"
+
+
+def test_a_failed_run_may_carry_its_result_in_the_failure_details() -> None:
+    """A dead-lettered run that closes Failed with a typed error carries the PipelineResult in
+    the error's details; any other failure carries none."""
+    typed = ApplicationError("dead-lettered", {"note": "first"}, DEAD, type="DeadLettered")
+    plain = ApplicationError("LlmPermanent: HTTP 400", type="LlmPermanent")
+
+    result = final_result(WorkflowExecutionStatus.FAILED, WorkflowFailureError(cause=typed))
+
+    assert result is not None and result.state == "dead_letter"
+    assert final_result(WorkflowExecutionStatus.FAILED, WorkflowFailureError(cause=plain)) is None
+
+
+def test_a_terminated_run_proves_nothing_whatever_its_details() -> None:
+    """A client chooses a termination's details, so a PipelineResult in them is ignored; so is
+    a Completed value that is no PipelineResult."""
+    forged = WorkflowFailureError(cause=TerminatedError("by mallory", DEAD))
+
+    assert final_result(WorkflowExecutionStatus.TERMINATED, forged) is None
+    assert final_result(WorkflowExecutionStatus.FAILED, forged) is None
+    assert final_result(WorkflowExecutionStatus.COMPLETED, {"state": "dead_letter"}) is None
+
+
+def test_start_request_id_is_one_per_dead_run() -> None:
+    """Every operator derives the same start request id for one dead run, and different ones
+    for different runs, namespaces or workflow ids."""
+    one = start_request_id("default", "w1", "run-1")
+
+    assert one == start_request_id("default", "w1", "run-1")
+    assert (
+        len(
+            {
+                one,
+                *(
+                    start_request_id(*x)
+                    for x in [
+                        ("prod", "w1", "run-1"),
+                        ("default", "w2", "run-1"),
+                        ("default", "w1", "run-2"),
+                    ]
+                ),
+            }
+        )
+        == 4
+    )

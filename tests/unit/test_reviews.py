@@ -1,0 +1,53 @@
+"""What counts as an applied review: the run's record of the round, not the update's answer."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from aiorch.reviews import ReviewOutcome, decision_for_round, for_each_round, update_id
+from workflows.payloads import HistoryEntry, ReviewDecision, RunStatus
+
+AT = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def decided(event: str, reviewer: str, review_round: int) -> HistoryEntry:
+    return HistoryEntry(
+        from_state="await_review",
+        to_state="invoke_llm" if event == "reedit" else "generate_embedding",
+        event=event,
+        at=AT,
+        reviewer=reviewer,
+        review_round=review_round,
+    )
+
+
+def outcome(sent: ReviewDecision, history: list[HistoryEntry]) -> ReviewOutcome:
+    status = RunStatus(state="invoke_llm", status="running", progress=40, attempts=1)
+    assert sent.review_round is not None
+    return ReviewOutcome(sent, status, decision_for_round(history, sent.review_round))
+
+
+def test_applied_only_when_the_round_records_this_decision() -> None:
+    """Applied means the round's recorded decision is this one (decision, reviewer, round);
+    another reviewer's or another decision on that round, or no record at all, is not (and the
+    line for the reviewer says the run shows none)."""
+    approve = ReviewDecision(decision="approve", reviewer="ann", review_round=2)
+    history = [decided("reedit", "ann", 1)]
+
+    assert not outcome(approve, history).applied
+    assert "shows no decision for it" in outcome(approve, history).describe("w1")
+    assert outcome(approve, [*history, decided("approve", "ann", 2)]).applied
+    assert not outcome(approve, [*history, decided("approve", "bob", 2)]).applied
+    assert not outcome(approve, [*history, decided("reject", "ann", 2)]).applied
+
+
+def test_each_round_gets_its_own_decision_and_update_id() -> None:
+    """A batch decision is rebuilt per run with that run's round, so the update id differs per
+    round and a later round is never answered from an earlier round's cache."""
+    decide = for_each_round(ReviewDecision(decision="approve", reviewer="cli"))
+
+    first, second = decide("w1", 1), decide("w1", 2)
+
+    assert (first.review_round, second.review_round) == (1, 2)
+    assert update_id("w1", first.review_round, "cli") != update_id("w1", second.review_round, "cli")
+    assert decide("w1", None).review_round is None
