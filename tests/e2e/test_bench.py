@@ -45,7 +45,9 @@ def quick_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, An
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=110,
+        # 103 s measured on a busy 2-core machine (the fault phase waits out the killed
+        # worker's timeouts): 110 s left no margin.
+        timeout=220,
         check=False,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -58,7 +60,7 @@ def assert_range(figure: dict[str, Any]) -> None:
     assert figure["min"] <= figure["median"] <= figure["max"]
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(240)
 def test_quick_bench_reports_every_figure(quick_report: tuple[dict[str, Any], str]) -> None:
     """Every figure the issue asks for is in the JSON, each with its median, min and max."""
     report, _ = quick_report
