@@ -49,17 +49,29 @@ class Target:
     workflow_type: str
     task_queue: str
 
-    async def start(self, client: Client, request_id: str, review: str) -> None:
-        """Start one run the way its users would."""
+    async def start(
+        self, client: Client, request_id: str, review: str, *, llm_failures: int = 0
+    ) -> None:
+        """Start one run the way its users would.
+
+        ``review`` ``always`` makes the run wait for a review after its LLM step (the baseline
+        waits for its ``approve`` update); ``llm_failures`` makes its LLM call fail that many
+        times first with a 429 (ours: the simulator's directive; the baseline: its stand-in).
+        """
         if self.workflow_type == contract.WORKFLOW_TYPE:
-            request = PipelineRequest(request_id=request_id, user_message=MESSAGE, review=review)
+            message = MESSAGE
+            if llm_failures:
+                message = f"{MESSAGE} [sim:status=429:times={llm_failures}]"
+            request = PipelineRequest(request_id=request_id, user_message=message, review=review)
             await start_run(client, _starter_settings(self.task_queue), request)
         else:
+            payload: dict[str, Any] = {"request_id": request_id}
+            if review == "always":
+                payload["review"] = True
+            if llm_failures:
+                payload["llm_failures"] = llm_failures
             await client.start_workflow(
-                self.workflow_type,
-                {"request_id": request_id},
-                id=request_id,
-                task_queue=self.task_queue,
+                self.workflow_type, payload, id=request_id, task_queue=self.task_queue
             )
 
     def completed(self, raw: Any) -> bool:

@@ -52,6 +52,33 @@ def reset_peak_rss(pid: int) -> bool:
     return True
 
 
+def listening_ports(pid: int) -> list[int]:
+    """The TCP ports process ``pid`` listens on (IPv4 and IPv6), from ``/proc``.
+
+    A socket belongs to the process when one of its file descriptors points at the socket's
+    inode; ``/proc/PID/net/tcp*`` lists every socket of the process's network namespace.
+    """
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:  # closed in the meantime
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:[") : -1])
+    ports = set()
+    for table in ("tcp", "tcp6"):
+        path = Path(f"/proc/{pid}/net/{table}")
+        if not path.exists():
+            continue
+        for line in path.read_text().splitlines()[1:]:
+            fields = line.split()
+            # local_address is HEXADDR:HEXPORT; state 0A is LISTEN; field 9 is the inode.
+            if fields[3] == "0A" and fields[9] in inodes:
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return sorted(ports)
+
+
 def _version(package: str) -> str | None:
     try:
         return metadata.version(package)

@@ -1,19 +1,22 @@
-"""The bench's report: one table on the terminal and one JSON file, with the acceptance checks.
+"""The bench's report: tables on the terminal and one JSON file, with the acceptance checks.
 
-Every figure is the median over repetitions with its min and max; a ratio's min and max are
-those of the per-repetition ratios (baseline and ours ran back to back in each repetition).
+First the billable Temporal actions per run (exact counts, ``bench.actions``) with the cost
+checks of issue 16, then the timing table, where every figure is the median over repetitions
+with its min and max; a ratio's min and max are those of the per-repetition ratios (baseline
+and ours ran back to back in each repetition), and the acceptance checks of issue 7.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from bench.actions import PATHS, ActionBatch, format_count, short_type, type_order
 from bench.load import BatchFigures
 from bench.stats import Figure, ratio
 
@@ -22,6 +25,9 @@ MIN_THROUGHPUT_RATIO = 0.85
 MAX_UNLOADED_RATIO = 1.15
 MIN_SQLITE_RATIO = 1.8
 MAX_PARKED_RSS_MIB = 600.0
+# Cost per run (issue 16): billable actions per run.
+MAX_HAPPY_ACTIONS = 6
+MAX_REVIEW_ACTIONS_OVER_BASELINE = 3
 
 BATCH_FIGURES: tuple[tuple[str, str, Callable[[BatchFigures], float]], ...] = (
     ("runs_per_s", "completed runs/s", lambda b: b.runs_per_s),
@@ -104,9 +110,98 @@ def table(
     return grid
 
 
-def checks_table(checks: list[Check]) -> Table:
+def has_rows(grid: Table) -> bool:
+    """Whether a table has anything to show."""
+    return grid.row_count > 0
+
+
+def _money(value: float) -> str:
+    return f"${value:,.0f}" if value >= 100 else f"${value:,.2f}"
+
+
+def actions_tables(
+    batches: dict[str, dict[str, ActionBatch]], k: int, price_per_million_actions: float
+) -> list[Table]:
+    """Billable actions per run and cost per million runs per path, then the same by type."""
+    price = _money(price_per_million_actions)
+    summary = Table(
+        title=f"billable Temporal actions per run (the server's `action` counter, {k} runs per "
+        f"path); cost at {price} per million actions",
+        title_justify="left",
+    )
+    for column in (
+        "path",
+        "baseline",
+        "ours",
+        "ours/baseline",
+        "baseline $/1M runs",
+        "ours $/1M runs",
+    ):
+        summary.add_column(column)
+    by_type = Table(title="billable actions per run, by action type", title_justify="left")
+    for column in ("path", "action type", "baseline", "ours"):
+        by_type.add_column(column)
+    for spec in PATHS:
+        base, ours = batches[spec.name]["baseline"], batches[spec.name]["ours"]
+        summary.add_row(
+            f"{spec.name}: {spec.description}",
+            format_count(base.per_run),
+            format_count(ours.per_run),
+            f"{ours.per_run / base.per_run:.2f}" if base.per_run else "n/a",
+            _money(base.per_run * price_per_million_actions),
+            _money(ours.per_run * price_per_million_actions),
+        )
+        base_types, ours_types = base.per_run_by_type, ours.per_run_by_type
+        for number, kind in enumerate(
+            sorted(base_types.keys() | ours_types.keys(), key=type_order)
+        ):
+            by_type.add_row(
+                spec.name if number == 0 else "",
+                short_type(kind),
+                format_count(base_types.get(kind, 0.0)),
+                format_count(ours_types.get(kind, 0.0)),
+            )
+        by_type.add_section()
+    return [summary, by_type]
+
+
+def actions_checks(batches: dict[str, dict[str, ActionBatch]]) -> list[Check]:
+    """Issue 16's targets for actions per run, and whether every count was whole per run."""
+    happy, review = batches["happy"], batches["review"]
+    review_limit = review["baseline"].per_run + MAX_REVIEW_ACTIONS_OVER_BASELINE
+    not_whole = [
+        f"{path}/{target}"
+        for path, sides in batches.items()
+        for target, batch in sides.items()
+        if not batch.whole
+    ]
+    return [
+        Check(
+            f"billable actions per happy-path run, ours "
+            f"(baseline {format_count(happy['baseline'].per_run)})",
+            format_count(happy["ours"].per_run),
+            f"<= {MAX_HAPPY_ACTIONS}",
+            happy["ours"].per_run <= MAX_HAPPY_ACTIONS,
+        ),
+        Check(
+            f"billable actions per review-path run, ours "
+            f"(baseline {format_count(review['baseline'].per_run)})",
+            format_count(review["ours"].per_run),
+            f"<= baseline + {MAX_REVIEW_ACTIONS_OVER_BASELINE} = {format_count(review_limit)}",
+            review["ours"].per_run <= review_limit,
+        ),
+        Check(
+            "action counts whole per run in every batch (no chance heartbeats)",
+            "yes" if not not_whole else "no: " + ", ".join(not_whole),
+            "all",
+            not not_whole,
+        ),
+    ]
+
+
+def checks_table(checks: list[Check], title: str = "acceptance (issue 7)") -> Table:
     """The acceptance checks, each PASS or MISS."""
-    grid = Table(title="acceptance (issue 7)", title_justify="left")
+    grid = Table(title=title, title_justify="left")
     for column in ("check", "measured", "target", "result"):
         grid.add_column(column)
     for check in checks:
@@ -115,10 +210,11 @@ def checks_table(checks: list[Check]) -> Table:
     return grid
 
 
-def print_report(console: Console, grid: Table, checks: list[Check]) -> None:
-    """Print both tables."""
-    console.print(grid)
-    console.print(checks_table(checks))
+def print_report(console: Console, tables: Sequence[Table]) -> None:
+    """Print the tables that have rows, in order."""
+    for grid in tables:
+        if has_rows(grid):
+            console.print(grid)
 
 
 def figure_json(figures: dict[str, Figure]) -> dict[str, Any]:

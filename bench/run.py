@@ -1,20 +1,25 @@
-"""``python -m bench.run [--quick] [--n 200,1000] [--reps 3] [--parked 2000]`` (``make bench``).
+"""``python -m bench.run [--quick] [--phases actions,load] [--n 200,1000]`` (``make bench``).
 
 One run, one dev server that it starts itself (a persistent SQLite file in WAL mode, as the
 embedded default runs), the LLM simulator answering at once, and these phases in order:
 
-1. unloaded single-run latency, baseline and ours alternating;
-2. for each N: N runs started at once, baseline and ours alternating, ``--reps`` times;
-3. the same dev server with SQLite's default settings against the WAL default (baseline and
+1. billable Temporal actions per run (the server's ``action`` counter), baseline and ours, for
+   the happy, review and retry paths, ``--actions-k`` runs each, and the cost per million runs
+   at ``--price-per-million-actions`` (``bench.actions``); first, while nothing else has run;
+2. unloaded single-run latency, baseline and ours alternating;
+3. for each N: N runs started at once, baseline and ours alternating, ``--reps`` times;
+4. the same dev server with SQLite's default settings against the WAL default (baseline and
    ours, N = ``--sqlite-n``), alternating;
-4. ``--parked`` runs waiting in ``await_review``: the worker's peak RSS, then all approved through
+5. ``--parked`` runs waiting in ``await_review``: the worker's peak RSS, then all approved through
    the ``submit_review`` update by the batch reviewer (``starter.py review-all``);
-5. a worker SIGKILL plus a server crash-restart (same SQLite file) during a batch;
-6. LangGraph with its SQLite checkpointer, when installed (``pip install -e '.[bench]'``).
+6. a worker SIGKILL plus a server crash-restart (same SQLite file) during a batch;
+7. LangGraph with its SQLite checkpointer, when installed (``pip install -e '.[bench]'``).
 
-Every run of every phase is checked through its result; a lost or failed run fails the bench.
-It prints a table with every figure as median [min-max] and the acceptance checks, and writes
-everything, with the machine's description, to ``bench/results/<timestamp>.json``.
+``--phases`` runs only the phases named (``--phases actions``: the action count alone, well
+under a minute); ``--skip`` leaves phases out. Every run of every phase is checked through its
+result; a lost or failed run fails the bench. It prints the actions per run and their checks
+first, then a table with every timed figure as median [min-max] and the acceptance checks, and
+writes everything, with the machine's description, to ``bench/results/<timestamp>.json``.
 """
 
 from __future__ import annotations
@@ -33,12 +38,13 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.table import Table
 from temporalio.client import Client
 
 from aiorch.config import load_settings
 from aiorch.localstack import temporal_cli_path
 from aiorch.temporal import data_converter
-from bench import phases
+from bench import actions, phases
 from bench.load import BatchFigures, BenchError
 from bench.procstat import machine_info
 from bench.report import (
@@ -47,6 +53,9 @@ from bench.report import (
     MIN_SQLITE_RATIO,
     MIN_THROUGHPUT_RATIO,
     Check,
+    actions_checks,
+    actions_tables,
+    checks_table,
     compare_batches,
     figure_json,
     print_report,
@@ -56,7 +65,7 @@ from bench.report import (
 from bench.stack import PROJECT_ROOT, BenchStack
 from bench.stats import Figure, ratio
 
-PHASES = ("unloaded", "load", "sqlite", "parked", "fault", "peer")
+PHASES = ("actions", "unloaded", "load", "sqlite", "parked", "fault", "peer")
 
 
 @dataclass(frozen=True)
@@ -71,6 +80,8 @@ class Options:
     unloaded_runs: int
     peer_n: int
     approve_concurrency: int
+    actions_k: int
+    price_per_million_actions: float
     timeout_s: float
     out_dir: Path
     data_dir: Path | None
@@ -86,15 +97,29 @@ def parse_args(argv: Sequence[str] | None) -> Options:
     parser.add_argument("--sqlite-n", type=int, default=None, help="batch size, SQLite phase")
     parser.add_argument("--fault-n", type=int, default=None, help="batch size, fault phase")
     parser.add_argument("--approve-concurrency", type=int, default=32)
+    parser.add_argument(
+        "--actions-k", type=int, default=None, help="runs per path, actions phase (50)"
+    )
+    parser.add_argument(
+        "--price-per-million-actions",
+        type=float,
+        default=50.0,
+        help="USD per million Temporal actions, for the cost per run (50)",
+    )
     parser.add_argument("--timeout", type=float, default=900.0, help="per batch, seconds")
     parser.add_argument("--out", type=Path, default=PROJECT_ROOT / "bench" / "results")
     parser.add_argument("--data-dir", type=Path, default=None, help="default: a temporary dir")
-    parser.add_argument("--skip", default="", help=f"phases to skip: {','.join(PHASES)}")
+    parser.add_argument("--phases", default="", help=f"only these phases: {','.join(PHASES)}")
+    parser.add_argument("--skip", default="", help="phases to leave out (same names)")
     args = parser.parse_args(argv)
     quick = args.quick
+    only = frozenset(p for p in args.phases.split(",") if p) or frozenset(PHASES)
     skip = frozenset(p for p in args.skip.split(",") if p)
-    if unknown := skip - set(PHASES):
+    if unknown := (only | skip) - set(PHASES):
         parser.error(f"unknown phase(s) {', '.join(sorted(unknown))}; known: {', '.join(PHASES)}")
+    if args.actions_k is not None and args.actions_k < 1:
+        parser.error("--actions-k must be at least 1")
+    skip |= frozenset(PHASES) - only
     ns = args.n or ("10" if quick else "200,1000")
     return Options(
         ns=tuple(int(n) for n in ns.split(",")),
@@ -105,6 +130,8 @@ def parse_args(argv: Sequence[str] | None) -> Options:
         unloaded_runs=2 if quick else 5,
         peer_n=20 if quick else 1000,
         approve_concurrency=args.approve_concurrency,
+        actions_k=args.actions_k or (5 if quick else 50),
+        price_per_million_actions=args.price_per_million_actions,
         timeout_s=args.timeout,
         out_dir=args.out,
         data_dir=args.data_dir,
@@ -136,6 +163,8 @@ async def _bench(options: Options, data_dir: Path, console: Console) -> dict[str
             "unloaded_runs": options.unloaded_runs,
             "peer_n": options.peer_n,
             "approve_concurrency": options.approve_concurrency,
+            "actions_k": options.actions_k,
+            "price_per_million_actions": options.price_per_million_actions,
             "skipped": sorted(options.skip),
         },
         "machine": machine_info(temporal_cli_path()),
@@ -153,11 +182,23 @@ async def _bench(options: Options, data_dir: Path, console: Console) -> dict[str
     loads: dict[int, dict[str, dict[str, Figure]]] = {}
     extra: list[tuple[str, str, str, str]] = []
     checks: list[Check] = []
+    cost_checks: list[Check] = []
+    cost_tables: list[Table] = []
     with BenchStack(data_dir) as stack:
         log(f"stack up: dev server {stack.address} (WAL), workers for baseline and ours")
         client = await Client.connect(stack.address, data_converter=data_converter(settings))
         # Warm-up (not measured): first imports, connections, the vector collection.
         await phases.unloaded(client, 1, 2, lambda _: None)
+
+        if "actions" not in options.skip:
+            # First: the counter is namespace-wide, and nothing else has run on the server yet
+            # but the warm-up, whose runs have closed.
+            counted = await actions.measure(client, stack.metrics_url, options.actions_k, log)
+            price = options.price_per_million_actions
+            report["actions"] = actions.report_json(counted, options.actions_k, price)
+            failed += actions.lost_failed(counted)
+            cost_checks = actions_checks(counted)
+            cost_tables = actions_tables(counted, options.actions_k, price)
 
         if "unloaded" not in options.skip:
             medians = await phases.unloaded(client, options.reps, options.unloaded_runs, log)
@@ -314,13 +355,21 @@ async def _bench(options: Options, data_dir: Path, console: Console) -> dict[str
         Check("runs lost or failed, all phases", f"{lost + failed}", "0", not lost + failed)
     )
     report["lost"], report["failed"] = lost, failed
-    report["checks"] = [check.__dict__ for check in checks]
+    report["checks"] = [check.__dict__ for check in [*cost_checks, *checks]]
     report["finished"] = datetime.now(UTC).isoformat()
     machine = report["machine"]
     title = (
         f"ai-orchestrator bench ({machine['cores']} cores, load {machine['load_average'][0]:.1f})"
     )
-    print_report(console, table(title, unloaded, loads, extra), checks)
+    print_report(
+        console,
+        [
+            *cost_tables,
+            checks_table(cost_checks, "cost per run (issue 16)"),
+            table(title, unloaded, loads, extra),
+            checks_table(checks),
+        ],
+    )
     return report
 
 

@@ -23,6 +23,7 @@ from aiorch.localstack import (
     start_worker,
 )
 from bench.baseline_worker import READY_LINE as BASELINE_READY_LINE
+from bench.server_metrics import find_metrics_url
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -89,6 +90,7 @@ class BenchStack:
         self.baseline: ManagedProcess | None = None
         self.side_servers: dict[str, SideServer] = {}
         self._generation = 0
+        self._metrics: tuple[int, str] | None = None  # (server pid, its /metrics URL)
 
     @property
     def address(self) -> str:
@@ -98,6 +100,18 @@ class BenchStack:
     def server_pid(self) -> int:
         """PID of the WAL dev server (it changes when the server restarts)."""
         return self.local.processes["temporal"].pid
+
+    def metrics_url(self) -> str:
+        """The WAL dev server's ``/metrics`` URL (found once per server process).
+
+        ``aiorch.localstack`` starts the server without ``--metrics-port``, so start-dev serves
+        its metrics on a port it picks; `bench.server_metrics.find_metrics_url` finds it.
+        """
+        pid = self.server_pid()
+        if self._metrics is None or self._metrics[0] != pid:
+            grpc_port = self.local.temporal_port
+            self._metrics = (pid, find_metrics_url(pid, skip=frozenset({grpc_port})))
+        return self._metrics[1]
 
     def simulator_pid(self) -> int:
         """PID of the LLM simulator."""
