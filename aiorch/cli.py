@@ -353,20 +353,7 @@ def review_all(
 
 def review_signer(settings: Settings, key: SigningKey | None) -> reviews.Signer | None:
     """Signs each decision for its run and round with ``key`` (None: reviews go unsigned)."""
-    if key is None:
-        return None
-    ttl = timedelta(seconds=settings.review_token_ttl_s)
-
-    def sign(decision: ReviewDecision, workflow_id: str, review_round: int) -> ReviewDecision:
-        return key.sign(
-            decision,
-            workflow_id=workflow_id,
-            review_round=review_round,
-            now=datetime.now(UTC),
-            ttl=ttl,
-        )
-
-    return sign
+    return key.signer(timedelta(seconds=settings.review_token_ttl_s)) if key else None
 
 
 def refusal_text(error: WorkflowUpdateFailedError) -> str:

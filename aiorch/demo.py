@@ -17,6 +17,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 from rich.console import Console, Group
@@ -28,9 +29,10 @@ from temporalio.service import RPCError
 
 from aiorch.config import DEFAULT_LLM_PORT, DEFAULT_SQS_PORT, load_settings
 from aiorch.localstack import HOST, LocalStack, LocalStackError, free_port
+from aiorch.signing import SigningKey
 from aiorch.temporal import data_converter
 from workflows import contract
-from workflows.graph import is_terminal
+from workflows.graph import REVIEW_STATES, is_terminal
 from workflows.payloads import ReviewDecision, RunStatus
 
 POLL_S = 0.4
@@ -123,12 +125,18 @@ async def start_runs(client: Client, runs: list[Scenario]) -> None:
         )
 
 
-async def advance(client: Client, run: Scenario) -> None:
-    """Refresh the run's status and play the reviewer when it waits for one."""
+async def advance(client: Client, run: Scenario, key: SigningKey) -> None:
+    """Refresh the run's status and play the reviewer when it waits for one (signing each
+    decision with the stack's key, as the review inbox signs for the reviewer it knows)."""
     handle: WorkflowHandle[object, object] = client.get_workflow_handle(run.workflow_id)
     run.status = await handle.query(contract.QUERY_STATUS, result_type=RunStatus)
-    if run.status.state in ("await_review", "escalate") and run.decisions:
-        decision = run.decisions.pop(0)
+    if run.status.state in REVIEW_STATES and run.decisions:
+        decision = key.sign(
+            run.decisions.pop(0),
+            workflow_id=run.workflow_id,
+            review_round=run.status.review_round,
+            now=datetime.now(UTC),
+        )
         run.status = await handle.execute_update(
             contract.UPDATE_SUBMIT_REVIEW, decision, result_type=RunStatus
         )
@@ -163,7 +171,7 @@ async def drive(stack: LocalStack, console: Console) -> bool:
             for run in runs:
                 if run.status is None or not is_terminal(run.status.state):
                     try:
-                        await advance(client, run)
+                        await advance(client, run, stack.reviewer_key)
                     except RPCError as error:
                         console.print(f"[yellow]{run.name}: {error.message}[/yellow]")
             live.update(render(runs, time.monotonic() - started))

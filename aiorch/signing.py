@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import jwt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -90,6 +91,23 @@ class SigningKey:
             claims, self.private_key, algorithm=ALGORITHM, headers={"kid": self.key_id}
         )
         return decision.model_copy(update={"review_round": review_round, "token": token})
+
+    def signer(
+        self, ttl: timedelta = timedelta(minutes=10)
+    ) -> Callable[[ReviewDecision, str, int], ReviewDecision]:
+        """Signs each decision for its run and round, at the wall clock's time
+        (``aiorch.reviews.Signer``, as ``submit_review`` and ``review-all`` take it)."""
+
+        def sign(decision: ReviewDecision, workflow_id: str, review_round: int) -> ReviewDecision:
+            return self.sign(
+                decision,
+                workflow_id=workflow_id,
+                review_round=review_round,
+                now=datetime.now(UTC),
+                ttl=ttl,
+            )
+
+        return sign
 
 
 def signing_key_from_settings(settings: Settings) -> SigningKey | None:

@@ -50,7 +50,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.common import SearchAttributeKey
 
-from aiorch.reviews import submit_review
+from aiorch.reviews import Signer, submit_review
 from bench.baseline import BASELINE_APPROVE_UPDATE
 from bench.load import BASELINE, OURS, Batch, BenchError, Target, retrying
 from bench.server_metrics import difference, settled_actions
@@ -142,16 +142,20 @@ async def _waits_for_review(client: Client, target: Target, run_id: str) -> bool
     return completed == 2 and last == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
 
 
-async def _approve(client: Client, target: Target, run_id: str) -> None:
-    """One approval the way each side's reviewer sends it."""
+async def _approve(client: Client, target: Target, run_id: str, signer: Signer) -> None:
+    """One approval the way each side's reviewer sends it (ours signed, as the CLI signs)."""
     if target is OURS:
-        await submit_review(client, run_id, ReviewDecision(decision="approve", reviewer="bench"))
+        await submit_review(
+            client, run_id, ReviewDecision(decision="approve", reviewer="bench"), signer=signer
+        )
     else:
         handle = client.get_workflow_handle(run_id)
         await handle.execute_update(BASELINE_APPROVE_UPDATE, "bench", result_type=str)
 
 
-async def _one_run(client: Client, target: Target, path: PathSpec, run_id: str) -> None:
+async def _one_run(
+    client: Client, target: Target, path: PathSpec, run_id: str, signer: Signer
+) -> None:
     """Start one run, drive it along ``path`` and check that it completed."""
     await retrying(
         lambda: target.start(client, run_id, path.review, llm_failures=path.llm_failures)
@@ -162,14 +166,14 @@ async def _one_run(client: Client, target: Target, path: PathSpec, run_id: str) 
             if time.monotonic() >= deadline:
                 raise BenchError(f"{run_id} did not reach its review in {RUN_TIMEOUT_S:g} s")
             await asyncio.sleep(WAIT_POLL_S)
-        await _approve(client, target, run_id)
+        await _approve(client, target, run_id, signer)
     raw = await asyncio.wait_for(retrying(client.get_workflow_handle(run_id).result), RUN_TIMEOUT_S)
     if not target.completed(raw):
         raise BenchError(f"{run_id} ended without completing: {raw!r:.200}")
 
 
 async def run_path(
-    client: Client, target: Target, path: PathSpec, k: int
+    client: Client, target: Target, path: PathSpec, k: int, signer: Signer
 ) -> tuple[int, str | None]:
     """``k`` runs of ``path``, at most `IN_FLIGHT` at once; (failed runs, first error)."""
     gate = asyncio.Semaphore(IN_FLIGHT)
@@ -177,7 +181,7 @@ async def run_path(
     async def one(run_id: str) -> str | None:
         async with gate:
             try:
-                await _one_run(client, target, path, run_id)
+                await _one_run(client, target, path, run_id, signer)
             except Exception as err:  # any failure of one run: the others still count
                 # A failed run fails the bench at the end (bench.run counts it). One left
                 # running would go on making actions into the next batch's count: end it
@@ -192,9 +196,11 @@ async def run_path(
 
 
 async def measure(
-    client: Client, metrics_url: Callable[[], str], k: int, log: Log
+    client: Client, metrics_url: Callable[[], str], k: int, log: Log, signer: Signer
 ) -> dict[str, dict[str, ActionBatch]]:
     """Every path, baseline then ours, ``k`` runs each: {path: {target: ActionBatch}}.
+
+    ``signer`` signs our reviews (the local stack turns reviewer authentication on).
 
     ``metrics_url`` gives the dev server's ``/metrics`` URL. Nothing else may run on the
     server meanwhile (see the module docstring).
@@ -206,7 +212,7 @@ async def measure(
         batches[path.name] = {}
         for target in (BASELINE, OURS):
             began = time.monotonic()
-            failed, first_error = await run_path(client, target, path, k)
+            failed, first_error = await run_path(client, target, path, k, signer)
             seconds = time.monotonic() - began
             after = await settled_actions(url)
             batch = ActionBatch(

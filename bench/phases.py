@@ -185,7 +185,9 @@ async def parked(
     ids = [i for i in ids if i in mine]
     decision = ReviewDecision(decision="approve", reviewer="bench")
     approve_began = time.monotonic()
-    outcome = await review_all_with_progress(client, ids, decision, concurrency=concurrency)
+    outcome = await review_all_with_progress(
+        client, ids, decision, concurrency=concurrency, signer=stack.local.reviewer_key.signer()
+    )
     closed = await wait_count(client, batch.query(CLOSED), n, timeout_s)
     completed_s = time.monotonic() - approve_began
     cpu_after = cpu_snapshot({"server": stack.server_pid(), "worker": worker.pid})

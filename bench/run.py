@@ -193,7 +193,9 @@ async def _bench(options: Options, data_dir: Path, console: Console) -> dict[str
         if "actions" not in options.skip:
             # First: the counter is namespace-wide, and nothing else has run on the server yet
             # but the warm-up, whose runs have closed.
-            counted = await actions.measure(client, stack.metrics_url, options.actions_k, log)
+            counted = await actions.measure(
+                client, stack.metrics_url, options.actions_k, log, stack.local.reviewer_key.signer()
+            )
             price = options.price_per_million_actions
             report["actions"] = actions.report_json(counted, options.actions_k, price)
             failed += actions.lost_failed(counted)

@@ -35,7 +35,7 @@ from typer.testing import CliRunner
 
 from aiorch.cli import app
 from aiorch.codec import METADATA_KEY_ID, KeyRing, PayloadUnreadable, new_key
-from aiorch.dead_letters import original_request
+from aiorch.dead_runs import RedriveError, run_request
 from aiorch.localstack import LocalStack, free_port, temporal_cli_path
 from aiorch.signing import SigningKey
 from aiorch.temporal import DATA_CONVERTER, encrypted_converter
@@ -371,11 +371,11 @@ async def test_redrive_reads_the_request_from_encrypted_history(
     letter = DeadLetterMessage.model_validate_json(body)
     assert CANARY not in body
 
-    recovered = await original_request(client, letter)
+    recovered = await run_request(client, letter.workflow_id, letter.run_id)
     assert recovered.request_id == dead.id
     assert recovered.user_message.startswith(CANARY)
-    with pytest.raises(PayloadUnreadable, match="set PAYLOAD_KEYS"):
-        await original_request(plain_client, letter)
+    with pytest.raises(RedriveError, match="PAYLOAD_KEYS"):
+        await run_request(plain_client, letter.workflow_id, letter.run_id)
 
 
 def _payloads(event: Any) -> list[Payload]:

@@ -2,8 +2,10 @@
 
 Runs each scenario on a fresh local stack (real dev server, worker, simulator, SQS) and writes
 its event history to ``tests/replay/histories/<scenario>.json``. Re-record when a workflow change
-is *meant* to alter commands (guarded by ``workflow.patched``); keep the old files too, so runs
-started before the change still replay.
+is *meant* to alter commands. Until the first release, histories are simply re-recorded; from
+the first tagged release on, a change of commands is guarded by ``workflow.patched`` (then
+``deprecate_patch``, then removed, each step with its reason and date) and the old files stay,
+so runs started before the change still replay.
 """
 
 from __future__ import annotations
@@ -18,12 +20,19 @@ from typing import Any
 from temporalio.client import Client, WorkflowHandle
 
 from aiorch.localstack import LocalStack
+from aiorch.signing import SigningKey
 from aiorch.temporal import DATA_CONVERTER
+from tests.reviewing import signed
 from workflows import contract
 from workflows.payloads import RunStatus
 
 HISTORIES = Path(__file__).parent / "histories"
-WORKER_ENV = {"LLM_BACKOFF_INITIAL_S": "0.2", "LLM_BACKOFF_MAX_S": "0.5"}
+# Two reedit rounds per run, so a longer loop records a continued run too.
+WORKER_ENV = {
+    "LLM_BACKOFF_INITIAL_S": "0.2",
+    "LLM_BACKOFF_MAX_S": "0.5",
+    "REEDIT_ROUNDS_PER_RUN": "2",
+}
 
 
 async def until(handle: WorkflowHandle[Any, Any], state: str) -> None:
@@ -36,17 +45,17 @@ async def until(handle: WorkflowHandle[Any, Any], state: str) -> None:
 
 
 async def review(
-    handle: WorkflowHandle[Any, Any], decision: str, feedback: str | None = None
+    handle: WorkflowHandle[Any, Any], key: SigningKey, decision: str, feedback: str | None = None
 ) -> None:
     await until(handle, "await_review")
     await handle.execute_update(
         contract.UPDATE_SUBMIT_REVIEW,
-        {"decision": decision, "reviewer": "recorder", "feedback": feedback},
+        await signed(handle, key, decision, "recorder", feedback),
         result_type=RunStatus,
     )
 
 
-async def record(client: Client) -> None:
+async def record(client: Client, key: SigningKey) -> None:
     async def start(message: str, **fields: Any) -> WorkflowHandle[Any, Any]:
         run_id = uuid.uuid4().hex[:24]
         payload = {"request_id": run_id, "user_message": message, **fields}
@@ -69,11 +78,15 @@ async def record(client: Client) -> None:
         options={"review_timeout_s": 1, "escalation_timeout_s": 1},
     )
     runs["cancel_in_review"] = await start("Cancel me", review="always")
+    runs["continued_reedit_loop"] = await start("Loop until it is right", review="always")
 
-    await review(runs["review_approve"], "approve")
-    await review(runs["reedit_then_approve"], "reedit", "Shorter")
-    await review(runs["reedit_then_approve"], "approve")
-    await review(runs["reject"], "reject", "No")
+    await review(runs["review_approve"], key, "approve")
+    await review(runs["reedit_then_approve"], key, "reedit", "Shorter")
+    await review(runs["reedit_then_approve"], key, "approve")
+    await review(runs["reject"], key, "reject", "No")
+    for feedback in ("Shorter", "Simpler"):
+        await review(runs["continued_reedit_loop"], key, "reedit", feedback)
+    await review(runs["continued_reedit_loop"], key, "approve")
     await until(runs["cancel_in_review"], "await_review")
     await runs["cancel_in_review"].cancel()
 
@@ -83,7 +96,7 @@ async def record(client: Client) -> None:
             await handle.result()
         except Exception as error:  # a cancelled run ends in an error, which is its point
             print(f"{name}: ended with {type(error).__name__}")
-        history = await handle.fetch_history()
+        history = await handle.fetch_history()  # of the latest run: a continued one last
         (HISTORIES / f"{name}.json").write_text(history.to_json() + "\n", encoding="utf-8")
         print(f"recorded {name}: {len(history.events)} events")
 
@@ -98,7 +111,7 @@ def main() -> int:
             client = await Client.connect(
                 stack.addresses.temporal_address, data_converter=DATA_CONVERTER
             )
-            await record(client)
+            await record(client, stack.reviewer_key)
 
         asyncio.run(go())
     return 0

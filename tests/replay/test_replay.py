@@ -26,7 +26,13 @@ RUNNERS: dict[str, WorkflowRunner] = {
 def test_histories_are_recorded() -> None:
     """The replay set covers the main paths (re-record with `python -m tests.replay.record`)."""
     names = {path.stem for path in HISTORIES}
-    assert {"happy_path", "reedit_then_approve", "dead_letter", "cancel_in_review"} <= names
+    assert {
+        "happy_path",
+        "reedit_then_approve",
+        "dead_letter",
+        "cancel_in_review",
+        "continued_reedit_loop",
+    } <= names
 
 
 @pytest.mark.parametrize("runner", RUNNERS)
