@@ -165,6 +165,6 @@ async def test_a_client_cannot_start_a_run_with_forged_carried_state(
     cause = info.value.cause
     assert isinstance(cause, ApplicationError)
     assert cause.type == errors.INVALID_REQUEST
-    assert "only from continue-as-new" in cause.message
+    assert "only from the workflow's own continue-as-new" in cause.message
     history = await handle.fetch_history()
     assert not [e for e in history.events if e.HasField("activity_task_scheduled_event_attributes")]

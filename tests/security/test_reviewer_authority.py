@@ -460,3 +460,27 @@ async def test_bad_shapes_from_the_temporal_cli_close_the_run(stack: LocalStack)
         request("still here"),
     )
     assert (await plain.result())["state"] == "completed"
+
+
+async def test_no_content_reaches_the_worker_log(
+    stack: LocalStack, client: Client, key: SigningKey
+) -> None:
+    """Payload encryption does not cover logs, so with content capture off the worker logs
+    neither model output (a malformed reply that quotes the request is retried, and its error
+    says only how long it was) nor text a signal sender chose (refused reviews are counted)."""
+    canary = f"canary-{new_id()}"
+    malformed = await start(client, request(f"{canary} [sim:malformed:times=1]"))
+    assert (await malformed.result())["state"] == "completed"
+    status = await status_of(malformed)
+    retry = next(e for e in status.history if e.event == "retryable_error")
+    assert canary not in (retry.detail or "") and "characters" in (retry.detail or "")
+
+    handle = await waiting(client)
+    await handle.signal(
+        contract.SIGNAL_REVIEW, {"decision": "approve", "reviewer": canary, "feedback": canary}
+    )
+    await handle.signal(contract.SIGNAL_REVIEW, {"decision": canary, "reviewer": "x"})
+    assert (await wait_until_refused(handle, 2)).last_refusal is not None
+    await handle.signal(contract.SIGNAL_REVIEW, await signed(handle, key, "approve", "alice"))
+    await handle.result()
+    assert canary not in stack.processes["worker"].log_text()
