@@ -14,6 +14,7 @@ import gzip
 import sys
 import threading
 import urllib.request
+import uuid
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -282,6 +283,32 @@ async def test_one_trace_links_start_workflow_activities_and_transitions(
     assert "aiorch.reply" not in answer
 
 
+def document(observed: ObservedStack, text: str) -> str:
+    """``text`` as a document in the worker's input root, by reference."""
+    path = observed.stack.addresses.input_dir / f"{uuid.uuid4().hex}.txt"
+    path.write_text(text, encoding="utf-8")
+    return path.as_uri()
+
+
+def grown(
+    after: dict[str, list[tuple[dict[str, str], float]]],
+    before: dict[str, list[tuple[dict[str, str], float]]],
+) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """How much each sample grew since ``before`` (samples that did not grow left out)."""
+    earlier = {
+        (name, tuple(sorted(labels.items()))): value
+        for name in before
+        for labels, value in before[name]
+    }
+    found: dict[str, list[tuple[dict[str, str], float]]] = defaultdict(list)
+    for name, values in after.items():
+        for labels, value in values:
+            change = value - earlier.get((name, tuple(sorted(labels.items()))), 0.0)
+            if change:
+                found[name].append((labels, change))
+    return found
+
+
 def observed_simulator(observed: ObservedStack) -> Simulator:
     return Simulator(observed.stack.addresses.openai_base_url)
 
@@ -306,40 +333,34 @@ def total(found: dict[str, list[tuple[dict[str, str], float]]], name: str, **lab
 async def test_prometheus_endpoint_counts_transitions_retries_tokens_and_cost(
     observed: ObservedStack, observed_client: Client
 ) -> None:
-    """After runs with retries, a review and a dead letter, the worker's /metrics shows exactly
-    the transitions of all histories, retries by error type, dead letters, review waits, run
-    durations, the tokens the simulator reported per model and the price table's cost."""
-    runs = [
-        request("plain answer"),
-        request("flaky answer [sim:status=429:times=2:retry_after_ms=50]"),
-        request("bad shape [sim:malformed:times=1]"),
-        request("reviewed answer", review="always"),
-        request("never works [sim:status=500]", options={"llm_max_attempts": 2}),
+    """After runs with retries, a review and a dead letter, the worker's /metrics grew by
+    exactly the transitions of their histories, retries by error type, dead letters, review
+    waits, run durations, the tokens the simulator reported per model and the price table's
+    cost, though the worker has no cache and replays every task from the first event."""
+    before = samples(observed.scrape())
+    messages: list[tuple[str, dict[str, Any]]] = [
+        ("plain answer", {}),
+        ("flaky answer [sim:status=429:times=2:retry_after_ms=50]", {}),
+        ("bad shape [sim:malformed:times=1]", {}),
+        ("reviewed answer", {"review": "always"}),
+        ("never works [sim:status=500]", {"options": {"llm_max_attempts": 2}}),
     ]
+    # By reference, so fetch_prompt is an activity task: with no cache, a run evicted while a
+    # *local* fetch is in flight loses that first task, and its retry runs it again (not as a
+    # replay, so it counts again; see README, Metrics).
+    runs = [request(document(observed, text), **fields) for text, fields in messages]
     handles = [await start(observed_client, run) for run in runs]
     review = handles[3]
     # Visibility, not the state query: a query that reaches a cache-less worker while a workflow
     # task is in flight replays that task live, which the SDK may count twice (see README).
-    # With no cache, a run evicted while its local fetch_prompt is in flight waits out a
-    # workflow task timeout (10 s) before it is retried, possibly more than once.
     assert await visible_state(observed_client, review.id, "await_review", timeout=90)
     await review.signal(
         contract.SIGNAL_REVIEW,
         await signed(review, observed.stack.reviewer_key, "approve", "eve", review_round=1),
     )
-    for handle in handles:
-        await handle.result()
-
-    # Every run this worker ever executed (the trace test's too), straight from the server.
-    results = []
-    async for execution in observed_client.list_workflows(
-        f"WorkflowType = '{contract.WORKFLOW_TYPE}'"
-    ):
-        handle = observed_client.get_workflow_handle(execution.id, run_id=execution.run_id)
-        results.append(PipelineResult.model_validate(await handle.result()))
-    assert len(results) >= len(runs)
+    results = [PipelineResult.model_validate(await handle.result()) for handle in handles]
     entries = [entry for result in results for entry in result.history]
-    found = samples(observed.scrape())
+    found = grown(samples(observed.scrape()), before)
 
     edges = Counter((e.from_state, e.to_state, e.event) for e in entries)
     scraped_edges = {
@@ -361,7 +382,12 @@ async def test_prometheus_endpoint_counts_transitions_retries_tokens_and_cost(
     for final, count in finals.items():
         assert total(found, "aiorch_run_duration_seconds_count", final_state=final) == count
 
-    chats = [r for r in observed_simulator(observed).requests() if r["path"] == "chat"]
+    ours = {handle.id for handle in handles}
+    chats = [
+        r
+        for r in observed_simulator(observed).requests()
+        if r["path"] == "chat" and r.get("run_id") in ours
+    ]
     tokens: Counter[tuple[str, str]] = Counter()
     cost: dict[str, float] = defaultdict(float)
     for chat in chats:
