@@ -1,5 +1,5 @@
 # The image for the worker (`python worker.py`, the default) and the LLM simulator
-# (`python -m aiorch.llm_simulator`). Runtime dependencies only: no dev extras.
+# (`python -m aiorch.devstack.llm_simulator`). Runtime dependencies only: no dev extras.
 FROM python:3.11.13-slim-bookworm AS build
 
 ENV PIP_NO_CACHE_DIR=1 \

@@ -15,11 +15,11 @@ $(STAMP): pyproject.toml
 
 ## demo: start the embedded stack, walk the main paths live, leave the Web UI up until Ctrl-C
 demo: $(STAMP)
-	$(BIN)/python -m aiorch.demo
+	$(BIN)/python -m aiorch.devstack.demo
 
 ## dev: keep the embedded stack (Temporal + Web UI, SQS, LLM simulator, worker) up for exploring
 dev: $(STAMP)
-	$(BIN)/python -m aiorch.localstack up
+	$(BIN)/python -m aiorch.devstack.stack up
 
 ## test: lint, type-check and run every test layer
 test: lint typecheck
@@ -40,7 +40,7 @@ bench: $(STAMP)
 
 ## graph: regenerate the diagrams in docs/ and the README from workflows/graph.py
 graph: $(STAMP)
-	$(BIN)/python -m aiorch.docs
+	$(BIN)/python -m aiorch.devstack.docs
 
 clean:
 	rm -rf $(VENV) .data .mypy_cache .ruff_cache .pytest_cache

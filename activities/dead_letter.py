@@ -34,7 +34,7 @@ from botocore.exceptions import ClientError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from aiorch.redaction import content_free_dead_letter
+from activities.redaction import content_free_dead_letter
 from workflows import contract, errors
 from workflows.payloads import DeadLetterInput, DeadLetterMessage, DeadLetterReceipt
 
@@ -185,7 +185,7 @@ class DeadLetterActivities:
     def __init__(self, sqs: SQSClient, queue_name: str, *, content_free: bool = False) -> None:
         self._sqs = sqs
         self._queue_name = queue_name
-        # With payload encryption on, bodies carry no content (aiorch.redaction).
+        # With payload encryption on, bodies carry no content (activities.redaction).
         self._content_free = content_free
         self._queue_url: str | None = None
 

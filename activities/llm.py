@@ -25,9 +25,10 @@ from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.pricing import estimate_cost
 from activities.prompt import CORRECTIVE_INSTRUCTION, InputLoader
-from aiorch.pricing import PriceTable, estimate_cost
-from aiorch.redaction import scrubbed_error
+from activities.redaction import scrubbed_error
+from aiorch.runtime.config import PriceTable
 from workflows import contract, errors
 from workflows.observability import METRIC_LLM_COST, METRIC_LLM_TOKENS
 from workflows.payloads import LlmCallInput, LlmCallResult, LlmReply, TokenUsage

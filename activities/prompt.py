@@ -25,7 +25,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from aiorch.config import Settings
+from aiorch.runtime.config import Settings
 from workflows import contract, errors
 from workflows.payloads import PipelineRequest, PromptInput, PromptPlan, ReviewMode
 

@@ -7,7 +7,7 @@ runs of each path for the baseline and for ours and reads the dev server's ``act
 
 - ``happy``: review ``never`` (the baseline: its three activities);
 - ``review``: review ``always``, then one approve through the ``submit_review`` update exactly
-  as ``starter.py review`` sends it (``aiorch.reviews.submit_review``: a ``status`` query for
+  as ``starter.py review`` sends it (``aiorch.ops.reviews.submit_review``: a ``status`` query for
   the round, then the update); the baseline waits for its ``approve`` update and gets one;
 - ``retry``: the LLM call answers 429 once (ours: the simulator's ``[sim:status=429:times=1]``,
   then the ``retry_llm`` backoff; the baseline: its LLM stand-in fails once and Temporal's
@@ -50,7 +50,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.common import SearchAttributeKey
 
-from aiorch.reviews import Signer, submit_review
+from aiorch.ops.reviews import Signer, submit_review
 from bench.baseline import BASELINE_APPROVE_UPDATE
 from bench.load import BASELINE, OURS, Batch, BenchError, Target, retrying
 from bench.server_metrics import difference, settled_actions

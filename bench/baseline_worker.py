@@ -15,12 +15,12 @@ import signal
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from aiorch.config import Settings, load_settings
-from aiorch.telemetry import worker_runtime
-from aiorch.temporal import connect
+from aiorch.runtime.config import Settings, load_settings
+from aiorch.runtime.telemetry import worker_runtime
+from aiorch.runtime.temporal import connect
+from aiorch.worker.app import tuning_options
 from bench import baseline
 from bench.baseline import BASELINE_TASK_QUEUE, BenchBaseline, bench_embed, bench_fetch, bench_llm
-from worker import tuning_options
 
 READY_LINE = "baseline worker started"
 

@@ -22,8 +22,8 @@ from typing import Any, TypeVar
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.service import RPCError, RPCStatusCode
 
-from aiorch.cli import start_run
-from aiorch.config import Settings
+from aiorch.cli.app import start_run
+from aiorch.runtime.config import Settings
 from bench.baseline import BASELINE_TASK_QUEUE, BASELINE_WORKFLOW
 from bench.procstat import cpu_seconds
 from bench.stats import percentile

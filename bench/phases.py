@@ -23,7 +23,7 @@ from typing import Any
 
 from temporalio.client import Client
 
-from aiorch.batch import review_all_with_progress, waiting_runs
+from aiorch.ops.batch import review_all_with_progress, waiting_runs
 from bench.load import (
     BASELINE,
     OURS,

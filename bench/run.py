@@ -41,9 +41,9 @@ from rich.console import Console
 from rich.table import Table
 from temporalio.client import Client
 
-from aiorch.config import load_settings
-from aiorch.localstack import temporal_cli_path
-from aiorch.temporal import data_converter
+from aiorch.devstack.stack import temporal_cli_path
+from aiorch.runtime.config import load_settings
+from aiorch.runtime.temporal import data_converter
 from bench import actions, phases
 from bench.load import BatchFigures, BenchError
 from bench.procstat import machine_info

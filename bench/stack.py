@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from aiorch.localstack import (
+from aiorch.devstack.stack import (
     LocalStack,
     ManagedProcess,
     free_port,
@@ -104,7 +104,7 @@ class BenchStack:
     def metrics_url(self) -> str:
         """The WAL dev server's ``/metrics`` URL (found once per server process).
 
-        ``aiorch.localstack`` starts the server without ``--metrics-port``, so start-dev serves
+        ``aiorch.devstack.stack`` starts the server without ``--metrics-port``, so start-dev serves
         its metrics on a port it picks; `bench.server_metrics.find_metrics_url` finds it.
         """
         pid = self.server_pid()

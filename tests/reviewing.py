@@ -8,7 +8,7 @@ from typing import Any
 
 from temporalio.client import WorkflowHandle
 
-from aiorch.signing import SigningKey
+from aiorch.ops.signing import SigningKey
 from workflows import contract
 from workflows.payloads import ReviewDecision, RunStatus
 

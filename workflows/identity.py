@@ -23,7 +23,7 @@ may sign for: one reviewer, a list, or anyone for an identity provider such as t
 They travel in the run's plan, built by the worker from its configuration; private keys never
 enter a run. Verification is deterministic (a signature check and comparisons with values the
 workflow passes in), so it runs in update validators and signal handlers alike; the signing half
-lives with the operator's tools (``aiorch.reviews``).
+lives with the operator's tools (``aiorch.ops.reviews``).
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ fail() {
 random_token() { "$PYTHON" -c 'import secrets; print(secrets.token_urlsafe(32))'; }
 
 first_payload_key() {
-  key=$("$PYTHON" -m aiorch.codec new-key)
+  key=$("$PYTHON" -m aiorch.runtime.codec new-key)
   printf 'k1:%s\n' "$key"
 }
 
@@ -96,7 +96,7 @@ rotate_payload_key() {
   last=$(tr ',' '\n' <"$KEYS" | sed -n 's/^[[:space:]]*k\([0-9][0-9]*\)[[:space:]]*:.*/\1/p' |
     sort -n | tail -n 1)
   id=k$((${last:-0} + 1))
-  key=$("$PYTHON" -m aiorch.codec new-key)
+  key=$("$PYTHON" -m aiorch.runtime.codec new-key)
   new_temp "$KEYS"
   cat "$KEYS" >"$tmp"
   printf '\n%s:%s\n' "$id" "$key" >>"$tmp"
@@ -109,8 +109,8 @@ rotate_payload_key() {
 # Parses the ring with the codec's own parser: one line on error, never key material.
 CHECK_RING='
 import sys
-from aiorch.codec import KeyRing
-from aiorch.config import ConfigError
+from aiorch.runtime.codec import KeyRing
+from aiorch.runtime.config import ConfigError
 spec = open(sys.argv[1], encoding="utf-8").read()
 entries = [e.strip() for e in spec.replace(",", "\n").splitlines()]
 ids = [e.split(":", 1)[0].strip() for e in entries if e and not e.startswith("#")]

@@ -20,9 +20,9 @@ from temporalio.testing import ActivityEnvironment
 from activities.llm import LlmActivities
 from activities.prompt import SYSTEM_PROMPT, InputLoader, PromptActivities
 from activities.vectors import VectorActivities, point_id
-from aiorch.config import Settings
-from aiorch.llm_simulator import running_simulator
-from aiorch.localstack import free_port, start_sqs_server
+from aiorch.devstack.llm_simulator import running_simulator
+from aiorch.devstack.stack import free_port, start_sqs_server
+from aiorch.runtime.config import Settings
 from workflows import errors
 from workflows.payloads import EmbeddingInput, LlmCallInput, PipelineRequest, PromptInput
 

@@ -1,7 +1,7 @@
 """The dead-letter queue against a real SQS endpoint (moto in server mode, its own process).
 
 ``send_dead_letter`` runs in the activity test environment with the worker's boto3 settings;
-the operator's side (``aiorch.dead_letters``: list without consuming, delete) reads the same
+the operator's side (``aiorch.ops.dead_letters``: list without consuming, delete) reads the same
 queue. moto enforces a queue's ``MaximumMessageSize`` (``InvalidParameterValue``, as SQS does)
 but not SQS's character set, so permanent rejections are produced with a small queue.
 """
@@ -23,8 +23,8 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from activities.dead_letter import MAX_BODY_BYTES, DeadLetterActivities, dedup_key
-from aiorch.dead_letters import DeadLetterQueue
-from aiorch.localstack import ManagedProcess, free_port, start_sqs_server
+from aiorch.devstack.stack import ManagedProcess, free_port, start_sqs_server
+from aiorch.ops.dead_letters import DeadLetterQueue
 from workflows import errors
 from workflows.payloads import DeadLetterInput, DeadLetterMessage, HistoryEntry
 

@@ -21,7 +21,7 @@ from botocore.config import Config as BotoConfig
 from temporalio.exceptions import ApplicationError
 
 from activities.prompt import MAX_SHOWN_REFERENCE, InputLoader, shown_reference
-from aiorch.localstack import ManagedProcess, free_port, start_sqs_server
+from aiorch.devstack.stack import ManagedProcess, free_port, start_sqs_server
 from workflows import errors
 
 if TYPE_CHECKING:

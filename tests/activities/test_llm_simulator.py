@@ -18,7 +18,7 @@ import openai
 import pytest
 import pytest_asyncio
 
-from aiorch.llm_simulator import running_simulator
+from aiorch.devstack.llm_simulator import running_simulator
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MODEL = "sim-large"
@@ -444,8 +444,17 @@ async def test_healthz(http):
 
 
 def test_cli_serves_until_sigterm():
-    """`python -m aiorch.llm_simulator` prints its ready line, answers, and exits 0 on SIGTERM."""
-    command = [sys.executable, "-m", "aiorch.llm_simulator", "--host", "127.0.0.1", "--port", "0"]
+    """`python -m aiorch.devstack.llm_simulator` prints its ready line, answers, and exits 0 on
+    SIGTERM."""
+    command = [
+        sys.executable,
+        "-m",
+        "aiorch.devstack.llm_simulator",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+    ]
     with subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True) as process:
         try:
             assert process.stdout is not None

@@ -9,8 +9,8 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from activities.prompt import InputLoader, PromptActivities
-from aiorch.config import Settings
-from aiorch.signing import SigningKey
+from aiorch.ops.signing import SigningKey
+from aiorch.runtime.config import Settings
 from workflows import errors
 from workflows.payloads import PipelineRequest, PromptInput, PromptPlan
 

@@ -34,11 +34,11 @@ from temporalio.worker import Replayer
 from typer.testing import CliRunner
 
 from aiorch.cli import app
-from aiorch.codec import METADATA_KEY_ID, KeyRing, PayloadUnreadable, new_key
-from aiorch.dead_runs import RedriveError, run_request
-from aiorch.localstack import LocalStack, free_port, temporal_cli_path
-from aiorch.signing import SigningKey
-from aiorch.temporal import DATA_CONVERTER, encrypted_converter
+from aiorch.devstack.stack import LocalStack, free_port, temporal_cli_path
+from aiorch.ops.dead_runs import RedriveError, run_request
+from aiorch.ops.signing import SigningKey
+from aiorch.runtime.codec import METADATA_KEY_ID, KeyRing, PayloadUnreadable, new_key
+from aiorch.runtime.temporal import DATA_CONVERTER, encrypted_converter
 from tests.e2e.conftest import (
     E2E_WORKER_ENV,
     Simulator,

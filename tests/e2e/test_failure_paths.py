@@ -27,10 +27,10 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from temporalio.exceptions import CancelledError
 
 from activities.prompt import CORRECTIVE_INSTRUCTION
-from aiorch.config import load_settings
-from aiorch.dead_letters import DeadLetter, DeadLetterQueue
-from aiorch.localstack import LocalStack
-from aiorch.temporal import DATA_CONVERTER
+from aiorch.devstack.stack import LocalStack
+from aiorch.ops.dead_letters import DeadLetter, DeadLetterQueue
+from aiorch.runtime.config import load_settings
+from aiorch.runtime.temporal import DATA_CONVERTER
 from tests.e2e.conftest import Simulator, request, start, status_of, wait_for_state
 from tests.history_events import scheduled_activities
 from tests.reviewing import signed

@@ -21,7 +21,7 @@ from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from aiorch.localstack import (
+from aiorch.devstack.stack import (
     LocalStack,
     LocalStackError,
     ManagedProcess,
@@ -223,7 +223,7 @@ time.sleep(60)
 def test_local_stack_starts_everything_and_stops_by_pid(tmp_path: Path) -> None:
     """The full stack serves all parts, gives its worker an input root of its own, records PIDs,
     restarts parts, and leaves no process."""
-    pytest.importorskip("aiorch.llm_simulator")
+    pytest.importorskip("aiorch.devstack.llm_simulator")
     (tmp_path / "worker.py").write_text(FAKE_WORKER)
     stack = LocalStack(tmp_path / "data", with_worker=True, worker_cwd=tmp_path)
     with stack:
@@ -253,11 +253,11 @@ def test_local_stack_starts_everything_and_stops_by_pid(tmp_path: Path) -> None:
 
 
 def test_cli_up_prints_addresses_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
-    """`python -m aiorch.localstack up` shows the addresses, and SIGTERM stops every server."""
-    pytest.importorskip("aiorch.llm_simulator")
+    """`python -m aiorch.devstack.stack up` shows the addresses, and SIGTERM stops every server."""
+    pytest.importorskip("aiorch.devstack.llm_simulator")
     data_dir = tmp_path / "data"
     ports = [str(free_port()) for _ in range(4)]
-    args = [sys.executable, "-m", "aiorch.localstack", "up", "--data-dir", str(data_dir)]
+    args = [sys.executable, "-m", "aiorch.devstack.stack", "up", "--data-dir", str(data_dir)]
     args += ["--no-worker"]
     args += ["--temporal-port", ports[0], "--ui-port", ports[1]]
     args += ["--sqs-port", ports[2], "--llm-port", ports[3]]
@@ -277,7 +277,7 @@ def test_cli_up_prints_addresses_and_stops_cleanly_on_sigterm(tmp_path: Path) ->
 
 def test_cli_up_reports_a_busy_port_in_one_line(busy_port: int, tmp_path: Path) -> None:
     """`up` on a taken Temporal port exits 1 with one line on stderr and starts nothing."""
-    args = [sys.executable, "-m", "aiorch.localstack", "up", "--data-dir", str(tmp_path)]
+    args = [sys.executable, "-m", "aiorch.devstack.stack", "up", "--data-dir", str(tmp_path)]
     args += ["--temporal-port", str(busy_port), "--headless", "--no-worker"]
     args += ["--sqs-port", str(free_port()), "--llm-port", str(free_port())]
     done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)

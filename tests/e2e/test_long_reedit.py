@@ -13,8 +13,8 @@ import pytest
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 
-from aiorch.localstack import LocalStack
-from aiorch.temporal import DATA_CONVERTER
+from aiorch.devstack.stack import LocalStack
+from aiorch.runtime.temporal import DATA_CONVERTER
 from tests.e2e.conftest import E2E_WORKER_ENV, request, start, status_of
 from tests.reviewing import signed
 from workflows import contract, errors

@@ -31,9 +31,10 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from prometheus_client.parser import text_string_to_metric_families
 from temporalio.client import Client
 
-from aiorch.localstack import LocalStack, free_port
-from aiorch.pricing import DEFAULT_PRICE_TABLE, estimate_cost
-from aiorch.temporal import DATA_CONVERTER
+from activities.pricing import estimate_cost
+from aiorch.devstack.stack import LocalStack, free_port
+from aiorch.runtime.config import DEFAULT_PRICE_TABLE
+from aiorch.runtime.temporal import DATA_CONVERTER
 from tests.e2e.conftest import E2E_WORKER_ENV, Simulator, request, start, visible_state
 from tests.history_events import scheduled_activities
 from tests.reviewing import signed

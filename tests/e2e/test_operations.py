@@ -11,9 +11,9 @@ from typing import Any
 
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 
-from aiorch.localstack import LocalStack
-from aiorch.operations import find_stuck, parse_duration
-from aiorch.temporal import DATA_CONVERTER
+from aiorch.devstack.stack import LocalStack
+from aiorch.ops.operations import find_stuck, parse_duration
+from aiorch.runtime.temporal import DATA_CONVERTER
 from tests.e2e.conftest import request, start, status_of, visible_state
 from tests.reviewing import signed
 from workflows import contract

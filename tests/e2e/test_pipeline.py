@@ -11,8 +11,8 @@ import pytest
 from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 
-from aiorch.localstack import LocalStack, temporal_cli_path
-from aiorch.signing import SigningKey
+from aiorch.devstack.stack import LocalStack, temporal_cli_path
+from aiorch.ops.signing import SigningKey
 from tests.e2e.conftest import (
     Simulator,
     new_id,

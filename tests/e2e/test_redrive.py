@@ -23,13 +23,13 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.converter import DataConverter
 
-from aiorch import reviews
-from aiorch.codec import KeyRing, new_key
-from aiorch.dead_letters import DeadLetterQueue
-from aiorch.dead_runs import start_again, verify_dead_run
-from aiorch.localstack import LocalStack
-from aiorch.redrive import redrive, summarize
-from aiorch.temporal import encrypted_converter
+from aiorch.devstack.stack import LocalStack
+from aiorch.ops import reviews
+from aiorch.ops.dead_letters import DeadLetterQueue
+from aiorch.ops.dead_runs import start_again, verify_dead_run
+from aiorch.ops.redrive import redrive, summarize
+from aiorch.runtime.codec import KeyRing, new_key
+from aiorch.runtime.temporal import encrypted_converter
 from tests.e2e.conftest import E2E_WORKER_ENV, Simulator, request, start, status_of
 from workflows import contract
 from workflows.payloads import PipelineRequest, PipelineResult, ReviewDecision

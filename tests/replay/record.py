@@ -19,9 +19,9 @@ from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
 
-from aiorch.localstack import LocalStack
-from aiorch.signing import SigningKey
-from aiorch.temporal import DATA_CONVERTER
+from aiorch.devstack.stack import LocalStack
+from aiorch.ops.signing import SigningKey
+from aiorch.runtime.temporal import DATA_CONVERTER
 from tests.reviewing import signed
 from workflows import contract
 from workflows.payloads import RunStatus

@@ -2,7 +2,7 @@
 
 Each history replays twice: with the workflow modules re-imported by the sandbox for every run
 (every restriction enforced at run time), and with the worker's runner, which passes the
-``workflows`` package through (`aiorch.sandbox`)."""
+``workflows`` package through (`aiorch.runtime.sandbox`)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer, WorkflowRunner
 
-from aiorch.sandbox import workflow_runner
-from aiorch.temporal import DATA_CONVERTER
+from aiorch.runtime.sandbox import workflow_runner
+from aiorch.runtime.temporal import DATA_CONVERTER
 from workflows.orchestrator import AiOrchestrator
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))

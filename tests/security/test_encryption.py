@@ -36,9 +36,9 @@ from temporalio.client import (
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
-from aiorch.codec import Binding, EncryptionCodec, KeyRing, new_key
-from aiorch.localstack import LocalStack
-from aiorch.temporal import DATA_CONVERTER, encrypted_converter
+from aiorch.devstack.stack import LocalStack
+from aiorch.runtime.codec import Binding, EncryptionCodec, KeyRing, new_key
+from aiorch.runtime.temporal import DATA_CONVERTER, encrypted_converter
 from tests.e2e.conftest import (
     E2E_WORKER_ENV,
     new_id,

@@ -21,8 +21,8 @@ import boto3
 import pytest
 from temporalio.client import Client
 
-from aiorch.localstack import LocalStack
-from aiorch.temporal import DATA_CONVERTER
+from aiorch.devstack.stack import LocalStack
+from aiorch.runtime.temporal import DATA_CONVERTER
 from tests.e2e.conftest import E2E_WORKER_ENV, Simulator, request, start
 from workflows.payloads import PipelineResult
 

@@ -26,9 +26,9 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
-from aiorch.dead_letters import DeadLetterQueue
-from aiorch.localstack import LocalStack
-from aiorch.temporal import DATA_CONVERTER
+from aiorch.devstack.stack import LocalStack
+from aiorch.ops.dead_letters import DeadLetterQueue
+from aiorch.runtime.temporal import DATA_CONVERTER
 from tests.e2e.conftest import E2E_WORKER_ENV, Simulator, new_id, request, start, wait_for_state
 from workflows.payloads import DeadLetterMessage, PipelineRequest, PipelineResult
 

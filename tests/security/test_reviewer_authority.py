@@ -31,9 +31,9 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
-from aiorch.localstack import LocalStack, temporal_cli_path
-from aiorch.signing import SigningKey
-from aiorch.temporal import DATA_CONVERTER
+from aiorch.devstack.stack import LocalStack, temporal_cli_path
+from aiorch.ops.signing import SigningKey
+from aiorch.runtime.temporal import DATA_CONVERTER
 from tests.e2e.conftest import (
     E2E_WORKER_ENV,
     Simulator,

@@ -1,9 +1,9 @@
 """The Docker stack, checked without Docker: docker-compose.yml, the Dockerfiles, the collector,
 Prometheus, Grafana and ElasticMQ configs must agree with each other and with the worker's
-configuration (`aiorch.config.Settings`), and the stack must meet its hardening policy (loopback
-binds, no default credentials, encryption on; issue 14, security review H4). Every check reads
-files only; no engine is used. The two shell scripts that handle the stack's secrets are also
-run here, with `sh` on temporary directories standing in for the volumes.
+configuration (`aiorch.runtime.config.Settings`), and the stack must meet its hardening policy
+(loopback binds, no default credentials, encryption on; issue 14, security review H4). Every
+check reads files only; no engine is used. The two shell scripts that handle the stack's secrets
+are also run here, with `sh` on temporary directories standing in for the volumes.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from aiorch.codec import KeyRing
-from aiorch.config import SECRET_FILE_FIELDS, Settings
+from aiorch.runtime.codec import KeyRing
+from aiorch.runtime.config import SECRET_FILE_FIELDS, Settings
 from workflows import contract
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -805,10 +805,12 @@ def encryption_problems(compose: Mapping[str, Any]) -> list[str]:
     codecs = {
         name: spec
         for name, spec in services.items()
-        if "aiorch.codec_server" in _argv(spec, "command")
+        if "aiorch.ops.codec_server" in _argv(spec, "command")
     }
     if not codecs:
-        problems.append("no codec server (python -m aiorch.codec_server): the UI shows ciphertext")
+        problems.append(
+            "no codec server (python -m aiorch.ops.codec_server): the UI shows ciphertext"
+        )
     tokens: set[str | None] = set()
     codec_ports: set[str | None] = set()
     for name, spec in codecs.items():

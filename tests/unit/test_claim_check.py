@@ -10,8 +10,8 @@ from pydantic import ValidationError
 from temporalio.exceptions import ApplicationError
 
 from activities.llm import check_reply_size
-from aiorch.claim_check import ClaimCheckError, object_key, resolve_message
-from aiorch.config import Settings
+from aiorch.ops.claim_check import ClaimCheckError, object_key, resolve_message
+from aiorch.runtime.config import Settings
 from workflows import errors
 from workflows.payloads import MAX_INLINE_MESSAGE_BYTES, MAX_METADATA_BYTES, PipelineRequest
 

@@ -22,7 +22,7 @@ from temporalio.converter import (
 )
 from temporalio.exceptions import ApplicationError
 
-from aiorch.codec import (
+from aiorch.runtime.codec import (
     ENCODING,
     METADATA_KEY_ID,
     METADATA_NAMESPACE,
@@ -38,8 +38,8 @@ from aiorch.codec import (
     keyring_from_settings,
     new_key,
 )
-from aiorch.config import ConfigError, Settings
-from aiorch.temporal import DATA_CONVERTER, data_converter, encrypted_converter
+from aiorch.runtime.config import ConfigError, Settings
+from aiorch.runtime.temporal import DATA_CONVERTER, data_converter, encrypted_converter
 from workflows.errors import OrchestratorError
 from workflows.payloads import PipelineRequest
 

@@ -14,7 +14,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from google.protobuf import json_format
 from temporalio.api.common.v1 import Payload
 
-from aiorch.codec import (
+from aiorch.ops.codec_server import CodecService, service_from_settings, ui_origin
+from aiorch.runtime.codec import (
     METADATA_NAMESPACE,
     METADATA_WORKFLOW_ID,
     Binding,
@@ -22,8 +23,7 @@ from aiorch.codec import (
     KeyRing,
     new_key,
 )
-from aiorch.codec_server import CodecService, service_from_settings, ui_origin
-from aiorch.config import ConfigError, Settings
+from aiorch.runtime.config import ConfigError, Settings
 
 TOKEN = "tok-4Rf9-qLz2-Hw7c-Xb1d-Mn8v-Ks3e-Tj6y"
 UI = "http://127.0.0.1:8233"

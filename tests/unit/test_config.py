@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from aiorch.config import ConfigError, load_settings
+from aiorch.runtime.config import ConfigError, load_settings
 
 
 def test_defaults_work_without_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -52,8 +52,8 @@ def test_invalid_value_names_the_variable(
 
 def test_every_setting_is_documented() -> None:
     """Each environment variable the config reads appears in the README and .env.example."""
-    from aiorch.config import Settings
-    from aiorch.docs import ROOT
+    from aiorch.devstack.docs import ROOT
+    from aiorch.runtime.config import Settings
 
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     example = (ROOT / ".env.example").read_text(encoding="utf-8")

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.exceptions import ApplicationError, TerminatedError
 
-from aiorch.dead_runs import final_result, start_request_id
+from aiorch.ops.dead_runs import final_result, start_request_id
 from workflows.payloads import HistoryEntry, PipelineResult
 
 DEAD = PipelineResult(

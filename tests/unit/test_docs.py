@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from aiorch.docs import ROOT, stale_documents
+from aiorch.devstack.docs import ROOT, stale_documents
 
 
 def test_generated_documents_are_current() -> None:

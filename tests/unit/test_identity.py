@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 import jwt
 import pytest
 
-from aiorch.config import ConfigError, Settings
-from aiorch.signing import SigningKey
+from aiorch.ops.signing import SigningKey
+from aiorch.runtime.config import ConfigError, Settings
 from workflows.identity import (
     AUDIENCE,
     KeySpecError,

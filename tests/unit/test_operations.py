@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from aiorch.operations import (
+from aiorch.ops.operations import (
     StuckAction,
     StuckRun,
     applies,

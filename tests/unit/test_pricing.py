@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from aiorch.config import ConfigError, load_settings
-from aiorch.pricing import DEFAULT_PRICE_TABLE, ModelPrice, estimate_cost
+from activities.pricing import estimate_cost
+from aiorch.runtime.config import DEFAULT_PRICE_TABLE, ConfigError, ModelPrice, load_settings
 
 
 def test_cost_is_per_thousand_tokens_of_each_kind() -> None:

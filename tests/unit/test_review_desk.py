@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from pydantic import ValidationError
 
-from aiorch.reviews import ReviewOutcome, decision_for_round, update_id
-from aiorch.signing import SigningKey
+from aiorch.ops.reviews import ReviewOutcome, decision_for_round, update_id
+from aiorch.ops.signing import SigningKey
 from workflows.graph import State
 from workflows.payloads import (
     MAX_FEEDBACK_CHARS,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from aiorch.reviews import ReviewOutcome, decision_for_round, for_each_round, update_id
+from aiorch.ops.reviews import ReviewOutcome, decision_for_round, for_each_round, update_id
 from workflows.payloads import HistoryEntry, ReviewDecision, RunStatus
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)

@@ -12,9 +12,9 @@ from temporalio.exceptions import ApplicationError
 
 from activities.dead_letter import fit_body
 from activities.prompt import InputLoader, PromptActivities
-from aiorch.codec import new_key
-from aiorch.config import ConfigError, Settings, load_settings
-from aiorch.redaction import REDACTED, content_free_dead_letter, scrub, scrubbed_error
+from activities.redaction import REDACTED, content_free_dead_letter, scrub, scrubbed_error
+from aiorch.runtime.codec import new_key
+from aiorch.runtime.config import ConfigError, Settings, load_settings
 from workflows.payloads import DeadLetterMessage, HistoryEntry, PipelineRequest, PromptPlan
 
 API_KEY = "sk-canary-4c1d9e7f00aa11bb22cc33dd"

@@ -9,9 +9,9 @@ import textwrap
 import pytest
 from opentelemetry import trace
 
-from aiorch.config import load_settings
-from aiorch.localstack import free_port
-from aiorch.telemetry import client_plugins, install_tracing, worker_runtime
+from aiorch.devstack.stack import free_port
+from aiorch.runtime.config import load_settings
+from aiorch.runtime.telemetry import client_plugins, install_tracing, worker_runtime
 
 
 def test_no_endpoint_no_tracing(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -38,8 +38,8 @@ def test_endpoint_installs_replay_safe_provider_and_plugin(protocol: str, export
         """
         from opentelemetry import trace
         from temporalio.contrib.opentelemetry import ReplaySafeTracerProvider
-        from aiorch.config import load_settings
-        from aiorch.telemetry import client_plugins, install_tracing
+        from aiorch.runtime.config import load_settings
+        from aiorch.runtime.telemetry import client_plugins, install_tracing
         provider = install_tracing(load_settings(), "test")
         assert isinstance(trace.get_tracer_provider(), ReplaySafeTracerProvider)
         assert install_tracing(load_settings(), "again") is provider
@@ -93,8 +93,8 @@ TELEMETRY_VARIABLES = (
 @pytest.mark.parametrize("name", TELEMETRY_VARIABLES)
 def test_telemetry_variables_are_documented(name: str) -> None:
     """Each telemetry setting is a config field, in the README's table and in .env.example."""
-    from aiorch.config import Settings
-    from aiorch.docs import ROOT
+    from aiorch.devstack.docs import ROOT
+    from aiorch.runtime.config import Settings
 
     assert name.lower() in Settings.model_fields
     assert f"`{name}`" in (ROOT / "README.md").read_text(encoding="utf-8")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from aiorch.config import Settings
-from worker import small_cache_warning
+from aiorch.runtime.config import Settings
+from aiorch.worker.app import small_cache_warning
 
 
 @pytest.mark.parametrize("cache", [0, 1, 99])

@@ -51,8 +51,8 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from activities.lineage import LineageActivities
-from aiorch.sandbox import workflow_runner
-from aiorch.temporal import DATA_CONVERTER, SEARCH_ATTRIBUTES
+from aiorch.runtime.sandbox import workflow_runner
+from aiorch.runtime.temporal import DATA_CONVERTER, SEARCH_ATTRIBUTES
 from workflows import contract, errors
 from workflows.graph import TRANSITIONS, State, is_terminal
 from workflows.orchestrator import AiOrchestrator

@@ -20,7 +20,7 @@ import jwt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from aiorch.config import ConfigError, Settings
+from aiorch.runtime.config import ConfigError, Settings
 from workflows.identity import ALGORITHM, ANY_REVIEWER, KEY_BYTES, claims_for
 from workflows.payloads import ReviewDecision
 
@@ -96,7 +96,7 @@ class SigningKey:
         self, ttl: timedelta = timedelta(minutes=10)
     ) -> Callable[[ReviewDecision, str, int], ReviewDecision]:
         """Signs each decision for its run and round, at the wall clock's time
-        (``aiorch.reviews.Signer``, as ``submit_review`` and ``review-all`` take it)."""
+        (``aiorch.ops.reviews.Signer``, as ``submit_review`` and ``review-all`` take it)."""
 
         def sign(decision: ReviewDecision, workflow_id: str, review_round: int) -> ReviewDecision:
             return self.sign(

@@ -27,10 +27,10 @@ from rich.table import Table
 from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError
 
-from aiorch.config import DEFAULT_LLM_PORT, DEFAULT_SQS_PORT, load_settings
-from aiorch.localstack import HOST, LocalStack, LocalStackError, free_port
-from aiorch.signing import SigningKey
-from aiorch.temporal import data_converter
+from aiorch.devstack.stack import HOST, LocalStack, LocalStackError, free_port
+from aiorch.ops.signing import SigningKey
+from aiorch.runtime.config import DEFAULT_LLM_PORT, DEFAULT_SQS_PORT, load_settings
+from aiorch.runtime.temporal import data_converter
 from workflows import contract
 from workflows.graph import REVIEW_STATES, is_terminal
 from workflows.payloads import ReviewDecision, RunStatus
@@ -190,7 +190,7 @@ async def drive(stack: LocalStack, console: Console) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m aiorch.demo")
+    parser = argparse.ArgumentParser(prog="python -m aiorch.devstack.demo")
     parser.add_argument("--data-dir", type=Path, default=Path(".data/demo"))
     parser.add_argument("--exit", action="store_true", help="stop the stack when the demo ends")
     args = parser.parse_args(argv)

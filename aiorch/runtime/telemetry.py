@@ -3,8 +3,8 @@
 Traces: when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set,
 `tracing` installs a replay-safe tracer provider (``temporalio.contrib.opentelemetry``) with a
 batch processor and an OTLP exporter, and `client_plugins` adds Temporal's
-``OpenTelemetryPlugin`` to every client `aiorch.temporal.connect` makes. The plugin carries the
-trace context in Temporal headers, so one trace runs from ``starter.py start`` (the
+``OpenTelemetryPlugin`` to every client `aiorch.runtime.temporal.connect` makes. The plugin
+carries the trace context in Temporal headers, so one trace runs from ``starter.py start`` (the
 ``StartWorkflow`` span) through ``RunWorkflow`` and each transition span into every
 ``RunActivity``. The exporter is built without arguments so it honours every standard
 ``OTEL_EXPORTER_OTLP_*`` variable itself (endpoint, headers, timeout, compression,
@@ -36,7 +36,7 @@ from temporalio.contrib.opentelemetry import (
 from temporalio.plugin import SimplePlugin
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
-from aiorch.config import Settings
+from aiorch.runtime.config import Settings
 from workflows.observability import (
     METRIC_LLM_COST,
     METRIC_REVIEW_WAIT,

@@ -1,7 +1,7 @@
 """The dead-letter queue from the operator's side: read, hold, release and delete messages.
 
 ``starter.py dlq list`` is a thin wrapper around this module; ``starter.py dlq redrive`` uses it
-through ``aiorch.redrive``, which verifies every message against Temporal before it acts.
+through ``aiorch.ops.redrive``, which verifies every message against Temporal before it acts.
 
 Listing never consumes a message. SQS hands out at most ten messages per receive and, with a
 visibility timeout of zero, may hand out the same ten again, so the queue is paged by receiving
@@ -22,7 +22,7 @@ from botocore.config import Config as BotoConfig
 from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import ValidationError
 
-from aiorch.config import Settings
+from aiorch.runtime.config import Settings
 from workflows.errors import OrchestratorError
 from workflows.payloads import DeadLetterMessage, describe_validation_error
 

@@ -2,8 +2,8 @@
 
 The runs are found through visibility (``AiState``), never by querying each run. Each run's
 decision names the run's current review round (read with the ``status`` query, then built by a
-`aiorch.reviews.DecisionFor`) and is sent through `aiorch.reviews.submit_review`, so its update
-id is per round and every decision is validated by the run itself: a run that left the review
+`aiorch.ops.reviews.DecisionFor`) and is sent through `aiorch.ops.reviews.submit_review`, so its
+update id is per round and every decision is validated by the run itself: a run that left the review
 state or moved to another round in the meantime refuses it, and that refusal is counted, not
 fatal. A run counts as *applied* only when the update's result shows this very decision recorded
 for that round. At most ``concurrency`` runs are in flight; transient server errors (a restart,
@@ -32,7 +32,7 @@ from rich.progress import (
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from aiorch import reviews
+from aiorch.ops import reviews
 from workflows import contract
 from workflows.graph import State
 from workflows.payloads import ReviewDecision
@@ -131,7 +131,7 @@ async def review_all(
     """Send a decision to every run in ``ids`` on its current round, ``concurrency`` at a time.
 
     ``decision`` is either the same decision for every run (its round is replaced by each run's)
-    or a `aiorch.reviews.DecisionFor` that builds one per (run, round); ``signer`` signs each
+    or a `aiorch.ops.reviews.DecisionFor` that builds one per (run, round); ``signer`` signs each
     for its run and round. ``on_done(workflow_id, applied)`` is called after each run (for a
     progress display).
     """

@@ -9,13 +9,22 @@ that names the variable.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
 
-from aiorch.pricing import DEFAULT_PRICE_TABLE, ModelPrice
 from workflows.errors import OrchestratorError
 from workflows.identity import KeySpecError, parse_review_keys
 from workflows.payloads import ReviewKey
@@ -24,6 +33,27 @@ DEFAULT_LLM_PORT = 8700
 DEFAULT_SQS_PORT = 8701
 DEFAULT_CODEC_PORT = 8702
 DEFAULT_METRICS_PORT = 9464
+
+
+class ModelPrice(BaseModel):
+    """US dollars per 1,000 tokens, for each kind of token (an ``LLM_PRICE_TABLE`` entry)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    prompt: float = Field(ge=0)
+    completion: float = Field(ge=0)
+
+
+PriceTable = Mapping[str, ModelPrice]
+
+# The simulator's models, with made-up but plausible figures, so the local stack shows a cost;
+# production sets the real prices of the models it uses.
+DEFAULT_PRICE_TABLE: Mapping[str, ModelPrice] = MappingProxyType(
+    {
+        "sim-large": ModelPrice(prompt=0.005, completion=0.015),
+        "sim-small": ModelPrice(prompt=0.0005, completion=0.0015),
+    }
+)
 
 
 class ConfigError(OrchestratorError):
@@ -72,7 +102,7 @@ class Settings(BaseSettings):
     payload_keys: SecretStr | None = None
     payload_keys_file: Path | None = None
     payload_key_id: str | None = None
-    # The codec server (python -m aiorch.codec_server) for the Web UI and CLI.
+    # The codec server (python -m aiorch.ops.codec_server) for the Web UI and CLI.
     codec_server_token: SecretStr | None = None
     codec_server_token_file: Path | None = None
     codec_server_host: str = "127.0.0.1"

@@ -38,11 +38,11 @@ from temporalio.common import (
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from aiorch import claim_check, codec_server, dead_letters, operations, reviews
-from aiorch.config import Settings, load_settings
-from aiorch.signing import SigningKey, signing_key_from_settings
-from aiorch.telemetry import tracing
-from aiorch.temporal import connect
+from aiorch.ops import claim_check, codec_server, dead_letters, operations, reviews
+from aiorch.ops.signing import SigningKey, signing_key_from_settings
+from aiorch.runtime.config import Settings, load_settings
+from aiorch.runtime.telemetry import tracing
+from aiorch.runtime.temporal import connect
 from workflows import contract
 from workflows.errors import OrchestratorError
 from workflows.graph import State, to_dot, to_mermaid
@@ -308,7 +308,7 @@ def review_all(
     that round; "applied" counts only runs that recorded it. With REVIEWER_KEY (or
     REVIEWER_KEY_FILE) each decision is signed for its run and round.
     """
-    from aiorch import batch  # the batch machinery loads only for this command
+    from aiorch.ops import batch  # the batch machinery loads only for this command
 
     if state not in batch.REVIEWABLE_STATES:
         raise CliError(f"runs in {state.value} take no review; use await_review or escalate")
@@ -544,7 +544,7 @@ def dlq_redrive(
     """
     if (workflow_id is None) == (not redrive_all):
         raise CliError("name one run id to redrive, or pass --all (not both)")
-    from aiorch import redrive  # loads only for this command
+    from aiorch.ops import redrive  # loads only for this command
 
     async def go(client: Client, settings: Settings) -> list[redrive.RedriveOutcome]:
         return await redrive.redrive(

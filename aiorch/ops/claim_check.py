@@ -21,7 +21,7 @@ import boto3
 from botocore.config import Config as BotoConfig
 from botocore.exceptions import BotoCoreError, ClientError
 
-from aiorch.config import Settings
+from aiorch.runtime.config import Settings
 from workflows.errors import OrchestratorError
 from workflows.payloads import REFERENCE_SCHEMES, REQUEST_ID_PATTERN
 

@@ -3,7 +3,7 @@ bound to their run.
 
 Every payload the SDK sends to Temporal (workflow input and result, activity inputs and results,
 signals, updates, queries, memo, user metadata, and, with the failure converter that
-``aiorch.temporal.data_converter`` sets, failure messages and stack traces) passes through
+``aiorch.runtime.temporal.data_converter`` sets, failure messages and stack traces) passes through
 ``EncryptionCodec.encode``: the serialized payload is encrypted with the *current* key and
 wrapped in a new payload whose metadata says ``encoding: binary/encrypted``, names the key
 (``encryption-key-id``) and the run it belongs to (``encryption-namespace``,
@@ -34,14 +34,14 @@ codec error while decoding a workflow activation fails the workflow task, which 
 forever. So ``decode`` returns a *marker* for a payload it cannot open (unknown key id, wrong
 key, tampered, bound to another run or namespace, and, with ``REQUIRE_ENCRYPTION=true``, any
 payload that is not encrypted): metadata ``encoding: binary/undecodable`` and a short
-``undecodable-reason``, no data. The project's payload converter (``aiorch.temporal``) turns a
-marker into ``PayloadUnreadable`` with that reason, which the workflow reports as an invalid
+``undecodable-reason``, no data. The project's payload converter (``aiorch.runtime.temporal``)
+turns a marker into ``PayloadUnreadable`` with that reason, which the workflow reports as an invalid
 request (a bad start fails the run, a bad signal is counted as refused, a bad update is refused).
 ``decrypt`` is the strict form, for the codec server: it raises ``PayloadDecryptionError``.
 
 Keys come from configuration only (``PAYLOAD_KEYS`` / ``PAYLOAD_KEYS_FILE`` and
-``PAYLOAD_KEY_ID``, see ``aiorch.config``): ``id:base64key`` entries separated by commas or
-newlines, each key 32 random bytes. ``python -m aiorch.codec new-key`` prints a fresh one.
+``PAYLOAD_KEY_ID``, see ``aiorch.runtime.config``): ``id:base64key`` entries separated by commas or
+newlines, each key 32 random bytes. ``python -m aiorch.runtime.codec new-key`` prints a fresh one.
 Random 96-bit nonces are safe for about 2**32 payloads per key: rotate keys on a schedule.
 """
 
@@ -68,7 +68,7 @@ from temporalio.converter import (
     WorkflowSerializationContext,
 )
 
-from aiorch.config import ConfigError, Settings
+from aiorch.runtime.config import ConfigError, Settings
 from workflows.errors import OrchestratorError
 
 ENCODING = b"binary/encrypted"
@@ -189,7 +189,7 @@ def _decode_key(material: str, key_id: str, source: str) -> bytes:
     if len(key) != KEY_BYTES:
         raise ConfigError(
             f"{source}: key {key_id!r} is {len(key)} bytes; AES-256 needs {KEY_BYTES} "
-            "(generate one with `python -m aiorch.codec new-key`)"
+            "(generate one with `python -m aiorch.runtime.codec new-key`)"
         )
     return key
 
@@ -197,7 +197,7 @@ def _decode_key(material: str, key_id: str, source: str) -> bytes:
 def keyring_from_settings(settings: Settings) -> KeyRing | None:
     """The configured key ring, or None when encryption is off (no keys configured).
 
-    ``PAYLOAD_KEYS_FILE`` is resolved into ``payload_keys`` by ``aiorch.config``.
+    ``PAYLOAD_KEYS_FILE`` is resolved into ``payload_keys`` by ``aiorch.runtime.config``.
 
     Raises:
         ConfigError: keys are configured but unusable.
@@ -373,10 +373,10 @@ def undecodable(reason: str) -> Payload:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m aiorch.codec new-key``: print a fresh base64 key."""
+    """``python -m aiorch.runtime.codec new-key``: print a fresh base64 key."""
     args = list(sys.argv[1:] if argv is None else argv)
     if args != ["new-key"]:
-        print("usage: python -m aiorch.codec new-key", file=sys.stderr)
+        print("usage: python -m aiorch.runtime.codec new-key", file=sys.stderr)
         return 2
     print(new_key())
     return 0

@@ -4,9 +4,9 @@ configured), and the worker registers the search attributes it needs.
 
 The payload converter also reads the two encodings no value is ever written as: the codec's
 marker for a payload it refused (``binary/undecodable``) and an encrypted payload in a process
-without keys (``binary/encrypted``). Both raise ``aiorch.codec.PayloadUnreadable`` with one line
-saying why, instead of the SDK's ``KeyError: 'Unknown payload encoding ...'``: the workflow turns
-it into an invalid request, the CLI prints it as its one error line."""
+without keys (``binary/encrypted``). Both raise ``aiorch.runtime.codec.PayloadUnreadable`` with
+one line saying why, instead of the SDK's ``KeyError: 'Unknown payload encoding ...'``: the
+workflow turns it into an invalid request, the CLI prints it as its one error line."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ from temporalio.converter import (
 from temporalio.runtime import Runtime
 from temporalio.service import RPCError
 
-from aiorch.codec import (
+from aiorch.runtime.codec import (
     ENCODING,
     METADATA_REASON,
     UNDECODABLE,
@@ -42,8 +42,8 @@ from aiorch.codec import (
     PayloadUnreadable,
     keyring_from_settings,
 )
-from aiorch.config import Settings
-from aiorch.telemetry import client_plugins
+from aiorch.runtime.config import Settings
+from aiorch.runtime.telemetry import client_plugins
 from workflows import contract
 
 log = logging.getLogger(__name__)
@@ -159,9 +159,9 @@ SEARCH_ATTRIBUTES = {
 async def connect(settings: Settings, *, runtime: Runtime | None = None) -> Client:
     """A client for the configured server and namespace.
 
-    With tracing installed (`aiorch.telemetry.tracing`) the client carries Temporal's
+    With tracing installed (`aiorch.runtime.telemetry.tracing`) the client carries Temporal's
     OpenTelemetry plugin, and so does every worker built on it. ``runtime`` is the worker's
-    metrics runtime (`aiorch.telemetry.worker_runtime`); None means the SDK's default.
+    metrics runtime (`aiorch.runtime.telemetry.worker_runtime`); None means the SDK's default.
     """
     return await Client.connect(
         settings.temporal_address,

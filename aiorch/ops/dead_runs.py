@@ -1,6 +1,6 @@
 """What Temporal says about a dead-lettered run, and starting it again at most once.
 
-`aiorch.redrive` trusts a dead-letter message only as a pointer to a run; this module asks
+`aiorch.ops.redrive` trusts a dead-letter message only as a pointer to a run; this module asks
 Temporal about that exact run (`verify_dead_run`). It must exist, be of this project's workflow
 type and be closed, and its own result must say ``dead_letter``: a run closed Completed with a
 ``PipelineResult``, or closed Failed with the ``PipelineResult`` in its failure's details

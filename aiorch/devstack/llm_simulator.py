@@ -3,7 +3,7 @@
 The worker talks to it with the real ``openai`` client where no model API is reachable (local
 stack, tests, benchmarks). It serves ``POST /v1/chat/completions``, ``POST /v1/embeddings``,
 ``GET /v1/models`` and ``GET /healthz``. Run it with
-``python -m aiorch.llm_simulator --host 127.0.0.1 --port 8700 [--embedding-dim 64]``.
+``python -m aiorch.devstack.llm_simulator --host 127.0.0.1 --port 8700 [--embedding-dim 64]``.
 
 A chat reply is the JSON text ``{"content": "...", "needs_review": false}`` built from the last
 user message; ``Reviewer feedback: ...`` lines in any message are echoed into the content, so a
@@ -66,7 +66,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 EndpointPath = Literal["chat", "embeddings"]
 
-DEFAULT_PORT = 8700  # aiorch.config.DEFAULT_LLM_PORT; not imported so the simulator stands alone
+# aiorch.runtime.config.DEFAULT_LLM_PORT; not imported so the simulator stands alone.
+DEFAULT_PORT = 8700
 DEFAULT_MODELS = ("sim-large", "sim-small", "sim-embed")
 REFUSAL_TEXT = "I'm sorry, but I can't help with that request."
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
@@ -592,8 +593,10 @@ async def serve(host: str, port: int, embedding_dim: int) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Command-line entry point: ``python -m aiorch.llm_simulator``."""
-    parser = argparse.ArgumentParser(prog="python -m aiorch.llm_simulator", description=__doc__)
+    """Command-line entry point: ``python -m aiorch.devstack.llm_simulator``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m aiorch.devstack.llm_simulator", description=__doc__
+    )
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="0 picks a free port")

@@ -6,7 +6,7 @@ from (run, round, reviewer): re-sending the same review returns the first result
 deciding again (Temporal keeps update ids per run), and a decision for a round that is over is
 refused by the workflow, so a late or repeated decision can never land on a later round.
 
-``starter.py review`` and ``starter.py review-all`` (``aiorch.batch``) both go through
+``starter.py review`` and ``starter.py review-all`` (``aiorch.ops.batch``) both go through
 `submit_review`, which signs the decision for its run and round with a `Signer` when reviewer
 authentication is on. A batch builds each run's decision with a `DecisionFor` from (workflow
 id, round), so what is sent, signed and deduplicated always names the round the run is in.
@@ -107,7 +107,7 @@ def decision_for_round(history: list[HistoryEntry], review_round: int) -> Histor
 
 
 Signer = Callable[[ReviewDecision, str, int], ReviewDecision]
-"""Signs a decision for (workflow id, review round): see ``aiorch.signing.SigningKey.sign``."""
+"""Signs a decision for (workflow id, review round): see ``aiorch.ops.signing.SigningKey.sign``."""
 
 
 async def current_round(client: Client, workflow_id: str) -> int | None:

@@ -8,7 +8,7 @@ shape. The caller must name its namespace in ``X-Namespace`` (the Web UI and the
 CLI do); this server serves only the configured ``TEMPORAL_NAMESPACE``: no header is 400,
 another namespace 403, and ``/decode`` also refuses (403) a payload encrypted for another
 namespace. ``/encode`` encrypts for this namespace and no run, so workers refuse what it makes
-as a run's input (see ``aiorch.codec``): it serves display and round trips, not sending.
+as a run's input (see ``aiorch.runtime.codec``): it serves display and round trips, not sending.
 
 Access:
 
@@ -23,7 +23,7 @@ Access:
 - the access log names method, endpoint, status and payload count, never a path (it may hold
   the token) or a payload.
 
-Run it with ``python -m aiorch.codec_server`` or ``python starter.py codec-server``; it needs
+Run it with ``python -m aiorch.ops.codec_server`` or ``python starter.py codec-server``; it needs
 ``PAYLOAD_KEYS`` (what would it decode otherwise?) and a token.
 """
 
@@ -43,7 +43,7 @@ from aiohttp import hdrs, web
 from google.protobuf import json_format
 from temporalio.api.common.v1 import Payloads
 
-from aiorch.codec import (
+from aiorch.runtime.codec import (
     Binding,
     EncryptionCodec,
     PayloadDecryptionError,
@@ -51,7 +51,7 @@ from aiorch.codec import (
     keyring_from_settings,
     payload_binding,
 )
-from aiorch.config import ConfigError, Settings, load_settings
+from aiorch.runtime.config import ConfigError, Settings, load_settings
 
 log = logging.getLogger("ai-orchestrator.codec-server")
 
@@ -272,8 +272,8 @@ async def serve(settings: Settings, host: str | None = None, port: int | None = 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m aiorch.codec_server [--host H] [--port P]``."""
-    parser = argparse.ArgumentParser(prog="python -m aiorch.codec_server", description=__doc__)
+    """``python -m aiorch.ops.codec_server [--host H] [--port P]``."""
+    parser = argparse.ArgumentParser(prog="python -m aiorch.ops.codec_server", description=__doc__)
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("--host", help="default: CODEC_SERVER_HOST")
     parser.add_argument("--port", type=int, help="default: CODEC_SERVER_PORT; 0 picks a free one")

@@ -3,7 +3,7 @@
 ``starter.py dlq redrive`` is a thin wrapper around `redrive`. Anyone who can write to the queue
 can write a message, so a message is only a pointer to a run (workflow id, run id): redrive acts
 only when Temporal confirms that this exact run ended in ``dead_letter``, and starts the run's
-own request from its history (`aiorch.dead_runs`), never the message's copy. The run must also
+own request from its history (`aiorch.ops.dead_runs`), never the message's copy. The run must also
 still be the latest of its workflow id, checked right before the start.
 
 What happens to each message:
@@ -32,7 +32,7 @@ before it is worked on, and the holds of those still waiting every third of the 
 ``--all`` keeps its messages from other redrives; a message whose hold cannot be renewed
 (another consumer has it) is skipped. Two copies of one dead letter (a retried send), or a hold
 that ran out anyway, still give one new run: the start itself cannot duplicate
-(`aiorch.dead_runs.start_again`).
+(`aiorch.ops.dead_runs.start_again`).
 """
 
 from __future__ import annotations
@@ -50,8 +50,8 @@ from pydantic import ValidationError
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from aiorch import dead_runs
-from aiorch.dead_letters import DeadLetter, DeadLetterQueue, DeadLetterQueueError
+from aiorch.ops import dead_runs
+from aiorch.ops.dead_letters import DeadLetter, DeadLetterQueue, DeadLetterQueueError
 from workflows.errors import OrchestratorError
 from workflows.payloads import PipelineRequest
 
