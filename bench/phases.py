@@ -137,7 +137,7 @@ async def sqlite_settings(
     }
     try:
         clients = {
-            name: await Client.connect(side.address, data_converter=client.data_converter)
+            name: await Client.connect(side.address, plugins=client.config()["plugins"])
             for name, side in sides.items()
         }
         for rep in range(reps):

@@ -43,7 +43,7 @@ from temporalio.client import Client
 
 from aiorch.devstack.stack import temporal_cli_path
 from aiorch.runtime.config import load_settings
-from aiorch.runtime.temporal import data_converter
+from aiorch.runtime.temporal import AiOrchestratorPlugin
 from bench import actions, phases
 from bench.load import BatchFigures, BenchError
 from bench.procstat import machine_info
@@ -186,7 +186,7 @@ async def _bench(options: Options, data_dir: Path, console: Console) -> dict[str
     cost_tables: list[Table] = []
     with BenchStack(data_dir) as stack:
         log(f"stack up: dev server {stack.address} (WAL), workers for baseline and ours")
-        client = await Client.connect(stack.address, data_converter=data_converter(settings))
+        client = await Client.connect(stack.address, plugins=[AiOrchestratorPlugin(settings)])
         # Warm-up (not measured): first imports, connections, the vector collection.
         await phases.unloaded(client, 1, 2, lambda _: None)
 

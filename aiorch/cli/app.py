@@ -107,15 +107,8 @@ def run_async(coro_fn: Callable[[Client, Settings], Awaitable[T]]) -> T:
     settings = load_settings()
 
     async def main() -> T:
-        try:
-            client = await connect(settings)
-        except RuntimeError as error:
-            if "connect" not in str(error).lower():
-                raise
-            raise CliError(
-                f"cannot reach Temporal at {settings.temporal_address}; is it running? "
-                "Start the local stack with `make dev`, or set TEMPORAL_ADDRESS."
-            ) from None
+        # A failed connection raises TemporalUnreachable: one_line_errors prints its one line.
+        client = await connect(settings)
         return await coro_fn(client, settings)
 
     # With OTEL_EXPORTER_OTLP_ENDPOINT set, the start call opens the run's trace.

@@ -30,7 +30,7 @@ from temporalio.service import RPCError
 from aiorch.devstack.stack import HOST, LocalStack, LocalStackError, free_port
 from aiorch.ops.signing import SigningKey
 from aiorch.runtime.config import DEFAULT_LLM_PORT, DEFAULT_SQS_PORT, load_settings
-from aiorch.runtime.temporal import data_converter
+from aiorch.runtime.temporal import AiOrchestratorPlugin
 from workflows import contract
 from workflows.graph import REVIEW_STATES, is_terminal
 from workflows.payloads import ReviewDecision, RunStatus
@@ -161,8 +161,8 @@ def render(runs: list[Scenario], elapsed: float) -> Group:
 
 async def drive(stack: LocalStack, console: Console) -> bool:
     # The worker's converter: with PAYLOAD_KEYS in the environment, the demo runs encrypted.
-    converter = data_converter(load_settings())
-    client = await Client.connect(stack.addresses.temporal_address, data_converter=converter)
+    plugin = AiOrchestratorPlugin(load_settings())
+    client = await Client.connect(stack.addresses.temporal_address, plugins=[plugin])
     runs = scenarios()
     await start_runs(client, runs)
     started = time.monotonic()

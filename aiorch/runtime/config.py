@@ -4,10 +4,21 @@ One frozen, typed settings object is built at process start (``load_settings``).
 has a local default that works with the embedded stack (``make dev``), so nothing needs setting
 to try the project; production sets the addresses. An invalid value fails at once with one line
 that names the variable.
+
+The connection to Temporal is read the way the Temporal CLI and SDKs read it
+(``temporalio.envconfig``): the profile ``TEMPORAL_PROFILE`` (default ``default``) of the TOML
+file ``TEMPORAL_CONFIG_FILE`` (default ``~/.config/temporalio/temporal.toml``), overridden by the
+standard variables ``TEMPORAL_ADDRESS``, ``TEMPORAL_NAMESPACE``, ``TEMPORAL_API_KEY``,
+``TEMPORAL_TLS``, ``TEMPORAL_TLS_CLIENT_CERT_PATH``/``_DATA``, ``TEMPORAL_TLS_CLIENT_KEY_PATH``/
+``_DATA``, ``TEMPORAL_TLS_SERVER_CA_CERT_PATH``/``_DATA``, ``TEMPORAL_TLS_SERVER_NAME`` and
+``TEMPORAL_GRPC_META_*``. The result is resolved once, here, into plain settings fields
+(certificates read, secrets masked), so every process connects alike
+(``aiorch.runtime.connection.connect``).
 """
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -18,12 +29,15 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SecretBytes,
     SecretStr,
     ValidationError,
     field_validator,
     model_validator,
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
+from temporalio.envconfig import ClientConfigProfile, ClientConfigTLS, DataSource
+from temporalio.service import TLSConfig
 
 from workflows.errors import OrchestratorError
 from workflows.identity import KeySpecError, parse_review_keys
@@ -33,6 +47,9 @@ DEFAULT_LLM_PORT = 8700
 DEFAULT_SQS_PORT = 8701
 DEFAULT_CODEC_PORT = 8702
 DEFAULT_METRICS_PORT = 9464
+DEFAULT_HEALTH_PORT = 9465
+DEFAULT_TEMPORAL_ADDRESS = "localhost:7233"
+DEFAULT_TEMPORAL_NAMESPACE = "default"
 
 
 class ModelPrice(BaseModel):
@@ -60,14 +77,57 @@ class ConfigError(OrchestratorError):
     """An environment variable holds a value the project cannot use."""
 
 
+class TemporalTls(BaseModel):
+    """TLS to the Temporal frontend, as the profile and the ``TEMPORAL_TLS*`` variables say.
+
+    Certificates and the key are held as bytes (read once at start); an empty model means TLS
+    with the system's root certificates and no client certificate (Temporal Cloud with an API
+    key). Nothing here shows in a repr.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    server_name: str | None = None
+    server_ca_cert: bytes | None = Field(default=None, repr=False)
+    client_cert: bytes | None = Field(default=None, repr=False)
+    client_key: SecretBytes | None = None
+
+    @property
+    def mutual(self) -> bool:
+        """True when the client presents a certificate (mTLS)."""
+        return self.client_cert is not None
+
+    def to_tls_config(self) -> TLSConfig:
+        """The SDK's TLS options for ``Client.connect``."""
+        return TLSConfig(
+            domain=self.server_name,
+            server_root_ca_cert=self.server_ca_cert,
+            client_cert=self.client_cert,
+            client_private_key=(
+                self.client_key.get_secret_value() if self.client_key is not None else None
+            ),
+        )
+
+
 class Settings(BaseSettings):
     """Every setting, each read from the environment variable of the same name (upper case)."""
 
     model_config = SettingsConfigDict(frozen=True, extra="ignore", env_prefix="")
 
-    # Temporal
-    temporal_address: str = Field(default="localhost:7233", min_length=3)
-    temporal_namespace: str = Field(default="default", min_length=1)
+    # Temporal (module docstring: read through temporalio.envconfig). Address, namespace and API
+    # key: a variable of that name wins over the profile, the profile over the default.
+    temporal_address: str = Field(default=DEFAULT_TEMPORAL_ADDRESS, min_length=3)
+    temporal_namespace: str = Field(default=DEFAULT_TEMPORAL_NAMESPACE, min_length=1)
+    temporal_profile: str | None = None
+    temporal_config_file: Path | None = None
+    temporal_api_key: SecretStr | None = None
+    temporal_api_key_file: Path | None = None
+    # Resolved from the profile and the TEMPORAL_TLS* / TEMPORAL_GRPC_META_* variables, never
+    # parsed from one variable of these names. None = plain TCP (the local dev server).
+    temporal_tls: Annotated[TemporalTls | None, NoDecode] = None
+    temporal_grpc_meta: Annotated[dict[str, str], NoDecode] = Field(
+        default_factory=dict, repr=False
+    )
     temporal_task_queue: str = Field(default="ai-orchestrator", min_length=1)
     temporal_ui_url: str = "http://localhost:8233"
 
@@ -167,22 +227,34 @@ class Settings(BaseSettings):
     worker_workflow_task_pollers: int = Field(default=5, ge=2, le=1000)
     worker_activity_task_pollers: int = Field(default=5, ge=1, le=1000)
     worker_shutdown_grace: float = Field(default=30.0, ge=0, le=3600)
+    # Liveness and readiness (http://HOST:HEALTH_PORT/healthz and /readyz); 0 turns them off.
+    health_port: int = Field(default=DEFAULT_HEALTH_PORT, ge=0, le=65535)
+
+    # Rolling deploys (README "Rolling deploys"). WORKER_BUILD_ID names this worker's code; it
+    # is reported to the server as the version WORKER_DEPLOYMENT_NAME.WORKER_BUILD_ID. Only with
+    # WORKER_VERSIONING=true does the server route tasks by version (Worker Versioning); runs
+    # then follow WORKER_VERSIONING_BEHAVIOR unless the workflow type says otherwise.
+    worker_build_id: str | None = Field(default=None, min_length=1, max_length=255)
+    worker_deployment_name: str = Field(
+        default="ai-orchestrator", min_length=1, max_length=255, pattern=r"^[^.]+$"
+    )
+    worker_versioning: bool = False
+    worker_versioning_behavior: Literal["auto_upgrade", "pinned"] = "auto_upgrade"
 
     @model_validator(mode="before")
     @classmethod
-    def _secrets_from_files(cls, data: Any) -> Any:
-        """<NAME>_FILE holds the value of <NAME> (Docker/Kubernetes secrets); never both."""
+    def _resolve(cls, data: Any) -> Any:
+        """Secrets from their files first, then the Temporal profile (which the API key's file
+        may override); one validator, so the order is explicit."""
         if not isinstance(data, dict):
             return data
-        for name in FILE_BACKED_FIELDS:
-            path = data.get(f"{name}_file")
-            if not path:
-                data = {**data, f"{name}_file": None}  # set but empty = unset
-                continue
-            if data.get(name):
-                raise ConfigError(f"set {name.upper()} or {name.upper()}_FILE, not both")
-            data = {**data, name: read_secret_file(Path(path), f"{name.upper()}_FILE").strip()}
-        return data
+        return _temporal_from_profile(_secrets_from_files(data))
+
+    @model_validator(mode="after")
+    def _versioning_needs_a_build_id(self) -> Settings:
+        if self.worker_versioning and self.worker_build_id is None:
+            raise ConfigError("WORKER_VERSIONING=true needs WORKER_BUILD_ID (this build's id)")
+        return self
 
     @field_validator("allowed_reviewers", mode="before")
     @classmethod
@@ -243,9 +315,126 @@ class Settings(BaseSettings):
         return bool(self.otel_exporter_otlp_endpoint)
 
 
-SECRET_FILE_FIELDS = ("openai_api_key", "payload_keys", "codec_server_token", "reviewer_key")
+SECRET_FILE_FIELDS = (
+    "openai_api_key",
+    "payload_keys",
+    "codec_server_token",
+    "reviewer_key",
+    "temporal_api_key",
+)
 # Settings that may also be given as a file (<NAME>_FILE); only the secrets are masked.
 FILE_BACKED_FIELDS = (*SECRET_FILE_FIELDS, "review_public_keys")
+
+
+def _secrets_from_files(data: dict[str, Any]) -> dict[str, Any]:
+    """<NAME>_FILE holds the value of <NAME> (Docker/Kubernetes secrets); never both."""
+    for name in FILE_BACKED_FIELDS:
+        path = data.get(f"{name}_file")
+        if not path:
+            data = {**data, f"{name}_file": None}  # set but empty = unset
+            continue
+        if data.get(name):
+            raise ConfigError(f"set {name.upper()} or {name.upper()}_FILE, not both")
+        data = {**data, name: read_secret_file(Path(path), f"{name.upper()}_FILE").strip()}
+    return data
+
+
+def load_temporal_profile(
+    profile: str | None = None, config_file: Path | None = None
+) -> ClientConfigProfile:
+    """The Temporal connection profile as ``temporalio.envconfig`` reads it: ``profile`` (else
+    ``TEMPORAL_PROFILE``, else ``default``) from ``config_file`` (else ``TEMPORAL_CONFIG_FILE``,
+    else the CLI's default file, if any), overridden by the ``TEMPORAL_*`` variables.
+
+    Raises:
+        ConfigError: the file named does not exist or does not parse, or it has no such profile.
+    """
+    if config_file is not None and not config_file.is_file():
+        raise ConfigError(f"TEMPORAL_CONFIG_FILE={str(config_file)!r}: no such file")
+    try:
+        return ClientConfigProfile.load(
+            profile=profile, config_source=config_file, override_env_vars=dict(os.environ)
+        )
+    except RuntimeError as err:  # the SDK's envconfig error (a RuntimeError, one per cause)
+        reason = " ".join(str(err).split()) or type(err).__name__
+        raise ConfigError(f"Temporal connection profile: {reason}") from None
+
+
+def _tls_bytes(source: DataSource | None, what: str) -> bytes | None:
+    """A certificate or key given by path (read now) or inline (as is)."""
+    if source is None or isinstance(source, bytes):
+        return source
+    if isinstance(source, str):
+        return source.encode()
+    try:
+        return source.read_bytes()
+    except OSError as err:
+        raise ConfigError(f"{what} {str(source)!r}: cannot read it ({err.strerror})") from None
+
+
+def temporal_tls(tls: ClientConfigTLS | None, *, api_key: bool) -> TemporalTls | None:
+    """TLS settings from a profile's ``tls`` section, by envconfig's rules: any TLS setting
+    turns TLS on, an API key alone turns it on with the system's roots, ``TEMPORAL_TLS=false``
+    (``disabled``) turns it off.
+
+    Raises:
+        ConfigError: a certificate or key file cannot be read, or a client certificate comes
+            without its key (or the key without its certificate).
+    """
+    if tls is None:
+        return TemporalTls() if api_key else None
+    if tls.disabled:
+        return None
+    cert = _tls_bytes(tls.client_cert, "TLS client certificate (TEMPORAL_TLS_CLIENT_CERT_PATH)")
+    key = _tls_bytes(tls.client_private_key, "TLS client key (TEMPORAL_TLS_CLIENT_KEY_PATH)")
+    if (cert is None) != (key is None):
+        given, missing = ("certificate", "key") if key is None else ("key", "certificate")
+        raise ConfigError(
+            f"a TLS client {given} needs its {missing}: set TEMPORAL_TLS_CLIENT_CERT_PATH and "
+            "TEMPORAL_TLS_CLIENT_KEY_PATH (or the profile's client_cert/client_key) together"
+        )
+    return TemporalTls(
+        server_name=tls.server_name,
+        server_ca_cert=_tls_bytes(
+            tls.server_root_ca_cert, "TLS server CA certificate (TEMPORAL_TLS_SERVER_CA_CERT_PATH)"
+        ),
+        client_cert=cert,
+        client_key=None if key is None else SecretBytes(key),
+    )
+
+
+def _temporal_from_profile(data: dict[str, Any]) -> dict[str, Any]:
+    """Fill the Temporal connection fields from the envconfig profile.
+
+    Address, namespace and API key given directly (a variable of that name, or a keyword in
+    code) win over the profile; TLS and gRPC metadata come from the profile and its variables
+    unless given in code as values.
+    """
+    config_file = data.get("temporal_config_file") or None
+    profile = load_temporal_profile(
+        data.get("temporal_profile") or None, Path(config_file) if config_file else None
+    )
+    resolved = dict(data)
+    for field, value in (
+        ("temporal_address", profile.address),
+        ("temporal_namespace", profile.namespace),
+        ("temporal_api_key", profile.api_key),
+    ):
+        if not resolved.get(field) and value:
+            resolved[field] = value
+    # A variable named like these fields (TEMPORAL_TLS is envconfig's on/off switch) arrives as
+    # a string: envconfig has already read it, so the profile's result replaces it.
+    if _from_environment(resolved, "temporal_tls"):
+        has_key = bool(resolved.get("temporal_api_key"))
+        resolved["temporal_tls"] = temporal_tls(profile.tls, api_key=has_key)
+    if _from_environment(resolved, "temporal_grpc_meta"):
+        resolved["temporal_grpc_meta"] = dict(profile.grpc_meta)
+    return resolved
+
+
+def _from_environment(data: Mapping[str, Any], field: str) -> bool:
+    """True unless code passed this field a value (a model, a mapping or None)."""
+    return field not in data or isinstance(data[field], str)
 
 
 def split_list(value: str) -> list[str]:

@@ -2,15 +2,15 @@
 
 Traces: when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set,
 `tracing` installs a replay-safe tracer provider (``temporalio.contrib.opentelemetry``) with a
-batch processor and an OTLP exporter, and `client_plugins` adds Temporal's
-``OpenTelemetryPlugin`` to every client `aiorch.runtime.temporal.connect` makes. The plugin
-carries the trace context in Temporal headers, so one trace runs from ``starter.py start`` (the
-``StartWorkflow`` span) through ``RunWorkflow`` and each transition span into every
-``RunActivity``. The exporter is built without arguments so it honours every standard
-``OTEL_EXPORTER_OTLP_*`` variable itself (endpoint, headers, timeout, compression,
-certificates, the ``_TRACES_`` variants); ``OTEL_EXPORTER_OTLP_PROTOCOL`` picks gRPC (default)
-or ``http/protobuf``.
-Unset: no provider, no plugin, nothing exported and no error.
+batch processor and an OTLP exporter, and ``aiorch.runtime.plugin.AiOrchestratorPlugin`` (which
+every client `aiorch.runtime.connection.connect` makes carries) adds Temporal's OpenTelemetry
+interceptor, on the same setting. The interceptor carries the trace context in Temporal
+headers, so one trace runs from ``starter.py start`` (the ``StartWorkflow`` span) through
+``RunWorkflow`` and each transition span into every ``RunActivity``. The exporter is built
+without arguments so it honours every standard ``OTEL_EXPORTER_OTLP_*`` variable itself
+(endpoint, headers, timeout, compression, certificates, the ``_TRACES_`` variants);
+``OTEL_EXPORTER_OTLP_PROTOCOL`` picks gRPC (default) or ``http/protobuf``.
+Unset: no provider, no interceptor, nothing exported and no error.
 
 Metrics: `worker_runtime` gives the worker a Temporal ``Runtime`` whose Prometheus endpoint
 (``http://0.0.0.0:METRICS_PORT/metrics``) serves the SDK's own metrics (``temporal_*``) and the
@@ -29,11 +29,9 @@ from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from temporalio.contrib.opentelemetry import (
-    OpenTelemetryPlugin,
     ReplaySafeTracerProvider,
     create_tracer_provider,
 )
-from temporalio.plugin import SimplePlugin
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
 from aiorch.runtime.config import Settings
@@ -101,17 +99,6 @@ def tracing(settings: Settings, component: str) -> Iterator[ReplaySafeTracerProv
     finally:
         if provider is not None:
             provider.force_flush(timeout_millis=10_000)
-
-
-def client_plugins() -> list[SimplePlugin]:
-    """Temporal's OpenTelemetry plugin when tracing is installed in this process, else nothing.
-
-    ``add_temporal_spans`` gives the start call, the workflow run and each activity a span of
-    their own, so the trace shows the whole run and not only the context passing through.
-    """
-    if _installed_provider() is None:
-        return []
-    return [OpenTelemetryPlugin(add_temporal_spans=True)]
 
 
 def worker_runtime(settings: Settings) -> Runtime | None:

@@ -1,8 +1,14 @@
-"""Run an ai-orchestrator worker: ``python worker.py``.
+"""Run an ai-orchestrator worker: ``python worker.py`` (installed: ``aiorch-worker``).
 
-Loads configuration, connects, registers the search attributes, builds the activity clients and
-polls the task queue until SIGTERM or SIGINT, then finishes in-flight tasks and exits. Any number
-of workers may poll the same queue.
+Loads configuration, serves its health endpoints, connects (``aiorch.runtime.connection``: the
+envconfig profile, TLS and API key, the project's plugin), registers the search attributes,
+builds the activity clients and polls the task queue until SIGTERM or SIGINT. Then it drains:
+readiness turns to ``draining``, polling stops, the tasks it holds finish (activities get
+``WORKER_SHUTDOWN_GRACE`` seconds before they are cancelled), and it exits 0. Any number of
+workers may poll the same queue; what one leaves behind (a crash included) the others pick up.
+
+Every failure a user can fix (configuration, connection) ends in one line on stderr and exit
+status 1, never a traceback.
 """
 
 from __future__ import annotations
@@ -21,7 +27,8 @@ from botocore.config import Config as BotoConfig
 from openai import AsyncOpenAI, DefaultAioHttpClient
 from qdrant_client import AsyncQdrantClient
 from temporalio.client import Client
-from temporalio.worker import PollerBehaviorSimpleMaximum, Worker
+from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
+from temporalio.worker import PollerBehaviorSimpleMaximum, Worker, WorkerDeploymentConfig
 
 from activities.dead_letter import DeadLetterActivities
 from activities.lineage import LineageActivities
@@ -29,10 +36,12 @@ from activities.llm import LlmActivities
 from activities.prompt import InputLoader, PromptActivities
 from activities.vectors import VectorActivities
 from aiorch.runtime.codec import keyring_from_settings
-from aiorch.runtime.config import ConfigError, Settings, load_settings
-from aiorch.runtime.sandbox import workflow_runner
+from aiorch.runtime.config import Settings, load_settings
+from aiorch.runtime.connection import connect, describe_target, ensure_search_attributes
+from aiorch.runtime.errors import TemporalUnreachable
 from aiorch.runtime.telemetry import tracing, worker_runtime
-from aiorch.runtime.temporal import connect, ensure_search_attributes
+from aiorch.worker.health import WorkerHealth, start_health
+from workflows.errors import OrchestratorError
 from workflows.orchestrator import AiOrchestrator
 
 log = logging.getLogger("ai-orchestrator.worker")
@@ -96,6 +105,35 @@ def tuning_options(settings: Settings) -> dict[str, Any]:
     }
 
 
+VERSIONING_BEHAVIORS = {
+    "auto_upgrade": VersioningBehavior.AUTO_UPGRADE,
+    "pinned": VersioningBehavior.PINNED,
+}
+
+
+def deployment_options(settings: Settings) -> dict[str, Any]:
+    """Worker Versioning options: none without ``WORKER_BUILD_ID``.
+
+    With a build id the worker reports its version (``WORKER_DEPLOYMENT_NAME.WORKER_BUILD_ID``)
+    to the server; only with ``WORKER_VERSIONING=true`` does the server route tasks by version,
+    so a new build gets work once it is made current (README "Rolling deploys").
+    """
+    if settings.worker_build_id is None:
+        return {}
+    version = WorkerDeploymentVersion(settings.worker_deployment_name, settings.worker_build_id)
+    return {
+        "deployment_config": WorkerDeploymentConfig(
+            version=version,
+            use_worker_versioning=settings.worker_versioning,
+            default_versioning_behavior=(
+                VERSIONING_BEHAVIORS[settings.worker_versioning_behavior]
+                if settings.worker_versioning
+                else VersioningBehavior.UNSPECIFIED
+            ),
+        )
+    }
+
+
 @contextlib.asynccontextmanager
 async def build_worker(client: Client, settings: Settings) -> AsyncIterator[Worker]:
     """A worker with every activity wired to real clients; closes them on exit."""
@@ -123,8 +161,9 @@ async def build_worker(client: Client, settings: Settings) -> AsyncIterator[Work
         yield Worker(
             client,
             task_queue=settings.temporal_task_queue,
+            # The sandbox pass-through, failure types, converter and tracing come with the
+            # client's AiOrchestratorPlugin.
             workflows=[AiOrchestrator],
-            workflow_runner=workflow_runner(),
             activities=[
                 prompts.fetch_prompt,
                 llm_activities.invoke_llm,
@@ -134,6 +173,7 @@ async def build_worker(client: Client, settings: Settings) -> AsyncIterator[Work
                 lineage.verify_continuation,
             ],
             **tuning_options(settings),
+            **deployment_options(settings),
         )
     finally:
         await llm.close()
@@ -141,37 +181,87 @@ async def build_worker(client: Client, settings: Settings) -> AsyncIterator[Work
 
 
 async def run_worker(settings: Settings, client: Client | None = None) -> None:
-    """Poll until SIGTERM/SIGINT; tests may hand in a client."""
-    client = client or await connect(settings, runtime=worker_runtime(settings))
-    if warning := small_cache_warning(settings):
-        log.warning("%s", warning)
-    added = await ensure_search_attributes(client)
-    if added:
-        log.info("registered search attributes: %s", ", ".join(added))
+    """Poll until SIGTERM/SIGINT, then drain; tests may hand in a client.
+
+    Raises:
+        TemporalUnreachable: no connection, or the server refused the worker (an unknown
+            namespace, for example) before it could poll.
+    """
+    health = WorkerHealth()
+    probes = await start_health(health, settings.health_port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    async with build_worker(client, settings) as worker, worker:
+    try:
+        client = client or await connect(settings, runtime=worker_runtime(settings))
+        health.client = client
+        if warning := small_cache_warning(settings):
+            log.warning("%s", warning)
+        added = await ensure_search_attributes(client)
+        if added:
+            log.info("registered search attributes: %s", ", ".join(added))
+        async with build_worker(client, settings) as worker:
+            await _poll_until_stopped(worker, settings, health, stop)
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        if probes is not None:
+            await probes.cleanup()
+
+
+async def _poll_until_stopped(
+    worker: Worker, settings: Settings, health: WorkerHealth, stop: asyncio.Event
+) -> None:
+    """Run ``worker`` until ``stop`` is set (then drain) or the worker fails."""
+    running = asyncio.create_task(worker.run())
+    stopping = asyncio.create_task(stop.wait())
+    try:
+        # The SDK validates the worker against the server (namespace, credentials) before it
+        # polls, and says so only through is_running: no event to wait on.
+        while not worker.is_running and not running.done():  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+        if running.done():
+            await _worker_failed_to_start(running, settings)
+        health.phase = "polling"
         print(
             f"worker started: task queue {settings.temporal_task_queue!r} on "
-            f"{settings.temporal_address} (namespace {settings.temporal_namespace})",
+            f"{describe_target(settings)}",
             flush=True,
         )
-        await stop.wait()
-        log.info("shutting down: finishing in-flight tasks")
+        await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if not running.done():
+            health.phase = "draining"
+            log.info(
+                "draining: no new tasks; in-flight tasks finish (activities within %gs)",
+                settings.worker_shutdown_grace,
+            )
+            await worker.shutdown()
+        await running  # a worker that failed on its own raises here
+        log.info("worker stopped")
+    finally:
+        stopping.cancel()
+
+
+async def _worker_failed_to_start(running: asyncio.Task[None], settings: Settings) -> None:
+    try:
+        await running
+    except RuntimeError as err:  # the SDK's validation error: namespace unknown, refused, ...
+        reason = " ".join(str(err).split())
+        raise TemporalUnreachable(
+            f"the worker could not start polling {describe_target(settings)}: {reason}"
+        ) from None
 
 
 def main() -> None:
+    """The ``aiorch-worker`` command (``python worker.py``)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
         settings = load_settings()
         with tracing(settings, "worker"):
             asyncio.run(run_worker(settings))
-    except ConfigError as err:
+    except OrchestratorError as err:  # ConfigError, TemporalUnreachable: one line, no traceback
         sys.exit(f"worker: {err}")
-    except (ConnectionError, RuntimeError) as err:
-        sys.exit(f"worker: cannot connect to Temporal at the configured address: {err}")
 
 
 if __name__ == "__main__":

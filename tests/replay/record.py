@@ -21,7 +21,7 @@ from temporalio.client import Client, WorkflowHandle
 
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops.signing import SigningKey
-from aiorch.runtime.temporal import DATA_CONVERTER
+from aiorch.runtime.temporal import AiOrchestratorPlugin
 from tests.reviewing import signed
 from workflows import contract
 from workflows.payloads import RunStatus
@@ -109,7 +109,7 @@ def main() -> int:
 
         async def go() -> None:
             client = await Client.connect(
-                stack.addresses.temporal_address, data_converter=DATA_CONVERTER
+                stack.addresses.temporal_address, plugins=[AiOrchestratorPlugin()]
             )
             await record(client, stack.reviewer_key)
 

@@ -1,4 +1,4 @@
-"""Telemetry setup: nothing without an endpoint, the plugin and exporter with one."""
+"""Telemetry setup: nothing without an endpoint, the interceptor and exporter with one."""
 
 from __future__ import annotations
 
@@ -8,20 +8,36 @@ import textwrap
 
 import pytest
 from opentelemetry import trace
+from temporalio.contrib.opentelemetry import OpenTelemetryInterceptor
 
 from aiorch.devstack.stack import free_port
 from aiorch.runtime.config import load_settings
-from aiorch.runtime.telemetry import client_plugins, install_tracing, worker_runtime
+from aiorch.runtime.plugin import AiOrchestratorPlugin
+from aiorch.runtime.telemetry import install_tracing, worker_runtime
 
 
 def test_no_endpoint_no_tracing(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without OTEL_EXPORTER_OTLP_ENDPOINT nothing is installed and clients get no plugin."""
+    """Without OTEL_EXPORTER_OTLP_ENDPOINT nothing is installed and the plugin adds no
+    tracing interceptor."""
     monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
     settings = load_settings()
     assert not settings.tracing_enabled
     assert install_tracing(settings, "test") is None
-    assert client_plugins() == []
+    assert not AiOrchestratorPlugin(settings).interceptors
     assert not trace.get_tracer("t").start_span("x").is_recording()
+
+
+def test_tracing_follows_the_settings_not_an_installed_provider(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The plugin traces when the settings name an endpoint (one interceptor, for client and
+    worker alike), whether or not a provider was installed earlier in the process, and an
+    explicit ``tracing=False`` turns it off."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317")
+    settings = load_settings()
+    [interceptor] = AiOrchestratorPlugin(settings).interceptors or []
+    assert isinstance(interceptor, OpenTelemetryInterceptor)
+    assert not AiOrchestratorPlugin(settings, tracing=False).interceptors
 
 
 @pytest.mark.parametrize(
@@ -33,18 +49,16 @@ def test_no_endpoint_no_tracing(monkeypatch: pytest.MonkeyPatch) -> None:
 )
 def test_endpoint_installs_replay_safe_provider_and_plugin(protocol: str, exporter: str) -> None:
     """With an endpoint (in a fresh process: the provider is process-wide) the replay-safe
-    provider, the protocol's OTLP exporter and Temporal's plugin are in place."""
+    provider and the protocol's OTLP exporter are in place."""
     script = textwrap.dedent(
         """
         from opentelemetry import trace
         from temporalio.contrib.opentelemetry import ReplaySafeTracerProvider
         from aiorch.runtime.config import load_settings
-        from aiorch.runtime.telemetry import client_plugins, install_tracing
+        from aiorch.runtime.telemetry import install_tracing
         provider = install_tracing(load_settings(), "test")
         assert isinstance(trace.get_tracer_provider(), ReplaySafeTracerProvider)
         assert install_tracing(load_settings(), "again") is provider
-        [plugin] = client_plugins()
-        assert type(plugin).__name__ == "OpenTelemetryPlugin"
         processor = provider._tracer_provider._active_span_processor._span_processors[0]
         print(type(processor._batch_processor._exporter).__module__)
         """

