@@ -36,7 +36,7 @@ from activities.llm import LlmActivities
 from activities.prompt import InputLoader, PromptActivities
 from activities.vectors import VectorActivities
 from aiorch.runtime.codec import keyring_from_settings
-from aiorch.runtime.config import Settings, load_settings
+from aiorch.runtime.config import ConfigError, Settings, load_settings
 from aiorch.runtime.connection import connect, describe_target, ensure_search_attributes
 from aiorch.runtime.errors import TemporalUnreachable
 from aiorch.runtime.telemetry import tracing, worker_runtime
@@ -65,9 +65,22 @@ def openai_client(settings: Settings) -> AsyncOpenAI:
 
 
 def vector_store(settings: Settings) -> AsyncQdrantClient:
+    """The Qdrant client: a server at VECTOR_STORE_URL, else embedded at VECTOR_STORE_PATH.
+
+    Raises:
+        ConfigError: the embedded store's directory is held by another process (embedded mode
+            serves one process per directory; more workers need a server or a path each).
+    """
     if settings.vector_store_url:
         return AsyncQdrantClient(url=settings.vector_store_url)
-    return AsyncQdrantClient(path=settings.vector_store_path)
+    try:
+        return AsyncQdrantClient(path=settings.vector_store_path)
+    except RuntimeError as err:  # qdrant-client's local mode reports its lock so
+        raise ConfigError(
+            f"VECTOR_STORE_PATH={settings.vector_store_path!r} cannot be opened "
+            f"({' '.join(str(err).split())}); give each worker its own path, or run a Qdrant "
+            "server and set VECTOR_STORE_URL"
+        ) from None
 
 
 def small_cache_warning(settings: Settings) -> str | None:
