@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 SEARCH_ATTRIBUTES = {
     contract.SEARCH_ATTRIBUTE_STATE: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
     contract.SEARCH_ATTRIBUTE_STATE_SINCE: IndexedValueType.INDEXED_VALUE_TYPE_DATETIME,
+    contract.SEARCH_ATTRIBUTE_REVIEW_ROUND: IndexedValueType.INDEXED_VALUE_TYPE_INT,
 }
 
 # What the SDK's connection errors (Rust tonic/rustls text) mean, first match wins; each says
