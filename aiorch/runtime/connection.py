@@ -44,16 +44,21 @@ SEARCH_ATTRIBUTES = {
 # what to check. The raw text is long, nested and differs by cause, so it is only a fallback.
 _CAUSES: tuple[tuple[str, str], ...] = (
     (
+        r"InconsistentKeys|KeyMismatch",
+        "the TLS client key does not belong to the client certificate "
+        "(TEMPORAL_TLS_CLIENT_KEY_PATH, TEMPORAL_TLS_CLIENT_CERT_PATH)",
+    ),
+    (
         r"PrivateKeyParseError|no private key|private key",
         "the TLS client key is not a PEM private key (TEMPORAL_TLS_CLIENT_KEY_PATH)",
     ),
     (
-        r"UnknownIssuer|BadSignature|unknown ?ca|certificate verify failed",
+        r"UnknownIssuer|BadSignature|certificate verify failed",
         "TLS: the server's certificate is not signed by a trusted CA; set "
         "TEMPORAL_TLS_SERVER_CA_CERT_PATH to the CA that signed it",
     ),
     (
-        r"NotValidForName|not valid for name|CertNotValidForName",
+        r"NotValidForName|not valid for name",
         "TLS: the server's certificate is not valid for this name; set "
         "TEMPORAL_TLS_SERVER_NAME to a name the certificate holds",
     ),
@@ -68,7 +73,7 @@ _CAUSES: tuple[tuple[str, str], ...] = (
         "revoked); check TEMPORAL_TLS_CLIENT_CERT_PATH and TEMPORAL_TLS_CLIENT_KEY_PATH",
     ),
     (
-        r"InvalidContentType|CorruptMessage|wrong version number|http2 error|frame with invalid",
+        r"InvalidContentType|CorruptMessage|wrong version number|frame with invalid",
         "the server and this client disagree on TLS (TLS to a plain-text port, or plain text "
         "to a TLS port); set TEMPORAL_TLS=true or false to match the server",
     ),
@@ -81,8 +86,12 @@ _CAUSES: tuple[tuple[str, str], ...] = (
         "nothing is listening there; is the server running? (locally: `make dev`)",
     ),
     (r"(?i)timed? ?out|deadline", "the server did not answer in time"),
-    (r"Connection reset|broken pipe|ConnectionReset", "the server closed the connection"),
 )
+# The server hung up during or right after the TLS handshake: under TLS 1.3 a client learns
+# that its certificate was refused only this way, so the hint depends on what it sent.
+_CLOSED = r"connection closed|peer closed connection|UnexpectedEof|Connection reset|broken pipe"
+# A server that refused the first call's credentials, as the SDK words it at connect.
+_REFUSED = re.compile(r'code: (Unauthenticated|PermissionDenied), message: "([^"]*)"')
 _REFUSED_CREDENTIALS = {RPCStatusCode.UNAUTHENTICATED, RPCStatusCode.PERMISSION_DENIED}
 
 
@@ -139,31 +148,60 @@ async def connect(
 
 
 def failure_line(settings: Settings, raw: str) -> str:
-    """One line for a connection that failed below gRPC (TCP, DNS, TLS)."""
+    """One line for a connection that failed: below gRPC (TCP, DNS, TLS) or at its first call."""
+    if refused := _REFUSED.search(raw):
+        return _refused_line(settings, refused.group(2))
     for pattern, meaning in _CAUSES:
         if re.search(pattern, raw):
             reason = meaning
             break
     else:
-        reason = _one_line(raw.removeprefix("Failed client connect: "))
+        if re.search(_CLOSED, raw):
+            reason = _closed_reason(settings)
+        else:
+            reason = _one_line(raw.removeprefix("Failed client connect: "))
     return f"cannot connect to Temporal at {describe_target(settings)}: {reason}"
 
 
 def refusal_line(settings: Settings, err: RPCError) -> str:
     """One line for a server that answered the connection's first call with an error."""
     if err.status in _REFUSED_CREDENTIALS:
-        fix = (
-            "check TEMPORAL_API_KEY (or the profile's api_key)"
-            if settings.temporal_api_key is not None
-            else "set TEMPORAL_API_KEY (or the profile's api_key), or a client certificate"
-        )
-        return (
-            f"Temporal at {describe_target(settings)} refused the credentials "
-            f"({_one_line(err.message)}); {fix}"
-        )
+        return _refused_line(settings, err.message)
     return (
         f"cannot connect to Temporal at {describe_target(settings)}: {err.status.name} "
         f"({_one_line(err.message)})"
+    )
+
+
+def _refused_line(settings: Settings, message: str) -> str:
+    fix = (
+        "check TEMPORAL_API_KEY (or the profile's api_key)"
+        if settings.temporal_api_key is not None
+        else "set TEMPORAL_API_KEY (or the profile's api_key)"
+    )
+    return (
+        f"Temporal at {describe_target(settings)} refused the credentials "
+        f"({_one_line(message)}); {fix}"
+    )
+
+
+def _closed_reason(settings: Settings) -> str:
+    tls = settings.temporal_tls
+    if tls is None:
+        return (
+            "the server closed the connection; it may require TLS: set TEMPORAL_TLS=true (and "
+            "a client certificate or an API key)"
+        )
+    if tls.mutual:
+        return (
+            "the server closed the connection during TLS setup: it refused the client "
+            "certificate (TEMPORAL_TLS_CLIENT_CERT_PATH is not signed by a CA it trusts), or "
+            "it does not speak TLS on this port"
+        )
+    return (
+        "the server closed the connection during TLS setup: it may require a client "
+        "certificate (set TEMPORAL_TLS_CLIENT_CERT_PATH and TEMPORAL_TLS_CLIENT_KEY_PATH), "
+        "or it does not speak TLS on this port"
     )
 
 
@@ -204,11 +242,22 @@ async def ensure_search_attributes(client: Client) -> list[str]:
 
 
 def _log_unregistered(names: dict[str, IndexedValueType.ValueType], err: RPCError) -> None:
+    commands = "; ".join(
+        f"temporal operator search-attribute create --name {name} --type "
+        f"{_TYPE_NAMES.get(kind, 'Keyword')}"
+        for name, kind in names.items()
+    )
     log.warning(
-        "could not check or register search attributes %s (%s); register them with "
-        "`temporal operator search-attribute create --name AiState --type Keyword` and "
-        "`... --name AiStateSince --type Datetime` (Temporal Cloud: `tcld namespace "
-        "search-attributes add`)",
+        "could not check or register search attributes %s (%s); register them by hand: %s "
+        "(Temporal Cloud: tcld namespace search-attributes add)",
         ", ".join(names),
         err.message,
+        commands,
     )
+
+
+_TYPE_NAMES = {
+    IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD: "Keyword",
+    IndexedValueType.INDEXED_VALUE_TYPE_DATETIME: "Datetime",
+    IndexedValueType.INDEXED_VALUE_TYPE_INT: "Int",
+}
