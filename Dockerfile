@@ -1,18 +1,27 @@
 # The image for the worker (`python worker.py`, the default) and the LLM simulator
-# (`python -m aiorch.devstack.llm_simulator`). Runtime dependencies only: no dev extras.
+# (`python -m aiorch.devstack.llm_simulator`). Runtime dependencies only, installed from the
+# hash-locked requirements/runtime.txt (no dev servers, no test tools), so a build today and a
+# build next month install the same bytes; a package whose hash does not match fails the build.
 FROM python:3.11.13-slim-bookworm AS build
 
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
 WORKDIR /src
+# Dependencies first, so a code change reuses this layer.
+COPY requirements ./requirements
+RUN python -m venv /opt/venv \
+    && /opt/venv/bin/pip install --require-hashes -r requirements/runtime.txt \
+    && python -m venv /opt/build \
+    && /opt/build/bin/pip install --require-hashes -r requirements/build.txt
 COPY pyproject.toml README.md ./
 COPY workflows ./workflows
 COPY activities ./activities
 COPY aiorch ./aiorch
 COPY worker.py starter.py ./
-# A venv copied whole into the final stage, so no build leftovers ship.
-RUN python -m venv /opt/venv && /opt/venv/bin/pip install .
+# The project itself: built with the locked backend, installed without resolving anything.
+RUN /opt/build/bin/pip wheel --no-deps --no-build-isolation --wheel-dir /wheels . \
+    && /opt/venv/bin/pip install --no-deps /wheels/*.whl
 
 
 FROM python:3.11.13-slim-bookworm
@@ -25,6 +34,7 @@ RUN groupadd --system --gid 10001 app \
     && useradd --system --uid 10001 --gid app --home-dir /app --shell /usr/sbin/nologin app \
     && install -d -o app -g app /app
 
+# Only the runtime venv: the build venv and the wheel stay in the build stage.
 COPY --from=build /opt/venv /opt/venv
 WORKDIR /app
 # The entry points run as scripts from here; the packages they import are in the venv.
@@ -32,6 +42,7 @@ COPY --chown=app:app worker.py starter.py ./
 
 USER 10001:10001
 
-# 8700: the LLM simulator; 9464: the worker's Prometheus endpoint (METRICS_PORT).
-EXPOSE 8700 9464
+# 8700: the LLM simulator; 9464: the worker's Prometheus endpoint (METRICS_PORT); 9465: its
+# liveness and readiness probes (HEALTH_PORT: /healthz, /readyz).
+EXPOSE 8700 9464 9465
 CMD ["python", "worker.py"]

@@ -1,16 +1,26 @@
 # One task runner; CI calls these targets exactly as a new user would.
+# Python 3.11, 3.12 or 3.13: `make test PYTHON=python3.12 VENV=.venv-3.12` (each venv its own).
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
-VENV := .venv
+VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# Hash-locked package sets (`make lock` writes them): the image installs runtime.txt only;
+# development and CI install dev.txt (runtime + the local servers + test tools + build backend).
+LOCK_RUNTIME := requirements/runtime.txt
+LOCK_DEV := requirements/dev.txt
+LOCK_BUILD := requirements/build.txt
+# The fast layers, which CI also runs on the other supported Pythons.
+FAST_LAYERS := tests/unit tests/workflows tests/replay
 
-.PHONY: demo dev test lint typecheck unit bench graph clean
+.PHONY: demo dev test test-fast lint typecheck unit bench graph lock clean
 
-$(STAMP): pyproject.toml
-	$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "Python 3.11 is required (set PYTHON=/path/to/python3.11)")'
+$(STAMP): pyproject.toml $(LOCK_DEV)
+	$(PYTHON) -c 'import sys; sys.exit(0 if (3, 11) <= sys.version_info[:2] <= (3, 13) else "Python 3.11, 3.12 or 3.13 is required (set PYTHON=/path/to/python3.x)")'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --require-hashes -r $(LOCK_DEV)
+	# Metadata an older in-tree build left here would shadow the installed project's.
+	rm -rf ai_orchestrator.egg-info
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
 ## demo: start the embedded stack, walk the main paths live, leave the Web UI up until Ctrl-C
@@ -24,6 +34,10 @@ dev: $(STAMP)
 ## test: lint, type-check and run every test layer
 test: lint typecheck
 	$(BIN)/python -m pytest
+
+## test-fast: the unit, workflow and replay layers (no dev server; CI runs them on 3.12 and 3.13)
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest $(FAST_LAYERS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -42,5 +56,12 @@ bench: $(STAMP)
 graph: $(STAMP)
 	$(BIN)/python -m aiorch.devstack.docs
 
+## lock: re-resolve the locks within pyproject's ranges, for Python 3.11-3.13 on every platform
+UV_COMPILE := $(BIN)/uv pip compile --quiet --universal --python-version 3.11 --generate-hashes
+lock: $(STAMP)
+	$(UV_COMPILE) pyproject.toml -o $(LOCK_RUNTIME)
+	$(UV_COMPILE) pyproject.toml requirements/build.in --extra dev -c $(LOCK_RUNTIME) -o $(LOCK_DEV)
+	$(UV_COMPILE) requirements/build.in -c $(LOCK_DEV) -o $(LOCK_BUILD)
+
 clean:
-	rm -rf $(VENV) .data .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .venv-3.* .data .mypy_cache .ruff_cache .pytest_cache

@@ -425,8 +425,9 @@ def test_built_images_pin_their_base_images() -> None:
 
 
 def test_app_image_is_slim_python_runs_the_worker_as_non_root() -> None:
-    """The project image is python:3.11 slim, installs the project without dev extras, ends as
-    a non-root user and runs ``python worker.py`` by default."""
+    """The project image is python:3.11 slim, installs the hash-locked runtime set (never a
+    dev extra or the dev lock) and then the project without resolving anything, ends as a
+    non-root user and runs ``python worker.py`` by default."""
     instructions = list(_dockerfile_instructions(APP_DOCKERFILE))
     froms = [args.split()[0] for keyword, args in instructions if keyword == "FROM"]
     assert froms, "no FROM"
@@ -438,8 +439,12 @@ def test_app_image_is_slim_python_runs_the_worker_as_non_root() -> None:
     assert users[-1].split(":")[0] not in {"root", "0"}, users[-1]
 
     runs = " ".join(args for keyword, args in instructions if keyword == "RUN")
-    assert re.search(r"pip install \.(\s|$)", runs), "the project is not installed with pip"
-    assert "[dev]" not in runs, "dev extras are installed"
+    installs = re.findall(r"pip install ([^&]+)", runs)
+    assert "--require-hashes -r requirements/runtime.txt" in " ".join(installs), installs
+    for command in installs:
+        assert "--require-hashes" in command or "--no-deps" in command, command
+        assert "[" not in command and "requirements/dev.txt" not in command, command
+    assert re.search(r"pip wheel --no-deps --no-build-isolation .*\.(\s|$)", runs), runs
 
     cmd = [args for keyword, args in instructions if keyword == "CMD"]
     assert cmd and json.loads(cmd[-1]) == ["python", "worker.py"], cmd
@@ -464,7 +469,7 @@ def test_dockerignore_keeps_build_inputs_and_drops_local_state() -> None:
         for source in sources:
             assert (ROOT / source).exists(), f"COPY of missing {source}"
             assert not ignored(source.rstrip("/")), f"{source} is copied but ignored"
-    for local in (".venv", ".git", ".data", "tests"):
+    for local in (".venv", ".venv-3.12", ".git", ".data", "tests"):
         assert ignored(local), f"{local} would be sent to the build"
 
 
@@ -1435,8 +1440,7 @@ def _static_targets(job: Mapping[str, Any]) -> list[str]:
 
 
 def test_prometheus_scrapes_every_worker_at_the_metrics_port() -> None:
-    """Workers are found by DNS (every replica) at METRICS_PORT, the port the worker's own
-    health check reads."""
+    """Workers are found by DNS (every replica) at METRICS_PORT."""
     metrics_port = int(_environment(WORKER)["METRICS_PORT"])
     jobs = [job for job in _scrape_jobs().values() if job.get("dns_sd_configs")]
     worker_sd = [
@@ -1444,7 +1448,14 @@ def test_prometheus_scrapes_every_worker_at_the_metrics_port() -> None:
     ]
     assert worker_sd, "Prometheus does not discover the worker"
     assert all(int(sd["port"]) == metrics_port for sd in worker_sd)
-    assert f"127.0.0.1:{metrics_port}/metrics" in _healthcheck_text(WORKER)
+
+
+def test_worker_health_check_is_its_readiness_probe() -> None:
+    """The worker is healthy when its readiness endpoint (HEALTH_PORT, ``/readyz``) says it
+    is connected and polling, not merely when its metrics endpoint answers."""
+    health_port = int(_environment(WORKER)["HEALTH_PORT"])
+    assert "health_port" in Settings.model_fields
+    assert f"127.0.0.1:{health_port}/readyz" in _healthcheck_text(WORKER)
 
 
 def test_prometheus_scrapes_the_collector_and_temporal_where_they_serve() -> None:
