@@ -81,7 +81,8 @@ class AiOrchestratorPlugin(SimplePlugin):
             data_converter=self.converter,
             workflow_runner=self._runner,
             workflow_failure_exception_types=list(WORKFLOW_FAILURE_TYPES),
-            interceptors=[*telemetry, *interceptors],
+            # None, not [], when there are none: the SDK then leaves the interceptors as they are.
+            interceptors=[*telemetry, *interceptors] or None,
         )
 
     def _runner(self, runner: WorkflowRunner | None) -> WorkflowRunner:
