@@ -11,16 +11,20 @@ LOCK_DEV := requirements/dev.txt
 LOCK_BUILD := requirements/build.txt
 # The fast layers, which CI also runs on the other supported Pythons.
 FAST_LAYERS := tests/unit tests/workflows tests/replay
+# What installs into $(VENV): pip, as a new user has it. CI's extra venvs pass uv's
+# (`PIP_INSTALL="uv pip install --python .venv-3.12/bin/python"`): the same lock and hashes,
+# installed faster.
+PIP_INSTALL ?= $(BIN)/python -m pip install
 
 .PHONY: demo dev test test-fast lint typecheck unit bench graph lock clean
 
 $(STAMP): pyproject.toml $(LOCK_DEV)
 	$(PYTHON) -c 'import sys; sys.exit(0 if (3, 11) <= sys.version_info[:2] <= (3, 13) else "Python 3.11, 3.12 or 3.13 is required (set PYTHON=/path/to/python3.x)")'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --require-hashes -r $(LOCK_DEV)
+	$(PIP_INSTALL) --quiet --require-hashes -r $(LOCK_DEV)
 	# Metadata an older in-tree build left here would shadow the installed project's.
 	rm -rf ai_orchestrator.egg-info
-	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	$(PIP_INSTALL) --quiet --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
 ## demo: start the embedded stack, walk the main paths live, leave the Web UI up until Ctrl-C

@@ -78,6 +78,12 @@ _CAUSES: tuple[tuple[str, str], ...] = (
         "to a TLS port); set TEMPORAL_TLS=true or false to match the server",
     ),
     (
+        r"grpc-status header missing|mapped from HTTP status code",
+        "something other than a Temporal frontend answered there (an HTTP server or proxy); "
+        "check TEMPORAL_ADDRESS and its port (the frontend's gRPC port, 7233 by default, not "
+        "the Web UI's)",
+    ),
+    (
         r"dns error|failed to lookup|Name or service not known",
         "the host name does not resolve; check TEMPORAL_ADDRESS",
     ),

@@ -18,9 +18,9 @@ import contextlib
 import logging
 import signal
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import boto3
 from botocore.config import Config as BotoConfig
@@ -45,6 +45,7 @@ from workflows.errors import OrchestratorError
 from workflows.orchestrator import AiOrchestrator
 
 log = logging.getLogger("ai-orchestrator.worker")
+T = TypeVar("T")
 
 # boto3's own retries would multiply Temporal's attempts unseen; Temporal owns retrying.
 BOTO_CONFIG = BotoConfig(
@@ -207,7 +208,14 @@ async def run_worker(settings: Settings, client: Client | None = None) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
-        client = client or await connect(settings, runtime=worker_runtime(settings))
+        if client is None:
+            # A signal while connecting (an address that never answers) ends the worker at
+            # once: there is nothing in flight to drain yet.
+            connecting = connect(settings, runtime=worker_runtime(settings))
+            client = await _unless_stopped(connecting, stop)
+            if client is None:
+                log.info("stopped before connecting")
+                return
         health.client = client
         if warning := small_cache_warning(settings):
             log.warning("%s", warning)
@@ -221,6 +229,22 @@ async def run_worker(settings: Settings, client: Client | None = None) -> None:
             loop.remove_signal_handler(sig)
         if probes is not None:
             await probes.cleanup()
+
+
+async def _unless_stopped(work: Awaitable[T], stop: asyncio.Event) -> T | None:
+    """``work``'s result, or None (``work`` cancelled) if ``stop`` is set first."""
+    working = asyncio.ensure_future(work)
+    stopping = asyncio.create_task(stop.wait())
+    try:
+        await asyncio.wait({working, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    if not working.done():
+        working.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await working
+        return None
+    return working.result()
 
 
 async def _poll_until_stopped(

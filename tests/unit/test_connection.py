@@ -183,6 +183,9 @@ SDK_ERRORS = {
     'Transport, hyper::Error(Canceled, "connection closed"))) }',
     "mismatch": "Failed client connect: Server connection error: tonic::transport::Error("
     "Transport, InconsistentKeys(KeyMismatch))",
+    "http": "Failed client connect: `get_system_info` call error after connection: Status { "
+    'code: Unimplemented, message: "grpc-status header missing, mapped from HTTP status code '
+    '404", metadata: MetadataMap { headers: {"server": "proxy"} }, source: None }',
 }
 
 
@@ -194,6 +197,7 @@ SDK_ERRORS = {
         ("no key", "refused the credentials (API key missing or invalid); set TEMPORAL_API_KEY"),
         ("closed", "refused the client certificate"),
         ("mismatch", "does not belong to the client certificate"),
+        ("http", "something other than a Temporal frontend answered there"),
     ],
 )
 def test_sdk_connection_errors_become_one_actionable_line(
