@@ -22,7 +22,14 @@ from temporalio.client import Client, WorkflowHandle
 
 from aiorch.devstack.stack import LocalStack
 from aiorch.runtime.temporal import DATA_CONVERTER
-from tests.e2e.conftest import E2E_WORKER_ENV, Simulator, new_id, start, wait_for_state
+from tests.e2e.conftest import (
+    E2E_WORKER_ENV,
+    Simulator,
+    new_id,
+    request,
+    start,
+    wait_for_state,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -102,11 +109,12 @@ async def log_in(context: BrowserContext, stack: LocalStack, reviewer: str) -> P
     return page
 
 
-async def waiting_run(stack: LocalStack, message: str) -> tuple[Client, WorkflowHandle[Any, Any]]:
+async def waiting_run(stack: LocalStack, message: str) -> WorkflowHandle[Any, Any]:
+    """A new run (review always) once it waits for review."""
     client = await Client.connect(stack.addresses.temporal_address, data_converter=DATA_CONVERTER)
-    handle = await start(client, {"request_id": new_id(), "user_message": message, "review": "always"})
+    handle = await start(client, request(message, review="always"))
     await wait_for_state(handle, "await_review")
-    return client, handle
+    return handle
 
 
 async def open_run(page: Page, stack: LocalStack, workflow_id: str) -> None:
@@ -128,7 +136,7 @@ async def test_a_reviewer_reedits_then_approves_in_the_browser(
     simulator echoes the request, ``<script>`` included, which shows as text and never runs),
     sends it back with feedback (the next prompt carries it), then approves round 2, and the run
     completes. Takes the README's screenshot on the way."""
-    client, handle = await waiting_run(inbox_stack, MESSAGE)
+    handle = await waiting_run(inbox_stack, MESSAGE)
     page = await log_in(context, inbox_stack, "alice")
     dialogs: list[str] = []
     page.on("dialog", lambda dialog: dialogs.append(dialog.message))
@@ -165,7 +173,6 @@ async def test_a_reviewer_reedits_then_approves_in_the_browser(
     approval = [entry for entry in result["history"] if entry["event"] == "approve"]
     assert [entry["reviewer"] for entry in approval] == ["alice"]
     assert dialogs == []  # nothing the model wrote ever ran
-    del client
 
 
 async def test_a_reviewer_outside_the_allowed_set_is_refused_on_the_page(
@@ -173,7 +180,7 @@ async def test_a_reviewer_outside_the_allowed_set_is_refused_on_the_page(
 ) -> None:
     """mallory can log in to the inbox, but the worker's ALLOWED_REVIEWERS leaves her out: her
     approval is refused by the run, the page says why, and the run still waits."""
-    _, handle = await waiting_run(inbox_stack, "Draft a reply to the customer")
+    handle = await waiting_run(inbox_stack, "Draft a reply to the customer")
     page = await log_in(context, inbox_stack, "mallory")
     await open_run(page, inbox_stack, handle.id)
 
@@ -191,7 +198,7 @@ async def test_a_post_without_the_csrf_token_is_refused(
 ) -> None:
     """A logged-in reviewer's browser posting a review without the form's CSRF token (what a
     forged form on another site would send) gets 403, and the run is untouched."""
-    _, handle = await waiting_run(inbox_stack, "Check this answer")
+    handle = await waiting_run(inbox_stack, "Check this answer")
     page = await log_in(context, inbox_stack, "alice")
     url = f"{inbox_stack.addresses.inbox_url}/runs/{handle.id}/review"
 

@@ -286,7 +286,6 @@ class FakeActivities:
         self.dead_letters.append(dead_letter)
         return DeadLetterReceipt(message_id=f"msg-{len(self.dead_letters)}", queue_url=DLQ_URL)
 
-
     @activity.defn(name=contract.ACTIVITY_NOTIFY_REVIEWERS)
     async def notify_reviewers(self, notice: ReviewNotice) -> int:
         """Records every attempt; a scripted exception fails that attempt."""
