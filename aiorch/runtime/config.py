@@ -232,11 +232,11 @@ class Settings(BaseSettings):
     @field_validator("review_webhook_url")
     @classmethod
     def _webhook_url(cls, value: SecretStr | None) -> SecretStr | None:
-        if value is not None and not re.fullmatch(
-            r"https?://\S+", value.get_secret_value(), re.IGNORECASE
-        ):
+        if value is None or not value.get_secret_value():
+            return None  # set but empty = unset
+        if not re.fullmatch(r"https?://\S+", value.get_secret_value(), re.IGNORECASE):
             raise ValueError("must be an http:// or https:// URL")
-        return value if value is None or value.get_secret_value() else None
+        return value
 
     @model_validator(mode="after")
     def _encryption_required_needs_keys(self) -> Settings:
