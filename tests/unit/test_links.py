@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from pydantic import SecretStr
 
@@ -37,7 +39,7 @@ def test_web_ui_links_name_the_namespace_and_quote_what_they_must() -> None:
         ("review_webhook_format", "teams"),
     ],
 )
-def test_bad_inbox_and_webhook_settings_are_refused(field: str, value: object) -> None:
+def test_bad_inbox_and_webhook_settings_are_refused(field: str, value: Any) -> None:
     """A non-http(s) URL, a header name with spaces or an unknown format fails at start."""
     with pytest.raises((ValueError, ConfigError)):
         Settings(**{field: value})
