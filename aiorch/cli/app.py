@@ -45,7 +45,7 @@ from aiorch.runtime.telemetry import tracing
 from aiorch.runtime.temporal import connect
 from workflows import contract
 from workflows.errors import OrchestratorError
-from workflows.graph import State, to_dot, to_mermaid
+from workflows.graph import State, first_shown_state, to_dot, to_mermaid
 from workflows.payloads import (
     ALL_MODELS,
     PipelineRequest,
@@ -165,10 +165,13 @@ async def start_run(client: Client, settings: Settings, request: PipelineRequest
             id=request.request_id,
             task_queue=settings.temporal_task_queue,
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            # The state the run will first rest in, set at start (free): its first task need
+            # not publish it (a billable upsert).
             search_attributes=TypedSearchAttributes(
                 [
                     SearchAttributePair(
-                        SearchAttributeKey.for_keyword(contract.SEARCH_ATTRIBUTE_STATE), "idle"
+                        contract.AI_STATE,
+                        first_shown_state(by_reference=request.is_reference).value,
                     )
                 ]
             ),

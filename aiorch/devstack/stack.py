@@ -69,7 +69,11 @@ from aiorch.runtime.config import (
 from workflows.errors import OrchestratorError
 
 HOST = "127.0.0.1"
-DEFAULT_SEARCH_ATTRIBUTES: Mapping[str, str] = {"AiState": "Keyword", "AiStateSince": "Datetime"}
+DEFAULT_SEARCH_ATTRIBUTES: Mapping[str, str] = {
+    "AiState": "Keyword",
+    "AiStateSince": "Datetime",
+    "AiReviewRound": "Int",
+}
 WORKER_READY_LINE = "worker started"
 READY_TIMEOUT_S = 60.0
 # Where ``aiorch`` and ``worker.py`` live in a checkout (site-packages when installed).

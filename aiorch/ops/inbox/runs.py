@@ -30,7 +30,6 @@ from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
-from temporalio.common import SearchAttributeKey
 from temporalio.converter import DataConverter, WorkflowSerializationContext
 from temporalio.service import RPCError
 
@@ -48,11 +47,11 @@ REVIEW_STATES: Final = ("await_review", "escalate")
 MAX_LISTED: Final = 200
 _CACHE_SIZE: Final = 2048
 _LOCAL_ACTIVITY_MARKER: Final = "core_local_activity"
-AI_STATE: Final = SearchAttributeKey.for_keyword(contract.SEARCH_ATTRIBUTE_STATE)
-AI_STATE_SINCE: Final = SearchAttributeKey.for_datetime(contract.SEARCH_ATTRIBUTE_STATE_SINCE)
-# Published by the workflow in a review state (read here by name, so an older server or
-# workflow without it only costs the round on the list).
-AI_REVIEW_ROUND: Final = SearchAttributeKey.for_int("AiReviewRound")
+AI_STATE: Final = contract.AI_STATE
+AI_STATE_SINCE: Final = contract.AI_STATE_SINCE
+# Published by the workflow with every review wait; a run published by an older worker has
+# none, which costs it only the round on the list (its page reads the round from status).
+AI_REVIEW_ROUND: Final = contract.AI_REVIEW_ROUND
 WAITING_QUERY: Final = (
     f"WorkflowType = '{contract.WORKFLOW_TYPE}' AND ExecutionStatus = 'Running' AND "
     f"{contract.SEARCH_ATTRIBUTE_STATE} IN ('await_review', 'escalate')"
