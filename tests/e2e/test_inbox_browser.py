@@ -21,7 +21,8 @@ from playwright.async_api import Browser, BrowserContext, Page, async_playwright
 from temporalio.client import Client, WorkflowHandle
 
 from aiorch.devstack.stack import LocalStack
-from aiorch.runtime.temporal import DATA_CONVERTER
+from aiorch.runtime.codec import KeyRing, new_key
+from aiorch.runtime.temporal import DATA_CONVERTER, encrypted_converter
 from tests.e2e.conftest import (
     E2E_WORKER_ENV,
     Simulator,
@@ -76,7 +77,8 @@ def inbox_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack
 
 
 @pytest.fixture(scope="module")
-async def browser(inbox_stack: LocalStack) -> AsyncIterator[Browser]:
+async def browser() -> AsyncIterator[Browser]:
+    """Debian's Chromium, headless, for the module."""
     async with async_playwright() as playwright:
         launched = await playwright.chromium.launch(
             executable_path=str(chromium_or_skip()), args=CHROMIUM_ARGS
@@ -230,3 +232,39 @@ def test_no_login_gets_401(inbox_stack: LocalStack) -> None:
         assert refused.value.headers["X-Frame-Options"] == "DENY"
     with urllib.request.urlopen(f"{url}/healthz", timeout=10) as health:
         assert health.status == 200
+
+
+async def test_with_encryption_on_the_inbox_shows_decrypted_content(
+    tmp_path: Path, browser: Browser
+) -> None:
+    """With payload encryption on (the worker's PAYLOAD_KEYS, which the inbox gets too), the
+    history holds only ciphertext, and the inbox still lists the run and shows its request and
+    reply decrypted, with its plan's deadline."""
+    keys = {"PAYLOAD_KEYS": f"k1:{new_key()}", "REQUIRE_ENCRYPTION": "true"}
+    with LocalStack(
+        tmp_path / "stack",
+        with_worker=True,
+        worker_env={**E2E_WORKER_ENV, **keys},
+        with_inbox=True,
+        inbox_reviewers=("alice",),
+    ) as stack:
+        client = await Client.connect(
+            stack.addresses.temporal_address,
+            data_converter=encrypted_converter(KeyRing.parse(keys["PAYLOAD_KEYS"])),
+        )
+        handle = await start(client, request("Summarise the secret plan", review="always"))
+        await wait_for_state(handle, "await_review")
+        started = await anext(aiter(handle.fetch_history_events(page_size=1)))
+        raw_input = started.workflow_execution_started_event_attributes.input.payloads[0]
+        assert b"secret plan" not in raw_input.data  # ciphertext in Temporal
+
+        context = await browser.new_context()
+        try:
+            page = await log_in(context, stack, "alice")
+            await open_run(page, stack, handle.id)
+            assert "Summarise the secret plan" in await page.locator("#request").inner_text()
+            assert "secret plan" in await page.locator("#reply").inner_text()
+            assert "h 59 min" in await page.locator("#time-left").inner_text()
+        finally:
+            await context.close()
+        await handle.cancel()
