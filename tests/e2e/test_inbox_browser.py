@@ -161,6 +161,13 @@ async def test_a_reviewer_reedits_then_approves_in_the_browser(
     assert len(prompts) == 2
     assert FEEDBACK in str(prompts[1]["messages"]) and FEEDBACK not in str(prompts[0]["messages"])
 
+    row = page.locator("tr", has=page.locator(f"a.run-link:text('{handle.id}')"))
+    for _ in range(50):  # visibility may lag a moment behind the run
+        await page.goto(f"{inbox_stack.addresses.inbox_url}/")
+        if "revised per feedback" in await row.inner_text():
+            break
+        await asyncio.sleep(0.2)
+    assert "revised per feedback" in await row.inner_text()  # the list shows round 2's reply
     await page.goto(f"{inbox_stack.addresses.inbox_url}/runs/{handle.id}")
     assert await page.locator("#round").inner_text() == "2"
     assert FEEDBACK in await page.locator(".feedback").inner_text()

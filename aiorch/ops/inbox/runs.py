@@ -12,9 +12,9 @@ data converter in the workflow's serialization context, so it works with payload
 on: the request (the start event's input; for a continued run, the request and state it
 carries), the plan (``fetch_prompt``'s result: an activity, or the marker of the local activity
 that fetches an inline message) and the reply under review (the last ``invoke_llm`` result, or
-the carried one). A run's request and plan never change, so they are cached by run id. The run
-page adds the ``status`` query (one billed action per page view): the history, earlier feedback
-and the current round.
+the carried one). What the list reads is cached per run and wait (``AiStateSince``): a new round
+is a new wait, with a new reply. The run page reads afresh and adds the ``status`` query (one
+billed action per page view): the history, earlier feedback and the current round.
 """
 
 from __future__ import annotations
@@ -157,8 +157,11 @@ class RunReader:
             state = attributes.get(AI_STATE) or "?"
             facts: RunFacts | None = None
             problem: str | None = None
+            since = attributes.get(AI_STATE_SINCE)
             try:
-                facts = await self.facts(execution.id, execution.run_id)
+                # Keyed by the wait's start too: a new round (or the escalation) is a new
+                # wait, with a new reply to show.
+                facts = await self.facts(execution.id, execution.run_id, wait=since)
             except RunUnreadable as err:
                 problem = str(err)
             rows.append(
@@ -166,7 +169,7 @@ class RunReader:
                     workflow_id=execution.id,
                     run_id=execution.run_id,
                     state=state,
-                    since=attributes.get(AI_STATE_SINCE),
+                    since=since,
                     review_round=attributes.get(AI_REVIEW_ROUND),
                     facts=facts,
                     problem=problem,
@@ -208,12 +211,20 @@ class RunReader:
             feedback=earlier_feedback(status.history),
         )
 
-    async def facts(self, workflow_id: str, run_id: str, *, fresh: bool = False) -> RunFacts:
-        """Request, plan and latest reply of one run (request and plan cached by run id; the
-        reply changes with each round, so ``fresh`` reads it again)."""
-        cached = self._cache.get(run_id)
-        if cached is not None and not fresh:
-            self._cache.move_to_end(run_id)
+    async def facts(
+        self,
+        workflow_id: str,
+        run_id: str,
+        *,
+        wait: datetime | None = None,
+        fresh: bool = False,
+    ) -> RunFacts:
+        """Request, plan and latest reply of one run, cached by run id and the start of the
+        wait (``AiStateSince``): the reply changes with each round; ``fresh`` reads anew."""
+        key = f"{run_id}@{wait.isoformat() if wait else '-'}"
+        cached = self._cache.get(key)
+        if cached is not None and not fresh and wait is not None:
+            self._cache.move_to_end(key)
             return cached
         converter = self._client.data_converter.with_context(
             WorkflowSerializationContext(namespace=self._client.namespace, workflow_id=workflow_id)
@@ -229,7 +240,7 @@ class RunReader:
                 f"the run's history cannot be decoded ({type(err).__name__}); does this inbox "
                 "have the worker's PAYLOAD_KEYS?"
             ) from None
-        self._cache[run_id] = found
+        self._cache[key] = found
         while len(self._cache) > _CACHE_SIZE:
             self._cache.popitem(last=False)
         return found
