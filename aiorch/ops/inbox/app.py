@@ -87,8 +87,6 @@ class InboxOptions:
     """What the pages need to know about the deployment."""
 
     web_ui_url: Callable[[str], str]
-    inbox_url: str | None = None
-    namespace: str = "default"
 
 
 class SecurityHeaders:

@@ -82,23 +82,15 @@ async def build_app(settings: Settings) -> Starlette:
     key = signing_key(settings)
     authn = authenticator(settings)
     client = await connect(settings)
-    signer = key.signer(ttl=_ttl(settings))
+    signer = key.signer(ttl=timedelta(seconds=settings.review_token_ttl_s))
     inbox = Inbox(
         RunReader(client),
         partial(_submit, client, signer),
         authn,
-        InboxOptions(
-            web_ui_url=partial(web_ui_run_url, settings),
-            inbox_url=settings.inbox_url,
-            namespace=settings.temporal_namespace,
-        ),
+        InboxOptions(web_ui_url=partial(web_ui_run_url, settings)),
     )
     secure = auth.secure_cookies(settings.inbox_url)
     return create_app(inbox, session_secret=auth.session_secret(key), secure_cookies=secure)
-
-
-def _ttl(settings: Settings) -> timedelta:
-    return timedelta(seconds=settings.review_token_ttl_s)
 
 
 async def _submit(
@@ -113,8 +105,12 @@ async def serve(settings: Settings, host: str | None = None, port: int | None = 
     bind_host = host or settings.inbox_host
     bind_port = settings.inbox_port if port is None else port
     sock = socket.socket(socket.AF_INET6 if ":" in bind_host else socket.AF_INET)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((bind_host, bind_port))
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((bind_host, bind_port))
+    except OSError:
+        sock.close()
+        raise
     actual = sock.getsockname()[1]
     server = uvicorn.Server(
         uvicorn.Config(app, log_level="warning", access_log=False, server_header=False)
@@ -157,20 +153,24 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run(host: str | None = None, port: int | None = None) -> int:
-    """Serve the inbox (what ``aiorch inbox`` runs); the exit status."""
+    """Serve the inbox (what ``aiorch inbox`` runs); the exit status. Every failure to start
+    is one line on stderr."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
+        settings = load_settings()
         with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(serve(load_settings(), host, port))
+            asyncio.run(serve(settings, host, port))
     except ConfigError as err:
         print(f"inbox: {err}", file=sys.stderr)
         return 1
     except OSError as err:
         print(f"inbox: cannot listen: {err.strerror or err}", file=sys.stderr)
         return 1
-    except RuntimeError as err:
+    except RuntimeError:  # the SDK's "Failed client connect: ..."
         print(
-            f"inbox: cannot connect to Temporal at the configured address: {err}", file=sys.stderr
+            f"inbox: cannot reach Temporal at {settings.temporal_address}; is it running? "
+            "(TEMPORAL_ADDRESS)",
+            file=sys.stderr,
         )
         return 1
     return 0
