@@ -118,7 +118,7 @@ class AiOrchestrator:
             raise
         self._publish()
         await workflow.wait_condition(workflow.all_handlers_finished)
-        return run_record.result(self._run, request)
+        return run_record.finish(self._run, request)
 
     # Queries, the review signal and update, operator signals: the contract's names.
 

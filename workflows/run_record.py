@@ -21,6 +21,7 @@ from typing import Any, cast
 
 from temporalio import workflow
 from temporalio.common import SearchAttributeUpdate
+from temporalio.exceptions import ApplicationError
 
 import workflows.contract as contract
 import workflows.errors as errors
@@ -171,6 +172,26 @@ def status(run: RunState) -> RunStatus:
         history_dropped=run.history_dropped,
         reviews_refused=run.reviews_refused,
         last_refusal=run.last_refusal,
+    )
+
+
+def finish(run: RunState, request: PipelineRequest) -> PipelineResult:
+    """The result of a completed run.
+
+    A run that ended in ``failed`` or ``dead_letter`` closes as a failed Temporal run (so the
+    Web UI, ``ExecutionStatus='Failed'`` and the SDK's failure metrics see it): this raises a
+    non-retryable ``RunFailed`` whose details carry the same ``PipelineResult``.
+
+    Raises:
+        ApplicationError: ``RunFailed``, the run ended in failed or dead_letter.
+    """
+    ended = result(run, request)
+    if ended.state == State.COMPLETED.value:
+        return ended
+    reason = observability.error_reason(run.last_error)
+    shown = "" if reason == observability.UNKNOWN_REASON else f" ({reason})"
+    raise ApplicationError(
+        f"run ended in {ended.state}{shown}", ended, type=errors.RUN_FAILED, non_retryable=True
     )
 
 

@@ -26,7 +26,6 @@ from rich.table import Table
 from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
-    WorkflowFailureError,
     WorkflowUpdateFailedError,
 )
 from temporalio.common import (
@@ -39,6 +38,7 @@ from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from aiorch.ops import claim_check, codec_server, dead_letters, operations, reviews
+from aiorch.ops.results import run_result
 from aiorch.ops.signing import SigningKey, signing_key_from_settings
 from aiorch.runtime.config import Settings, load_settings
 from aiorch.runtime.telemetry import tracing
@@ -49,6 +49,7 @@ from workflows.graph import State, first_shown_state, to_dot, to_mermaid
 from workflows.payloads import (
     ALL_MODELS,
     PipelineRequest,
+    PipelineResult,
     ReviewDecision,
     RunStatus,
     describe_validation_error,
@@ -235,11 +236,12 @@ def start(
         out.print(f"started {workflow_id}")
         out.print(f"web ui: {ui_link(settings, workflow_id)}", highlight=False)
         if wait:
-            try:
-                result = await client.get_workflow_handle(workflow_id).result()
-            except WorkflowFailureError as error:
-                raise CliError(f"run failed: {error.cause}") from None
-            out.print_json(json.dumps(result, default=str))
+            result = await run_result(client, workflow_id)
+            out.print_json(result.model_dump_json())
+            if result.state != State.COMPLETED.value:
+                raise CliError(
+                    f"run {workflow_id} ended in {result.state}: {result_reason(result)}"
+                )
 
     run_async(go)
 
@@ -352,6 +354,12 @@ def review_all(
             raise CliError(f"{len(done.errors)} review(s) failed; run the command again")
 
     run_async(go)
+
+
+def result_reason(result: PipelineResult) -> str:
+    """Why a run ended where it did: the detail of its last history entry."""
+    last = result.history[-1] if result.history else None
+    return (last.detail if last and last.detail else None) or "see its history"
 
 
 def review_signer(settings: Settings, key: SigningKey | None) -> reviews.Signer | None:

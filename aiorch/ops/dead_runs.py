@@ -24,9 +24,7 @@ later run completed meanwhile.
 
 from __future__ import annotations
 
-import contextlib
 import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -48,9 +46,9 @@ from temporalio.converter import (
     WorkflowSerializationContext,
     encode_search_attributes,
 )
-from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
+from aiorch.ops.results import result_in, result_of_failure
 from workflows import contract
 from workflows.continuation import parse_input
 from workflows.errors import OrchestratorError
@@ -112,18 +110,9 @@ def final_result(
     prove nothing.
     """
     if status == WorkflowExecutionStatus.COMPLETED and not isinstance(outcome, BaseException):
-        candidates: Sequence[Any] = (outcome,)
-    elif (
-        status == WorkflowExecutionStatus.FAILED
-        and isinstance(outcome, WorkflowFailureError)
-        and isinstance(outcome.cause, ApplicationError)
-    ):
-        candidates = outcome.cause.details
-    else:
-        return None
-    for candidate in candidates:
-        with contextlib.suppress(ValidationError):
-            return PipelineResult.model_validate(candidate)
+        return result_in((outcome,))
+    if status == WorkflowExecutionStatus.FAILED and isinstance(outcome, WorkflowFailureError):
+        return result_of_failure(outcome)
     return None
 
 

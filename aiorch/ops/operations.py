@@ -31,10 +31,11 @@ from temporalio.client import Client, WorkflowExecution
 from temporalio.common import SearchAttributeKey
 from temporalio.service import RPCError, RPCStatusCode
 
+from aiorch.ops.results import NoResult, run_result
 from workflows import contract
 from workflows.graph import REVIEW_STATES, STATES, Event, State
 from workflows.observability import GRAPH_EVENTS
-from workflows.payloads import HistoryEntry, OperatorRequest, PipelineResult
+from workflows.payloads import HistoryEntry, OperatorRequest
 
 AI_STATE = SearchAttributeKey.for_keyword(contract.SEARCH_ATTRIBUTE_STATE)
 AI_STATE_SINCE = SearchAttributeKey.for_datetime(contract.SEARCH_ATTRIBUTE_STATE_SINCE)
@@ -313,7 +314,8 @@ async def count_by_state(client: Client) -> tuple[list[StateCount], int]:
 
 
 async def collect_stats(client: Client, *, sample: int = 200, concurrency: int = 10) -> RunStats:
-    """Counts by state, and averages over the ``sample`` most recent runs that returned.
+    """Counts by state, and averages over the ``sample`` most recent runs that ended with a
+    result (completed, or closed as failed with their result in the failure).
 
     Processing time is close minus start time (from visibility), per final state and overall;
     the approval delay comes from those runs' result histories (`approval_delays`).
@@ -321,7 +323,8 @@ async def collect_stats(client: Client, *, sample: int = 200, concurrency: int =
     states, total = await count_by_state(client)
     finals = ", ".join(f"'{s.value}'" for s in FINAL_RESULT_STATES)
     query = runs_query(
-        f"ExecutionStatus = 'Completed' AND {contract.SEARCH_ATTRIBUTE_STATE} IN ({finals})"
+        f"ExecutionStatus IN ('Completed', 'Failed') "
+        f"AND {contract.SEARCH_ATTRIBUTE_STATE} IN ({finals})"
     )
     closed = [e async for e in client.list_workflows(query, limit=sample)]
     by_state: dict[str, list[timedelta]] = {}
@@ -338,8 +341,10 @@ async def collect_stats(client: Client, *, sample: int = 200, concurrency: int =
 
     async def delays_of(execution: WorkflowExecution) -> list[timedelta]:
         async with gate:
-            handle = client.get_workflow_handle(execution.id, run_id=execution.run_id)
-            result = PipelineResult.model_validate(await handle.result(follow_runs=False))
+            try:
+                result = await run_result(client, execution.id, execution.run_id)
+            except NoResult:
+                return []
         return approval_delays(result.history)
 
     per_run = await asyncio.gather(*(delays_of(e) for e in closed))

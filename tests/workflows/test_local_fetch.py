@@ -12,6 +12,7 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle
 
+from aiorch.ops.results import finished
 from tests.history_events import scheduled_activities
 from tests.workflows.conftest import HAPPY_PATH, Orchestration, Reply, path
 from workflows import contract
@@ -38,7 +39,7 @@ async def test_inline_message_is_fetched_locally(orch: Orchestration) -> None:
     and the run still walks fetch_prompt in its own history and completes."""
     handle = await orch.start(review="never", user_message="Inline text")
 
-    result = await handle.result()
+    result = await finished(handle)
 
     assert result.state == "completed"
     assert "fetch_prompt" in path(result.history)
@@ -61,7 +62,7 @@ async def test_referenced_document_is_fetched_by_a_regular_activity(orch: Orches
     activity: retried and timed out by the server, visible as a pending activity."""
     handle = await orch.start(review="never", user_message="s3://docs/report.txt")
 
-    result = await handle.result()
+    result = await finished(handle)
 
     assert result.state == "completed"
     assert await scheduled_activities(handle) == [
@@ -79,7 +80,7 @@ async def test_state_is_upserted_once_per_workflow_task(orch: Orchestration) -> 
     moments) is not published: invoke_llm, then completed."""
     handle = await orch.start(review="never")
 
-    result = await handle.result()
+    result = await finished(handle)
 
     assert path(result.history) == HAPPY_PATH
     assert await _published_states(handle) == ["invoke_llm", "completed"]
@@ -93,7 +94,7 @@ async def test_the_state_a_starter_set_at_start_is_not_published_again(
     start): the happy path then upserts only its final state, one billable action."""
     handle = await orch.start(review="never", initial_ai_state="invoke_llm")
 
-    result = await handle.result()
+    result = await finished(handle)
 
     assert await _published_states(handle) == ["completed"]
     await orch.check_finished(handle, result)

@@ -7,6 +7,7 @@ from datetime import timedelta
 
 from temporalio.exceptions import ApplicationError
 
+from aiorch.ops.results import finished
 from tests.history_events import scheduled_activities
 from tests.workflows.conftest import Orchestration, Reply, assert_waited, entry_for
 from workflows import contract, errors
@@ -43,7 +44,7 @@ async def test_a_review_wait_and_its_escalation_each_notify_once(orch: Orchestra
     assert_waited(timed_out.at, escalated.deadline, 1200)
 
     await handle.signal(contract.SIGNAL_REVIEW, {"decision": "approve", "reviewer": "bob"})
-    result = await handle.result()
+    result = await finished(handle)
     assert result.state == "completed"
     assert len(orch.fakes.notices) == 2
     await orch.check_finished(handle, result)
@@ -63,7 +64,7 @@ async def test_each_review_round_notifies_again(orch: Orchestration) -> None:
     while second.review_round != 2:
         second = await orch.wait_for_state(handle, "await_review")
     await handle.signal(contract.SIGNAL_REVIEW, {"decision": "approve", "reviewer": "bob"})
-    assert (await handle.result()).state == "completed"
+    assert (await finished(handle)).state == "completed"
 
     assert [(n.reason, n.review_round) for n in orch.fakes.notices] == [
         ("review_needed", 1),
@@ -80,7 +81,7 @@ async def test_notifications_off_schedule_nothing(orch: Orchestration) -> None:
     await orch.env.sleep(timedelta(seconds=61))
     await orch.wait_for_state(handle, "escalate")
     await handle.signal(contract.SIGNAL_REVIEW, {"decision": "approve", "reviewer": "bob"})
-    assert (await handle.result()).state == "completed"
+    assert (await finished(handle)).state == "completed"
 
     assert orch.fakes.notices == []
     assert contract.ACTIVITY_NOTIFY_REVIEWERS not in await scheduled_activities(handle)
@@ -102,7 +103,7 @@ async def test_a_failing_notification_never_fails_or_holds_the_run(orch: Orchest
     await orch.wait_for_state(handle, "escalate")
     await orch.env.sleep(timedelta(minutes=5))  # the escalation notice's retries play out
     await handle.signal(contract.SIGNAL_REVIEW, {"decision": "approve", "reviewer": "bob"})
-    result = await handle.result()
+    result = await finished(handle)
 
     assert result.state == "completed" and result.history[-1].to_state == "completed"
     reasons = [n.reason for n in orch.fakes.notices]
@@ -120,5 +121,5 @@ async def test_an_operators_dead_letter_tells_no_reviewer(orch: Orchestration) -
     await orch.wait_for_state(handle, "await_review")
     await handle.signal(contract.SIGNAL_DEAD_LETTER, {"operator": "oncall"})
 
-    assert (await handle.result()).state == "dead_letter"
+    assert (await finished(handle)).state == "dead_letter"
     assert [n.reason for n in orch.fakes.notices] == ["review_needed"]
