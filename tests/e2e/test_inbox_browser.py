@@ -45,7 +45,9 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "images" / "inbox.png"
+# The README's screenshot; the suite rewrites it only when asked (`make screenshots`), so a test
+# run leaves the checkout as it was.
+README_SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "images" / "inbox.png"
 MESSAGE = "Summarise our refund policy <script>alert('owned')</script>"
 FEEDBACK = "Please cite the policy section number."
 
@@ -132,7 +134,7 @@ async def open_run(page: Page, stack: LocalStack, workflow_id: str) -> None:
 
 
 async def test_a_reviewer_reedits_then_approves_in_the_browser(
-    inbox_stack: LocalStack, context: BrowserContext
+    inbox_stack: LocalStack, context: BrowserContext, tmp_path: Path
 ) -> None:
     """alice logs in with her token, finds the waiting run in the list, reads the reply (the
     simulator echoes the request, ``<script>`` included, which shows as text and never runs),
@@ -171,8 +173,11 @@ async def test_a_reviewer_reedits_then_approves_in_the_browser(
     await page.goto(f"{inbox_stack.addresses.inbox_url}/runs/{handle.id}")
     assert await page.locator("#round").inner_text() == "2"
     assert FEEDBACK in await page.locator(".feedback").inner_text()
-    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-    await page.screenshot(path=str(SCREENSHOT), full_page=True)
+    shot = (
+        README_SCREENSHOT if os.environ.get("UPDATE_SCREENSHOTS") == "1" else tmp_path / "inbox.png"
+    )
+    await page.screenshot(path=str(shot), full_page=True)
+    assert shot.read_bytes().startswith(b"\x89PNG")
 
     await page.click("button[value=approve]")
     await page.wait_for_selector(".flash.ok")
