@@ -16,7 +16,7 @@ FAST_LAYERS := tests/unit tests/workflows tests/replay
 # installed faster.
 PIP_INSTALL ?= $(BIN)/python -m pip install
 
-.PHONY: demo dev test test-fast lint typecheck unit bench graph lock clean
+.PHONY: demo dev test test-fast lint typecheck unit bench graph screenshots lock clean
 
 $(STAMP): pyproject.toml $(LOCK_DEV)
 	$(PYTHON) -c 'import sys; sys.exit(0 if (3, 11) <= sys.version_info[:2] <= (3, 13) else "Python 3.11, 3.12 or 3.13 is required (set PYTHON=/path/to/python3.x)")'
@@ -55,6 +55,10 @@ unit: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.run
+
+## screenshots: retake the README's screenshot of the review inbox (needs Debian's chromium)
+screenshots: $(STAMP)
+	UPDATE_SCREENSHOTS=1 $(BIN)/python -m pytest tests/e2e/test_inbox_browser.py -q
 
 ## graph: regenerate the diagrams in docs/ and the README from workflows/graph.py
 graph: $(STAMP)

@@ -384,4 +384,5 @@ class PromptActivities:
             max_feedback_chars=cfg.max_feedback_chars,
             max_reply_chars=cfg.max_reply_chars,
             reedit_rounds_per_run=cfg.reedit_rounds_per_run,
+            notify=cfg.notifications_enabled,
         )

@@ -12,6 +12,10 @@ time and no Docker is needed. Each is ready when the check in brackets passes:
   the environment or ``worker_env``): ``python -m aiorch.ops.codec_server`` [its ready line];
   the Web UI is started with ``--ui-codec-endpoint`` pointing at it, and its token is written to
   ``<data_dir>/codec-token`` (mode 0600), never printed
+- review inbox, only with ``with_inbox``: ``python -m aiorch.ops.inbox`` [its ready line], with
+  its own signing key (``<data_dir>/inbox-key``; its ``inbox:KEY:*`` entry joins the workers'
+  ``REVIEW_PUBLIC_KEYS``) and a login token per name in ``inbox_reviewers``, hashed in
+  ``<data_dir>/inbox-tokens`` and readable in ``<data_dir>/inbox-logins`` (mode 0600)
 
 Binaries are found next to the running interpreter (the venv's ``bin``), never only on PATH.
 Each child runs in a session of its own, so a Ctrl-C in the terminal reaches only this launcher,
@@ -53,8 +57,15 @@ from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client
 
 from aiorch.ops.codec_server import READY_LINE as CODEC_READY_LINE
+from aiorch.ops.inbox.auth import new_token
+from aiorch.ops.inbox.server import READY_LINE as INBOX_READY_LINE
 from aiorch.ops.signing import SigningKey
-from aiorch.runtime.config import DEFAULT_CODEC_PORT, DEFAULT_LLM_PORT, DEFAULT_SQS_PORT
+from aiorch.runtime.config import (
+    DEFAULT_CODEC_PORT,
+    DEFAULT_INBOX_PORT,
+    DEFAULT_LLM_PORT,
+    DEFAULT_SQS_PORT,
+)
 from workflows.errors import OrchestratorError
 
 HOST = "127.0.0.1"
@@ -68,7 +79,7 @@ READY_TIMEOUT_S = 60.0
 # Where ``aiorch`` and ``worker.py`` live in a checkout (site-packages when installed).
 _PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # The reverse is the stop order: the worker goes before the servers it uses.
-_START_ORDER = ("codec", "temporal", "sqs", "llm", "worker")
+_START_ORDER = ("codec", "temporal", "sqs", "llm", "worker", "inbox")
 # Variables that switch payload encryption on (see aiorch.runtime.codec) and configure the
 # codec server.
 ENCRYPTION_VARIABLES = ("PAYLOAD_KEYS", "PAYLOAD_KEYS_FILE")
@@ -486,6 +497,8 @@ class StackAddresses:
     reviewer_key_file: Path
     # Set only when payload encryption is on; its token is in <data_dir>/codec-token.
     codec_server_url: str | None = None
+    # Set only with the review inbox; its login tokens are in <data_dir>/inbox-logins.
+    inbox_url: str | None = None
 
     def env(self) -> dict[str, str]:
         """The variables the worker and starter read (see ``aiorch.runtime.config``)."""
@@ -506,6 +519,8 @@ class StackAddresses:
         }
         if self.ui_url is not None:
             env["TEMPORAL_UI_URL"] = self.ui_url
+        if self.inbox_url is not None:
+            env["INBOX_URL"] = self.inbox_url
         return env
 
 
@@ -531,6 +546,9 @@ class LocalStack:
         worker_cwd: Path = _PROJECT_ROOT,
         worker_env: Mapping[str, str] | None = None,
         codec_port: int | None = None,
+        with_inbox: bool = False,
+        inbox_port: int | None = None,
+        inbox_reviewers: Sequence[str] = ("reviewer",),
     ) -> None:
         self.data_dir = data_dir.resolve()
         self.log_dir = self.data_dir / "logs"
@@ -542,7 +560,13 @@ class LocalStack:
         self.encrypted = any(settings_env.get(name) for name in ENCRYPTION_VARIABLES)
         self.codec_token_file = self.data_dir / "codec-token"
         self.reviewer_key = _stack_reviewer_key(self.data_dir / "reviewer-key")
+        self.with_inbox, self.inbox_reviewers = with_inbox, tuple(inbox_reviewers)
+        self.inbox_key = _stack_reviewer_key(self.data_dir / "inbox-key", "inbox")
+        public_keys = [self.reviewer_key.public_entry()]
+        if with_inbox:
+            public_keys.append(self.inbox_key.public_entry(None))
         taken = {p for p in (temporal_port, ui_port, sqs_port, llm_port, codec_port) if p}
+        taken |= {inbox_port} if inbox_port else set()
         self.temporal_port = temporal_port or _distinct_free_port(taken)
         self.ui_port = ui_port
         self.sqs_port = sqs_port or _distinct_free_port(taken)
@@ -554,12 +578,15 @@ class LocalStack:
             openai_base_url=f"http://{HOST}:{self.llm_port}/v1",
             vector_store_path=self.data_dir / "vectors",
             input_dir=self.data_dir / "inputs",
-            review_public_keys=self.reviewer_key.public_entry(),
+            review_public_keys=",".join(public_keys),
             reviewer_key_file=self.data_dir / "reviewer-key",
             codec_server_url=(
                 f"http://{HOST}:{codec_port or _distinct_free_port(taken)}"
                 if self.encrypted
                 else None
+            ),
+            inbox_url=(
+                f"http://{HOST}:{inbox_port or _distinct_free_port(taken)}" if with_inbox else None
             ),
         )
         self._procs: dict[str, ManagedProcess] = {}
@@ -591,6 +618,8 @@ class LocalStack:
                 self._procs[name].wait_ready()
             if self.with_worker:
                 self.start_worker()
+            if self.with_inbox:
+                self._procs["inbox"] = self._start_inbox()
         except BaseException:
             self.stop()
             raise
@@ -668,6 +697,36 @@ class LocalStack:
             port=int(url.rsplit(":", 1)[1]), env=codec_env, log_dir=self.log_dir
         )
 
+    def inbox_token(self, reviewer: str) -> str:
+        """The inbox login token of one of ``inbox_reviewers`` (with_inbox only)."""
+        logins = (self.data_dir / "inbox-logins").read_text(encoding="utf-8").splitlines()
+        return next(line.split(" ", 1)[1] for line in logins if line.split(" ", 1)[0] == reviewer)
+
+    def _start_inbox(self) -> ManagedProcess:
+        url = self.addresses.inbox_url
+        assert url is not None
+        _write_secret(self.data_dir / "inbox-key", self.inbox_key.private_entry())
+        tokens = {name: new_token(name) for name in self.inbox_reviewers}
+        _write_secret(
+            self.data_dir / "inbox-logins", "\n".join(f"{n} {t}" for n, (t, _) in tokens.items())
+        )
+        (self.data_dir / "inbox-tokens").write_text(
+            "".join(f"{line}\n" for _, line in tokens.values()), encoding="utf-8"
+        )
+        inbox_env = {
+            **self.addresses.env(),
+            **self.worker_env,
+            "INBOX_SIGNING_KEY_FILE": str(self.data_dir / "inbox-key"),
+            "INBOX_TOKENS_FILE": str(self.data_dir / "inbox-tokens"),
+            "INBOX_URL": url,
+        }
+        port = int(url.rsplit(":", 1)[1])
+        ensure_port_free(port, "review inbox", "--inbox-port")
+        args = [sys.executable, "-m", "aiorch.ops.inbox", "--host", HOST, "--port", str(port)]
+        return _start_until_line(
+            "inbox", args, inbox_env, _PROJECT_ROOT, self.log_dir, INBOX_READY_LINE, READY_TIMEOUT_S
+        )
+
     def _ui_codec_endpoint(self) -> str | None:
         # The Web UI cannot send a bearer header, so it gets the token as a path segment; the
         # UI is local (127.0.0.1) and its settings are served to local browsers only.
@@ -704,12 +763,12 @@ def _write_secret(path: Path, value: str) -> None:
     path.write_text(value + "\n", encoding="utf-8")
 
 
-def _stack_reviewer_key(path: Path) -> SigningKey:
+def _stack_reviewer_key(path: Path, key_id: str = "localstack") -> SigningKey:
     # A persisted stack keeps its key, so runs that wait for review across restarts (their plan
     # holds the public key) can still be reviewed.
     if path.is_file():
         return SigningKey.parse(path.read_text(encoding="utf-8"), source=str(path))
-    return SigningKey.generate("localstack")
+    return SigningKey.generate(key_id)
 
 
 def _distinct_free_port(taken: set[int]) -> int:
@@ -735,6 +794,9 @@ def _show(stack: LocalStack, console: Console) -> None:
     table.add_row("LLM", stack.addresses.openai_base_url)
     table.add_row("Logs", str(stack.log_dir))
     table.add_row("Inputs (file://)", str(stack.addresses.input_dir))
+    if stack.addresses.inbox_url:
+        logins = stack.data_dir / "inbox-logins"
+        table.add_row("Review inbox", f"{stack.addresses.inbox_url} (login tokens in {logins})")
     if stack.addresses.codec_server_url:
         table.add_row(
             "Codec server",
@@ -775,6 +837,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     up.add_argument("--ephemeral", action="store_true", help="keep Temporal state in memory")
     up.add_argument("--no-worker", action="store_true", help="start the servers only")
+    up.add_argument("--inbox", action="store_true", help="also serve the review inbox")
+    up.add_argument("--inbox-port", type=int, default=DEFAULT_INBOX_PORT)
     args = parser.parse_args(argv)
 
     console = Console()
@@ -789,6 +853,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         codec_port=args.codec_port,
         persist=not args.ephemeral,
         with_worker=not args.no_worker,
+        with_inbox=args.inbox,
+        inbox_port=args.inbox_port,
     )
     try:
         with console.status("starting the local stack..."):

@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Awaitable
 from datetime import timedelta
 from typing import Any, TypeVar
 
+import aiohttp
 import boto3
 from botocore.config import Config as BotoConfig
 from openai import AsyncOpenAI, DefaultAioHttpClient
@@ -33,6 +34,7 @@ from temporalio.worker import PollerBehaviorSimpleMaximum, Worker, WorkerDeploym
 from activities.dead_letter import DeadLetterActivities
 from activities.lineage import LineageActivities
 from activities.llm import LlmActivities
+from activities.notify import NotifyActivities
 from activities.prompt import InputLoader, PromptActivities
 from activities.vectors import VectorActivities
 from aiorch.runtime.codec import keyring_from_settings
@@ -171,6 +173,9 @@ async def build_worker(client: Client, settings: Settings) -> AsyncIterator[Work
         sqs, settings.dlq_queue_name, content_free=keyring_from_settings(settings) is not None
     )
     lineage = LineageActivities(client)
+    # Review notifications (REVIEW_WEBHOOK_URL); the session's own timeouts are per call.
+    webhooks = aiohttp.ClientSession()
+    notify = NotifyActivities(settings, webhooks)
     try:
         yield Worker(
             client,
@@ -185,6 +190,7 @@ async def build_worker(client: Client, settings: Settings) -> AsyncIterator[Work
                 vectors.delete_embedding,
                 dead_letters.send_dead_letter,
                 lineage.verify_continuation,
+                notify.notify_reviewers,
             ],
             **tuning_options(settings),
             **deployment_options(settings),
@@ -192,6 +198,7 @@ async def build_worker(client: Client, settings: Settings) -> AsyncIterator[Work
     finally:
         await llm.close()
         await store.close()
+        await webhooks.close()
 
 
 async def run_worker(settings: Settings, client: Client | None = None) -> None:

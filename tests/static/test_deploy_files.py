@@ -26,9 +26,12 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
+from aiorch.ops.inbox.auth import TokenBook
+from aiorch.ops.signing import SigningKey
 from aiorch.runtime.codec import KeyRing
 from aiorch.runtime.config import SECRET_FILE_FIELDS, Settings
 from workflows import contract
+from workflows.identity import parse_review_keys
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
@@ -629,6 +632,7 @@ PUBLISHED = {
     ("temporal", 7233): "the temporal CLI on the host (payloads through the codec server)",
     ("temporal-ui", 8080): "the Web UI, in a browser",
     ("codec-server", 8702): "the browser running the Web UI calls it to decode payloads",
+    ("inbox", 8703): "reviewers open the review inbox in a browser",
     ("grafana", 3000): "dashboards, metrics and traces, behind Grafana's login",
 }
 # Published ports bound beyond loopback, each with the reason docs/docker.md gives. None.
@@ -937,6 +941,41 @@ def test_payloads_are_encrypted_and_the_ui_decodes_through_the_codec_server() ->
     assert f"'127.0.0.1', {codec_port}" in _healthcheck_text("codec-server")
 
 
+def test_the_inbox_signs_with_a_generated_key_the_worker_trusts() -> None:
+    """The inbox reads its signing key and its reviewers' token hashes from the secrets job's
+    volumes, and the worker the key's public half, so reviews the inbox signs are accepted and
+    unsigned ones are not; the inbox decodes with the worker's key ring, listens where it is
+    published and probed, and the worker's notification links point at it."""
+    inbox, worker = _environment("inbox"), _environment(WORKER)
+    spec = _services()["inbox"]
+    mounts = {
+        variable: _secret_mount(spec, inbox[variable])
+        for variable in ("INBOX_SIGNING_KEY_FILE", "PAYLOAD_KEYS_FILE")
+    }
+    assert {v: m.source if m else None for v, m in mounts.items()} == {
+        "INBOX_SIGNING_KEY_FILE": "inbox-key",
+        "PAYLOAD_KEYS_FILE": "payload-keys",
+    }
+    tokens = _mount_holding(spec, inbox["INBOX_TOKENS_FILE"])
+    assert tokens is not None and tokens.source == "inbox-tokens" and tokens.read_only
+    public = _secret_mount(_services()[WORKER], worker["REVIEW_PUBLIC_KEYS_FILE"])
+    assert public is not None and public.source == "review-public-keys"
+    assert _key_source(spec, "PAYLOAD_KEYS") == _key_source(_services()[WORKER], "PAYLOAD_KEYS")
+    assert inbox["REQUIRE_ENCRYPTION"] == "true"
+    assert inbox["TEMPORAL_NAMESPACE"] == worker["TEMPORAL_NAMESPACE"]
+    assert inbox["TEMPORAL_ADDRESS"] == worker["TEMPORAL_ADDRESS"]
+    port = int(inbox["INBOX_PORT"])
+    assert port in _container_ports("inbox") and f"127.0.0.1:{port}/healthz" in _healthcheck_text(
+        "inbox"
+    )
+    assert (
+        inbox["INBOX_URL"]
+        == worker["INBOX_URL"]
+        == f"http://localhost:{_published_ports('inbox')[0]}"
+    )
+    assert "inbox-key" not in {m.source for m in _mounts_of(_services()[WORKER])}
+
+
 def test_secrets_are_generated_into_named_volumes_only() -> None:
     """The secrets job writes only named volumes, has no network, and everything that reads a
     secret reads it read-only from those volumes after the job has finished."""
@@ -1225,6 +1264,9 @@ SECRET_FILES = {
     "codec-token": ("token", 0o440),
     "postgres-password": ("password", 0o400),
     "grafana-admin-password": ("password", 0o400),
+    "inbox-key": ("key", 0o400),
+    "review-public-keys": ("keys", 0o400),
+    "inbox-tokens": ("tokens", 0o400),
 }
 
 
@@ -1238,7 +1280,8 @@ def _volumes(tmp_path: Path) -> Path:
 def _secrets_sh(root: Path, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
     owner = f"{os.getuid()}:{os.getgid()}"
     owners = {
-        f"{name}_OWNER": owner for name in ("PAYLOAD_KEYS", "CODEC_TOKEN", "POSTGRES", "GRAFANA")
+        f"{name}_OWNER": owner
+        for name in ("PAYLOAD_KEYS", "CODEC_TOKEN", "POSTGRES", "GRAFANA", "INBOX")
     }
     return subprocess.run(
         ["sh", str(SECRETS_SCRIPT), *args],
@@ -1285,6 +1328,48 @@ def test_secrets_script_creates_each_secret_once_and_prints_none(tmp_path: Path)
     printed = first.stdout + first.stderr + second.stdout + second.stderr
     for secret in [*_key_material(values["payload-keys"]), *values.values()]:
         assert secret.strip() not in printed
+
+
+def test_secrets_script_makes_the_inbox_key_and_the_entry_that_trusts_it(tmp_path: Path) -> None:
+    """`init` makes the inbox's signing key and, from it, the workers' REVIEW_PUBLIC_KEYS entry
+    (key id inbox, signs for any reviewer), and a tokens file with no token yet."""
+    root = _volumes(tmp_path)
+    assert _secrets_sh(root, "init").returncode == 0
+    values = _secret_values(root)
+    key = SigningKey.parse(values["inbox-key"])
+    assert key.key_id == "inbox"
+    [entry] = parse_review_keys(values["review-public-keys"])
+    assert (entry.key_id, entry.reviewers) == ("inbox", None)
+    assert values["review-public-keys"].strip() == key.public_entry(None)
+    assert len(TokenBook(root / "inbox-tokens" / "tokens")) == 0
+
+
+def test_secrets_script_adds_and_removes_inbox_reviewers(tmp_path: Path) -> None:
+    """`add-inbox-reviewer NAME` keeps only the token's hash and prints the token once (it logs
+    NAME in); `remove-inbox-reviewer NAME` drops NAME's tokens and nobody else's."""
+    root = _volumes(tmp_path)
+    assert _secrets_sh(root, "add-inbox-reviewer", "alice").returncode == 1  # no stack yet
+    assert _secrets_sh(root, "init").returncode == 0
+    made = {}
+    for name in ("alice", "alice-2", "bob"):
+        added = _secrets_sh(root, "add-inbox-reviewer", name)
+        assert added.returncode == 0, added.stderr
+        made[name] = added.stdout.strip()
+        assert re.fullmatch(r"[\w-]{43}", made[name]) and made[name] not in added.stderr
+    tokens_file = root / "inbox-tokens" / "tokens"
+    assert not any(token in tokens_file.read_text() for token in made.values())
+    book = TokenBook(tokens_file)
+    assert {name: (book.login(token) or ("",))[0] for name, token in made.items()} == {
+        "alice": "alice",
+        "alice-2": "alice-2",
+        "bob": "bob",
+    }
+    removed = _secrets_sh(root, "remove-inbox-reviewer", "alice")
+    assert removed.returncode == 0 and "removed 1 " in removed.stderr
+    book = TokenBook(tokens_file)
+    assert book.login(made["alice"]) is None
+    assert book.login(made["alice-2"]) is not None and book.login(made["bob"]) is not None
+    assert _secrets_sh(root, "add-inbox-reviewer").returncode == 1
 
 
 def test_secrets_script_rotation_adds_a_key_and_keeps_the_old_ones(tmp_path: Path) -> None:
@@ -1535,7 +1620,7 @@ def test_docs_explain_what_is_published_and_where_the_secrets_live() -> None:
         if mount.named:
             assert f"`{mount.source}`" in docs, f"volume {mount.source} is undocumented"
     commands = re.findall(r"^([a-z-]+)\) ", SECRETS_SCRIPT.read_text(encoding="utf-8"), re.M)
-    assert commands[0] == "init" and len(commands) == 4  # init: what `up` runs
+    assert commands[0] == "init" and len(commands) == 6  # init: what `up` runs
     for command in commands[1:]:
         assert f"secrets {command}" in docs, f"secrets.sh {command} is undocumented"
     assert "@sha256:" in docs, "no word on pinning digests"
