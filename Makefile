@@ -37,7 +37,7 @@ dev: $(STAMP)
 
 ## test: lint, type-check and run every test layer
 test: lint typecheck
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest --durations=15
 
 ## test-fast: the unit, workflow and replay layers (no dev server; CI runs them on 3.12 and 3.13)
 test-fast: $(STAMP)

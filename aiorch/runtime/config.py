@@ -29,17 +29,15 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    SecretBytes,
     SecretStr,
     ValidationError,
     field_validator,
     model_validator,
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
-from temporalio.envconfig import ClientConfigProfile, ClientConfigTLS, DataSource
-from temporalio.service import TLSConfig
 
-from workflows.errors import OrchestratorError
+from aiorch.runtime.errors import ConfigError as ConfigError
+from aiorch.runtime.temporal_profile import TemporalTls, load_temporal_profile, temporal_tls
 from workflows.identity import KeySpecError, parse_review_keys
 from workflows.payloads import ReviewKey
 
@@ -72,42 +70,6 @@ DEFAULT_PRICE_TABLE: Mapping[str, ModelPrice] = MappingProxyType(
         "sim-small": ModelPrice(prompt=0.0005, completion=0.0015),
     }
 )
-
-
-class ConfigError(OrchestratorError):
-    """An environment variable holds a value the project cannot use."""
-
-
-class TemporalTls(BaseModel):
-    """TLS to the Temporal frontend, as the profile and the ``TEMPORAL_TLS*`` variables say.
-
-    Certificates and the key are held as bytes (read once at start); an empty model means TLS
-    with the system's root certificates and no client certificate (Temporal Cloud with an API
-    key). Nothing here shows in a repr.
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    server_name: str | None = None
-    server_ca_cert: bytes | None = Field(default=None, repr=False)
-    client_cert: bytes | None = Field(default=None, repr=False)
-    client_key: SecretBytes | None = None
-
-    @property
-    def mutual(self) -> bool:
-        """True when the client presents a certificate (mTLS)."""
-        return self.client_cert is not None
-
-    def to_tls_config(self) -> TLSConfig:
-        """The SDK's TLS options for ``Client.connect``."""
-        return TLSConfig(
-            domain=self.server_name,
-            server_root_ca_cert=self.server_ca_cert,
-            client_cert=self.client_cert,
-            client_private_key=(
-                self.client_key.get_secret_value() if self.client_key is not None else None
-            ),
-        )
 
 
 class Settings(BaseSettings):
@@ -379,70 +341,6 @@ def _secrets_from_files(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-def load_temporal_profile(
-    profile: str | None = None, config_file: Path | None = None
-) -> ClientConfigProfile:
-    """The Temporal connection profile as ``temporalio.envconfig`` reads it: ``profile`` (else
-    ``TEMPORAL_PROFILE``, else ``default``) from ``config_file`` (else ``TEMPORAL_CONFIG_FILE``,
-    else the CLI's default file, if any), overridden by the ``TEMPORAL_*`` variables.
-
-    Raises:
-        ConfigError: the file named does not exist or does not parse, or it has no such profile.
-    """
-    if config_file is not None and not config_file.is_file():
-        raise ConfigError(f"TEMPORAL_CONFIG_FILE={str(config_file)!r}: no such file")
-    try:
-        return ClientConfigProfile.load(
-            profile=profile, config_source=config_file, override_env_vars=dict(os.environ)
-        )
-    except RuntimeError as err:  # the SDK's envconfig error (a RuntimeError, one per cause)
-        reason = " ".join(str(err).split()) or type(err).__name__
-        raise ConfigError(f"Temporal connection profile: {reason}") from None
-
-
-def _tls_bytes(source: DataSource | None, what: str) -> bytes | None:
-    """A certificate or key given by path (read now) or inline (as is)."""
-    if source is None or isinstance(source, bytes):
-        return source
-    if isinstance(source, str):
-        return source.encode()
-    try:
-        return source.read_bytes()
-    except OSError as err:
-        raise ConfigError(f"{what} {str(source)!r}: cannot read it ({err.strerror})") from None
-
-
-def temporal_tls(tls: ClientConfigTLS | None, *, api_key: bool) -> TemporalTls | None:
-    """TLS settings from a profile's ``tls`` section, by envconfig's rules: any TLS setting
-    turns TLS on, an API key alone turns it on with the system's roots, ``TEMPORAL_TLS=false``
-    (``disabled``) turns it off.
-
-    Raises:
-        ConfigError: a certificate or key file cannot be read, or a client certificate comes
-            without its key (or the key without its certificate).
-    """
-    if tls is None:
-        return TemporalTls() if api_key else None
-    if tls.disabled:
-        return None
-    cert = _tls_bytes(tls.client_cert, "TLS client certificate (TEMPORAL_TLS_CLIENT_CERT_PATH)")
-    key = _tls_bytes(tls.client_private_key, "TLS client key (TEMPORAL_TLS_CLIENT_KEY_PATH)")
-    if (cert is None) != (key is None):
-        given, missing = ("certificate", "key") if key is None else ("key", "certificate")
-        raise ConfigError(
-            f"a TLS client {given} needs its {missing}: set TEMPORAL_TLS_CLIENT_CERT_PATH and "
-            "TEMPORAL_TLS_CLIENT_KEY_PATH (or the profile's client_cert/client_key) together"
-        )
-    return TemporalTls(
-        server_name=tls.server_name,
-        server_ca_cert=_tls_bytes(
-            tls.server_root_ca_cert, "TLS server CA certificate (TEMPORAL_TLS_SERVER_CA_CERT_PATH)"
-        ),
-        client_cert=cert,
-        client_key=None if key is None else SecretBytes(key),
-    )
-
-
 def _temporal_from_profile(data: dict[str, Any]) -> dict[str, Any]:
     """Fill the Temporal connection fields from the envconfig profile.
 
@@ -452,7 +350,9 @@ def _temporal_from_profile(data: dict[str, Any]) -> dict[str, Any]:
     """
     config_file = data.get("temporal_config_file") or None
     profile = load_temporal_profile(
-        data.get("temporal_profile") or None, Path(config_file) if config_file else None
+        data.get("temporal_profile") or None,
+        Path(config_file) if config_file else None,
+        environ=dict(os.environ),
     )
     resolved = dict(data)
     for field, value in (

@@ -1,7 +1,7 @@
 """Errors of the runtime wiring, under the project's hierarchy (``workflows.errors``)::
 
     OrchestratorError            workflows.errors
-    ├── ConfigError              aiorch.runtime.config: a variable holds an unusable value
+    ├── ConfigError              a variable (or a file it names) holds an unusable value
     └── TemporalUnreachable      no working connection to the Temporal frontend
 
 Each carries one line that says what went wrong and what to do; the worker and the CLI print it
@@ -11,6 +11,11 @@ as it is, never a traceback.
 from __future__ import annotations
 
 from workflows.errors import OrchestratorError
+
+
+class ConfigError(OrchestratorError):
+    """An environment variable holds a value the project cannot use (``aiorch.runtime.config``
+    re-exports it, where it has always been imported from)."""
 
 
 class TemporalUnreachable(OrchestratorError):

@@ -8,6 +8,7 @@ CA, no API key, a key file that is not there) ends in one line and exit status 1
 
 from __future__ import annotations
 
+import subprocess
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -156,8 +157,7 @@ def test_a_certificate_from_another_ca_fails_with_one_line(
     one line that names the client certificate, exit status 1, no traceback."""
     env = process_env(bare_stack, mtls_variables(proxy, pki, pki.intruder))
     done = run_command(_argv(command), env)
-    assert done.returncode == 1
-    [line] = error_lines(done)
+    line = _one_error_line(done)
     assert line.startswith(_prefix(command))
     assert "refused the client certificate" in line
     assert "TEMPORAL_TLS_CLIENT_CERT_PATH" in line
@@ -173,13 +173,12 @@ def test_a_missing_api_key_fails_with_one_line(
     client = pki.worker if command == "worker" else pki.starter
     env = process_env(bare_stack, mtls_variables(proxy, pki, client, api_key=False))
     done = run_command(_argv(command), env)
-    assert done.returncode == 1
-    [line] = error_lines(done)
+    line = _one_error_line(done)
     assert line.startswith(_prefix(command))
     assert "refused the credentials" in line
     assert "TEMPORAL_API_KEY" in line
     refused = proxy.log.snapshot()[seen_before:]
-    assert refused and not any(call.authorized for call in refused)
+    assert refused and not any(call.authorized for call in refused), refused
 
 
 @pytest.mark.parametrize("command", ["worker", "starter"])
@@ -192,10 +191,17 @@ def test_a_missing_client_key_file_fails_with_one_line(
     variables = mtls_variables(proxy, pki, pki.worker)
     env = process_env(bare_stack, {**variables, "TEMPORAL_TLS_CLIENT_KEY_PATH": str(missing)})
     done = run_command(_argv(command), env)
-    assert done.returncode == 1
-    [line] = error_lines(done)
+    line = _one_error_line(done)
     assert line.startswith(_prefix(command))
     assert "TEMPORAL_TLS_CLIENT_KEY_PATH" in line and str(missing) in line
+
+
+def _one_error_line(done: subprocess.CompletedProcess[str]) -> str:
+    """The single stderr line of a command that failed with exit status 1 (else the whole
+    output, to say why not)."""
+    lines = error_lines(done)
+    assert done.returncode == 1 and len(lines) == 1, f"rc={done.returncode}\n{done.stderr}"
+    return lines[0]
 
 
 def _argv(command: str) -> list[str]:
