@@ -25,14 +25,13 @@ from botocore.exceptions import BotoCoreError, ClientError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from aiorch.runtime.config import Settings
+from aiorch.runtime.config import DEFAULT_MAX_INPUT_BYTES, Settings
 from workflows import contract, errors
 from workflows.payloads import PipelineRequest, PromptInput, PromptPlan, ReviewMode
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
-MAX_INPUT_BYTES = 20 * 1024 * 1024
 # Error text quotes at most this much of a reference (references are caller-chosen).
 MAX_SHOWN_REFERENCE = 120
 _DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -147,7 +146,7 @@ class InputLoader:
     def __init__(
         self,
         s3: S3Client | None = None,
-        max_bytes: int = MAX_INPUT_BYTES,
+        max_bytes: int = DEFAULT_MAX_INPUT_BYTES,
         *,
         file_roots: Sequence[Path] = (),
         s3_prefixes: Sequence[str] = (),

@@ -8,6 +8,7 @@ that names the variable.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -23,7 +24,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from workflows.errors import OrchestratorError
 from workflows.identity import KeySpecError, parse_review_keys
@@ -33,6 +34,9 @@ DEFAULT_LLM_PORT = 8700
 DEFAULT_SQS_PORT = 8701
 DEFAULT_CODEC_PORT = 8702
 DEFAULT_METRICS_PORT = 9464
+# The largest document a run may reference (MAX_INPUT_BYTES): the claim check and the workers'
+# input loader both refuse a larger one.
+DEFAULT_MAX_INPUT_BYTES = 20 * 1024 * 1024
 
 
 class ModelPrice(BaseModel):
@@ -102,7 +106,7 @@ class Settings(BaseSettings):
     payload_keys: SecretStr | None = None
     payload_keys_file: Path | None = None
     payload_key_id: str | None = None
-    # The codec server (python -m aiorch.ops.codec_server) for the Web UI and CLI.
+    # The codec server (aiorch codec-server) for the Web UI and CLI.
     codec_server_token: SecretStr | None = None
     codec_server_token_file: Path | None = None
     codec_server_host: str = "127.0.0.1"
@@ -132,7 +136,7 @@ class Settings(BaseSettings):
     claim_check_dir: Path | None = None
     claim_check_threshold_bytes: int = Field(default=32 * 1024, ge=1)
     max_inline_message_bytes: int = Field(default=256 * 1024, ge=1, le=256 * 1024)
-    max_input_bytes: int = Field(default=20 * 1024 * 1024, ge=1)
+    max_input_bytes: int = Field(default=DEFAULT_MAX_INPUT_BYTES, ge=1)
     max_feedback_chars: int = Field(default=4000, ge=1, le=16 * 1024)
     max_reply_chars: int = Field(default=100_000, ge=1, le=1024 * 1024)
     # A reedit loop continues as a new run after this many review rounds (history stays small).
@@ -154,7 +158,8 @@ class Settings(BaseSettings):
     # The worker's Prometheus endpoint (http://HOST:METRICS_PORT/metrics); 0 turns it off.
     metrics_port: int = Field(default=DEFAULT_METRICS_PORT, ge=0, le=65535)
     # USD per 1K tokens by model (JSON): {"model": {"prompt": 0.005, "completion": 0.015}}.
-    llm_price_table: dict[str, ModelPrice] = Field(
+    # Decoded here (NoDecode), so a value that is not JSON is reported like any invalid value.
+    llm_price_table: Annotated[dict[str, ModelPrice], NoDecode] = Field(
         default_factory=lambda: dict(DEFAULT_PRICE_TABLE)
     )
 
@@ -190,6 +195,16 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return split_list(value) or None
         return value
+
+    @field_validator("llm_price_table", mode="before")
+    @classmethod
+    def _decode_json(cls, value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"not valid JSON ({err.msg} at position {err.pos})") from None
 
     @field_validator("input_file_roots", "input_s3_prefixes", mode="before")
     @classmethod
@@ -282,8 +297,3 @@ def load_settings() -> Settings:
             for item in err.errors()
         ]
         raise ConfigError("invalid configuration: " + "; ".join(problems)) from None
-    except SettingsError as err:
-        # A JSON-valued variable (LLM_PRICE_TABLE, ...) that does not parse at all.
-        field = re.search(r'field "(\w+)"', str(err))
-        name = field.group(1).upper() if field else "a variable"
-        raise ConfigError(f"invalid configuration: {name} is not valid JSON") from None

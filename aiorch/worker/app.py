@@ -10,15 +10,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 import sys
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
-import boto3
-from botocore.config import Config as BotoConfig
 from openai import AsyncOpenAI, DefaultAioHttpClient
+from portalocker.exceptions import LockException
 from qdrant_client import AsyncQdrantClient
 from temporalio.client import Client
 from temporalio.worker import PollerBehaviorSimpleMaximum, Worker
@@ -28,19 +26,17 @@ from activities.lineage import LineageActivities
 from activities.llm import LlmActivities
 from activities.prompt import InputLoader, PromptActivities
 from activities.vectors import VectorActivities
+from aiorch.runtime import aws
 from aiorch.runtime.codec import keyring_from_settings
 from aiorch.runtime.config import ConfigError, Settings, load_settings
+from aiorch.runtime.errors import TemporalUnreachable, VectorStoreLocked
 from aiorch.runtime.sandbox import workflow_runner
+from aiorch.runtime.signals import stop_event
 from aiorch.runtime.telemetry import tracing, worker_runtime
 from aiorch.runtime.temporal import connect, ensure_search_attributes
 from workflows.orchestrator import AiOrchestrator
 
 log = logging.getLogger("ai-orchestrator.worker")
-
-# boto3's own retries would multiply Temporal's attempts unseen; Temporal owns retrying.
-BOTO_CONFIG = BotoConfig(
-    retries={"max_attempts": 1, "mode": "standard"}, connect_timeout=5, read_timeout=15
-)
 
 
 def openai_client(settings: Settings) -> AsyncOpenAI:
@@ -56,9 +52,21 @@ def openai_client(settings: Settings) -> AsyncOpenAI:
 
 
 def vector_store(settings: Settings) -> AsyncQdrantClient:
+    """A client for the Qdrant server at ``VECTOR_STORE_URL``, else the embedded store.
+
+    Raises:
+        VectorStoreLocked: another process holds the embedded store's folder.
+    """
     if settings.vector_store_url:
         return AsyncQdrantClient(url=settings.vector_store_url)
-    return AsyncQdrantClient(path=settings.vector_store_path)
+    try:
+        return AsyncQdrantClient(path=settings.vector_store_path)
+    except RuntimeError as err:
+        # qdrant-client reports the folder's lock as a RuntimeError raised while handling
+        # portalocker's LockException: that exception, not the message, says what happened.
+        if isinstance(err.__context__, LockException):
+            raise VectorStoreLocked(settings.vector_store_path) from None
+        raise
 
 
 def small_cache_warning(settings: Settings) -> str | None:
@@ -99,9 +107,8 @@ def tuning_options(settings: Settings) -> dict[str, Any]:
 @contextlib.asynccontextmanager
 async def build_worker(client: Client, settings: Settings) -> AsyncIterator[Worker]:
     """A worker with every activity wired to real clients; closes them on exit."""
-    session = boto3.session.Session(region_name=settings.aws_region)
-    sqs = session.client("sqs", endpoint_url=settings.sqs_endpoint_url, config=BOTO_CONFIG)
-    s3 = session.client("s3", endpoint_url=settings.s3_endpoint_url, config=BOTO_CONFIG)
+    sqs = aws.sqs_client(settings, aws.WORKER)
+    s3 = aws.s3_client(settings, aws.WORKER)
     llm = openai_client(settings)
     store = vector_store(settings)
     loader = InputLoader(
@@ -148,10 +155,7 @@ async def run_worker(settings: Settings, client: Client | None = None) -> None:
     added = await ensure_search_attributes(client)
     if added:
         log.info("registered search attributes: %s", ", ".join(added))
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_event()
     async with build_worker(client, settings) as worker, worker:
         print(
             f"worker started: task queue {settings.temporal_task_queue!r} on "
@@ -168,10 +172,8 @@ def main() -> None:
         settings = load_settings()
         with tracing(settings, "worker"):
             asyncio.run(run_worker(settings))
-    except ConfigError as err:
+    except (ConfigError, TemporalUnreachable, VectorStoreLocked) as err:
         sys.exit(f"worker: {err}")
-    except (ConnectionError, RuntimeError) as err:
-        sys.exit(f"worker: cannot connect to Temporal at the configured address: {err}")
 
 
 if __name__ == "__main__":
