@@ -31,7 +31,7 @@ What is counted and what is not:
   per-marker types for other pricing models, but server 1.32 emits none.
 
 At most `IN_FLIGHT` runs of a batch run at once: ours heartbeats only when an LLM or embeddings
-call takes over two seconds (``activities.llm.HEARTBEAT_EVERY_S``), which a simulator that
+call takes over two seconds (``activities.heartbeat.HEARTBEAT_EVERY``), which a simulator that
 answers at once never does unless the machine is saturated; a heartbeat is an action, so a
 saturated batch would count them by chance. Every count is therefore a whole number per run,
 and `ActionBatch.whole` says whether it was.
@@ -48,13 +48,12 @@ from typing import Any
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
-from temporalio.common import SearchAttributeKey
 
 from aiorch.ops.reviews import Signer, submit_review
+from aiorch.ops.visibility import AI_STATE
 from bench.baseline import BASELINE_APPROVE_UPDATE
 from bench.load import BASELINE, OURS, Batch, BenchError, Target, retrying
 from bench.server_metrics import difference, settled_actions
-from workflows import contract
 from workflows.graph import State
 from workflows.payloads import ReviewDecision
 
@@ -63,7 +62,6 @@ Log = Callable[[str], None]
 IN_FLIGHT = 25  # runs of a batch in flight at once (see the module docstring)
 WAIT_POLL_S = 0.1
 RUN_TIMEOUT_S = 120.0
-STATE_KEY = SearchAttributeKey.for_keyword(contract.SEARCH_ATTRIBUTE_STATE)
 
 
 @dataclass(frozen=True)
@@ -131,7 +129,7 @@ async def _waits_for_review(client: Client, target: Target, run_id: str) -> bool
     if target is OURS:
         # Describe reads the run's current search attributes, the AiState visibility shows.
         described = await retrying(handle.describe)
-        return described.typed_search_attributes.get(STATE_KEY) == State.AWAIT_REVIEW.value
+        return described.typed_search_attributes.get(AI_STATE) == State.AWAIT_REVIEW.value
     # The baseline has no state to show: it waits once its LLM step (the second activity)
     # has completed and its worker has nothing left to do.
     history = await retrying(handle.fetch_history)

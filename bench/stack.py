@@ -15,13 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from aiorch.devstack.stack import (
-    LocalStack,
-    ManagedProcess,
-    free_port,
-    start_temporal_dev_server,
-    start_worker,
-)
+from aiorch.devstack.processes import ManagedProcess, free_port
+from aiorch.devstack.servers import start_temporal_dev_server, start_worker
+from aiorch.devstack.stack import LocalStack
 from bench.baseline_worker import READY_LINE as BASELINE_READY_LINE
 from bench.server_metrics import find_metrics_url
 

@@ -32,13 +32,11 @@ from rich.progress import (
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from aiorch.ops import reviews
-from workflows import contract
+from aiorch.ops import reviews, visibility
 from workflows.graph import State
 from workflows.payloads import ReviewDecision
 
 DEFAULT_CONCURRENCY = 32
-REVIEWABLE_STATES = (State.AWAIT_REVIEW, State.ESCALATE)
 _TRANSIENT = frozenset(
     {RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.RESOURCE_EXHAUSTED}
 )
@@ -64,10 +62,7 @@ class BatchReviewOutcome:
 
 def waiting_query(state: State) -> str:
     """The visibility query for open runs waiting in ``state``."""
-    return (
-        f"WorkflowType = '{contract.WORKFLOW_TYPE}' AND ExecutionStatus = 'Running' "
-        f"AND {contract.SEARCH_ATTRIBUTE_STATE} = '{state.value}'"
-    )
+    return visibility.runs_query(visibility.OPEN, visibility.state_is(state))
 
 
 async def waiting_runs(client: Client, state: State, limit: int | None = None) -> list[str]:

@@ -42,7 +42,6 @@ from temporalio.api.sdk.v1 import UserMetadata
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import StartWorkflowExecutionRequest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
-from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 from temporalio.converter import (
     DataConverter,
     WorkflowSerializationContext,
@@ -51,6 +50,7 @@ from temporalio.converter import (
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
+from aiorch.ops.visibility import initial_search_attributes
 from workflows import contract
 from workflows.continuation import parse_input
 from workflows.errors import OrchestratorError
@@ -272,10 +272,7 @@ async def start_again(client: Client, dead: DeadRun, *, task_queue: str, identit
         workflow_id_conflict_policy=WorkflowIdConflictPolicy.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
         user_metadata=UserMetadata(summary=summary, details=details),
     )
-    state = SearchAttributeKey.for_keyword(contract.SEARCH_ATTRIBUTE_STATE)
-    encode_search_attributes(
-        TypedSearchAttributes([SearchAttributePair(state, "idle")]), request.search_attributes
-    )
+    encode_search_attributes(initial_search_attributes(), request.search_attributes)
     response = await client.workflow_service.start_workflow_execution(request, retry=True)
     return response.run_id
 
