@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo dev test lint typecheck unit bench graph clean
+.PHONY: demo dev test test-fast lint typecheck imports unit bench graph clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "Python 3.11 is required (set PYTHON=/path/to/python3.11)")'
@@ -15,15 +15,20 @@ $(STAMP): pyproject.toml
 
 ## demo: start the embedded stack, walk the main paths live, leave the Web UI up until Ctrl-C
 demo: $(STAMP)
-	$(BIN)/python -m aiorch.devstack.demo
+	$(BIN)/python -m aiorch.devstack demo
 
 ## dev: keep the embedded stack (Temporal + Web UI, SQS, LLM simulator, worker) up for exploring
 dev: $(STAMP)
-	$(BIN)/python -m aiorch.devstack.stack up
+	$(BIN)/python -m aiorch.devstack up
 
-## test: lint, type-check and run every test layer
-test: lint typecheck
+## test: lint, type-check, check the import contracts and run every test layer (what CI runs)
+test: lint typecheck imports
 	$(BIN)/python -m pytest
+
+## test-fast: the inner loop (under a minute): the import contracts, then every test that starts
+## no server in a process of its own (not marked e2e); `make lint typecheck` check the rest
+test-fast: imports
+	$(BIN)/python -m pytest -m "not e2e"
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -31,6 +36,10 @@ lint: $(STAMP)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy .
+
+## imports: the layering contracts in pyproject.toml ([tool.importlinter])
+imports: $(STAMP)
+	$(BIN)/lint-imports
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit
@@ -40,7 +49,7 @@ bench: $(STAMP)
 
 ## graph: regenerate the diagrams in docs/ and the README from workflows/graph.py
 graph: $(STAMP)
-	$(BIN)/python -m aiorch.devstack.docs
+	$(BIN)/python -m aiorch.devstack docs
 
 clean:
 	rm -rf $(VENV) .data .mypy_cache .ruff_cache .pytest_cache

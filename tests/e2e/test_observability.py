@@ -32,7 +32,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from temporalio.client import Client
 
 from activities.pricing import estimate_cost
-from aiorch.devstack.stack import LocalStack, free_port
+from aiorch.devstack.processes import free_port
+from aiorch.devstack.stack import LocalStack
 from aiorch.runtime.config import DEFAULT_PRICE_TABLE
 from aiorch.runtime.temporal import DATA_CONVERTER
 from tests.e2e.conftest import E2E_WORKER_ENV, Simulator, request, start, visible_state
@@ -41,6 +42,8 @@ from tests.reviewing import signed
 from workflows import contract
 from workflows.observability import error_reason
 from workflows.payloads import PipelineResult
+
+pytestmark = pytest.mark.e2e
 
 PROMPT_MARKER = "zebra-quartz-privacy-marker"
 

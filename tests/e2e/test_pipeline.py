@@ -11,7 +11,8 @@ import pytest
 from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 
-from aiorch.devstack.stack import LocalStack, temporal_cli_path
+from aiorch.devstack.processes import temporal_cli_path
+from aiorch.devstack.stack import LocalStack
 from aiorch.ops.signing import SigningKey
 from tests.e2e.conftest import (
     Simulator,
@@ -26,6 +27,8 @@ from tests.reviewing import signed
 from workflows import contract
 from workflows.graph import TRANSITIONS
 from workflows.payloads import PipelineResult, RunStatus
+
+pytestmark = pytest.mark.e2e
 
 EDGES = {(t.source.value, t.event.value, t.target.value) for t in TRANSITIONS}
 
@@ -242,3 +245,26 @@ async def test_bad_request_from_the_temporal_cli_fails_at_once(
     assert "request_id" in str(info.value.cause)
     description = await handle.describe()
     assert description.status is not None and description.status.name == "FAILED"
+
+
+def test_second_worker_on_one_embedded_store_says_so(stack: LocalStack) -> None:
+    """A second worker pointed at the running worker's embedded vector store stops at once with
+    one line naming the store and what to do, not a claim that Temporal is unreachable."""
+    env = {**stack.addresses.env(), "METRICS_PORT": "0", "OTEL_EXPORTER_OTLP_ENDPOINT": ""}
+    second = subprocess.run(
+        [sys.executable, "worker.py"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert second.returncode == 1
+    assert "Traceback" not in second.stderr
+    assert second.stderr.strip().splitlines()[-1] == (
+        f"worker: the embedded vector store at {stack.addresses.vector_store_path} is in use by "
+        "another process (another worker?); an embedded store serves one process: give each "
+        "worker its own VECTOR_STORE_PATH, or point them all at a Qdrant server "
+        "(VECTOR_STORE_URL)"
+    )
+    assert "cannot reach Temporal" not in second.stderr

@@ -9,7 +9,7 @@ import textwrap
 import pytest
 from opentelemetry import trace
 
-from aiorch.devstack.stack import free_port
+from aiorch.devstack.processes import free_port
 from aiorch.runtime.config import load_settings
 from aiorch.runtime.telemetry import client_plugins, install_tracing, worker_runtime
 
