@@ -44,5 +44,5 @@ async def test_history_replays_without_nondeterminism(path: Path, runner: str) -
     replayer = Replayer(
         workflows=[AiOrchestrator], data_converter=DATA_CONVERTER, workflow_runner=RUNNERS[runner]
     )
-    result = await replayer.replay_workflow(history, raise_on_replay_failure=True)
-    assert result.replay_failure is None
+    # Raises on any replay failure (nondeterminism, a sandbox restriction): that is the check.
+    await replayer.replay_workflow(history, raise_on_replay_failure=True)
