@@ -19,8 +19,10 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.service import RPCStatusCode
 
+from aiorch.ops.batch import TRANSIENT
+from aiorch.ops.batch import retrying as batch_retrying
 from aiorch.ops.visibility import CLOSED, start_run
 from bench.baseline import BASELINE_TASK_QUEUE, BASELINE_WORKFLOW
 from bench.procstat import cpu_seconds
@@ -121,24 +123,15 @@ class BatchFigures:
 
 
 async def retrying(call: Callable[[], Awaitable[T]], *, attempts: int = 60) -> T:
-    """``call()``, retried while the server is unavailable (a restart, a full queue)."""
-    transient = {
-        RPCStatusCode.UNAVAILABLE,
-        RPCStatusCode.DEADLINE_EXCEEDED,
-        RPCStatusCode.RESOURCE_EXHAUSTED,
-        RPCStatusCode.UNKNOWN,
-    }
-    for attempt in range(attempts):
-        try:
-            return await call()
-        except RPCError as err:
-            if err.status not in transient or attempt == attempts - 1:
-                raise
-        except RuntimeError:  # the client's connection itself is being re-established
-            if attempt == attempts - 1:
-                raise
-        await asyncio.sleep(min(0.2 * 2**attempt, 2.0))
-    raise AssertionError("unreachable")
+    """``call()``, retried while the server is unavailable (a restart, a full queue) or the
+    client reconnects: the operator tools' retry, patient enough for a server restart."""
+    return await batch_retrying(
+        call,
+        attempts=attempts,
+        backoff=(0.2, 2.0),
+        transient=TRANSIENT | {RPCStatusCode.UNKNOWN},
+        reconnecting=True,
+    )
 
 
 async def start_batch(client: Client, target: Target, batch: Batch, review: str) -> None:

@@ -18,7 +18,6 @@ from typing import get_args
 from temporalio.client import Client, WorkflowExecution
 from temporalio.common import (
     SearchAttributeIndexedValueType,
-    SearchAttributeKey,
     SearchAttributePair,
     TypedSearchAttributes,
     WorkflowIDReusePolicy,
@@ -28,8 +27,10 @@ from workflows import contract
 from workflows.graph import State
 from workflows.payloads import FinalState, PipelineRequest
 
-AI_STATE = SearchAttributeKey.for_keyword(contract.SEARCH_ATTRIBUTE_STATE)
-AI_STATE_SINCE = SearchAttributeKey.for_datetime(contract.SEARCH_ATTRIBUTE_STATE_SINCE)
+# The keys the workflow upserts, as it names them (re-exported for the operator's tools).
+from workflows.run_record import AI_STATE as AI_STATE
+from workflows.run_record import AI_STATE_SINCE as AI_STATE_SINCE
+
 SEARCH_ATTRIBUTE_KEYS = (AI_STATE, AI_STATE_SINCE)
 # The states a run's result can name (`PipelineResult.state`): it returned in one of them.
 FINAL_STATES: frozenset[State] = frozenset(State(name) for name in get_args(FinalState))

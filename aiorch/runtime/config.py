@@ -79,11 +79,12 @@ class Settings(BaseSettings):
     openai_base_url: str = f"http://127.0.0.1:{DEFAULT_LLM_PORT}/v1"
     openai_api_key: SecretStr = SecretStr("sim-local-key")
     llm_model: str = Field(default="sim-large", min_length=1)
+    # The model tried after LLM_FALLBACK_AFTER failed attempts in a row (unset: none).
     llm_fallback_model: str | None = "sim-small"
+    llm_fallback_after: int = Field(default=2, ge=1, le=100)
     embedding_model: str = Field(default="sim-embed", min_length=1)
     llm_timeout_s: float = Field(default=60.0, gt=0, le=3600)
     llm_max_attempts: int = Field(default=5, ge=1, le=100)
-    llm_fallback_after: int = Field(default=2, ge=1, le=100)
     llm_temperature: float = Field(default=0.2, ge=0, le=2)
     llm_backoff_initial_s: float = Field(default=1.0, gt=0, le=3600)
     llm_backoff_max_s: float = Field(default=60.0, gt=0, le=86400)
@@ -107,10 +108,10 @@ class Settings(BaseSettings):
     payload_keys_file: Path | None = None
     payload_key_id: str | None = None
     # The codec server (aiorch codec-server) for the Web UI and CLI.
-    codec_server_token: SecretStr | None = None
-    codec_server_token_file: Path | None = None
     codec_server_host: str = "127.0.0.1"
     codec_server_port: int = Field(default=DEFAULT_CODEC_PORT, ge=0, le=65535)
+    codec_server_token: SecretStr | None = None
+    codec_server_token_file: Path | None = None
     # With keys configured: refuse payloads that are not encrypted (a plaintext start fails).
     require_encryption: bool = False
     # Who may review a run ("alice,bob"); unset = anyone. A request may only narrow this set.

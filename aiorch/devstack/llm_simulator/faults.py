@@ -60,11 +60,15 @@ class FaultSpec(FaultFilter):
 
 
 class InvalidRequestError(Exception):
-    """A request the simulator answers with HTTP 400."""
+    """A request the simulator answers with HTTP 400; ``fault`` is its code (None: none)."""
 
-    def __init__(self, message: str, *, fault: str | None = None) -> None:
-        super().__init__(message)
-        self.fault = fault
+    fault: str | None = None
+
+
+class InvalidDirective(InvalidRequestError):
+    """A ``[sim:...]`` directive the simulator does not understand."""
+
+    fault = "invalid_directive"
 
 
 @dataclass(frozen=True)
@@ -148,10 +152,8 @@ def _sleep_seconds(name: str, value: str | None) -> float | None:
     return seconds
 
 
-def _directive_error(text: str, reason: str) -> InvalidRequestError:
-    return InvalidRequestError(
-        f"invalid directive [sim:{text}]: {reason}", fault="invalid_directive"
-    )
+def _directive_error(text: str, reason: str) -> InvalidDirective:
+    return InvalidDirective(f"invalid directive [sim:{text}]: {reason}")
 
 
 def error_response(
