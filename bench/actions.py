@@ -50,10 +50,10 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from aiorch.ops.reviews import Signer, submit_review
-from aiorch.ops.visibility import AI_STATE
 from bench.baseline import BASELINE_APPROVE_UPDATE
 from bench.load import BASELINE, OURS, Batch, BenchError, Target, retrying
 from bench.server_metrics import difference, settled_actions
+from workflows import contract
 from workflows.graph import State
 from workflows.payloads import ReviewDecision
 
@@ -129,7 +129,7 @@ async def _waits_for_review(client: Client, target: Target, run_id: str) -> bool
     if target is OURS:
         # Describe reads the run's current search attributes, the AiState visibility shows.
         described = await retrying(handle.describe)
-        return described.typed_search_attributes.get(AI_STATE) == State.AWAIT_REVIEW.value
+        return described.typed_search_attributes.get(contract.AI_STATE) == State.AWAIT_REVIEW.value
     # The baseline has no state to show: it waits once its LLM step (the second activity)
     # has completed and its worker has nothing left to do.
     history = await retrying(handle.fetch_history)

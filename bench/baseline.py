@@ -17,7 +17,8 @@ activities above:
 - ``llm_failures: N``: the LLM-like activity fails its first N attempts with a retryable error
   and Temporal's default retry policy (first retry after 1 s) retries it.
 
-Workflow code only (the sandbox re-imports this module); its worker is ``bench.baseline_worker``.
+Workflow code only (passed through the sandbox, like ours); its worker is
+``bench.baseline_worker``.
 """
 
 from __future__ import annotations

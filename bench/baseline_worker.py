@@ -1,19 +1,21 @@
 """The baseline's worker: ``python -m bench.baseline_worker``.
 
-It reads the same environment as ``worker.py`` and takes the same tuning, so the only
-difference from our worker is what the workflow and its activities do. The bench runs it as a
-process of its own, so its CPU and memory are measured on their own.
+It reads the same environment as ``worker.py``, takes the same tuning and runs its workflow on
+the same runner (the SDK's sandbox with the workflow's own module passed through, as ours passes
+the ``workflows`` package), so the only difference from our worker is what the workflow and its
+activities do. The bench runs it as a process of its own, so its CPU and memory are measured on
+their own.
 """
 
 from __future__ import annotations
 
 import asyncio
-import compileall
 import logging
 import signal
 
 from temporalio.client import Client
 from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from aiorch.runtime.config import Settings, load_settings
 from aiorch.runtime.telemetry import worker_runtime
@@ -32,14 +34,14 @@ def build_baseline_worker(client: Client, settings: Settings) -> Worker:
         task_queue=BASELINE_TASK_QUEUE,
         workflows=[BenchBaseline],
         activities=[bench_fetch, bench_llm, bench_embed],
+        workflow_runner=SandboxedWorkflowRunner(
+            restrictions=SandboxRestrictions.default.with_passthrough_modules(baseline.__name__)
+        ),
         **tuning_options(settings),
     )
 
 
 async def _serve(settings: Settings) -> None:
-    # The SDK's sandbox re-imports this module for every run; without bytecode (our images set
-    # PYTHONDONTWRITEBYTECODE) it would also compile it every time.
-    compileall.compile_file(baseline.__file__, quiet=2)
     # The same client and metrics runtime as worker.py, so both pay the same telemetry cost.
     client = await connect(settings, runtime=worker_runtime(settings))
     stop = asyncio.Event()

@@ -20,11 +20,13 @@ from bench.actions import PATHS, ActionBatch, format_count, short_type, type_ord
 from bench.load import BatchFigures
 from bench.stats import Figure, ratio
 
-# Acceptance (issue 7).
-MIN_THROUGHPUT_RATIO = 0.85
-MAX_UNLOADED_RATIO = 1.15
+# Targets (issue 16; the SQLite figure from issue 7): ours against the bare baseline on the same
+# public runner and tuning.
+MIN_THROUGHPUT_RATIO = 0.9
+MAX_UNLOADED_RATIO = 1.0
 MIN_SQLITE_RATIO = 1.8
-MAX_PARKED_RSS_MIB = 600.0
+MAX_PARKED_RSS_MIB = 1024.0
+MIN_APPROVALS_PER_S = 50.0
 # Cost per run (issue 16): billable actions per run.
 MAX_HAPPY_ACTIONS = 6
 MAX_REVIEW_ACTIONS_OVER_BASELINE = 3

@@ -50,6 +50,7 @@ from bench.procstat import machine_info
 from bench.report import (
     MAX_PARKED_RSS_MIB,
     MAX_UNLOADED_RATIO,
+    MIN_APPROVALS_PER_S,
     MIN_SQLITE_RATIO,
     MIN_THROUGHPUT_RATIO,
     Check,
@@ -93,7 +94,7 @@ def parse_args(argv: Sequence[str] | None) -> Options:
     parser.add_argument("--quick", action="store_true", help="tiny N, one repetition (tests)")
     parser.add_argument("--n", default=None, help="batch sizes, comma-separated (200,1000)")
     parser.add_argument("--reps", type=int, default=None, help="repetitions per figure (3)")
-    parser.add_argument("--parked", type=int, default=None, help="runs parked in review (2000)")
+    parser.add_argument("--parked", type=int, default=None, help="runs parked in review (10000)")
     parser.add_argument("--sqlite-n", type=int, default=None, help="batch size, SQLite phase")
     parser.add_argument("--fault-n", type=int, default=None, help="batch size, fault phase")
     parser.add_argument("--approve-concurrency", type=int, default=32)
@@ -124,7 +125,7 @@ def parse_args(argv: Sequence[str] | None) -> Options:
     return Options(
         ns=tuple(int(n) for n in ns.split(",")),
         reps=args.reps or (1 if quick else 3),
-        parked=args.parked or (20 if quick else 2000),
+        parked=args.parked or (20 if quick else 10_000),
         sqlite_n=args.sqlite_n or (10 if quick else 200),
         fault_n=args.fault_n or (10 if quick else 200),
         unloaded_runs=2 if quick else 5,
@@ -301,6 +302,15 @@ async def _bench(options: Options, data_dir: Path, console: Console) -> dict[str
                     f"{rss:.0f}",
                     f"< {MAX_PARKED_RSS_MIB:.0f}",
                     rss < MAX_PARKED_RSS_MIB,
+                )
+            )
+            approvals = parked["approvals_per_s"]
+            checks.append(
+                Check(
+                    f"{parked['n']} parked: approvals per second (update)",
+                    f"{approvals:.1f}",
+                    f">= {MIN_APPROVALS_PER_S:.0f}",
+                    approvals >= MIN_APPROVALS_PER_S,
                 )
             )
             all_done = parked["approved"] == parked["n"] and not parked["lost"] + parked["failed"]

@@ -10,6 +10,7 @@ from datetime import timedelta
 
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import CancelledError as ActivityCancelledError
 from temporalio.exceptions import TimeoutError as ActivityTimeoutError
 
 from workflows import errors
@@ -68,3 +69,9 @@ def retry_after(err: ActivityError) -> timedelta | None:
     if isinstance(cause, ApplicationError):
         return cause.next_retry_delay
     return None
+
+
+def cancelled(err: ActivityError) -> bool:
+    """True when ``err`` is the run's cancel reaching an in-flight activity: the SDK reports
+    it as ActivityError (cause CancelledError), not asyncio.CancelledError."""
+    return isinstance(err.cause, ActivityCancelledError)

@@ -16,15 +16,20 @@ input of both, so a carried state is accepted only when the run is a continuatio
 neither (``continuation_problem``), and this workflow refuses cron schedules and workflow retry
 policies outright: the graph owns retries, and a request runs once.
 
-Pure functions: deterministic and unit-testable.
+Deterministic: ``due`` and ``hand_over`` read and command the current run through
+``workflow.*``; the rest are pure functions.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
-from workflows.payloads import ContinuedRun, PipelineRequest, RunState
+from temporalio import workflow
+
+import workflows.run_record as run_record
+from workflows.payloads import NOTE_CONTINUED_AS_NEW, ContinuedRun, PipelineRequest, RunState
 
 FEEDBACK_WINDOW_BYTES = 32 * 1024
 # Far below Temporal's warnings (10 MB, 10,240 events).
@@ -85,6 +90,26 @@ def is_due(
         or history_bytes >= CONTINUE_AT_BYTES
         or history_events >= CONTINUE_AT_EVENTS
     )
+
+
+def due(*, rounds: int = 0, rounds_per_run: int = sys.maxsize) -> bool:
+    """`is_due` for the current run: its rounds, the server's suggestion, its history size."""
+    info = workflow.info()
+    return is_due(
+        rounds_this_run=rounds,
+        rounds_per_run=rounds_per_run,
+        suggested=info.is_continue_as_new_suggested(),
+        history_bytes=info.get_current_history_size(),
+        history_events=info.get_current_history_length(),
+    )
+
+
+async def hand_over(run: RunState, request: PipelineRequest, when: str) -> NoReturn:
+    """Continue as new, carrying ``run`` whole, once every handler has finished."""
+    await workflow.wait_condition(workflow.all_handlers_finished)
+    events = workflow.info().get_current_history_length()
+    run_record.note(run, NOTE_CONTINUED_AS_NEW, f"continued as a new run {when} ({events} events)")
+    workflow.continue_as_new(ContinuedRun(request=request, carried=run))
 
 
 def bounded_feedback(feedback: Sequence[str], max_bytes: int = FEEDBACK_WINDOW_BYTES) -> list[str]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from temporalio.common import SearchAttributeKey
+
 WORKFLOW_TYPE: Final = "AiOrchestrator"
 DEFAULT_TASK_QUEUE: Final = "ai-orchestrator"
 
@@ -18,6 +20,11 @@ QUERY_STATUS: Final = "status"
 
 SEARCH_ATTRIBUTE_STATE: Final = "AiState"
 SEARCH_ATTRIBUTE_STATE_SINCE: Final = "AiStateSince"
+# The review round a run waits on, so a reviewer signs for it without a (billed) query.
+SEARCH_ATTRIBUTE_REVIEW_ROUND: Final = "AiReviewRound"
+AI_STATE: Final = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_STATE)
+AI_STATE_SINCE: Final = SearchAttributeKey.for_datetime(SEARCH_ATTRIBUTE_STATE_SINCE)
+AI_REVIEW_ROUND: Final = SearchAttributeKey.for_int(SEARCH_ATTRIBUTE_REVIEW_ROUND)
 
 ACTIVITY_FETCH_PROMPT: Final = "fetch_prompt"
 ACTIVITY_INVOKE_LLM: Final = "invoke_llm"

@@ -108,6 +108,20 @@ TERMINAL_STATES: frozenset[State] = frozenset(
 )
 # The states in which a run waits for a reviewer (State is a str, so the names match too).
 REVIEW_STATES: frozenset[State] = frozenset({State.AWAIT_REVIEW, State.ESCALATE})
+# The states the AiState search attribute shows: every state a run can rest or wait in for
+# long (a slow or throttled LLM, a reviewer, a document being loaded) and where it ends.
+# A run passes through the others within one workflow task (idle; the inline fetch_prompt)
+# or in moments (generate_embedding), and publishing them would cost a billable action each.
+SHOWN_STATES: frozenset[State] = frozenset(
+    {State.FETCH_PROMPT, State.INVOKE_LLM, State.RETRY_LLM, *REVIEW_STATES, *TERMINAL_STATES}
+)
+
+
+def first_shown_state(*, by_reference: bool) -> State:
+    """The state a new run will first rest in: the one a starter sets as its initial
+    ``AiState`` (free at start), so the run's first task need not publish it."""
+    return State.FETCH_PROMPT if by_reference else State.INVOKE_LLM
+
 
 _REVIEW_DECISIONS = (
     (Event.APPROVE, State.GENERATE_EMBEDDING),

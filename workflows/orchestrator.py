@@ -6,10 +6,8 @@ refuses what the graph does not allow. The run's whole state is one ``RunState``
 recorded by ``workflows.run_record`` and reviews judged by ``workflows.review_desk``, both plain
 functions over it, and continue-as-new carries it whole (``workflows.continuation``).
 
-Everything a client sends (the start input, signals, the update) arrives undecoded
-(``RawValue``) and is decoded and validated here, so no input of any shape, encoding or size can
-fail the workflow task (which Temporal would retry forever): a bad start fails the run at once
-with ``InvalidRequest``, a bad review is refused or counted.
+Everything a client sends arrives undecoded (``RawValue``) and is decoded by
+``workflows.inbound``: a bad start fails the run at once, a bad review is refused or counted.
 
 Deterministic code only: time, randomness and I/O come from ``workflow.*`` or activities.
 """
@@ -19,14 +17,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import Any, Final, NoReturn, TypeVar
+from typing import NoReturn
 
-from pydantic import BaseModel
 from temporalio import workflow
-from temporalio.api.common.v1 import Payload
 from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError, ApplicationError
-from temporalio.exceptions import CancelledError as ActivityCancelledError
 
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
@@ -40,69 +35,20 @@ with workflow.unsafe.imports_passed_through():
     import workflows.observability as observability
     import workflows.review_desk as review_desk
     import workflows.run_record as run_record
+    import workflows.steps as steps
     from workflows.backoff import full_jitter_delay
     from workflows.graph import Event, State, is_terminal
+    from workflows.inbound import NO_ARGUMENT, decoded, inbound
     from workflows.payloads import (
-        NOTE_CONTINUED_AS_NEW,
-        ContinuationCheck,
-        ContinuationVerdict,
-        ContinuedRun,
-        DeadLetterInput,
-        DeadLetterMessage,
-        DeadLetterReceipt,
-        EmbeddingInput,
-        EmbeddingResult,
-        LlmCallInput,
-        LlmCallResult,
         OperatorRequest,
         PipelineRequest,
         PipelineResult,
-        PromptInput,
         PromptPlan,
         ReviewDecision,
         RunState,
         RunStatus,
         describe_validation_error,
-        printable,
     )
-
-M = TypeVar("M", bound=BaseModel)
-# The operator signals' argument is optional; this stands for "sent without one".
-NO_ARGUMENT: Final = RawValue(Payload())
-
-
-def decoded(raw: RawValue) -> Any:
-    """A client's payload, decoded (JSON values, not yet validated).
-
-    Raises:
-        errors.InvalidRequest: it does not decode: an unknown or refused encoding, invalid
-            JSON or Unicode, nesting past the decoder's limit.
-    """
-    try:
-        return workflow.payload_converter().from_payload(raw.payload)
-    except ValidationError as err:
-        raise errors.InvalidRequest(describe_validation_error(err)) from None
-    except Exception as err:  # whatever a decoder raises, the client gets one line, no loop
-        raise errors.InvalidRequest(printable(str(err) or type(err).__name__)) from None
-
-
-def inbound(raw: RawValue, model: type[M]) -> M:
-    """A client's payload, decoded and validated as ``model``.
-
-    Raises:
-        errors.InvalidRequest: it does not decode, or does not validate.
-    """
-    value = decoded(raw)
-    try:
-        return model.model_validate(value)
-    except ValidationError as err:
-        raise errors.InvalidRequest(describe_validation_error(err)) from None
-
-
-def _cancelled(err: ActivityError) -> bool:
-    """True when ``err`` is this run's cancel reaching an in-flight activity: the SDK reports
-    it as ActivityError (cause CancelledError), not asyncio.CancelledError."""
-    return isinstance(err.cause, ActivityCancelledError)
 
 
 @workflow.defn(
@@ -125,9 +71,9 @@ class AiOrchestrator:
         self._reviews_applied = 0
         self._rounds_this_run = 0
         self._after_reedit = False
-        # What visibility holds: the starter's AiState=idle (a continued run's own state is
-        # inherited with its search attributes, see _admit).
-        self._published = State.IDLE
+        # What visibility holds: the AiState the run was started with (a starter sets the
+        # state it will first rest in, for free), or a continued run's own (see _admit).
+        self._published = run_record.published_at_start()
         try:
             self._request, self._carried = continuation.parse_input(decoded(raw_input))
         except errors.InvalidRequest as err:
@@ -165,14 +111,14 @@ class AiOrchestrator:
                 await handlers[self._run.state]()
         except (asyncio.CancelledError, ActivityError) as err:
             # Any ActivityError that is not this run's cancel is a bug: let it fail the task.
-            if isinstance(err, ActivityError) and not _cancelled(err):
+            if isinstance(err, ActivityError) and not activity_policy.cancelled(err):
                 raise
             await self._compensate_cancel()
             self._publish()
             raise
         self._publish()
         await workflow.wait_condition(workflow.all_handlers_finished)
-        return run_record.result(self._run, request)
+        return run_record.finish(self._run, request)
 
     # Queries, the review signal and update, operator signals: the contract's names.
 
@@ -248,27 +194,10 @@ class AiOrchestrator:
         # activity's carry the time of the task that got its result.
         at = self._run.state_since if local else None
         try:
-            if local:
-                plan = await workflow.execute_local_activity(
-                    contract.ACTIVITY_FETCH_PROMPT,
-                    PromptInput(request=request),
-                    result_type=PromptPlan,
-                    start_to_close_timeout=activity_policy.LOCAL_FETCH_TIMEOUT,
-                    retry_policy=activity_policy.FETCH_RETRY,
-                    summary="fetch_prompt: build prompt (local)",
-                )
-            else:
-                plan = await workflow.execute_activity(
-                    contract.ACTIVITY_FETCH_PROMPT,
-                    PromptInput(request=request),
-                    result_type=PromptPlan,
-                    start_to_close_timeout=timedelta(seconds=60),
-                    retry_policy=activity_policy.FETCH_RETRY,
-                    summary="fetch_prompt: load input, build prompt",
-                )
+            plan = await steps.fetch_plan(request, local=local)
         except (ActivityError, ApplicationError) as err:
             # A local activity's failure arrives as the ApplicationError itself, not wrapped.
-            if isinstance(err, ActivityError) and _cancelled(err):
+            if isinstance(err, ActivityError) and activity_policy.cancelled(err):
                 raise
             detail = run_record.set_error(self._run, activity_policy.error_text(err))
             run_record.move(self._run, Event.PERMANENT_ERROR, detail=detail, at=at)
@@ -280,31 +209,10 @@ class AiOrchestrator:
         run, plan = self._run, self._require_plan()
         self._after_reedit = False
         run.attempts += 1
-        model = self._choose_model(plan)
-        call = LlmCallInput(
-            workflow_id=workflow.info().workflow_id,
-            system_prompt=plan.system_prompt,
-            user_prompt=plan.user_prompt,
-            input_ref=plan.input_ref,
-            model=model,
-            attempt=run.attempts,
-            temperature=plan.temperature,
-            feedback=list(run.feedback),
-            corrective=run.corrective_next,
-            max_reply_chars=plan.max_reply_chars,
-        )
         try:
-            reply = await workflow.execute_activity(
-                contract.ACTIVITY_INVOKE_LLM,
-                call,
-                result_type=LlmCallResult,
-                start_to_close_timeout=timedelta(seconds=plan.llm_timeout_s + 15),
-                heartbeat_timeout=activity_policy.HEARTBEAT_TIMEOUT,
-                retry_policy=activity_policy.SINGLE_ATTEMPT,
-                summary=f"invoke_llm: attempt {run.attempts} on {model}",
-            )
+            reply = await steps.call_llm(run, plan)
         except ActivityError as err:
-            if _cancelled(err):
+            if activity_policy.cancelled(err):
                 raise
             detail = run_record.set_error(run, activity_policy.error_text(err))
             delay = activity_policy.retry_after(err)
@@ -380,24 +288,9 @@ class AiOrchestrator:
         run, request = self._run, self._require_request()
         assert run.reply is not None
         try:
-            result = await workflow.execute_activity(
-                contract.ACTIVITY_GENERATE_EMBEDDING,
-                EmbeddingInput(
-                    workflow_id=workflow.info().workflow_id,
-                    request_id=request.request_id,
-                    content=run.reply.content,
-                ),
-                result_type=EmbeddingResult,
-                start_to_close_timeout=timedelta(seconds=60),
-                heartbeat_timeout=activity_policy.HEARTBEAT_TIMEOUT,
-                retry_policy=activity_policy.EMBEDDING_RETRY,
-                # On cancel, wait until the activity has really stopped (it heartbeats, so the
-                # cancel reaches it) before compensating: the delete must not race the upsert.
-                cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-                summary="generate_embedding: embed and upsert",
-            )
+            result = await steps.embed(request, run.reply.content)
         except ActivityError as err:
-            if _cancelled(err):
+            if activity_policy.cancelled(err):
                 raise
             detail = run_record.set_error(run, activity_policy.error_text(err))
             refused = await self._dead_letter(failed_state=State.GENERATE_EMBEDDING)
@@ -418,19 +311,7 @@ class AiOrchestrator:
             ApplicationError: ``InvalidRequest`` (non-retryable): the run fails at once.
         """
         if self._input_problem is None and self._carried is not None:
-            info = workflow.info()
-            verdict = await workflow.execute_local_activity(
-                contract.ACTIVITY_VERIFY_CONTINUATION,
-                ContinuationCheck(
-                    workflow_id=info.workflow_id,
-                    run_id=info.run_id,
-                    previous_run_id=info.continued_run_id or "",
-                ),
-                result_type=ContinuationVerdict,
-                start_to_close_timeout=activity_policy.LOCAL_FETCH_TIMEOUT,
-                retry_policy=activity_policy.VERIFY_RETRY,
-                summary="verify_continuation",
-            )
+            verdict = await steps.verify_continuation()
             if verdict.accepted:
                 self._run, self._published = self._carried, self._carried.state
             else:
@@ -464,11 +345,6 @@ class AiOrchestrator:
             raise errors.InvalidTransition(self._run.state, "(no plan)", "fetch_prompt not run")
         return self._run.plan
 
-    def _choose_model(self, plan: PromptPlan) -> str:
-        if plan.fallback_model and self._run.consecutive_failures >= plan.fallback_after:
-            return plan.fallback_model
-        return plan.model
-
     def _refusal(self, decision: ReviewDecision) -> review_desk.Refusal | None:
         return review_desk.refusal(
             self._run,
@@ -482,7 +358,7 @@ class AiOrchestrator:
         review_desk.count_refusal(self._run, refused)
         observability.count_refused_review(refused.code)
 
-    def _operator_reason(self, raw_request: RawValue | None, action: str) -> str | None:
+    def _operator_reason(self, raw_request: RawValue, action: str) -> str | None:
         # Signals cannot be refused: an invalid or untimely one is dropped (state unchanged).
         try:
             request = inbound(raw_request, OperatorRequest) if raw_request else OperatorRequest()
@@ -533,64 +409,30 @@ class AiOrchestrator:
         review_desk.apply(self._run, decision)
 
     def _history_is_large(self) -> bool:
-        """The server suggests continuing as new, or the history passed our own bounds (and no
-        update is in flight, which must finish on this run)."""
-        info = workflow.info()
-        return workflow.all_handlers_finished() and continuation.is_due(
-            rounds_this_run=0,
-            rounds_per_run=1,
-            suggested=info.is_continue_as_new_suggested(),
-            history_bytes=info.get_current_history_size(),
-            history_events=info.get_current_history_length(),
-        )
+        """Time to continue as new while waiting for review (and no update is in flight,
+        which must finish on this run)."""
+        return workflow.all_handlers_finished() and continuation.due()
 
     async def _continue_as_new_if_due(self) -> None:
         """After a reedit, before the next LLM call: hand a long loop to a fresh run."""
         plan = self._run.plan
         if self._run.state is not State.INVOKE_LLM or not self._after_reedit or plan is None:
             return
-        info = workflow.info()
-        if continuation.is_due(
-            rounds_this_run=self._rounds_this_run,
-            rounds_per_run=plan.reedit_rounds_per_run,
-            suggested=info.is_continue_as_new_suggested(),
-            history_bytes=info.get_current_history_size(),
-            history_events=info.get_current_history_length(),
+        if continuation.due(
+            rounds=self._rounds_this_run, rounds_per_run=plan.reedit_rounds_per_run
         ):
             await self._continue_as_new(f"after {self._rounds_this_run} review rounds")
 
     async def _continue_as_new(self, when: str) -> NoReturn:
-        await workflow.wait_condition(workflow.all_handlers_finished)
-        events = workflow.info().get_current_history_length()
-        run_record.note(
-            self._run, NOTE_CONTINUED_AS_NEW, f"continued as a new run {when} ({events} events)"
-        )
-        workflow.continue_as_new(ContinuedRun(request=self._require_request(), carried=self._run))
+        await continuation.hand_over(self._run, self._require_request(), when)
 
     async def _dead_letter(self, failed_state: State) -> str:
         """Send the run's dead-letter message; returns a note for history when the queue
         refused it for good (the run still ends dead_letter: nothing retries forever)."""
-        run, info = self._run, workflow.info()
-        message = DeadLetterMessage(
-            workflow_id=info.workflow_id,
-            run_id=info.run_id,
-            request=self._require_request().model_dump(mode="json"),
-            failed_state=failed_state.value,
-            attempts=run.attempts,
-            last_error=run.last_error,
-            history=list(run.history),
-        )
         try:
-            await workflow.execute_activity(
-                contract.ACTIVITY_SEND_DEAD_LETTER,
-                DeadLetterInput(message=message),
-                result_type=DeadLetterReceipt,
-                start_to_close_timeout=timedelta(seconds=30),
-                retry_policy=activity_policy.DEAD_LETTER_RETRY,
-                summary=f"send_dead_letter: {failed_state.value}",
-            )
+            await steps.send_dead_letter(self._run, self._require_request(), failed_state)
         except ActivityError as err:
-            if _cancelled(err):
+            if activity_policy.cancelled(err):
                 raise
             return (
                 f"; the dead-letter queue refused the message ({activity_policy.error_text(err)})"
@@ -601,13 +443,6 @@ class AiOrchestrator:
         run = self._run
         detail = "no side effects to undo"
         if run.state in (State.GENERATE_EMBEDDING, State.COMPLETED) or run.embedding_id:
-            deleted = await workflow.execute_activity(
-                contract.ACTIVITY_DELETE_EMBEDDING,
-                workflow.info().workflow_id,
-                result_type=int,
-                start_to_close_timeout=timedelta(seconds=30),
-                retry_policy=activity_policy.COMPENSATION_RETRY,
-                summary="compensate: delete embedding",
-            )
+            deleted = await steps.delete_embedding()
             detail = f"compensation: deleted {deleted} vector(s)"
         run_record.move(run, Event.CANCEL, detail=detail)

@@ -17,15 +17,16 @@ sandbox's rules.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import cast
+from typing import Any, cast
 
 from temporalio import workflow
-from temporalio.common import SearchAttributeKey
+from temporalio.common import SearchAttributeUpdate
+from temporalio.exceptions import ApplicationError
 
 import workflows.contract as contract
 import workflows.errors as errors
 import workflows.observability as observability
-from workflows.graph import REVIEW_STATES, Event, State, progress_of, status_of
+from workflows.graph import REVIEW_STATES, SHOWN_STATES, Event, State, progress_of, status_of
 from workflows.graph import next_state as graph_next_state
 from workflows.payloads import (
     FinalState,
@@ -36,8 +37,6 @@ from workflows.payloads import (
     RunStatus,
 )
 
-AI_STATE = SearchAttributeKey.for_keyword(contract.SEARCH_ATTRIBUTE_STATE)
-AI_STATE_SINCE = SearchAttributeKey.for_datetime(contract.SEARCH_ATTRIBUTE_STATE_SINCE)
 # Several hundred review rounds fit; the result, status and carried state stay small.
 HISTORY_MAX_BYTES = 128 * 1024
 MAX_ERROR_CHARS = 2000
@@ -116,20 +115,32 @@ def note(run: RunState, event: str, detail: str) -> None:
     )
 
 
-def publish_state(run: RunState, published: State) -> State:
-    """Upsert ``AiState``/``AiStateSince`` if the state moved since ``published``; returns what
-    visibility now holds.
+def published_at_start() -> State | None:
+    """The state the run's ``AiState`` held when it started (a starter sets the state the run
+    will first rest in; a continued run inherits its own), if it names one."""
+    value = workflow.info().typed_search_attributes.get(contract.AI_STATE)
+    return next((state for state in State if state.value == value), None)
+
+
+def publish_state(run: RunState, published: State | None) -> State | None:
+    """Upsert ``AiState``/``AiStateSince`` (and ``AiReviewRound`` in a review state) if the run
+    rests in a shown state other than ``published``; returns what visibility now holds.
 
     Called whenever the run is about to wait on the server (an activity, a timer, a review)
     and when it ends, that is, before every point where a workflow task can end. Visibility
-    only ever sees the state at those points, so one upsert per task says everything: moves
-    made within one task (an inline fetch_prompt runs locally) need no visibility write each.
+    only ever sees the state at those points, so one upsert per task says everything, and
+    states the run only passes through (``graph.SHOWN_STATES``) are not worth an upsert: each
+    upsert is a billable action.
     """
-    if run.state is published or run.state_since is None:
+    if run.state is published or run.state not in SHOWN_STATES or run.state_since is None:
         return published
-    workflow.upsert_search_attributes(
-        [AI_STATE.value_set(run.state.value), AI_STATE_SINCE.value_set(run.state_since)]
-    )
+    updates: list[SearchAttributeUpdate[Any]] = [
+        contract.AI_STATE.value_set(run.state.value),
+        contract.AI_STATE_SINCE.value_set(run.state_since),
+    ]
+    if run.state in REVIEW_STATES:
+        updates.append(contract.AI_REVIEW_ROUND.value_set(run.review_round))
+    workflow.upsert_search_attributes(updates)
     return run.state
 
 
@@ -161,6 +172,26 @@ def status(run: RunState) -> RunStatus:
         history_dropped=run.history_dropped,
         reviews_refused=run.reviews_refused,
         last_refusal=run.last_refusal,
+    )
+
+
+def finish(run: RunState, request: PipelineRequest) -> PipelineResult:
+    """The result of a completed run.
+
+    A run that ended in ``failed`` or ``dead_letter`` closes as a failed Temporal run (so the
+    Web UI, ``ExecutionStatus='Failed'`` and the SDK's failure metrics see it): this raises a
+    non-retryable ``RunFailed`` whose details carry the same ``PipelineResult``.
+
+    Raises:
+        ApplicationError: ``RunFailed``, the run ended in failed or dead_letter.
+    """
+    ended = result(run, request)
+    if ended.state == State.COMPLETED.value:
+        return ended
+    reason = observability.error_reason(run.last_error)
+    shown = "" if reason == observability.UNKNOWN_REASON else f" ({reason})"
+    raise ApplicationError(
+        f"run ended in {ended.state}{shown}", ended, type=errors.RUN_FAILED, non_retryable=True
     )
 
 

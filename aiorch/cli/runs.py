@@ -10,16 +10,22 @@ from typing import Annotated, Any
 import typer
 from pydantic import ValidationError
 from rich.table import Table
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
 from aiorch.cli.output import CliError, one_line_errors, out
 from aiorch.cli.session import describe_rpc_error, fetch_status, run_async, ui_link
 from aiorch.ops import claim_check, visibility
+from aiorch.ops.results import run_result
 from aiorch.runtime.config import Settings, load_settings
 from workflows.graph import State
-from workflows.payloads import PipelineRequest, ReviewMode, describe_validation_error
+from workflows.payloads import (
+    PipelineRequest,
+    PipelineResult,
+    ReviewMode,
+    describe_validation_error,
+)
 
 
 def new_request_id() -> str:
@@ -54,6 +60,12 @@ def build_request(
         return PipelineRequest.model_validate(raw)
     except ValidationError as error:
         raise CliError(f"invalid request: {describe_validation_error(error)}") from None
+
+
+def result_reason(result: PipelineResult) -> str:
+    """Why a run ended where it did: the detail of its last history entry."""
+    last = result.history[-1] if result.history else None
+    return (last.detail if last and last.detail else None) or "see its history"
 
 
 async def start_run(client: Client, settings: Settings, request: PipelineRequest) -> str:
@@ -119,11 +131,12 @@ def start(
         out.print(f"started {workflow_id}")
         out.print(f"web ui: {ui_link(settings, workflow_id)}", highlight=False)
         if wait:
-            try:
-                result = await client.get_workflow_handle(workflow_id).result()
-            except WorkflowFailureError as error:
-                raise CliError(f"run failed: {error.cause}") from None
-            out.print_json(json.dumps(result, default=str))
+            result = await run_result(client, workflow_id)
+            out.print_json(result.model_dump_json())
+            if result.state != State.COMPLETED.value:
+                raise CliError(
+                    f"run {workflow_id} ended in {result.state}: {result_reason(result)}"
+                )
 
     run_async(start_and_report)
 

@@ -24,9 +24,7 @@ later run completed meanwhile.
 
 from __future__ import annotations
 
-import contextlib
 import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -47,9 +45,9 @@ from temporalio.converter import (
     WorkflowSerializationContext,
     encode_search_attributes,
 )
-from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
+from aiorch.ops.results import result_in, result_of_failure
 from aiorch.ops.visibility import initial_search_attributes
 from workflows import contract
 from workflows.continuation import parse_input
@@ -111,18 +109,9 @@ def final_result(
     prove nothing.
     """
     if status == WorkflowExecutionStatus.COMPLETED and not isinstance(outcome, BaseException):
-        candidates: Sequence[Any] = (outcome,)
-    elif (
-        status == WorkflowExecutionStatus.FAILED
-        and isinstance(outcome, WorkflowFailureError)
-        and isinstance(outcome.cause, ApplicationError)
-    ):
-        candidates = outcome.cause.details
-    else:
-        return None
-    for candidate in candidates:
-        with contextlib.suppress(ValidationError):
-            return PipelineResult.model_validate(candidate)
+        return result_in((outcome,))
+    if status == WorkflowExecutionStatus.FAILED and isinstance(outcome, WorkflowFailureError):
+        return result_of_failure(outcome)
     return None
 
 
@@ -272,7 +261,7 @@ async def start_again(client: Client, dead: DeadRun, *, task_queue: str, identit
         workflow_id_conflict_policy=WorkflowIdConflictPolicy.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
         user_metadata=UserMetadata(summary=summary, details=details),
     )
-    encode_search_attributes(initial_search_attributes(), request.search_attributes)
+    encode_search_attributes(initial_search_attributes(dead.request), request.search_attributes)
     response = await client.workflow_service.start_workflow_execution(request, retry=True)
     return response.run_id
 

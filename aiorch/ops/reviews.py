@@ -113,15 +113,16 @@ Signer = Callable[[ReviewDecision, str, int], ReviewDecision]
 
 
 async def current_round(client: Client, workflow_id: str) -> int | None:
-    """The run's current review round (``status`` query), None before its first review.
+    """The run's current review round, None before its first review.
+
+    Read from the run's ``AiReviewRound`` search attribute (describe: not a billable action,
+    where a ``status`` query would be one); the run publishes it with every review wait.
 
     Raises:
         temporalio.service.RPCError: no such run, or the server is unreachable.
     """
-    status: RunStatus = await client.get_workflow_handle(workflow_id).query(
-        contract.QUERY_STATUS, result_type=RunStatus
-    )
-    return status.review_round or None
+    description = await client.get_workflow_handle(workflow_id).describe()
+    return description.typed_search_attributes.get(contract.AI_REVIEW_ROUND) or None
 
 
 async def decision_for_current_round(

@@ -14,9 +14,10 @@ from datetime import datetime, timedelta
 from temporalio.client import Client, WorkflowExecution
 
 from aiorch.ops import visibility
+from aiorch.ops.results import NoResult, run_result
 from workflows.graph import STATES, Event, State
 from workflows.observability import GRAPH_EVENTS
-from workflows.payloads import HistoryEntry, PipelineResult
+from workflows.payloads import HistoryEntry
 
 
 @dataclass(frozen=True)
@@ -110,13 +111,16 @@ async def count_by_state(client: Client) -> tuple[list[StateCount], int]:
 
 
 async def collect_stats(client: Client, *, sample: int = 200, concurrency: int = 10) -> RunStats:
-    """Counts by state, and averages over the ``sample`` most recent runs that returned.
+    """Counts by state, and averages over the ``sample`` most recent runs that ended with a
+    result (completed, or closed as failed with their result in the failure).
 
     Processing time is close minus start time (from visibility), per final state and overall;
     the approval delay comes from those runs' result histories (`approval_delays`).
     """
     states, total = await count_by_state(client)
-    query = visibility.runs_query(visibility.RETURNED, visibility.state_in(visibility.FINAL_STATES))
+    query = visibility.runs_query(
+        visibility.ENDED_WITH_RESULT, visibility.state_in(visibility.FINAL_STATES)
+    )
     closed = [e async for e in client.list_workflows(query, limit=sample)]
     by_state: dict[str, list[timedelta]] = {}
     for execution in closed:
@@ -132,8 +136,10 @@ async def collect_stats(client: Client, *, sample: int = 200, concurrency: int =
 
     async def delays_of(execution: WorkflowExecution) -> list[timedelta]:
         async with gate:
-            handle = client.get_workflow_handle(execution.id, run_id=execution.run_id)
-            result = PipelineResult.model_validate(await handle.result(follow_runs=False))
+            try:
+                result = await run_result(client, execution.id, execution.run_id)
+            except NoResult:
+                return []
         return approval_delays(result.history)
 
     per_run = await asyncio.gather(*(delays_of(e) for e in closed))

@@ -153,6 +153,7 @@ def encrypted_converter(keyring: KeyRing, *, require_encryption: bool = False) -
 SEARCH_ATTRIBUTES = {
     contract.SEARCH_ATTRIBUTE_STATE: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
     contract.SEARCH_ATTRIBUTE_STATE_SINCE: IndexedValueType.INDEXED_VALUE_TYPE_DATETIME,
+    contract.SEARCH_ATTRIBUTE_REVIEW_ROUND: IndexedValueType.INDEXED_VALUE_TYPE_INT,
 }
 
 

@@ -37,6 +37,7 @@ from aiorch.cli import build_app
 from aiorch.devstack.processes import free_port, temporal_cli_path
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops.dead_runs import RedriveError, run_request
+from aiorch.ops.results import finished
 from aiorch.ops.signing import SigningKey
 from aiorch.runtime.codec import METADATA_KEY_ID, KeyRing, PayloadUnreadable, new_key
 from aiorch.runtime.temporal import DATA_CONVERTER, encrypted_converter
@@ -54,7 +55,6 @@ from workflows import contract
 from workflows.orchestrator import AiOrchestrator
 from workflows.payloads import (
     DeadLetterMessage,
-    PipelineResult,
     RunStatus,
 )
 
@@ -238,8 +238,8 @@ async def test_canary_is_unreadable_in_history_dead_letters_spans_and_logs(
         client,
         request(f"{CANARY} [sim:status=503]", options={"llm_max_attempts": 1}),
     )
-    result = PipelineResult.model_validate(await done.result())
-    dead_result = PipelineResult.model_validate(await dead.result())
+    result = await finished(done)
+    dead_result = await finished(dead)
 
     assert result.state == "completed" and CANARY in (result.content or "")
     assert dead_result.state == "dead_letter"
@@ -341,7 +341,7 @@ async def test_key_rotation_keeps_old_runs_and_open_runs_readable(
         contract.SIGNAL_REVIEW,
         await signed(rotated_run, protected.stack.reviewer_key, "approve", "ann"),
     )
-    across = PipelineResult.model_validate(await rotated.get_workflow_handle(open_run.id).result())
+    across = await finished(rotated.get_workflow_handle(open_run.id))
     assert across.state == "completed" and CANARY in (across.content or "")
 
     history = await plain_client.get_workflow_handle(open_run.id).fetch_history()
@@ -351,7 +351,7 @@ async def test_key_rotation_keeps_old_runs_and_open_runs_readable(
         for payload in _payloads(event)
     }
     assert key_ids == {"k1", "k2"}  # started under k1, completed under k2
-    before = PipelineResult.model_validate(await rotated.get_workflow_handle(old.id).result())
+    before = await finished(rotated.get_workflow_handle(old.id))
     assert CANARY in (before.content or "")
     only_k2 = await Client.connect(protected.address, data_converter=converter("k2", f"k2:{KEY_2}"))
     with pytest.raises(Exception, match="key id 'k1'"):
@@ -369,7 +369,7 @@ async def test_redrive_reads_the_request_from_encrypted_history(
         client,
         request(f"{CANARY} [sim:status=503] redrive me", options={"llm_max_attempts": 1}),
     )
-    assert PipelineResult.model_validate(await dead.result()).state == "dead_letter"
+    assert (await finished(dead)).state == "dead_letter"
     [body] = [b for b in dead_letter_bodies(protected) if dead.id in b]
     letter = DeadLetterMessage.model_validate_json(body)
     assert CANARY not in body

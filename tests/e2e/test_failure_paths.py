@@ -29,13 +29,14 @@ from temporalio.exceptions import CancelledError
 from activities.prompt import CORRECTIVE_INSTRUCTION
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops.dead_letters import DeadLetter, DeadLetterQueue
+from aiorch.ops.results import finished
 from aiorch.runtime.config import load_settings
 from aiorch.runtime.temporal import DATA_CONVERTER
 from tests.e2e.conftest import Simulator, request, start, status_of, wait_for_state
 from tests.history_events import scheduled_activities
 from tests.reviewing import signed
 from workflows import contract
-from workflows.payloads import DeadLetterMessage, PipelineResult, RunStatus
+from workflows.payloads import DeadLetterMessage, RunStatus
 
 pytestmark = pytest.mark.e2e
 
@@ -176,7 +177,7 @@ async def test_rate_limit_waits_at_least_retry_after(client: Client, simulator: 
     provider's), and history has two retry_llm entries."""
     handle = await start(client, request("Throttled [sim:status=429:retry_after=2:times=2]"))
 
-    result = PipelineResult.model_validate(await handle.result())
+    result = await finished(handle)
 
     assert result.state == "completed"
     chats = simulator.chat_requests(handle.id)
@@ -206,7 +207,7 @@ async def test_server_errors_fall_back_then_dead_letter(
     handle = await start(client, payload)
     queue = dead_letter_queue(stack)
     try:
-        result = PipelineResult.model_validate(await handle.result())
+        result = await finished(handle)
 
         assert result.state == "dead_letter"
         chats = simulator.chat_requests(handle.id)
@@ -231,7 +232,7 @@ async def test_permanent_400_fails_after_one_call(client: Client, simulator: Sim
     """A 400 is permanent: one call, the run ends failed, last_error says why."""
     handle = await start(client, request("Bad request [sim:status=400]"))
 
-    result = PipelineResult.model_validate(await handle.result())
+    result = await finished(handle)
 
     assert result.state == "failed"
     assert len(simulator.chat_requests(handle.id)) == 1
@@ -248,7 +249,7 @@ async def test_malformed_reply_is_retried_with_a_correction(
     instruction; the run then completes."""
     handle = await start(client, request("Be sloppy once [sim:malformed:times=1]"))
 
-    result = PipelineResult.model_validate(await handle.result())
+    result = await finished(handle)
 
     assert result.state == "completed"
     first, second = simulator.chat_requests(handle.id)
@@ -275,7 +276,7 @@ async def test_dead_letter_waits_for_sqs_to_come_back(
     first = await start(
         private_client, request("Down before [sim:status=503]", options={"llm_max_attempts": 1})
     )
-    assert (await first.result())["state"] == "dead_letter"
+    assert (await finished(first)).state == "dead_letter"
     private_stack.stop_sqs()
     handle = await start(
         private_client, request("Down during [sim:status=503]", options={"llm_max_attempts": 2})
@@ -292,7 +293,7 @@ async def test_dead_letter_waits_for_sqs_to_come_back(
     sqs_back_at = time.time()
     private_stack.start_sqs()
 
-    result = PipelineResult.model_validate(await asyncio.wait_for(handle.result(), 60))
+    result = await asyncio.wait_for(finished(handle), 60)
 
     assert result.state == "dead_letter"
     description = await handle.describe()
@@ -320,7 +321,7 @@ async def test_worker_killed_during_hanging_call_completes_with_one_vector(
     private_stack.kill_worker()
     killed_at = time.monotonic()
     private_stack.start_worker()
-    result = PipelineResult.model_validate(await asyncio.wait_for(handle.result(), 45))
+    result = await asyncio.wait_for(finished(handle), 45)
     took = time.monotonic() - killed_at
 
     assert result.state == "completed"
@@ -363,8 +364,8 @@ async def test_runs_in_flight_survive_a_dev_server_restart(
     expected = {approve.id: "completed", reject.id: "failed", backoff.id: "completed"}
     expected.update({handle.id: "completed" for handle in slow})
     handles = [approve, reject, backoff, *slow]
-    results = await asyncio.wait_for(asyncio.gather(*(h.result() for h in handles)), 60)
-    assert {h.id: r["state"] for h, r in zip(handles, results, strict=True)} == expected
+    results = await asyncio.wait_for(asyncio.gather(*(finished(h) for h in handles)), 60)
+    assert {h.id: r.state for h, r in zip(handles, results, strict=True)} == expected
     print(f"dev server restart: down for {down_for:.1f}s; all {len(handles)} runs finished")
 
 
@@ -386,7 +387,7 @@ async def test_dlq_list_and_redrive(
     third = await start(private_client, request("Redrive me third", options=options))
     runs = (first, second, third)
     for handle in runs:
-        assert (await handle.result())["state"] == "dead_letter"
+        assert (await finished(handle)).state == "dead_letter"
     dead_runs = {h.id: (await h.describe()).run_id for h in runs}
     queue = dead_letter_queue(private_stack)
     cut_request_in_message(private_stack, queue, third.id)
@@ -413,12 +414,12 @@ async def test_dlq_list_and_redrive(
     assert f"{first.id}: deleted message" in redriven.stdout
     assert "1 started, 0 already redriven, 0 refused, 0 skipped, 0 failed" in redriven.stdout
     new_first = private_client.get_workflow_handle(first.id)
-    result = PipelineResult.model_validate(await new_first.result())
+    result = await finished(new_first)
     assert result.state == "completed"
     assert (await new_first.describe()).run_id != dead_runs[first.id]
     assert (await status_of(new_first)).attempts == 1
     old = private_client.get_workflow_handle(first.id, run_id=dead_runs[first.id])
-    assert (await old.result())["state"] == "dead_letter"  # the old run stays as it was
+    assert (await finished(old)).state == "dead_letter"  # the old run stays as it was
     assert [letter.workflow_id for letter in queue.peek()] == [second.id, third.id]
 
     rest = starter(private_stack, "dlq", "redrive", "--all")
@@ -427,7 +428,7 @@ async def test_dlq_list_and_redrive(
     assert "2 started, 0 already redriven, 0 refused, 0 skipped, 0 failed" in rest.stdout
     for handle in (second, third):
         assert f"{handle.id}: started run" in rest.stdout
-        assert (await private_client.get_workflow_handle(handle.id).result())["state"] == (
+        assert (await finished(private_client.get_workflow_handle(handle.id))).state == (
             "completed"
         )
     answered = [c for c in private_simulator.chat_requests(third.id) if c["status"] == 200]

@@ -14,11 +14,12 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 
 from aiorch.devstack.stack import LocalStack
+from aiorch.ops.results import finished
 from aiorch.runtime.temporal import DATA_CONVERTER
 from tests.e2e.conftest import E2E_WORKER_ENV, request, start, status_of
 from tests.reviewing import signed
 from workflows import contract, errors
-from workflows.payloads import NOTE_CONTINUED_AS_NEW, PipelineResult, RunStatus
+from workflows.payloads import NOTE_CONTINUED_AS_NEW, RunStatus
 
 pytestmark = pytest.mark.e2e
 
@@ -81,7 +82,7 @@ async def test_two_hundred_reedit_rounds_continue_as_new_without_history_warning
     await handle.signal(
         contract.SIGNAL_REVIEW, await signed(handle, long_stack.reviewer_key, "approve", "ann")
     )
-    result = PipelineResult.model_validate(await handle.result())
+    result = await finished(handle)
 
     assert result.state == "completed"
     events = Counter(entry.event for entry in result.history)

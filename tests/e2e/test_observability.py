@@ -34,6 +34,7 @@ from temporalio.client import Client
 from activities.pricing import estimate_cost
 from aiorch.devstack.processes import free_port
 from aiorch.devstack.stack import LocalStack
+from aiorch.ops.results import finished
 from aiorch.runtime.config import DEFAULT_PRICE_TABLE
 from aiorch.runtime.temporal import DATA_CONVERTER
 from tests.e2e.conftest import E2E_WORKER_ENV, Simulator, request, start, visible_state
@@ -41,7 +42,6 @@ from tests.history_events import scheduled_activities
 from tests.reviewing import signed
 from workflows import contract
 from workflows.observability import error_reason
-from workflows.payloads import PipelineResult
 
 pytestmark = pytest.mark.e2e
 
@@ -235,7 +235,7 @@ async def test_one_trace_links_start_workflow_activities_and_transitions(
     output = await run_starter(observed, "start", message, "--wait")
     workflow_id = output.split("started ", 1)[1].split()[0]
     handle = observed_client.get_workflow_handle(workflow_id)
-    result = PipelineResult.model_validate(await handle.result())
+    result = await finished(handle)
     assert [h.to_state for h in result.history] == [
         "fetch_prompt",
         "invoke_llm",
@@ -362,7 +362,7 @@ async def test_prometheus_endpoint_counts_transitions_retries_tokens_and_cost(
         contract.SIGNAL_REVIEW,
         await signed(review, observed.stack.reviewer_key, "approve", "eve", review_round=1),
     )
-    results = [PipelineResult.model_validate(await handle.result()) for handle in handles]
+    results = [await finished(handle) for handle in handles]
     entries = [entry for result in results for entry in result.history]
     found = grown(samples(observed.scrape()), before)
 

@@ -15,6 +15,7 @@ import pytest
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 
 from aiorch.devstack.stack import LocalStack
+from aiorch.ops.results import finished
 from aiorch.ops.stuck import find_stuck
 from aiorch.runtime.temporal import DATA_CONVERTER
 from tests.e2e.conftest import request, start, status_of, visible_state
@@ -58,7 +59,7 @@ async def all_visible(client: Client, handles: list[WorkflowHandle[Any, Any]], s
 
 
 async def final(handle: WorkflowHandle[Any, Any]) -> PipelineResult:
-    return PipelineResult.model_validate(await handle.result())
+    return await finished(handle)
 
 
 async def test_stats_and_stuck_find_the_right_runs_and_bulk_actions_work(

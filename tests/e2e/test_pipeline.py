@@ -13,6 +13,7 @@ from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 
 from aiorch.devstack.processes import temporal_cli_path
 from aiorch.devstack.stack import LocalStack
+from aiorch.ops.results import finished
 from aiorch.ops.signing import SigningKey
 from tests.e2e.conftest import (
     Simulator,
@@ -45,7 +46,7 @@ async def test_happy_path_completes_with_content_and_embedding(
 ) -> None:
     """A plain request runs fetch -> LLM -> embedding -> completed, visible as AiState."""
     handle = await start(client, request("What is durable execution?"))
-    result = PipelineResult.model_validate(await handle.result())
+    result = await finished(handle)
     assert result.state == "completed"
     assert result.content and "durable execution" in result.content
     assert result.embedding_id
@@ -71,7 +72,7 @@ async def test_review_approve_via_signal(client: Client, reviewer_key: SigningKe
     await handle.signal(
         contract.SIGNAL_REVIEW, await signed(handle, reviewer_key, "approve", "ann")
     )
-    result = PipelineResult.model_validate(await handle.result())
+    result = await finished(handle)
     assert result.state == "completed"
     approve = next(h for h in result.history if h.event == "approve")
     assert approve.detail == "approve by ann"
@@ -89,7 +90,7 @@ async def test_review_approve_via_update_returns_new_status(
         result_type=RunStatus,
     )
     assert after.state in ("generate_embedding", "completed")
-    assert (await handle.result())["state"] == "completed"
+    assert (await finished(handle)).state == "completed"
 
 
 async def test_reedit_sends_feedback_to_the_llm(
@@ -106,7 +107,7 @@ async def test_reedit_sends_feedback_to_the_llm(
     second = await wait_for_state(handle, "await_review")
     assert second.attempts == 2
     await handle.signal(contract.SIGNAL_REVIEW, await signed(handle, reviewer_key, "approve", "cy"))
-    result = PipelineResult.model_validate(await handle.result())
+    result = await finished(handle)
     assert result.state == "completed"
     chats = simulator.chat_requests(handle.id)
     assert len(chats) == 2
@@ -128,7 +129,7 @@ async def test_reject_ends_failed(client: Client, reviewer_key: SigningKey) -> N
     )
     assert after.state == "failed"
     assert after.last_error == "rejected by legal"
-    result = PipelineResult.model_validate(await handle.result())
+    result = await finished(handle)
     assert result.state == "failed"
     assert await visible_state(client, handle.id, "failed")
 
@@ -149,7 +150,7 @@ async def test_update_refused_when_not_awaiting_review(
     await handle.signal(
         contract.SIGNAL_REVIEW, await signed(handle, reviewer_key, "approve", "dan")
     )
-    assert (await handle.result())["state"] == "completed"
+    assert (await finished(handle)).state == "completed"
 
 
 async def test_same_request_id_runs_once(client: Client, simulator: Simulator) -> None:
@@ -158,7 +159,7 @@ async def test_same_request_id_runs_once(client: Client, simulator: Simulator) -
     handle = await start(client, payload)
     with pytest.raises(WorkflowAlreadyStartedError):
         await start(client, payload)
-    assert (await handle.result())["state"] == "completed"
+    assert (await finished(handle)).state == "completed"
     assert len(simulator.chat_requests(handle.id)) == 1
 
 

@@ -28,11 +28,12 @@ from aiorch.ops import reviews
 from aiorch.ops.dead_letters import DeadLetterQueue
 from aiorch.ops.dead_runs import start_again, verify_dead_run
 from aiorch.ops.redrive import redrive, summarize
+from aiorch.ops.results import finished
 from aiorch.runtime.codec import KeyRing, new_key
 from aiorch.runtime.temporal import encrypted_converter
 from tests.e2e.conftest import E2E_WORKER_ENV, Simulator, request, start, status_of
 from workflows import contract
-from workflows.payloads import PipelineRequest, PipelineResult, ReviewDecision
+from workflows.payloads import PipelineRequest, ReviewDecision
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -129,7 +130,7 @@ async def dead_lettered(client: Client, stack: LocalStack, count: int) -> dict[s
             for n in range(count)
         ]
         for handle in handles:
-            assert PipelineResult.model_validate(await handle.result()).state == "dead_letter"
+            assert (await finished(handle)).state == "dead_letter"
     finally:
         simulator.clear_faults()
     return {h.id: (await h.describe()).run_id for h in handles}
@@ -176,7 +177,7 @@ async def test_continued_run_is_redriven_from_its_encrypted_history(
     assert dead_run != first_run  # continued as new after one round
     assert "carried" in await started_with(keyed, handle.id, dead_run)
     await handle.signal(contract.SIGNAL_DEAD_LETTER, {"operator": "ops", "reason": "give up"})
-    assert PipelineResult.model_validate(await handle.result()).state == "dead_letter"
+    assert (await finished(handle)).state == "dead_letter"
     [letter] = queue(sealed).peek()
     assert letter.body is not None and letter.body.run_id == dead_run
     assert "user_message" not in letter.body.request
@@ -200,7 +201,7 @@ async def test_continued_run_is_redriven_from_its_encrypted_history(
     approve = ReviewDecision(decision="approve", reviewer="ann")
     assert (await reviews.submit_review(keyed, handle.id, approve, signer=signer(sealed))).applied
     latest = keyed.get_workflow_handle(handle.id)  # `handle` follows the first run's chain
-    assert PipelineResult.model_validate(await latest.result()).state == "completed"
+    assert (await finished(latest)).state == "completed"
     assert queue(sealed).peek() == []
 
 
@@ -272,7 +273,7 @@ async def test_racing_redrives_of_the_same_dead_runs_start_one_run_each(
 
     workflow_id, dead_run = next(iter(dead.items()))
     handle = keyed.get_workflow_handle(workflow_id)
-    assert PipelineResult.model_validate(await handle.result()).state == "completed"
+    assert (await finished(handle)).state == "completed"
     new_run = (await handle.describe()).run_id
     verified = await verify_dead_run(keyed, workflow_id, dead_run)
     late = await start_again(

@@ -37,6 +37,7 @@ from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
 from aiorch.devstack.stack import LocalStack
+from aiorch.ops.results import finished
 from aiorch.runtime.codec import Binding, EncryptionCodec, KeyRing, new_key
 from aiorch.runtime.temporal import DATA_CONVERTER, encrypted_converter
 from tests.e2e.conftest import (
@@ -49,7 +50,7 @@ from tests.e2e.conftest import (
 )
 from tests.reviewing import signed
 from workflows import contract, errors
-from workflows.payloads import PipelineResult, RunStatus
+from workflows.payloads import RunStatus
 
 pytestmark = pytest.mark.e2e
 
@@ -162,7 +163,7 @@ async def test_a_plaintext_start_fails_the_run_naming_the_reason(
     )
 
     encrypted = await start(client, request("Explain durable execution", review="never"))
-    result = PipelineResult.model_validate(await asyncio.wait_for(encrypted.result(), 60))
+    result = await asyncio.wait_for(finished(encrypted), 60)
     assert result.state == "completed"
 
 
@@ -215,7 +216,7 @@ async def test_plaintext_or_moved_reviews_are_not_applied(
     assert (await status_of(waiting)).state == "await_review"
 
     await waiting.signal(contract.SIGNAL_REVIEW, review)
-    result = PipelineResult.model_validate(await asyncio.wait_for(waiting.result(), 60))
+    result = await asyncio.wait_for(finished(waiting), 60)
     assert result.state == "completed"
 
 

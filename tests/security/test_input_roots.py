@@ -15,13 +15,13 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import boto3
 import pytest
 from temporalio.client import Client
 
 from aiorch.devstack.stack import LocalStack
+from aiorch.ops.results import finished
 from aiorch.runtime.temporal import DATA_CONVERTER
 from tests.e2e.conftest import E2E_WORKER_ENV, Simulator, request, start
 from workflows.payloads import PipelineResult
@@ -94,8 +94,8 @@ async def run_to_end(client: Client, message: str) -> tuple[str, PipelineResult,
     """Start a run as a plain client would; its id, result and seconds until it closed."""
     started = time.monotonic()
     handle = await start(client, request(message, review="never"))
-    raw: Any = await asyncio.wait_for(handle.result(), timeout=60)
-    return handle.id, PipelineResult.model_validate(raw), time.monotonic() - started
+    result = await asyncio.wait_for(finished(handle), timeout=60)
+    return handle.id, result, time.monotonic() - started
 
 
 async def test_references_outside_the_roots_fail_fast_with_one_text(target: Target) -> None:

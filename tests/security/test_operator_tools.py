@@ -28,6 +28,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops.dead_letters import DeadLetterQueue
+from aiorch.ops.results import finished
 from aiorch.runtime.temporal import DATA_CONVERTER
 from tests.e2e.conftest import E2E_WORKER_ENV, Simulator, new_id, request, start, wait_for_state
 from workflows.payloads import DeadLetterMessage, PipelineRequest, PipelineResult
@@ -136,8 +137,8 @@ async def test_redrive_refuses_forged_messages_for_runs_that_never_dead_lettered
     failed = await start(client, request("Refuse this [sim:status=400]"))
     running = await start(client, request("Wait for me", review="always"))
     terminated = await start(client, request("Terminate me", review="always"))
-    assert PipelineResult.model_validate(await completed.result()).state == "completed"
-    assert PipelineResult.model_validate(await failed.result()).state == "failed"
+    assert (await finished(completed)).state == "completed"
+    assert (await finished(failed)).state == "failed"
     await wait_for_state(running, "await_review")
     await wait_for_state(terminated, "await_review")
     fake_result = PipelineResult(request_id=terminated.id, state="dead_letter")
@@ -181,7 +182,7 @@ async def test_redrive_starts_the_runs_own_request_not_the_forged_one(
     simulator.set_fault({"status": 503, "path": "chat"})
     try:
         dead = await start(client, genuine)
-        assert PipelineResult.model_validate(await dead.result()).state == "dead_letter"
+        assert (await finished(dead)).state == "dead_letter"
     finally:
         simulator.clear_faults()
     dead_run = (await dead.describe()).run_id
@@ -195,7 +196,7 @@ async def test_redrive_starts_the_runs_own_request_not_the_forged_one(
     assert "the message's request differs from the run's own" in redriven.stdout
     assert "1 started, 0 already redriven, 0 refused, 0 skipped, 0 failed" in redriven.stdout
     new = client.get_workflow_handle(dead.id)
-    assert PipelineResult.model_validate(await new.result()).state == "completed"
+    assert (await finished(new)).state == "completed"
     new_run = (await new.describe()).run_id
     assert new_run != dead_run
     assert PipelineRequest.model_validate(
@@ -227,7 +228,7 @@ async def test_a_request_sqs_would_refuse_raw_still_dead_letters(
     simulator.set_fault({"status": 503, "path": "chat"})
     try:
         handle = await start(ops_client, request(odd, options={"llm_max_attempts": 1}))
-        result = PipelineResult.model_validate(await handle.result())
+        result = await finished(handle)
     finally:
         simulator.clear_faults()
 

@@ -33,6 +33,7 @@ from temporalio.worker import Worker
 
 from aiorch.devstack.processes import temporal_cli_path
 from aiorch.devstack.stack import LocalStack
+from aiorch.ops.results import finished
 from aiorch.ops.signing import SigningKey
 from aiorch.runtime.temporal import DATA_CONVERTER
 from tests.e2e.conftest import (
@@ -115,9 +116,9 @@ async def test_unsigned_forged_and_replayed_reviews_are_refused(
     assert [e.event for e in status.history][-1] == "needs_review"
 
     await handle.signal(contract.SIGNAL_REVIEW, await signed(handle, key, "approve", "alice"))
-    assert (await handle.result())["state"] == "completed"
+    assert (await finished(handle)).state == "completed"
     await other.signal(contract.SIGNAL_REVIEW, await signed(other, key, "reject", "bob"))
-    assert (await other.result())["state"] == "failed"
+    assert (await finished(other)).state == "failed"
 
 
 async def test_requester_cannot_widen_reviewers_skip_review_or_approve_own_run(
@@ -127,8 +128,7 @@ async def test_requester_cannot_widen_reviewers_skip_review_or_approve_own_run(
     asks for no review still gets the operator's floor (REVIEW_MIN=always here); a requester
     who is also an allowed reviewer cannot approve their own run, another reviewer can."""
     widened = await start(client, request("x", options={"allowed_reviewers": ["mallory"]}))
-    result = await widened.result()
-    assert result["state"] == "failed"
+    assert (await finished(widened)).state == "failed"
     assert "names nobody the operator allows" in status_last_error(await status_of(widened))
 
     stack.stop_worker()
@@ -141,9 +141,9 @@ async def test_requester_cannot_widen_reviewers_skip_review_or_approve_own_run(
         message = await refused_update(own, await signed(own, key, "approve", "alice"))
         assert message.endswith("'alice' requested this run")
         await own.signal(contract.SIGNAL_REVIEW, await signed(own, key, "approve", "bob"))
-        assert (await own.result())["state"] == "completed"
+        assert (await finished(own)).state == "completed"
         await skipper.signal(contract.SIGNAL_REVIEW, await signed(skipper, key, "approve", "bob"))
-        assert (await skipper.result())["state"] == "completed"
+        assert (await finished(skipper)).state == "completed"
     finally:
         stack.stop_worker()
         del stack.worker_env["REVIEW_MIN"]
@@ -206,7 +206,7 @@ async def test_the_cli_signs_with_its_key_and_without_one_is_refused(
     approved = cli(stack, "review", handle.id, "approve", "--reviewer", "alice")
     assert approved.returncode == 0, approved.stderr
     assert "approve accepted (round 1)" in approved.stdout
-    assert (await handle.result())["state"] == "completed"
+    assert (await finished(handle)).state == "completed"
 
 
 async def test_a_signal_flood_cannot_keep_a_run_from_finishing(
@@ -230,11 +230,11 @@ async def test_a_signal_flood_cannot_keep_a_run_from_finishing(
     status = await wait_until_refused(handle, 5000)
     assert status.state == "await_review"
     await handle.signal(contract.SIGNAL_REVIEW, await signed(handle, key, "approve", "alice"))
-    result = await asyncio.wait_for(handle.result(), 60)
+    result = await asyncio.wait_for(finished(handle), 60)
 
-    assert result["state"] == "completed"
-    assert len(json.dumps(result)) < 64 * 1024
-    events = [entry["event"] for entry in result["history"]]
+    assert result.state == "completed"
+    assert len(result.model_dump_json()) < 64 * 1024
+    events = [entry.event for entry in result.history]
     assert events.count("continued_as_new") >= 1
     assert events.count("approve") == 1
     runs = [r async for r in client.list_workflows(f"WorkflowId = '{handle.id}'")]
@@ -460,7 +460,7 @@ async def test_bad_shapes_from_the_temporal_cli_close_the_run(stack: LocalStack)
         await Client.connect(stack.addresses.temporal_address, data_converter=DATA_CONVERTER),
         request("still here"),
     )
-    assert (await plain.result())["state"] == "completed"
+    assert (await finished(plain)).state == "completed"
 
 
 async def test_no_content_reaches_the_worker_log(
@@ -471,7 +471,7 @@ async def test_no_content_reaches_the_worker_log(
     says only how long it was) nor text a signal sender chose (refused reviews are counted)."""
     canary = f"canary-{new_id()}"
     malformed = await start(client, request(f"{canary} [sim:malformed:times=1]"))
-    assert (await malformed.result())["state"] == "completed"
+    assert (await finished(malformed)).state == "completed"
     status = await status_of(malformed)
     retry = next(e for e in status.history if e.event == "retryable_error")
     assert canary not in (retry.detail or "") and "characters" in (retry.detail or "")

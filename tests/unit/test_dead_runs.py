@@ -31,15 +31,18 @@ def test_a_completed_run_ends_with_its_result() -> None:
 
 
 def test_a_failed_run_may_carry_its_result_in_the_failure_details() -> None:
-    """A dead-lettered run that closes Failed with a typed error carries the PipelineResult in
-    the error's details; any other failure carries none."""
-    typed = ApplicationError("dead-lettered", {"note": "first"}, DEAD, type="DeadLettered")
+    """A dead-lettered run closes Failed with the workflow's RunFailed error, which carries the
+    PipelineResult in its details; any other failure (another type, even with a result in its
+    details, which a client could forge by other means) carries none."""
+    typed = ApplicationError("run ended in dead_letter", {"note": "first"}, DEAD, type="RunFailed")
     plain = ApplicationError("LlmPermanent: HTTP 400", type="LlmPermanent")
+    other = ApplicationError("dead-lettered", DEAD, type="DeadLettered")
 
     result = final_result(WorkflowExecutionStatus.FAILED, WorkflowFailureError(cause=typed))
 
     assert result is not None and result.state == "dead_letter"
     assert final_result(WorkflowExecutionStatus.FAILED, WorkflowFailureError(cause=plain)) is None
+    assert final_result(WorkflowExecutionStatus.FAILED, WorkflowFailureError(cause=other)) is None
 
 
 def test_a_terminated_run_proves_nothing_whatever_its_details() -> None:

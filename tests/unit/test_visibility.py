@@ -7,7 +7,6 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import get_args
 
 from aiorch.ops.visibility import (
-    AI_STATE,
     FINAL_STATES,
     initial_search_attributes,
     runs_query,
@@ -17,8 +16,9 @@ from aiorch.ops.visibility import (
     visibility_time,
 )
 from aiorch.runtime.temporal import SEARCH_ATTRIBUTES
+from workflows import contract
 from workflows.graph import TERMINAL_STATES, State
-from workflows.payloads import FinalState
+from workflows.payloads import FinalState, PipelineRequest
 
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 
@@ -48,9 +48,17 @@ def test_search_attributes_match_what_the_worker_registers() -> None:
     """The dev server is started with the same attributes, of the same types, as the worker
     registers on a server that lacks them."""
     assert set(search_attribute_types()) == set(SEARCH_ATTRIBUTES)
-    assert search_attribute_types() == {"AiState": "Keyword", "AiStateSince": "Datetime"}
+    assert search_attribute_types() == {
+        "AiState": "Keyword",
+        "AiStateSince": "Datetime",
+        "AiReviewRound": "Int",
+    }
 
 
-def test_a_run_starts_visible_in_idle() -> None:
-    """A run is started with AiState = idle, so visibility lists it before a worker moves it."""
-    assert initial_search_attributes().get(AI_STATE) == "idle"
+def test_a_run_starts_visible_in_its_first_resting_state() -> None:
+    """A run is started with AiState set to where it will first rest (invoke_llm for an inline
+    message, fetch_prompt for a document by reference), so visibility lists it at once."""
+    inline = PipelineRequest(request_id="a" * 24, user_message="hi")
+    document = PipelineRequest(request_id="a" * 24, user_message="s3://docs/a.txt")
+    assert initial_search_attributes(inline).get(contract.AI_STATE) == "invoke_llm"
+    assert initial_search_attributes(document).get(contract.AI_STATE) == "fetch_prompt"

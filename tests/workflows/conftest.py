@@ -45,7 +45,7 @@ import pytest_asyncio
 from temporalio import activity
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
-from temporalio.common import SearchAttributeKey
+from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
@@ -360,8 +360,10 @@ class Orchestration:
         options: dict[str, Any] | None = None,
         raw: Any = VALID_REQUEST,
         workflow_id: str | None = None,
+        initial_ai_state: str | None = None,
     ) -> WorkflowHandle[Any, PipelineResult]:
-        """Start a run; ``raw`` sends that input verbatim instead of a valid request."""
+        """Start a run; ``raw`` sends that input verbatim instead of a valid request;
+        ``initial_ai_state`` sets AiState at start, as the project's starters do."""
         request_id = new_request_id()
         payload: Any = raw
         if raw is VALID_REQUEST:
@@ -374,6 +376,9 @@ class Orchestration:
             id=workflow_id or request_id,
             task_queue=self.task_queue,
             result_type=PipelineResult,
+            search_attributes=TypedSearchAttributes(
+                [SearchAttributePair(AI_STATE, initial_ai_state)] if initial_ai_state else []
+            ),
         )
         self.handles.append(handle)
         return handle

@@ -9,6 +9,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 
+from aiorch.ops.results import finished
 from tests.workflows.conftest import Orchestration, new_request_id
 from workflows import errors
 from workflows.payloads import PipelineResult
@@ -86,7 +87,7 @@ async def test_a_refused_inline_request_fails_in_fetch_prompt(orch: Orchestratio
     )
     handle = await orch.start(user_message="inline text")
 
-    result = await handle.result()
+    result = await finished(handle)
 
     assert result.state == "failed"
     last = result.history[-1]
@@ -108,7 +109,7 @@ async def test_unavailable_input_fails_in_fetch_prompt(orch: Orchestration) -> N
     )
     handle = await orch.start(user_message="file:///data/missing.txt")
 
-    result = await handle.result()
+    result = await finished(handle)
 
     assert result.state == "failed"
     assert len(orch.fakes.prompt_inputs) == 1

@@ -7,6 +7,7 @@ from typing import Any
 
 from temporalio.client import WorkflowHandle
 
+from aiorch.ops.results import finished
 from tests.workflows.conftest import Orchestration, Reply, events, notes, transitions
 from workflows import contract
 from workflows.payloads import NOTE_CONTINUED_AS_NEW, PipelineResult, RunStatus
@@ -44,7 +45,7 @@ async def test_reedit_loop_continues_as_new_and_keeps_its_state(orch: Orchestrat
     await orch.check_history(handle, waiting.history)
 
     await handle.signal(contract.SIGNAL_REVIEW, {"decision": "approve", "reviewer": "ann"})
-    result = await handle.result()
+    result = await finished(handle)
 
     assert result.state == "completed" and result.content == "v4"
     assert len(orch.fakes.prompt_inputs) == 1

@@ -6,6 +6,7 @@ from datetime import timedelta
 
 from temporalio.exceptions import ApplicationError
 
+from aiorch.ops.results import finished
 from tests.workflows.conftest import Orchestration, Reply, path, server_error
 from workflows import errors
 
@@ -23,7 +24,7 @@ async def test_non_retryable_embedding_failure_dead_letters(orch: Orchestration)
     ]
     handle = await orch.start()
 
-    result = await handle.result()
+    result = await finished(handle)
 
     assert result.state == "dead_letter"
     assert (result.content, result.embedding_id) == ("to embed", None)
@@ -57,7 +58,7 @@ async def test_transient_embedding_failures_are_retried_then_dead_letter(
     orch.fakes.embedding_script = [server_error() for _ in range(6)]
     handle = await orch.start()
 
-    result = await handle.result()
+    result = await finished(handle)
 
     assert result.state == "dead_letter"
     assert orch.fakes.embedding_attempts == [1, 2, 3, 4, 5]
@@ -76,7 +77,7 @@ async def test_embedding_recovers_after_transient_failures(orch: Orchestration) 
     orch.fakes.embedding_script = [server_error(), server_error()]
     handle = await orch.start()
 
-    result = await handle.result()
+    result = await finished(handle)
 
     assert result.state == "completed"
     assert result.embedding_id == f"vec-{handle.id}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from aiorch.ops.results import finished
 from tests.workflows.conftest import HAPPY_PATH, PRIMARY_MODEL, Orchestration, Reply, path
 
 
@@ -11,7 +12,7 @@ async def test_run_without_review_completes_with_embedding(orch: Orchestration) 
     orch.fakes.llm_script = [Reply(content="all systems nominal", needs_review=True)]
     handle = await orch.start(review="never", user_message="How are the systems?")
 
-    result = await handle.result()
+    result = await finished(handle)
 
     assert result.state == "completed"
     assert result.request_id == handle.id

@@ -8,6 +8,7 @@ from itertools import pairwise
 
 from temporalio.exceptions import ApplicationError
 
+from aiorch.ops.results import finished
 from tests.workflows.conftest import (
     FALLBACK_MODEL,
     PRIMARY_MODEL,
@@ -46,7 +47,7 @@ async def test_retry_after_is_waited_in_workflow_time(orch: Orchestration) -> No
     await orch.wait_for_state(handle, "retry_llm")
     assert len(orch.fakes.llm_calls) == 2
 
-    result = await handle.result()
+    result = await finished(handle)
 
     assert result.state == "completed"
     assert result.content == "finally"
@@ -90,7 +91,7 @@ async def test_fallback_model_after_consecutive_failures(orch: Orchestration) ->
     assert waiting.model == FALLBACK_MODEL
     await handle.signal("review", {"decision": "reedit", "reviewer": "ann", "feedback": "again"})
 
-    result = await handle.result()
+    result = await finished(handle)
 
     assert result.state == "completed"
     assert [c.model for c in orch.fakes.llm_calls] == [
@@ -110,7 +111,7 @@ async def test_exhausted_attempts_dead_letter_from_invoke_llm(orch: Orchestratio
     orch.fakes.llm_script = [server_error(), server_error(), server_error(), Reply()]
     handle = await orch.start(options={"llm_max_attempts": 3})
 
-    result = await handle.result()
+    result = await finished(handle)
 
     assert result.state == "dead_letter"
     assert len(orch.fakes.llm_calls) == 3
@@ -159,7 +160,7 @@ async def test_permanent_error_fails_after_one_call(orch: Orchestration) -> None
     ]
     handle = await orch.start()
 
-    result = await handle.result()
+    result = await finished(handle)
 
     assert result.state == "failed"
     assert len(orch.fakes.llm_calls) == 1
@@ -184,7 +185,7 @@ async def test_malformed_reply_makes_the_next_call_corrective(orch: Orchestratio
     orch.fakes.llm_script = [malformed(), server_error(), malformed(), Reply(content="valid")]
     handle = await orch.start(options={"llm_max_attempts": 4})
 
-    result = await handle.result()
+    result = await finished(handle)
 
     assert result.state == "completed"
     assert [c.corrective for c in orch.fakes.llm_calls] == [False, True, False, True]

@@ -1,6 +1,8 @@
 """How fetch_prompt runs and how the state reaches visibility: an inline message is fetched by a
 local activity inside the first workflow task, a referenced document by a regular activity, and
-``AiState`` is upserted once per workflow task, with the state the task ends in."""
+``AiState`` is upserted at most once per workflow task, with the state the task ends in, only
+for the states a run rests in (``graph.SHOWN_STATES``), and not at all for the state a starter
+already set at start."""
 
 from __future__ import annotations
 
@@ -10,9 +12,11 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle
 
+from aiorch.ops.results import finished
 from tests.history_events import scheduled_activities
-from tests.workflows.conftest import HAPPY_PATH, Orchestration, path
+from tests.workflows.conftest import HAPPY_PATH, Orchestration, Reply, path
 from workflows import contract
+from workflows.payloads import RunStatus
 
 
 def _events(history: Any, event_type: EventType.ValueType) -> list[Any]:
@@ -35,7 +39,7 @@ async def test_inline_message_is_fetched_locally(orch: Orchestration) -> None:
     and the run still walks fetch_prompt in its own history and completes."""
     handle = await orch.start(review="never", user_message="Inline text")
 
-    result = await handle.result()
+    result = await finished(handle)
 
     assert result.state == "completed"
     assert "fetch_prompt" in path(result.history)
@@ -58,7 +62,7 @@ async def test_referenced_document_is_fetched_by_a_regular_activity(orch: Orches
     activity: retried and timed out by the server, visible as a pending activity."""
     handle = await orch.start(review="never", user_message="s3://docs/report.txt")
 
-    result = await handle.result()
+    result = await finished(handle)
 
     assert result.state == "completed"
     assert await scheduled_activities(handle) == [
@@ -66,26 +70,52 @@ async def test_referenced_document_is_fetched_by_a_regular_activity(orch: Orches
         contract.ACTIVITY_INVOKE_LLM,
         contract.ACTIVITY_GENERATE_EMBEDDING,
     ]
-    assert await _published_states(handle) == [
-        "fetch_prompt",
-        "invoke_llm",
-        "generate_embedding",
-        "completed",
-    ]
+    assert await _published_states(handle) == ["fetch_prompt", "invoke_llm", "completed"]
     await orch.check_finished(handle, result)
 
 
 async def test_state_is_upserted_once_per_workflow_task(orch: Orchestration) -> None:
     """Moves made within one workflow task (idle -> fetch_prompt -> invoke_llm, with the local
-    fetch) publish only the state the task ends in: fetch_prompt is never visible because no
-    task ever ended there, and every state a task did end in was published, in order."""
+    fetch) publish only the state the task ends in, and generate_embedding (passed through in
+    moments) is not published: invoke_llm, then completed."""
     handle = await orch.start(review="never")
 
-    result = await handle.result()
+    result = await finished(handle)
 
     assert path(result.history) == HAPPY_PATH
-    assert await _published_states(handle) == ["invoke_llm", "generate_embedding", "completed"]
+    assert await _published_states(handle) == ["invoke_llm", "completed"]
     await orch.check_finished(handle, result)
+
+
+async def test_the_state_a_starter_set_at_start_is_not_published_again(
+    orch: Orchestration,
+) -> None:
+    """A starter sets the state the run will first rest in as its initial AiState (free at
+    start): the happy path then upserts only its final state, one billable action."""
+    handle = await orch.start(review="never", initial_ai_state="invoke_llm")
+
+    result = await finished(handle)
+
+    assert await _published_states(handle) == ["completed"]
+    await orch.check_finished(handle, result)
+
+
+async def test_the_review_round_is_published_with_the_review_state(orch: Orchestration) -> None:
+    """Waiting for review, the run's AiReviewRound says which round to sign a review for, in
+    the same upsert as AiState (one action), so a reviewer needs no query."""
+    orch.fakes.llm_script = [Reply(needs_review=True), Reply(needs_review=True)]
+    handle = await orch.start(review="auto")
+    await orch.wait_for_state(handle, "await_review")
+    first = (await handle.describe()).typed_search_attributes.get(contract.AI_REVIEW_ROUND)
+    await handle.execute_update(
+        contract.UPDATE_SUBMIT_REVIEW,
+        {"decision": "reedit", "reviewer": "ann", "review_round": 1},
+        result_type=RunStatus,
+    )
+    await orch.wait_for_state(handle, "await_review")
+    second = (await handle.describe()).typed_search_attributes.get(contract.AI_REVIEW_ROUND)
+
+    assert (first, second) == (1, 2)
 
 
 async def test_review_states_are_published_while_waiting(orch: Orchestration) -> None:

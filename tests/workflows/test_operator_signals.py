@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from aiorch.ops.results import finished
 from tests.workflows.conftest import Gate, Orchestration, Reply, entry_for, path
 from workflows import contract
 
@@ -27,7 +28,7 @@ async def test_expire_review_escalates_without_waiting(orch: Orchestration) -> N
     assert timeout.at - waiting.history[-1].at < timedelta(seconds=5)
     await orch.check_history(handle, escalated.history)
     await handle.signal(contract.SIGNAL_REVIEW, {"decision": "approve", "reviewer": "ann"})
-    result = await handle.result()
+    result = await finished(handle)
     assert result.state == "completed"
     assert orch.fakes.dead_letters == []
     await orch.check_finished(handle, result)
@@ -43,7 +44,7 @@ async def test_dead_letter_signal_sends_the_run_to_the_dead_letter_queue(
     await orch.wait_for_state(handle, "await_review")
 
     await handle.signal(contract.SIGNAL_DEAD_LETTER, {"operator": "oncall"})
-    result = await handle.result()
+    result = await finished(handle)
 
     assert result.state == "dead_letter"
     assert path(result.history)[-3:] == ["await_review", "escalate", "dead_letter"]
@@ -69,7 +70,7 @@ async def test_operator_signals_outside_review_are_ignored(orch: Orchestration) 
     assert waiting.history[-1].event == "needs_review"
     assert await handle.query(contract.QUERY_STATE) == "await_review"
     await handle.signal(contract.SIGNAL_REVIEW, {"decision": "approve", "reviewer": "ann"})
-    result = await handle.result()
+    result = await finished(handle)
     assert result.state == "completed"
     assert orch.fakes.dead_letters == []
     await orch.check_finished(handle, result)

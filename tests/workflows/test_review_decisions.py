@@ -7,6 +7,7 @@ from typing import Any
 
 from temporalio.client import WorkflowHandle
 
+from aiorch.ops.results import finished
 from tests.workflows.conftest import Orchestration, Reply, entry_for, events, path
 from workflows import contract
 from workflows.payloads import Decision, PipelineResult, ReviewDecision, RunStatus
@@ -36,7 +37,7 @@ async def test_approve_during_escalation_completes(orch: Orchestration) -> None:
     await orch.wait_for_state(handle, "escalate")
 
     await handle.signal(contract.SIGNAL_REVIEW, {"decision": "approve", "reviewer": "bob"})
-    result = await handle.result()
+    result = await finished(handle)
 
     assert result.state == "completed"
     assert path(result.history)[-4:] == [
@@ -71,7 +72,7 @@ async def test_reedit_passes_feedback_to_the_next_llm_call(orch: Orchestration) 
     await submit(handle, "reedit", reviewer="bob")
     await orch.wait_for_state(handle, "await_review")
     await submit(handle, "approve")
-    result = await handle.result()
+    result = await finished(handle)
 
     assert result.state == "completed"
     assert result.content == "v3"
@@ -96,7 +97,7 @@ async def test_reject_fails_the_run_naming_the_reviewer(orch: Orchestration) -> 
     await orch.wait_for_state(handle, "await_review")
 
     status = await submit(handle, "reject", reviewer="carol", feedback="Made up numbers.")
-    result = await handle.result()
+    result = await finished(handle)
 
     assert (status.state, status.status) == ("failed", "Failed")
     assert status.last_error == "rejected by carol"
@@ -124,7 +125,7 @@ async def test_reject_during_escalation_fails(orch: Orchestration) -> None:
     await orch.wait_for_state(handle, "escalate")
 
     status = await submit(handle, "reject", reviewer="dave")
-    result = await handle.result()
+    result = await finished(handle)
 
     assert status.state == "failed"
     assert path(result.history)[-3:] == ["await_review", "escalate", "failed"]

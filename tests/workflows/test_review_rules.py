@@ -10,6 +10,7 @@ import pytest
 from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
+from aiorch.ops.results import finished
 from tests.workflows.conftest import Orchestration, Reply, events
 from workflows import contract
 from workflows.payloads import PipelineResult, RunStatus
@@ -53,7 +54,7 @@ async def test_decision_for_another_round_is_refused(orch: Orchestration) -> Non
     assert (await orch.status(handle)).history == second.history
     await handle.signal(contract.SIGNAL_REVIEW, reedit)
     await submit(handle, {"decision": "approve", "reviewer": "ann", "review_round": 2})
-    result = await handle.result()
+    result = await finished(handle)
 
     assert result.state == "completed" and result.content == "v2"
     assert events(result.history).count("reedit") == 1
@@ -77,7 +78,7 @@ async def test_only_allowed_reviewers_decide(orch: Orchestration) -> None:
     assert message == f"reviewer 'mallory' is not allowed to review run {handle.id}"
     await handle.signal(contract.SIGNAL_REVIEW, {"decision": "reject", "reviewer": "mallory"})
     status = await submit(handle, {"decision": "approve", "reviewer": "bob"})
-    result = await handle.result()
+    result = await finished(handle)
 
     assert status.state == "generate_embedding"
     assert result.state == "completed"
@@ -101,7 +102,7 @@ async def test_feedback_over_the_run_limit_is_refused(orch: Orchestration) -> No
     assert message == f"feedback is 21 characters; run {handle.id} accepts at most 20"
     assert (await orch.status(handle)).state == "await_review"
     await submit(handle, {"decision": "reedit", "reviewer": "ann", "feedback": "x" * 20})
-    result = await handle.result()
+    result = await finished(handle)
 
     assert result.state == "completed"
     assert orch.fakes.llm_calls[-1].feedback == ["x" * 20]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from aiorch.ops.results import finished
 from tests.workflows.conftest import (
     Orchestration,
     Reply,
@@ -44,7 +45,7 @@ async def test_unanswered_review_escalates_then_dead_letters(orch: Orchestration
     await orch.env.sleep(timedelta(seconds=7000))
     assert await handle.query("state") == "escalate"
 
-    result = await handle.result()
+    result = await finished(handle)
 
     assert result.state == "dead_letter"
     assert path(result.history)[-3:] == ["await_review", "escalate", "dead_letter"]
@@ -83,7 +84,7 @@ async def test_review_timeout_uses_plan_defaults_without_options(orch: Orchestra
     await orch.env.sleep(timedelta(seconds=2))
     await orch.wait_for_state(handle, "escalate")
 
-    result = await handle.result()
+    result = await finished(handle)
 
     assert result.state == "dead_letter"
     timeout_at = entry_for(result.history, "review_timeout").at

@@ -10,6 +10,7 @@ from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
+from aiorch.ops.results import finished
 from tests.workflows.conftest import Gate, Orchestration, Reply, entry_for, events, transitions
 from workflows import contract
 from workflows.payloads import PipelineResult, RunStatus
@@ -71,7 +72,7 @@ async def test_update_in_await_review_returns_status_after_the_decision(
     )
     assert approval.detail == "approve by alice"
     orch.fakes.embedding_gate.release.set()
-    result = await handle.result()
+    result = await finished(handle)
     assert result.state == "completed"
     await orch.check_finished(handle, result)
 
@@ -100,7 +101,7 @@ async def test_update_refused_while_the_llm_is_still_running(orch: Orchestration
     assert await handle.query(contract.QUERY_STATE) == "await_review"
     status = await submit(handle, APPROVE)
     assert status.state == "generate_embedding"
-    result = await handle.result()
+    result = await finished(handle)
     assert result.state == "completed"
     await orch.check_finished(handle, result)
 
@@ -119,7 +120,7 @@ async def test_update_refused_while_embedding(orch: Orchestration) -> None:
     assert message == "run is not awaiting review (state: generate_embedding)"
     assert await handle.query(contract.QUERY_STATE) == "generate_embedding"
     gate.release.set()
-    result = await handle.result()
+    result = await finished(handle)
     assert result.state == "completed"
     assert [e.event for e in result.history].count("approve") == 1
     assert "reject" not in [e.event for e in result.history]
@@ -130,14 +131,14 @@ async def test_update_after_completion_is_refused_by_the_server(orch: Orchestrat
     """A closed run takes no review: the server refuses the update (the workflow is gone, so no
     validator runs) and the result stays as it was."""
     handle = await orch.start(review="never")
-    result = await handle.result()
+    result = await finished(handle)
     assert result.state == "completed"
 
     with pytest.raises(RPCError) as info:
         await submit(handle, APPROVE)
 
     assert info.value.status == RPCStatusCode.NOT_FOUND
-    assert await handle.result() == result
+    assert await finished(handle) == result
     with pytest.raises(RPCError) as signal_info:
         await handle.signal(contract.SIGNAL_REVIEW, APPROVE)
     assert signal_info.value.status == RPCStatusCode.NOT_FOUND
@@ -180,7 +181,7 @@ async def test_review_signal_with_the_same_payload_approves(orch: Orchestration)
     await orch.wait_for_state(handle, "await_review")
 
     await handle.signal(contract.SIGNAL_REVIEW, APPROVE)
-    result = await handle.result()
+    result = await finished(handle)
 
     assert result.state == "completed"
     assert result.content == "signed off"
@@ -208,7 +209,7 @@ async def test_invalid_or_untimely_review_signals_are_counted_not_applied(
     await handle.signal(contract.SIGNAL_REVIEW, "approve")
     not_a_dict = await orch.status(handle)
     await handle.signal(contract.SIGNAL_REVIEW, APPROVE)
-    result = await handle.result()
+    result = await finished(handle)
 
     assert result.state == "completed"
     assert events(result.history).count("approve") == 1

@@ -1,0 +1,170 @@
+"""The activity each state runs: its input, timeouts, retry policy and Web UI summary.
+
+Plain async functions over the run's state, called by ``AiOrchestrator``'s state handlers;
+they only start activities (``workflow.execute_*``) and return what came back, so every
+decision stays with the handler and the graph. Failures surface as the SDK raises them
+(``ActivityError``; a local activity's failure as the ``ApplicationError`` itself).
+
+Workflow code, passed through the sandbox.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+
+import workflows.activity_policy as activity_policy
+import workflows.contract as contract
+from workflows.graph import State
+from workflows.payloads import (
+    ContinuationCheck,
+    ContinuationVerdict,
+    DeadLetterInput,
+    DeadLetterMessage,
+    DeadLetterReceipt,
+    EmbeddingInput,
+    EmbeddingResult,
+    LlmCallInput,
+    LlmCallResult,
+    PipelineRequest,
+    PromptInput,
+    PromptPlan,
+    RunState,
+)
+
+
+async def fetch_plan(request: PipelineRequest, *, local: bool) -> PromptPlan:
+    """``fetch_prompt``: a local activity for an inline message (no I/O: it validates and
+    builds the prompt from the worker's settings, inside the current task), a regular one for
+    a document by reference (real I/O, worth isolating and retrying visibly)."""
+    if local:
+        local_plan: PromptPlan = await workflow.execute_local_activity(
+            contract.ACTIVITY_FETCH_PROMPT,
+            PromptInput(request=request),
+            result_type=PromptPlan,
+            start_to_close_timeout=activity_policy.LOCAL_FETCH_TIMEOUT,
+            retry_policy=activity_policy.FETCH_RETRY,
+            summary="fetch_prompt: build prompt (local)",
+        )
+        return local_plan
+    plan: PromptPlan = await workflow.execute_activity(
+        contract.ACTIVITY_FETCH_PROMPT,
+        PromptInput(request=request),
+        result_type=PromptPlan,
+        start_to_close_timeout=timedelta(seconds=60),
+        retry_policy=activity_policy.FETCH_RETRY,
+        summary="fetch_prompt: load input, build prompt",
+    )
+    return plan
+
+
+def choose_model(run: RunState, plan: PromptPlan) -> str:
+    """The primary model, or the fallback after ``fallback_after`` failures in a row."""
+    if plan.fallback_model and run.consecutive_failures >= plan.fallback_after:
+        return plan.fallback_model
+    return plan.model
+
+
+async def call_llm(run: RunState, plan: PromptPlan) -> LlmCallResult:
+    """``invoke_llm``: exactly one attempt (retries are the graph's ``retry_llm``)."""
+    model = choose_model(run, plan)
+    call = LlmCallInput(
+        workflow_id=workflow.info().workflow_id,
+        system_prompt=plan.system_prompt,
+        user_prompt=plan.user_prompt,
+        input_ref=plan.input_ref,
+        model=model,
+        attempt=run.attempts,
+        temperature=plan.temperature,
+        feedback=list(run.feedback),
+        corrective=run.corrective_next,
+        max_reply_chars=plan.max_reply_chars,
+    )
+    result: LlmCallResult = await workflow.execute_activity(
+        contract.ACTIVITY_INVOKE_LLM,
+        call,
+        result_type=LlmCallResult,
+        start_to_close_timeout=timedelta(seconds=plan.llm_timeout_s + 15),
+        heartbeat_timeout=activity_policy.HEARTBEAT_TIMEOUT,
+        retry_policy=activity_policy.SINGLE_ATTEMPT,
+        summary=f"invoke_llm: attempt {run.attempts} on {model}",
+    )
+    return result
+
+
+async def embed(request: PipelineRequest, content: str) -> EmbeddingResult:
+    """``generate_embedding``: embed the answer and upsert it under the run's point id."""
+    result: EmbeddingResult = await workflow.execute_activity(
+        contract.ACTIVITY_GENERATE_EMBEDDING,
+        EmbeddingInput(
+            workflow_id=workflow.info().workflow_id,
+            request_id=request.request_id,
+            content=content,
+        ),
+        result_type=EmbeddingResult,
+        start_to_close_timeout=timedelta(seconds=60),
+        heartbeat_timeout=activity_policy.HEARTBEAT_TIMEOUT,
+        retry_policy=activity_policy.EMBEDDING_RETRY,
+        # On cancel, wait until the activity has really stopped (it heartbeats, so the cancel
+        # reaches it) before compensating: the delete must not race the upsert.
+        cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+        summary="generate_embedding: embed and upsert",
+    )
+    return result
+
+
+async def delete_embedding() -> int:
+    """``delete_embedding``: the cancel's compensation; how many vectors it deleted."""
+    result: int = await workflow.execute_activity(
+        contract.ACTIVITY_DELETE_EMBEDDING,
+        workflow.info().workflow_id,
+        result_type=int,
+        start_to_close_timeout=timedelta(seconds=30),
+        retry_policy=activity_policy.COMPENSATION_RETRY,
+        summary="compensate: delete embedding",
+    )
+    return result
+
+
+async def send_dead_letter(
+    run: RunState, request: PipelineRequest, failed_state: State
+) -> DeadLetterReceipt:
+    """``send_dead_letter``: retried until the queue accepts it, unless it refuses for good."""
+    info = workflow.info()
+    message = DeadLetterMessage(
+        workflow_id=info.workflow_id,
+        run_id=info.run_id,
+        request=request.model_dump(mode="json"),
+        failed_state=failed_state.value,
+        attempts=run.attempts,
+        last_error=run.last_error,
+        history=list(run.history),
+    )
+    receipt: DeadLetterReceipt = await workflow.execute_activity(
+        contract.ACTIVITY_SEND_DEAD_LETTER,
+        DeadLetterInput(message=message),
+        result_type=DeadLetterReceipt,
+        start_to_close_timeout=timedelta(seconds=30),
+        retry_policy=activity_policy.DEAD_LETTER_RETRY,
+        summary=f"send_dead_letter: {failed_state.value}",
+    )
+    return receipt
+
+
+async def verify_continuation() -> ContinuationVerdict:
+    """``verify_continuation`` (local): whether this run came from our own continue-as-new."""
+    info = workflow.info()
+    result: ContinuationVerdict = await workflow.execute_local_activity(
+        contract.ACTIVITY_VERIFY_CONTINUATION,
+        ContinuationCheck(
+            workflow_id=info.workflow_id,
+            run_id=info.run_id,
+            previous_run_id=info.continued_run_id or "",
+        ),
+        result_type=ContinuationVerdict,
+        start_to_close_timeout=activity_policy.LOCAL_FETCH_TIMEOUT,
+        retry_policy=activity_policy.VERIFY_RETRY,
+        summary="verify_continuation",
+    )
+    return result
