@@ -7,7 +7,7 @@ time and no Docker is needed. Each is ready when the check in brackets passes:
 - dead-letter queue (and S3): ``moto_server`` from ``moto[server]`` [``GET /moto-api/`` is 200]
 - LLM: ``python -m aiorch.devstack simulator`` [``GET /healthz`` is 200]
 - worker: ``python worker.py`` [its log says ``worker started``]
-- codec server: ``python starter.py codec-server`` [its ready line]
+- codec server: ``python -m aiorch codec-server`` [its ready line]
 """
 
 from __future__ import annotations
