@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo dev test test-fast lint typecheck imports unit bench graph clean
+.PHONY: demo dev test test-fast lint typecheck imports unit bench graph screenshots clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "Python 3.11 is required (set PYTHON=/path/to/python3.11)")'
@@ -46,6 +46,10 @@ unit: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.run
+
+## screenshots: retake the README's screenshot of the review inbox (needs Debian's chromium)
+screenshots: $(STAMP)
+	UPDATE_SCREENSHOTS=1 $(BIN)/python -m pytest tests/e2e/test_inbox_browser.py -q
 
 ## graph: regenerate the diagrams in docs/ and the README from workflows/graph.py
 graph: $(STAMP)

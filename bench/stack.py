@@ -100,8 +100,8 @@ class BenchStack:
     def metrics_url(self) -> str:
         """The WAL dev server's ``/metrics`` URL (found once per server process).
 
-        ``aiorch.devstack.stack`` starts the server without ``--metrics-port``, so start-dev serves
-        its metrics on a port it picks; `bench.server_metrics.find_metrics_url` finds it.
+        ``aiorch.devstack.servers`` starts the server without ``--metrics-port``, so start-dev
+        serves its metrics on a port it picks; `bench.server_metrics.find_metrics_url` finds it.
         """
         pid = self.server_pid()
         if self._metrics is None or self._metrics[0] != pid:

@@ -37,6 +37,17 @@ DEAD_LETTER_RETRY = RetryPolicy(
     maximum_attempts=0,
 )
 COMPENSATION_RETRY = RetryPolicy(maximum_attempts=10, maximum_interval=timedelta(seconds=30))
+# A notification is worth a few tries over a couple of minutes, no more: the run never waits
+# for it, and a reviewer told an hour late is better told by the inbox.
+NOTIFY_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=2),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=60),
+    maximum_attempts=6,
+    non_retryable_error_types=[errors.NOTIFICATION_REJECTED],
+)
+NOTIFY_TIMEOUT = timedelta(seconds=20)
+NOTIFY_SCHEDULE_TO_CLOSE = timedelta(minutes=10)
 HEARTBEAT_TIMEOUT = timedelta(seconds=10)
 # An inline fetch_prompt does no I/O (it validates and builds the prompt from worker settings),
 # so it runs as a local activity: no task queue round trip, no extra workflow task, one marker

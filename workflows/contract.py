@@ -32,3 +32,5 @@ ACTIVITY_GENERATE_EMBEDDING: Final = "generate_embedding"
 ACTIVITY_DELETE_EMBEDDING: Final = "delete_embedding"
 ACTIVITY_SEND_DEAD_LETTER: Final = "send_dead_letter"
 ACTIVITY_VERIFY_CONTINUATION: Final = "verify_continuation"
+# Started, never awaited, when a run starts waiting for review or escalates (PromptPlan.notify).
+ACTIVITY_NOTIFY_REVIEWERS: Final = "notify_reviewers"

@@ -10,7 +10,9 @@ Activities report failures to the workflow as ``temporalio.exceptions.Applicatio
 one of the stable ``type`` names below; the workflow, queries and dead-letter messages rely on
 them, so they never change. Retryable ones are retried by the workflow's ``retry_llm`` state,
 permanent ones end the run in ``failed``. ``DeadLetterRejected`` (non-retryable) says SQS refused
-a run's dead-letter message for good, even in its reduced form (``activities.dead_letter``).
+a run's dead-letter message for good, even in its reduced form (``activities.dead_letter``);
+``NotificationRejected`` (non-retryable) that the review webhook refused a notification, which
+the run never waits for (``activities.notify``).
 """
 
 from __future__ import annotations
@@ -52,3 +54,7 @@ DEAD_LETTER_REJECTED = "DeadLetterRejected"
 # A run that ended in failed or dead_letter closes as a Temporal *Failed* run with this type; its
 # details carry the run's PipelineResult (the contract's result, as a completed run returns it).
 RUN_FAILED = "RunFailed"
+# The review webhook could not be reached or was overloaded (retried a few times) ...
+NOTIFICATION_FAILED = "NotificationFailed"
+# ... or refused a notification for good (4xx), or this worker has none configured.
+NOTIFICATION_REJECTED = "NotificationRejected"

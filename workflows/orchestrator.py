@@ -240,6 +240,7 @@ class AiOrchestrator:
                 detail=f"answered by {reply.model}",
                 review_round=run.review_round,
             )
+            steps.notify_reviewers(run, plan, "review_needed")
         else:
             run_record.move(run, Event.LLM_OK, detail=f"answered by {reply.model}")
 
@@ -269,6 +270,8 @@ class AiOrchestrator:
         detail = review_desk.take_forced_reason(run) or f"no review in {plan.review_timeout_s:g}s"
         run.review_deadline = workflow.now() + timedelta(seconds=plan.escalation_timeout_s)
         run_record.move(run, Event.REVIEW_TIMEOUT, detail=detail)
+        if run.dead_letter_requested is None:  # an operator's dead-letter is no news to reviewers
+            steps.notify_reviewers(run, plan, "escalated")
 
     async def _escalate(self) -> None:
         run, plan = self._run, self._require_plan()

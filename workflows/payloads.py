@@ -299,6 +299,27 @@ class PromptPlan(_Open):
     max_feedback_chars: int = MAX_FEEDBACK_CHARS
     max_reply_chars: int | None = None
     reedit_rounds_per_run: int = 50
+    # REVIEW_WEBHOOK_URL is set on the worker that built the plan: tell reviewers (by webhook)
+    # when the run starts waiting for review and when it escalates. Off = no extra activity.
+    notify: bool = False
+
+
+NoticeReason = Literal["review_needed", "escalated"]
+
+
+class ReviewNotice(_Open):
+    """Input of ``notify_reviewers``: a run started waiting for a reviewer, or escalated.
+
+    Ids, round and deadline only, never content: the webhook's receiver (a chat tool) is
+    outside the payload codec.
+    """
+
+    workflow_id: str
+    run_id: str
+    reason: NoticeReason
+    state: str
+    review_round: int
+    deadline: datetime | None = None
 
 
 class LlmCallInput(_Open):

@@ -1,8 +1,9 @@
 """The activity each state runs: its input, timeouts, retry policy and Web UI summary.
 
-Plain async functions over the run's state, called by ``AiOrchestrator``'s state handlers;
-they only start activities (``workflow.execute_*``) and return what came back, so every
-decision stays with the handler and the graph. Failures surface as the SDK raises them
+Plain functions over the run's state, called by ``AiOrchestrator``'s state handlers; they
+only start activities (``workflow.execute_*``, and ``workflow.start_activity`` for the one the
+run never waits for) and return what came back, so every decision stays with the handler and
+the graph. Failures surface as the SDK raises them
 (``ActivityError``; a local activity's failure as the ``ApplicationError`` itself).
 
 Workflow code, passed through the sandbox.
@@ -10,6 +11,7 @@ Workflow code, passed through the sandbox.
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 from temporalio import workflow
@@ -27,9 +29,11 @@ from workflows.payloads import (
     EmbeddingResult,
     LlmCallInput,
     LlmCallResult,
+    NoticeReason,
     PipelineRequest,
     PromptInput,
     PromptPlan,
+    ReviewNotice,
     RunState,
 )
 
@@ -168,3 +172,41 @@ async def verify_continuation() -> ContinuationVerdict:
         summary="verify_continuation",
     )
     return result
+
+
+def notify_reviewers(run: RunState, plan: PromptPlan, reason: NoticeReason) -> None:
+    """``notify_reviewers``: tell reviewers (by webhook) that the run waits for them, when the
+    plan says notifications are on (``REVIEW_WEBHOOK_URL`` on the worker that built it).
+
+    Started and never awaited: the run goes on at once, and however the notification ends
+    (delivered, retried, refused, the receiver down) it neither blocks nor fails the run. With
+    notifications off nothing is scheduled, so the run's commands (and billed actions) are
+    those of a run without this feature.
+    """
+    if not plan.notify:
+        return
+    info = workflow.info()
+    handle = workflow.start_activity(
+        contract.ACTIVITY_NOTIFY_REVIEWERS,
+        ReviewNotice(
+            workflow_id=info.workflow_id,
+            run_id=info.run_id,
+            reason=reason,
+            state=run.state.value,
+            review_round=run.review_round,
+            deadline=run.review_deadline,
+        ),
+        result_type=int,
+        start_to_close_timeout=activity_policy.NOTIFY_TIMEOUT,
+        schedule_to_close_timeout=activity_policy.NOTIFY_SCHEDULE_TO_CLOSE,
+        retry_policy=activity_policy.NOTIFY_RETRY,
+        summary=f"notify_reviewers: {reason} (round {run.review_round})",
+    )
+    handle.add_done_callback(_outcome_seen)
+
+
+def _outcome_seen(task: asyncio.Task[int]) -> None:
+    # Nobody awaits a notification: take its failure here, so the event loop does not report
+    # it as "never retrieved". The failure itself is in the run's event history.
+    if not task.cancelled():
+        task.exception()

@@ -9,6 +9,7 @@ module              commands
 ``dlq``             ``dlq list``, ``dlq redrive``
 ``ops``             ``stats``, ``stuck``, ``codec-server``
 ``keys``            ``keys payload``, ``keys reviewer NAME``
+``inbox``           ``inbox serve``, ``inbox new-key``, ``inbox new-token NAME``
 ``contract``        ``graph``, ``schema``
 ==================  ===================================================================
 
@@ -41,6 +42,7 @@ COMMANDS: Mapping[str, str] = MappingProxyType(
         "stuck": "ops",
         "codec-server": "ops",
         "keys": "keys",
+        "inbox": "inbox",
         "graph": "contract",
         "schema": "contract",
     }

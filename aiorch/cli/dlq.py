@@ -10,15 +10,14 @@ from rich.markup import escape
 from rich.table import Table
 from temporalio.client import Client
 
-from aiorch.cli.output import CliError, one_line_errors, out
+from aiorch.cli.output import CliError, command_group, one_line_errors, out
 from aiorch.cli.session import run_async
 from aiorch.ops import dead_letters
 from aiorch.ops.durations import format_duration
 from aiorch.runtime.config import Settings, load_settings
 
-dlq_app = typer.Typer(
-    help="Dead-lettered runs: list them from the SQS queue, start them again (redrive).",
-    no_args_is_help=True,
+dlq_app = command_group(
+    "Dead-lettered runs: list them from the SQS queue, start them again (redrive)."
 )
 
 

@@ -10,15 +10,12 @@ from typing import Annotated
 
 import typer
 
-from aiorch.cli.output import CliError, one_line_errors
+from aiorch.cli.output import CliError, command_group, one_line_errors
 from aiorch.ops.signing import SigningKey
 from aiorch.runtime.codec import new_key
 from workflows.identity import KeySpecError, parse_review_keys
 
-keys_app = typer.Typer(
-    help="Make keys: a payload encryption key, or a reviewer's signing key pair.",
-    no_args_is_help=True,
-)
+keys_app = command_group("Make keys: a payload encryption key, or a reviewer's signing key pair.")
 
 
 @keys_app.command("payload")

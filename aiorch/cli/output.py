@@ -1,4 +1,5 @@
-"""What the commands print, and how a failure a user can cause or meet becomes one line.
+"""What the commands print, how a failure a user can cause or meet becomes one line, and the
+shape of a command group.
 
 Every expected failure (bad input, unknown run, server down, a review the run does not accept)
 ends in one clear line on stderr and exit status 1, never a traceback.
@@ -27,6 +28,11 @@ T = TypeVar("T")
 
 class CliError(OrchestratorError):
     """A problem the user can fix; printed as one line."""
+
+
+def command_group(help_text: str) -> typer.Typer:
+    """A group of subcommands (``dlq``, ``keys``, ``inbox``): its help when called bare."""
+    return typer.Typer(help=help_text, no_args_is_help=True)
 
 
 def print_error(message: str) -> None:

@@ -4,7 +4,7 @@ because nothing in the product may import the dev stack.
 ==============  =======================================================================
 command         what it does
 ==============  =======================================================================
-``up``          run the embedded stack (``make dev``) until Ctrl-C or SIGTERM
+``up``          run the embedded stack (``make dev``; ``--inbox`` adds the review inbox)
 ``demo``        run the stack and walk the pipeline's main paths live (``make demo``)
 ``simulator``   serve the OpenAI-compatible LLM simulator until SIGTERM
 ``docs``        regenerate the diagrams and schemas in docs/ and the README (``make graph``)
@@ -25,7 +25,12 @@ from aiorch.devstack import docs, llm_simulator
 from aiorch.devstack.demo import run_demo
 from aiorch.devstack.processes import LocalStackError
 from aiorch.devstack.stack import LocalStack, up
-from aiorch.runtime.config import DEFAULT_CODEC_PORT, DEFAULT_LLM_PORT, DEFAULT_SQS_PORT
+from aiorch.runtime.config import (
+    DEFAULT_CODEC_PORT,
+    DEFAULT_INBOX_PORT,
+    DEFAULT_LLM_PORT,
+    DEFAULT_SQS_PORT,
+)
 
 app = typer.Typer(
     help="ai-orchestrator's local dev stack: run it, demo it, serve the LLM simulator.",
@@ -54,6 +59,8 @@ def up_command(
         bool, typer.Option("--ephemeral", help="keep Temporal state in memory")
     ] = False,
     no_worker: Annotated[bool, typer.Option("--no-worker", help="start the servers only")] = False,
+    inbox: Annotated[bool, typer.Option("--inbox", help="also serve the review inbox")] = False,
+    inbox_port: Annotated[int, typer.Option()] = DEFAULT_INBOX_PORT,
 ) -> None:
     """Start the local stack and keep it up until Ctrl-C or SIGTERM."""
     stack = LocalStack(
@@ -65,6 +72,8 @@ def up_command(
         codec_port=codec_port,
         persist=not ephemeral,
         with_worker=not no_worker,
+        with_inbox=inbox,
+        inbox_port=inbox_port,
     )
     try:
         up(stack, Console())

@@ -8,6 +8,7 @@ time and no Docker is needed. Each is ready when the check in brackets passes:
 - LLM: ``python -m aiorch.devstack simulator`` [``GET /healthz`` is 200]
 - worker: ``python worker.py`` [its log says ``worker started``]
 - codec server: ``python -m aiorch codec-server`` [its ready line]
+- review inbox: ``python -m aiorch inbox serve`` [its ready line]
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from aiorch.devstack.processes import (
     temporal_cli_path,
 )
 from aiorch.ops.codec_server import READY_LINE as CODEC_READY_LINE
+from aiorch.ops.inbox.server import READY_LINE as INBOX_READY_LINE
 from aiorch.ops.visibility import search_attribute_types
 
 WORKER_READY_LINE = "worker started"
@@ -211,6 +213,15 @@ def start_codec_server(
     ensure_port_free(port, "codec server", "CODEC_SERVER_PORT")
     args = [sys.executable, "-m", "aiorch", "codec-server", "--host", HOST, "--port", str(port)]
     return _start_until_line("codec", args, env, PROJECT_ROOT, log_dir, CODEC_READY_LINE, timeout)
+
+
+def start_inbox(
+    *, port: int, env: Mapping[str, str], log_dir: Path, timeout: float = READY_TIMEOUT_S
+) -> ManagedProcess:
+    """Run ``aiorch inbox serve`` on ``127.0.0.1:port`` until it listens."""
+    ensure_port_free(port, "review inbox", "--inbox-port")
+    args = [sys.executable, "-m", "aiorch", "inbox", "serve", "--host", HOST, "--port", str(port)]
+    return _start_until_line("inbox", args, env, PROJECT_ROOT, log_dir, INBOX_READY_LINE, timeout)
 
 
 def start_worker(

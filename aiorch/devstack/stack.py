@@ -7,6 +7,10 @@ and, with payload encryption on, the codec server, started and stopped together.
   ``PAYLOAD_KEYS_FILE`` in the environment or ``worker_env``); the Web UI is started with
   ``--ui-codec-endpoint`` pointing at it, and its token is written to ``<data_dir>/codec-token``
   (mode 0600), never printed
+- the review inbox starts only with ``with_inbox``, with its own signing key
+  (``<data_dir>/inbox-key``; its ``inbox:KEY:*`` entry joins the workers' ``REVIEW_PUBLIC_KEYS``)
+  and a login token per name in ``inbox_reviewers``, hashed in ``<data_dir>/inbox-tokens`` and
+  readable in ``<data_dir>/inbox-logins`` (mode 0600)
 
 The launcher stops the children last-started first (`aiorch.devstack.processes`). For a demo::
 
@@ -20,7 +24,7 @@ import os
 import secrets
 import shlex
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
@@ -32,16 +36,18 @@ from aiorch.devstack.processes import HOST, LocalStackError, ManagedProcess, fre
 from aiorch.devstack.servers import (
     PROJECT_ROOT,
     start_codec_server,
+    start_inbox,
     start_llm_simulator,
     start_sqs_server,
     start_temporal_dev_server,
     start_worker,
 )
+from aiorch.ops.inbox.auth import new_token
 from aiorch.ops.signing import SigningKey
 from aiorch.runtime.signals import interrupt_on_stop
 
 # The reverse is the stop order: the worker goes before the servers it uses.
-_START_ORDER = ("codec", "temporal", "sqs", "llm", "worker")
+_START_ORDER = ("codec", "temporal", "sqs", "llm", "worker", "inbox")
 # Variables that switch payload encryption on (see aiorch.runtime.codec) and configure the
 # codec server.
 ENCRYPTION_VARIABLES = ("PAYLOAD_KEYS", "PAYLOAD_KEYS_FILE")
@@ -55,7 +61,6 @@ class StackAddresses:
     """Where the local stack listens, and the environment that points the project at it."""
 
     temporal_address: str
-    ui_url: str | None
     sqs_endpoint_url: str
     openai_base_url: str
     vector_store_path: Path
@@ -65,8 +70,12 @@ class StackAddresses:
     # provider, as the review inbox is); its private half is in this 0600 file.
     review_public_keys: str
     reviewer_key_file: Path
+    # The Temporal Web UI; None when the dev server runs headless.
+    ui_url: str | None
     # Set only when payload encryption is on; its token is in <data_dir>/codec-token.
     codec_server_url: str | None = None
+    # Set only with the review inbox; its login tokens are in <data_dir>/inbox-logins.
+    inbox_url: str | None = None
 
     def env(self) -> dict[str, str]:
         """The variables the worker and starter read (see ``aiorch.runtime.config``)."""
@@ -87,6 +96,8 @@ class StackAddresses:
         }
         if self.ui_url is not None:
             env["TEMPORAL_UI_URL"] = self.ui_url
+        if self.inbox_url is not None:
+            env["INBOX_URL"] = self.inbox_url
         return env
 
 
@@ -112,6 +123,9 @@ class LocalStack:
         worker_cwd: Path = PROJECT_ROOT,
         worker_env: Mapping[str, str] | None = None,
         codec_port: int | None = None,
+        with_inbox: bool = False,
+        inbox_port: int | None = None,
+        inbox_reviewers: Sequence[str] = ("reviewer",),
     ) -> None:
         self.data_dir = data_dir.resolve()
         self.log_dir = self.data_dir / "logs"
@@ -123,7 +137,13 @@ class LocalStack:
         self.encrypted = any(settings_env.get(name) for name in ENCRYPTION_VARIABLES)
         self.codec_token_file = self.data_dir / "codec-token"
         self.reviewer_key = _stack_reviewer_key(self.data_dir / "reviewer-key")
-        taken = {p for p in (temporal_port, ui_port, sqs_port, llm_port, codec_port) if p}
+        self.with_inbox, self.inbox_reviewers = with_inbox, tuple(inbox_reviewers)
+        self.inbox_key = _stack_reviewer_key(self.data_dir / "inbox-key", "inbox")
+        public_keys = [self.reviewer_key.public_entry()]
+        if with_inbox:
+            public_keys.append(self.inbox_key.public_entry(None))
+        ports = (temporal_port, ui_port, sqs_port, llm_port, codec_port, inbox_port)
+        taken = {port for port in ports if port}
         self.temporal_port = temporal_port or _distinct_free_port(taken)
         self.ui_port = ui_port
         self.sqs_port = sqs_port or _distinct_free_port(taken)
@@ -135,12 +155,15 @@ class LocalStack:
             openai_base_url=f"http://{HOST}:{self.llm_port}/v1",
             vector_store_path=self.data_dir / "vectors",
             input_dir=self.data_dir / "inputs",
-            review_public_keys=self.reviewer_key.public_entry(),
+            review_public_keys=",".join(public_keys),
             reviewer_key_file=self.data_dir / "reviewer-key",
             codec_server_url=(
                 f"http://{HOST}:{codec_port or _distinct_free_port(taken)}"
                 if self.encrypted
                 else None
+            ),
+            inbox_url=(
+                f"http://{HOST}:{inbox_port or _distinct_free_port(taken)}" if with_inbox else None
             ),
         )
         self._procs: dict[str, ManagedProcess] = {}
@@ -172,6 +195,8 @@ class LocalStack:
                 self._procs[name].wait_ready()
             if self.with_worker:
                 self.start_worker()
+            if self.with_inbox:
+                self._procs["inbox"] = self._start_inbox()
         except BaseException:
             self.stop()
             raise
@@ -249,6 +274,31 @@ class LocalStack:
             port=int(url.rsplit(":", 1)[1]), env=codec_env, log_dir=self.log_dir
         )
 
+    def inbox_token(self, reviewer: str) -> str:
+        """The inbox login token of one of ``inbox_reviewers`` (with_inbox only)."""
+        logins = (self.data_dir / "inbox-logins").read_text(encoding="utf-8").splitlines()
+        return next(line.split(" ", 1)[1] for line in logins if line.split(" ", 1)[0] == reviewer)
+
+    def _start_inbox(self) -> ManagedProcess:
+        url = self.addresses.inbox_url
+        assert url is not None
+        _write_secret(self.data_dir / "inbox-key", self.inbox_key.private_entry())
+        tokens = {name: new_token(name) for name in self.inbox_reviewers}
+        _write_secret(
+            self.data_dir / "inbox-logins", "\n".join(f"{n} {t}" for n, (t, _) in tokens.items())
+        )
+        (self.data_dir / "inbox-tokens").write_text(
+            "".join(f"{line}\n" for _, line in tokens.values()), encoding="utf-8"
+        )
+        inbox_env = {
+            **self.addresses.env(),
+            **self.worker_env,
+            "INBOX_SIGNING_KEY_FILE": str(self.data_dir / "inbox-key"),
+            "INBOX_TOKENS_FILE": str(self.data_dir / "inbox-tokens"),
+            "INBOX_URL": url,
+        }
+        return start_inbox(port=int(url.rsplit(":", 1)[1]), env=inbox_env, log_dir=self.log_dir)
+
     def _ui_codec_endpoint(self) -> str | None:
         # The Web UI cannot send a bearer header, so it gets the token as a path segment; the
         # UI is local (127.0.0.1) and its settings are served to local browsers only.
@@ -285,12 +335,12 @@ def _write_secret(path: Path, value: str) -> None:
     path.write_text(value + "\n", encoding="utf-8")
 
 
-def _stack_reviewer_key(path: Path) -> SigningKey:
+def _stack_reviewer_key(path: Path, key_id: str = "localstack") -> SigningKey:
     # A persisted stack keeps its key, so runs that wait for review across restarts (their plan
     # holds the public key) can still be reviewed.
     if path.is_file():
         return SigningKey.parse(path.read_text(encoding="utf-8"), source=str(path))
-    return SigningKey.generate("localstack")
+    return SigningKey.generate(key_id)
 
 
 def _distinct_free_port(taken: set[int]) -> int:
@@ -309,6 +359,9 @@ def _show(stack: LocalStack, console: Console) -> None:
     table.add_row("LLM", stack.addresses.openai_base_url)
     table.add_row("Logs", str(stack.log_dir))
     table.add_row("Inputs (file://)", str(stack.addresses.input_dir))
+    if stack.addresses.inbox_url:
+        logins = stack.data_dir / "inbox-logins"
+        table.add_row("Review inbox", f"{stack.addresses.inbox_url} (login tokens in {logins})")
     if stack.addresses.codec_server_url:
         table.add_row(
             "Codec server",

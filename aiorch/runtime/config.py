@@ -33,6 +33,7 @@ from workflows.payloads import ReviewKey
 DEFAULT_LLM_PORT = 8700
 DEFAULT_SQS_PORT = 8701
 DEFAULT_CODEC_PORT = 8702
+DEFAULT_INBOX_PORT = 8703
 DEFAULT_METRICS_PORT = 9464
 # The largest document a run may reference (MAX_INPUT_BYTES): the claim check and the workers'
 # input loader both refuse a larger one.
@@ -128,6 +129,22 @@ class Settings(BaseSettings):
     reviewer_key_file: Path | None = None
     # How long a signed review stays valid after it is made (checked against workflow time).
     review_token_ttl_s: float = Field(default=600.0, gt=0, le=7 * 86400)
+    # The review inbox (aiorch inbox serve): where it listens, the URL reviewers open
+    # (links in `starter.py start` and in notifications), its signing key (its public half is
+    # an `inbox:KEY:*` entry of REVIEW_PUBLIC_KEYS) and how it authenticates reviewers: hashed
+    # per-reviewer tokens in a file, and/or the user header of an authenticating proxy.
+    inbox_url: str | None = None
+    inbox_host: str = "127.0.0.1"
+    inbox_port: int = Field(default=DEFAULT_INBOX_PORT, ge=0, le=65535)
+    inbox_signing_key: SecretStr | None = None
+    inbox_signing_key_file: Path | None = None
+    inbox_tokens_file: Path | None = None
+    inbox_user_header: str | None = Field(default=None, pattern=r"^[A-Za-z0-9-]{1,64}$")
+    # Notifications: a webhook called when a run starts waiting for review and when it
+    # escalates (off when unset). A Slack incoming-webhook URL is a credential: a secret.
+    review_webhook_url: SecretStr | None = None
+    review_webhook_url_file: Path | None = None
+    review_webhook_format: Literal["json", "slack"] = "json"
     # Where referenced inputs (file://, s3://) may come from, besides the claim-check store:
     # directories ("/srv/inputs,/data/docs") and S3 "bucket/prefix" entries. None by default.
     input_file_roots: Annotated[list[Path], NoDecode] = Field(default_factory=list)
@@ -221,6 +238,22 @@ class Settings(BaseSettings):
                 raise ValueError(f"{entry!r} is not bucket/prefix (an S3 bucket name first)")
         return value
 
+    @field_validator("inbox_url")
+    @classmethod
+    def _inbox_url(cls, value: str | None) -> str | None:
+        if value and not re.fullmatch(r"https?://[^\s/?#]+(/[^\s?#]*)?", value):
+            raise ValueError("must be an http:// or https:// URL")
+        return value.rstrip("/") if value else None
+
+    @field_validator("review_webhook_url")
+    @classmethod
+    def _webhook_url(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None or not value.get_secret_value():
+            return None  # set but empty = unset
+        if not re.fullmatch(r"https?://\S+", value.get_secret_value(), re.IGNORECASE):
+            raise ValueError("must be an http:// or https:// URL")
+        return value
+
     @model_validator(mode="after")
     def _encryption_required_needs_keys(self) -> Settings:
         if self.require_encryption and self.payload_keys is None:
@@ -254,12 +287,24 @@ class Settings(BaseSettings):
         return [*self.input_s3_prefixes, f"{self.claim_check_bucket}/inputs/"]
 
     @property
+    def notifications_enabled(self) -> bool:
+        """True when a review webhook is configured (``REVIEW_WEBHOOK_URL``)."""
+        return self.review_webhook_url is not None
+
+    @property
     def tracing_enabled(self) -> bool:
         """True when an OTLP endpoint is configured."""
         return bool(self.otel_exporter_otlp_endpoint)
 
 
-SECRET_FILE_FIELDS = ("openai_api_key", "payload_keys", "codec_server_token", "reviewer_key")
+SECRET_FILE_FIELDS = (
+    "openai_api_key",
+    "payload_keys",
+    "codec_server_token",
+    "reviewer_key",
+    "inbox_signing_key",
+    "review_webhook_url",
+)
 # Settings that may also be given as a file (<NAME>_FILE); only the secrets are masked.
 FILE_BACKED_FIELDS = (*SECRET_FILE_FIELDS, "review_public_keys")
 

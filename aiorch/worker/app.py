@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
+import aiohttp
 from openai import AsyncOpenAI, DefaultAioHttpClient
 from portalocker.exceptions import LockException
 from qdrant_client import AsyncQdrantClient
@@ -24,6 +25,7 @@ from temporalio.worker import PollerBehaviorSimpleMaximum, Worker
 from activities.dead_letter import DeadLetterActivities
 from activities.lineage import LineageActivities
 from activities.llm import LlmActivities
+from activities.notify import NotifyActivities
 from activities.prompt import InputLoader, PromptActivities
 from activities.vectors import VectorActivities
 from aiorch.runtime import aws
@@ -126,6 +128,9 @@ async def build_worker(client: Client, settings: Settings) -> AsyncIterator[Work
         sqs, settings.dlq_queue_name, content_free=keyring_from_settings(settings) is not None
     )
     lineage = LineageActivities(client)
+    # Review notifications (REVIEW_WEBHOOK_URL); the session's own timeouts are per call.
+    webhooks = aiohttp.ClientSession()
+    notify = NotifyActivities(settings, webhooks)
     try:
         yield Worker(
             client,
@@ -139,12 +144,14 @@ async def build_worker(client: Client, settings: Settings) -> AsyncIterator[Work
                 vectors.delete_embedding,
                 dead_letters.send_dead_letter,
                 lineage.verify_continuation,
+                notify.notify_reviewers,
             ],
             **tuning_options(settings),
         )
     finally:
         await llm.close()
         await store.close()
+        await webhooks.close()
 
 
 async def run_worker(settings: Settings, client: Client | None = None) -> None:

@@ -1,20 +1,28 @@
 #!/bin/sh
 # The stack's secrets, made at first start by the one-shot `secrets` service of
 # docker-compose.yml. They go into named volumes, one per secret, never into the checkout; no
-# value is ever printed or logged (this script names files and key ids only). Each volume is
-# mounted read-only into the services that need it and into no other:
+# value is ever printed or logged (this script names files and key ids only; the one exception
+# is the new reviewer token add-inbox-reviewer prints, on request). Each volume is mounted
+# read-only into the services that need it and into no other:
 #
 #   payload-keys/keys                payload key ring, PAYLOAD_KEYS_FILE: worker, codec-server
 #   codec-token/token                codec server token, CODEC_SERVER_TOKEN_FILE: codec-server,
 #                                    temporal-ui (inside its codec endpoint)
 #   postgres-password/password       PostgreSQL password: postgres, temporal-schema, temporal
 #   grafana-admin-password/password  Grafana's first admin password: grafana
+#   inbox-key/key                    the review inbox's signing key, INBOX_SIGNING_KEY_FILE: inbox
+#   review-public-keys/keys          its public half (`inbox:KEY:*`), REVIEW_PUBLIC_KEYS_FILE: worker
+#   inbox-tokens/tokens              reviewers' token hashes, INBOX_TOKENS_FILE: inbox
 #
 # Commands (the service's entrypoint is this script; docs/docker.md shows the compose lines):
 #   init                 create whatever is missing; an existing secret is never replaced
 #   rotate-payload-key   add a payload key kN to the ring and print its id (never the key)
 #   import-payload-keys  restore a key ring read from standard input into an empty volume
 #   new-codec-token      replace the codec server token
+#   add-inbox-reviewer NAME     add a login token for NAME to the review inbox and print that
+#                               token once (the one value this script prints, on request: the
+#                               operator hands it to the reviewer; only its hash is kept)
+#   remove-inbox-reviewer NAME  remove NAME's tokens (the inbox ends their sessions at once)
 set -eu
 umask 077
 
@@ -27,9 +35,12 @@ PAYLOAD_KEYS_OWNER=${PAYLOAD_KEYS_OWNER:-10001:10001} # the project image (Docke
 CODEC_TOKEN_OWNER=${CODEC_TOKEN_OWNER:-10001:1000}    # codec-server; group: temporalio/ui's user
 POSTGRES_OWNER=${POSTGRES_OWNER:-1000:1000}           # temporalio/server and admin-tools' user
 GRAFANA_OWNER=${GRAFANA_OWNER:-472:0}                 # grafana/grafana's user
+INBOX_OWNER=${INBOX_OWNER:-10001:10001}               # the project image: inbox and worker
 
 KEYS=$ROOT/payload-keys/keys
 TOKEN=$ROOT/codec-token/token
+INBOX_KEY=$ROOT/inbox-key/key
+INBOX_TOKENS=$ROOT/inbox-tokens/tokens
 
 tmp=
 trap 'rm -f -- ${tmp:+"$tmp"}' EXIT
@@ -84,11 +95,61 @@ ensure() {
   protect "$file" "$owner" "$mode"
 }
 
+# The inbox's Ed25519 key (it signs reviews for the reviewers it authenticates), and the entry
+# that lets the workers verify it: always derived from the key, never made on its own.
+new_inbox_key() { "$PYTHON" -c 'from aiorch.ops.signing import SigningKey
+print(SigningKey.generate("inbox").private_entry())'; }
+inbox_public_entry() { "$PYTHON" -c 'import sys
+from aiorch.ops.signing import SigningKey
+key = SigningKey.parse(open(sys.argv[1], encoding="utf-8").read(), source="inbox-key/key")
+print(key.public_entry(None))' "$INBOX_KEY"; }
+empty_tokens() { printf '# review inbox tokens: secrets.sh add-inbox-reviewer NAME\n'; }
+
 init() {
   ensure "$KEYS" "$PAYLOAD_KEYS_OWNER" 0400 first_payload_key
   ensure "$TOKEN" "$CODEC_TOKEN_OWNER" 0440 random_token
   ensure "$ROOT/postgres-password/password" "$POSTGRES_OWNER" 0400 random_token
   ensure "$ROOT/grafana-admin-password/password" "$GRAFANA_OWNER" 0400 random_token
+  ensure "$INBOX_KEY" "$INBOX_OWNER" 0400 new_inbox_key
+  ensure "$ROOT/review-public-keys/keys" "$INBOX_OWNER" 0400 inbox_public_entry
+  ensure "$INBOX_TOKENS" "$INBOX_OWNER" 0400 empty_tokens
+}
+
+# Prints "TOKEN" then the tokens-file line for the name in $1.
+NEW_INBOX_TOKEN='
+import sys
+from aiorch.ops.inbox.auth import new_token
+from aiorch.runtime.config import ConfigError
+try:
+    token, line = new_token(sys.argv[1])
+except ConfigError as err:
+    sys.exit(f"secrets: {err}")
+print(token)
+print(line)
+'
+
+add_inbox_reviewer() {
+  [ -n "${1:-}" ] || fail "usage: secrets.sh add-inbox-reviewer NAME"
+  [ -s "$INBOX_TOKENS" ] || fail "no inbox tokens yet: start the stack once (docker compose up) first"
+  made=$("$PYTHON" -c "$NEW_INBOX_TOKEN" "$1")
+  new_temp "$INBOX_TOKENS"
+  cat "$INBOX_TOKENS" >"$tmp"
+  printf '%s\n' "$made" | sed -n 2p >>"$tmp"
+  install_temp "$INBOX_TOKENS" "$INBOX_OWNER" 0400
+  say "added a review inbox token for $1; it follows, once: give it to them (only its hash is kept)"
+  printf '%s\n' "$made" | sed -n 1p
+}
+
+remove_inbox_reviewer() {
+  [ -n "${1:-}" ] || fail "usage: secrets.sh remove-inbox-reviewer NAME"
+  [ -s "$INBOX_TOKENS" ] || fail "no inbox tokens yet"
+  new_temp "$INBOX_TOKENS"
+  # Whole-line match on the name (as a fixed string), so no other reviewer's line can go.
+  awk -v name="$1" 'index($0, name ":sha256:") != 1 || length($0) != length(name) + 72' \
+    "$INBOX_TOKENS" >"$tmp"
+  removed=$(($(wc -l <"$INBOX_TOKENS") - $(wc -l <"$tmp")))
+  install_temp "$INBOX_TOKENS" "$INBOX_OWNER" 0400
+  say "removed $removed review inbox token(s) of $1; their sessions end at their next request"
 }
 
 rotate_payload_key() {
@@ -142,5 +203,7 @@ init) init ;;
 rotate-payload-key) rotate_payload_key ;;
 import-payload-keys) import_payload_keys ;;
 new-codec-token) new_codec_token ;;
-*) fail "usage: secrets.sh [init | rotate-payload-key | import-payload-keys | new-codec-token]" ;;
+add-inbox-reviewer) add_inbox_reviewer "${2:-}" ;;
+remove-inbox-reviewer) remove_inbox_reviewer "${2:-}" ;;
+*) fail "usage: secrets.sh [init | rotate-payload-key | import-payload-keys | new-codec-token | add-inbox-reviewer NAME | remove-inbox-reviewer NAME]" ;;
 esac

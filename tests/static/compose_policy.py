@@ -32,6 +32,7 @@ PUBLISHED = {
     ("temporal", 7233): "the temporal CLI on the host (payloads through the codec server)",
     ("temporal-ui", 8080): "the Web UI, in a browser",
     ("codec-server", 8702): "the browser running the Web UI calls it to decode payloads",
+    ("inbox", 8703): "reviewers open the review inbox in a browser",
     ("grafana", 3000): "dashboards, metrics and traces, behind Grafana's login",
 }
 

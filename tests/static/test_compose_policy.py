@@ -16,6 +16,8 @@ from tests.static.compose import (
     compose_services,
     container_ports,
     healthcheck_text,
+    mount_holding,
+    mounts_of,
     ports_of,
     published_ports,
     service_environment,
@@ -28,6 +30,7 @@ from tests.static.compose_policy import (
     exposure_problems,
     generator_problems,
     grafana_problems,
+    key_source,
     secret_mount,
     secret_problems,
 )
@@ -82,6 +85,43 @@ def test_payloads_are_encrypted_and_the_ui_decodes_through_the_codec_server() ->
     codec_port = int(service_environment("codec-server")["CODEC_SERVER_PORT"])
     assert codec_port in container_ports("codec-server")
     assert f"'127.0.0.1', {codec_port}" in healthcheck_text("codec-server")
+
+
+def test_the_inbox_signs_with_a_generated_key_the_worker_trusts() -> None:
+    """The inbox reads its signing key and its reviewers' token hashes from the secrets job's
+    volumes, and the worker the key's public half, so reviews the inbox signs are accepted and
+    unsigned ones are not; the inbox decodes with the worker's key ring, listens where it is
+    published and probed, and the worker's notification links point at it."""
+    inbox, worker = service_environment("inbox"), service_environment(WORKER)
+    spec = compose_services()["inbox"]
+    mounts = {
+        variable: secret_mount(spec, inbox[variable])
+        for variable in ("INBOX_SIGNING_KEY_FILE", "PAYLOAD_KEYS_FILE")
+    }
+    assert {v: m.source if m else None for v, m in mounts.items()} == {
+        "INBOX_SIGNING_KEY_FILE": "inbox-key",
+        "PAYLOAD_KEYS_FILE": "payload-keys",
+    }
+    tokens = mount_holding(spec, inbox["INBOX_TOKENS_FILE"])
+    assert tokens is not None and tokens.source == "inbox-tokens" and tokens.read_only
+    public = secret_mount(compose_services()[WORKER], worker["REVIEW_PUBLIC_KEYS_FILE"])
+    assert public is not None and public.source == "review-public-keys"
+    assert key_source(spec, "PAYLOAD_KEYS") == key_source(
+        compose_services()[WORKER], "PAYLOAD_KEYS"
+    )
+    assert inbox["REQUIRE_ENCRYPTION"] == "true"
+    assert inbox["TEMPORAL_NAMESPACE"] == worker["TEMPORAL_NAMESPACE"]
+    assert inbox["TEMPORAL_ADDRESS"] == worker["TEMPORAL_ADDRESS"]
+    port = int(inbox["INBOX_PORT"])
+    assert port in container_ports("inbox") and f"127.0.0.1:{port}/healthz" in healthcheck_text(
+        "inbox"
+    )
+    assert (
+        inbox["INBOX_URL"]
+        == worker["INBOX_URL"]
+        == f"http://localhost:{published_ports('inbox')[0]}"
+    )
+    assert "inbox-key" not in {m.source for m in mounts_of(compose_services()[WORKER])}
 
 
 def test_secrets_are_generated_into_named_volumes_only() -> None:

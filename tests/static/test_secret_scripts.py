@@ -10,17 +10,23 @@ import subprocess
 import sys
 from pathlib import Path
 
+from aiorch.ops.inbox.auth import TokenBook
+from aiorch.ops.signing import SigningKey
 from aiorch.runtime.codec import KeyRing
 from tests.static.compose import (
     SECRETS_SCRIPT,
     WRAPPER_SCRIPT,
 )
+from workflows.identity import parse_review_keys
 
 SECRET_FILES = {
     "payload-keys": ("keys", 0o400),
     "codec-token": ("token", 0o440),
     "postgres-password": ("password", 0o400),
     "grafana-admin-password": ("password", 0o400),
+    "inbox-key": ("key", 0o400),
+    "review-public-keys": ("keys", 0o400),
+    "inbox-tokens": ("tokens", 0o400),
 }
 
 
@@ -34,7 +40,8 @@ def _volumes(tmp_path: Path) -> Path:
 def _secrets_sh(root: Path, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
     owner = f"{os.getuid()}:{os.getgid()}"
     owners = {
-        f"{name}_OWNER": owner for name in ("PAYLOAD_KEYS", "CODEC_TOKEN", "POSTGRES", "GRAFANA")
+        f"{name}_OWNER": owner
+        for name in ("PAYLOAD_KEYS", "CODEC_TOKEN", "POSTGRES", "GRAFANA", "INBOX")
     }
     return subprocess.run(
         ["sh", str(SECRETS_SCRIPT), *args],
@@ -81,6 +88,48 @@ def test_secrets_script_creates_each_secret_once_and_prints_none(tmp_path: Path)
     printed = first.stdout + first.stderr + second.stdout + second.stderr
     for secret in [*_key_material(values["payload-keys"]), *values.values()]:
         assert secret.strip() not in printed
+
+
+def test_secrets_script_makes_the_inbox_key_and_the_entry_that_trusts_it(tmp_path: Path) -> None:
+    """`init` makes the inbox's signing key and, from it, the workers' REVIEW_PUBLIC_KEYS entry
+    (key id inbox, signs for any reviewer), and a tokens file with no token yet."""
+    root = _volumes(tmp_path)
+    assert _secrets_sh(root, "init").returncode == 0
+    values = _secret_values(root)
+    key = SigningKey.parse(values["inbox-key"])
+    assert key.key_id == "inbox"
+    [entry] = parse_review_keys(values["review-public-keys"])
+    assert (entry.key_id, entry.reviewers) == ("inbox", None)
+    assert values["review-public-keys"].strip() == key.public_entry(None)
+    assert len(TokenBook(root / "inbox-tokens" / "tokens")) == 0
+
+
+def test_secrets_script_adds_and_removes_inbox_reviewers(tmp_path: Path) -> None:
+    """`add-inbox-reviewer NAME` keeps only the token's hash and prints the token once (it logs
+    NAME in); `remove-inbox-reviewer NAME` drops NAME's tokens and nobody else's."""
+    root = _volumes(tmp_path)
+    assert _secrets_sh(root, "add-inbox-reviewer", "alice").returncode == 1  # no stack yet
+    assert _secrets_sh(root, "init").returncode == 0
+    made = {}
+    for name in ("alice", "alice-2", "bob"):
+        added = _secrets_sh(root, "add-inbox-reviewer", name)
+        assert added.returncode == 0, added.stderr
+        made[name] = added.stdout.strip()
+        assert re.fullmatch(r"[\w-]{43}", made[name]) and made[name] not in added.stderr
+    tokens_file = root / "inbox-tokens" / "tokens"
+    assert not any(token in tokens_file.read_text() for token in made.values())
+    book = TokenBook(tokens_file)
+    assert {name: (book.login(token) or ("",))[0] for name, token in made.items()} == {
+        "alice": "alice",
+        "alice-2": "alice-2",
+        "bob": "bob",
+    }
+    removed = _secrets_sh(root, "remove-inbox-reviewer", "alice")
+    assert removed.returncode == 0 and "removed 1 " in removed.stderr
+    book = TokenBook(tokens_file)
+    assert book.login(made["alice"]) is None
+    assert book.login(made["alice-2"]) is not None and book.login(made["bob"]) is not None
+    assert _secrets_sh(root, "add-inbox-reviewer").returncode == 1
 
 
 def test_secrets_script_rotation_adds_a_key_and_keeps_the_old_ones(tmp_path: Path) -> None:

@@ -68,6 +68,7 @@ from workflows.payloads import (
     PipelineResult,
     PromptInput,
     PromptPlan,
+    ReviewNotice,
     RunStatus,
     TokenUsage,
 )
@@ -168,6 +169,7 @@ class FakeActivities:
         self.prompt_error: ApplicationError | None = None
         self.llm_script: list[Reply | BaseException] = []
         self.embedding_script: list[EmbeddingResult | BaseException] = []
+        self.notify_script: list[int | BaseException] = []
         self.llm_gate: Gate | None = None
         self.embedding_gate: Gate | None = None
 
@@ -178,6 +180,7 @@ class FakeActivities:
         self.embedding_attempts: list[int] = []
         self.deleted: list[str] = []
         self.dead_letters: list[DeadLetterInput] = []
+        self.notices: list[ReviewNotice] = []
         self.embedding_finished = asyncio.Event()
 
         self.stored: set[str] = set()
@@ -191,6 +194,7 @@ class FakeActivities:
             self.generate_embedding,
             self.delete_embedding,
             self.send_dead_letter,
+            self.notify_reviewers,
         ]
 
     def gates(self) -> list[Gate]:
@@ -281,6 +285,15 @@ class FakeActivities:
     async def send_dead_letter(self, dead_letter: DeadLetterInput) -> DeadLetterReceipt:
         self.dead_letters.append(dead_letter)
         return DeadLetterReceipt(message_id=f"msg-{len(self.dead_letters)}", queue_url=DLQ_URL)
+
+    @activity.defn(name=contract.ACTIVITY_NOTIFY_REVIEWERS)
+    async def notify_reviewers(self, notice: ReviewNotice) -> int:
+        """Records every attempt; a scripted exception fails that attempt."""
+        self.notices.append(notice)
+        step = self.notify_script.pop(0) if self.notify_script else 200
+        if isinstance(step, BaseException):
+            raise step
+        return step
 
 
 def new_request_id() -> str:

@@ -1,0 +1,399 @@
+"""The review inbox's web app (Starlette, Jinja2 templates with autoescaping on).
+
+Pages: ``/`` lists the runs waiting for a reviewer (``runs.RunReader``); ``/runs/{id}`` shows
+one run in full, with a form to approve, reedit with feedback, or reject; ``/login`` and
+``/logout`` for token sessions; ``/healthz`` for health checks (no login, no content). Every
+page needs an authenticated reviewer (``auth.Authenticator``), else 401; every POST needs the
+session's CSRF token, else 403.
+
+A decision is sent as the ``submit_review`` update for the round the reviewer looked at, signed
+by the inbox's key for the reviewer it authenticated (``aiorch.ops.reviews.submit_review`` with
+``SigningKey.signer``): the workflow checks the signature, the round, and whether that reviewer
+may review the run, and its refusal is shown on the page as it said it.
+
+Model output, requests and feedback are only ever template data, rendered as text: Jinja's
+autoescaping is on for every template, and nothing is marked safe. Every response carries a
+Content-Security-Policy without inline code, ``X-Frame-Options: DENY`` and ``nosniff``; pages
+that show content are ``Cache-Control: no-store``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final, Protocol
+from urllib.parse import quote
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from pydantic import ValidationError
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.sessions import SessionMiddleware
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from temporalio.client import WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
+
+from aiorch.ops.inbox import auth
+from aiorch.ops.inbox.runs import RunUnreadable, RunView, WaitingRun, time_left
+from aiorch.ops.reviews import ReviewOutcome
+from workflows.payloads import MAX_FEEDBACK_CHARS, ReviewDecision, describe_validation_error
+
+log = logging.getLogger("ai-orchestrator.inbox")
+
+HERE: Final = Path(__file__).resolve().parent
+SESSION_MAX_AGE_S: Final = 8 * 3600
+DECISIONS: Final = ("approve", "reedit", "reject")
+# No script at all; styles from our own stylesheet only; forms post back here only.
+CONTENT_SECURITY_POLICY: Final = (
+    "default-src 'self'; script-src 'none'; object-src 'none'; base-uri 'none'; "
+    "form-action 'self'; frame-ancestors 'none'"
+)
+SECURITY_HEADERS: Final = (
+    (b"content-security-policy", CONTENT_SECURITY_POLICY.encode()),
+    (b"x-frame-options", b"DENY"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"cross-origin-opener-policy", b"same-origin"),
+    (b"permissions-policy", b"camera=(), microphone=(), geolocation=()"),
+)
+# A failed login costs the guesser this long (tokens are 256-bit random: this is politeness).
+LOGIN_FAILURE_DELAY_S: Final = 0.3
+
+
+class RunSource(Protocol):
+    """Where the inbox reads runs (``runs.RunReader`` over a Temporal client)."""
+
+    async def waiting(self) -> list[WaitingRun]: ...
+
+    async def view(self, workflow_id: str) -> RunView: ...
+
+
+Submit = Callable[[str, ReviewDecision], Awaitable[ReviewOutcome]]
+"""Sends a reviewer's decision for a run, signed (``aiorch.ops.reviews.submit_review``)."""
+
+
+@dataclass(frozen=True)
+class InboxOptions:
+    """What the pages need to know about the deployment."""
+
+    web_ui_url: Callable[[str], str]
+
+
+class SecurityHeaders:
+    """Adds the security headers to every HTTP response (pure ASGI: streaming untouched)."""
+
+    def __init__(self, app: ASGIApp, *, hsts: bool) -> None:
+        self.app = app
+        self.headers = list(SECURITY_HEADERS)
+        if hsts:
+            self.headers.append((b"strict-transport-security", b"max-age=31536000"))
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message.setdefault("headers", [])
+                message["headers"] = [*message["headers"], *self.headers]
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
+
+
+def templates() -> Jinja2Templates:
+    """The page templates, autoescaped whatever their file name (all are HTML)."""
+    environment = Environment(
+        loader=FileSystemLoader(HERE / "templates"),
+        autoescape=select_autoescape(default=True, default_for_string=True),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    environment.filters["when"] = _when
+    environment.filters["quote"] = lambda value: quote(str(value), safe="")
+    return Jinja2Templates(env=environment)
+
+
+def _when(value: datetime | None) -> str:
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if value else "unknown"
+
+
+class Inbox:
+    """The pages and actions, bound to one run source, one signer and one authenticator."""
+
+    def __init__(
+        self,
+        runs: RunSource,
+        submit: Submit,
+        authenticator: auth.Authenticator,
+        options: InboxOptions,
+        *,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.runs, self.submit, self.auth = runs, submit, authenticator
+        self.options, self.clock = options, clock
+        self.templates = templates()
+
+    # Rendering
+
+    def page(self, request: Request, name: str, status: int = 200, **context: Any) -> Response:
+        session = request.session
+        response = self.templates.TemplateResponse(
+            request,
+            name,
+            {
+                "base": request.scope.get("root_path", ""),
+                "csrf_token": auth.csrf_token(session),
+                "csrf_field": auth.CSRF_FIELD,
+                "reviewer": context.pop("reviewer", None),
+                "flash": session.pop("flash", None),
+                "login_form": self.auth.has_login_form,
+                "now": self.clock(),
+                "time_left": time_left,
+                "max_feedback": MAX_FEEDBACK_CHARS,
+                **context,
+            },
+            status_code=status,
+        )
+        response.headers["Cache-Control"] = "no-store"
+        return response
+
+    def unauthorized(self, request: Request, message: str | None = None) -> Response:
+        if self.auth.has_login_form:
+            return self.page(request, "login.html", 401, next=_local_path(request), error=message)
+        return self.page(
+            request,
+            "error.html",
+            401,
+            title="Not signed in",
+            message=f"No reviewer was named by the proxy ({self.auth.user_header}).",
+        )
+
+    def forbidden(self, request: Request) -> Response:
+        return self.page(
+            request,
+            "error.html",
+            403,
+            title="Request refused",
+            message="This form is out of date or did not come from this inbox: reload the "
+            "page and try again.",
+        )
+
+    def same_site_post(self, request: Request, form: Any) -> bool:
+        """A POST that a browser does not mark as cross-site and that carries the CSRF token."""
+        if request.headers.get("sec-fetch-site") == "cross-site":
+            return False
+        return auth.csrf_ok(request.session, form.get(auth.CSRF_FIELD))
+
+    # Pages
+
+    async def index(self, request: Request) -> Response:
+        reviewer = self.auth.reviewer(request.headers, request.session)
+        if reviewer is None:
+            return self.unauthorized(request)
+        try:
+            rows = await self.runs.waiting()
+        except RPCError as err:
+            return self.temporal_down(request, reviewer, err)
+        return self.page(request, "inbox.html", reviewer=reviewer, runs=rows)
+
+    async def run_page(self, request: Request) -> Response:
+        reviewer = self.auth.reviewer(request.headers, request.session)
+        if reviewer is None:
+            return self.unauthorized(request)
+        workflow_id = request.path_params["workflow_id"]
+        try:
+            view = await self.runs.view(workflow_id)
+        except RunUnreadable as err:
+            return self.page(
+                request,
+                "error.html",
+                502,
+                reviewer=reviewer,
+                title="Cannot show this run",
+                message=str(err),
+            )
+        except RPCError as err:
+            if err.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT):
+                return self.page(
+                    request,
+                    "error.html",
+                    404,
+                    reviewer=reviewer,
+                    title="No such run",
+                    message=f"There is no run {workflow_id} (or it is past retention).",
+                )
+            return self.temporal_down(request, reviewer, err)
+        return self.page(
+            request,
+            "run.html",
+            reviewer=reviewer,
+            run=view,
+            web_ui_url=self.options.web_ui_url(workflow_id),
+            decisions=DECISIONS,
+        )
+
+    def temporal_down(self, request: Request, reviewer: auth.Reviewer, err: RPCError) -> Response:
+        log.warning("Temporal did not answer: %s", err.status.name if err.status else "error")
+        return self.page(
+            request,
+            "error.html",
+            503,
+            reviewer=reviewer,
+            title="Temporal is not answering",
+            message="The inbox cannot reach Temporal right now; try again in a moment.",
+        )
+
+    async def login_form(self, request: Request) -> Response:
+        if not self.auth.has_login_form:
+            return self.unauthorized(request)
+        return self.page(request, "login.html", next=request.query_params.get("next", "/"))
+
+    async def login(self, request: Request) -> Response:
+        form = await request.form()
+        if not self.same_site_post(request, form):
+            return self.forbidden(request)
+        token = form.get("token")
+        name = self.auth.log_in(token if isinstance(token, str) else "", request.session)
+        if name is None:
+            await asyncio.sleep(LOGIN_FAILURE_DELAY_S)
+            return self.unauthorized(request, "That token is not valid.")
+        log.info("reviewer %s logged in", name)
+        target = form.get("next")
+        return RedirectResponse(_safe_next(target), status_code=303)
+
+    async def logout(self, request: Request) -> Response:
+        form = await request.form()
+        if not self.same_site_post(request, form):
+            return self.forbidden(request)
+        request.session.clear()
+        return RedirectResponse("/login" if self.auth.has_login_form else "/", status_code=303)
+
+    async def review(self, request: Request) -> Response:
+        form = await request.form()
+        if not self.same_site_post(request, form):
+            return self.forbidden(request)
+        reviewer = self.auth.reviewer(request.headers, request.session)
+        if reviewer is None:
+            return self.unauthorized(request)
+        workflow_id = request.path_params["workflow_id"]
+        back = RedirectResponse(f"/runs/{quote(workflow_id, safe='')}", status_code=303)
+        try:
+            decision = _decision(form, reviewer.name)
+        except ValueError as err:
+            request.session["flash"] = {"level": "error", "text": str(err)}
+            return back
+        request.session["flash"] = await self.send(workflow_id, decision)
+        return back
+
+    async def send(self, workflow_id: str, decision: ReviewDecision) -> dict[str, str]:
+        """Send ``decision``; the message for the page (what happened, or why it was refused)."""
+        try:
+            outcome = await self.submit(workflow_id, decision)
+        except WorkflowUpdateFailedError as err:
+            cause = err.cause
+            reason = cause.message if isinstance(cause, ApplicationError) else str(cause or err)
+            log.info(
+                "%s's %s of %s refused: %s",
+                decision.reviewer,
+                decision.decision,
+                workflow_id,
+                reason,
+            )
+            return {"level": "error", "text": f"The run refused this review: {reason}"}
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                return {"level": "error", "text": "This run has finished or does not exist."}
+            log.warning("review of %s not sent: %s", workflow_id, err.status.name)
+            return {"level": "error", "text": "Temporal is not answering; try again."}
+        log.info(
+            "%s sent %s for round %s of %s",
+            decision.reviewer,
+            decision.decision,
+            decision.review_round,
+            workflow_id,
+        )
+        level = "ok" if outcome.applied_as_sent else "error"
+        return {"level": level, "text": outcome.describe(workflow_id)}
+
+    async def healthz(self, request: Request) -> Response:
+        return PlainTextResponse("ok\n")
+
+
+def _decision(form: Any, reviewer: str) -> ReviewDecision:
+    """The decision a review form asks for, on behalf of ``reviewer``.
+
+    Raises:
+        ValueError: one line for the page.
+    """
+    decision = form.get("decision")
+    if decision not in DECISIONS:
+        raise ValueError("Choose approve, reedit or reject.")
+    feedback_raw = form.get("feedback")
+    feedback = feedback_raw.strip() if isinstance(feedback_raw, str) else ""
+    if len(feedback) > MAX_FEEDBACK_CHARS:
+        raise ValueError(f"Feedback is limited to {MAX_FEEDBACK_CHARS} characters.")
+    try:
+        review_round = int(str(form.get("review_round", "")))
+    except ValueError:
+        raise ValueError("The form names no review round: reload the page.") from None
+    try:
+        return ReviewDecision(
+            decision=decision,
+            reviewer=reviewer,
+            feedback=feedback or None,
+            review_round=review_round,
+        )
+    except ValidationError as err:
+        raise ValueError(f"Invalid review: {describe_validation_error(err)}") from None
+
+
+def _local_path(request: Request) -> str:
+    path = request.url.path
+    return path + (f"?{request.url.query}" if request.url.query else "")
+
+
+def _safe_next(target: object) -> str:
+    """Only a path on this site (no scheme, no host, no ``//``): never an open redirect."""
+    if isinstance(target, str) and target.startswith("/") and not target.startswith(("//", "/\\")):
+        return target
+    return "/"
+
+
+def create_app(
+    inbox: Inbox, *, session_secret: str, secure_cookies: bool, max_age_s: int = SESSION_MAX_AGE_S
+) -> Starlette:
+    """The ASGI app: routes, sessions and security headers around ``inbox``."""
+    routes = [
+        Route("/", inbox.index, methods=["GET"]),
+        Route("/healthz", inbox.healthz, methods=["GET"]),
+        Route("/login", inbox.login_form, methods=["GET"]),
+        Route("/login", inbox.login, methods=["POST"]),
+        Route("/logout", inbox.logout, methods=["POST"]),
+        Route("/runs/{workflow_id}", inbox.run_page, methods=["GET"]),
+        Route("/runs/{workflow_id}/review", inbox.review, methods=["POST"]),
+        Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+    ]
+    middleware = [
+        Middleware(SecurityHeaders, hsts=secure_cookies),
+        Middleware(
+            SessionMiddleware,
+            secret_key=session_secret,
+            session_cookie=auth.cookie_name(secure_cookies),
+            max_age=max_age_s,
+            same_site="lax",  # Strict would log out a reviewer arriving from a chat link
+            https_only=secure_cookies,
+        ),
+    ]
+    return Starlette(routes=routes, middleware=middleware)

@@ -1,0 +1,282 @@
+"""The review inbox in a real browser: Debian's Chromium driven by Playwright, against the real
+local stack (dev server, worker, LLM simulator) with the inbox process it starts.
+
+No browser is ever downloaded: Playwright launches ``/usr/bin/chromium``. Without it the tests
+skip, except under ``CI=true``, where a missing browser is a failure (CI installs it).
+The walk-through also takes the README's screenshot, ``docs/images/inbox.png``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import urllib.error
+import urllib.request
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.async_api import Browser, BrowserContext, Page, async_playwright
+from temporalio.client import Client, WorkflowHandle
+
+from aiorch.devstack.stack import LocalStack
+from aiorch.runtime.codec import KeyRing, new_key
+from aiorch.runtime.temporal import DATA_CONVERTER, encrypted_converter
+from tests.e2e.conftest import (
+    E2E_WORKER_ENV,
+    Simulator,
+    new_id,
+    request,
+    start,
+    wait_for_state,
+)
+
+pytestmark = pytest.mark.e2e
+
+CHROMIUM = Path("/usr/bin/chromium")
+# Headless, and quiet on a machine without a network: no background fetches, no updates.
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+# The README's screenshot; the suite rewrites it only when asked (`make screenshots`), so a test
+# run leaves the checkout as it was.
+README_SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "images" / "inbox.png"
+MESSAGE = "Summarise our refund policy <script>alert('owned')</script>"
+FEEDBACK = "Please cite the policy section number."
+
+
+def chromium_or_skip() -> Path:
+    """Debian's Chromium; a missing browser fails the test under CI=true, else skips it."""
+    if CHROMIUM.is_file():
+        return CHROMIUM
+    reason = f"{CHROMIUM} is missing: apt-get install -y chromium"
+    if os.environ.get("CI") == "true":
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def inbox_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    """A stack with the inbox; the worker lets only alice and bob review (mallory can log in
+    to the inbox but is outside the allowed set)."""
+    chromium_or_skip()
+    env = {**E2E_WORKER_ENV, "ALLOWED_REVIEWERS": "alice,bob"}
+    with LocalStack(
+        tmp_path_factory.mktemp("inbox-stack"),
+        with_worker=True,
+        worker_env=env,
+        with_inbox=True,
+        inbox_reviewers=("alice", "mallory"),
+    ) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+async def browser() -> AsyncIterator[Browser]:
+    """Debian's Chromium, headless, for the module."""
+    async with async_playwright() as playwright:
+        launched = await playwright.chromium.launch(
+            executable_path=str(chromium_or_skip()), args=CHROMIUM_ARGS
+        )
+        try:
+            yield launched
+        finally:
+            await launched.close()
+
+
+@pytest.fixture
+async def context(browser: Browser) -> AsyncIterator[BrowserContext]:
+    context = await browser.new_context(viewport={"width": 1280, "height": 900})
+    try:
+        yield context
+    finally:
+        await context.close()
+
+
+async def log_in(context: BrowserContext, stack: LocalStack, reviewer: str) -> Page:
+    """A page of ``context`` on the inbox, logged in as ``reviewer`` with their token."""
+    url = stack.addresses.inbox_url
+    assert url is not None
+    page = await context.new_page()
+    response = await page.goto(url)
+    assert response is not None and response.status == 401  # the login form, not the inbox
+    await page.fill("#token", stack.inbox_token(reviewer))
+    await page.click("button[type=submit]")
+    await page.wait_for_url(f"{url}/")
+    return page
+
+
+async def waiting_run(stack: LocalStack, message: str) -> WorkflowHandle[Any, Any]:
+    """A new run (review always) once it waits for review."""
+    client = await Client.connect(stack.addresses.temporal_address, data_converter=DATA_CONVERTER)
+    handle = await start(client, request(message, review="always"))
+    await wait_for_state(handle, "await_review")
+    return handle
+
+
+async def open_run(page: Page, stack: LocalStack, workflow_id: str) -> None:
+    """From the inbox list (once visibility shows the run), open the run's page."""
+    url = stack.addresses.inbox_url
+    for _ in range(50):
+        await page.goto(f"{url}/")
+        if await page.locator(f"a.run-link:text('{workflow_id}')").count():
+            break
+        await asyncio.sleep(0.2)
+    await page.click(f"a.run-link:text('{workflow_id}')")
+    await page.wait_for_url(f"{url}/runs/{workflow_id}")
+
+
+async def test_a_reviewer_reedits_then_approves_in_the_browser(
+    inbox_stack: LocalStack, context: BrowserContext, tmp_path: Path
+) -> None:
+    """alice logs in with her token, finds the waiting run in the list, reads the reply (the
+    simulator echoes the request, ``<script>`` included, which shows as text and never runs),
+    sends it back with feedback (the next prompt carries it), then approves round 2, and the run
+    completes. Takes the README's screenshot on the way."""
+    handle = await waiting_run(inbox_stack, MESSAGE)
+    page = await log_in(context, inbox_stack, "alice")
+    dialogs: list[str] = []
+    page.on("dialog", lambda dialog: dialogs.append(dialog.message))
+
+    await open_run(page, inbox_stack, handle.id)
+    reply = page.locator("#reply")
+    assert "<script>alert('owned')</script>" in await reply.inner_text()
+    assert await page.locator("main script").count() == 0
+    assert await page.locator("#round").inner_text() == "1"
+
+    await page.fill("#feedback", FEEDBACK)
+    await page.click("button[value=reedit]")
+    await page.wait_for_selector(".flash.ok")
+    assert "reedit accepted (round 1)" in await page.locator(".flash").inner_text()
+
+    status = await wait_for_state(handle, "await_review")
+    while status.review_round < 2:
+        status = await wait_for_state(handle, "await_review")
+    prompts = Simulator(inbox_stack.addresses.openai_base_url).chat_requests(handle.id)
+    assert len(prompts) == 2
+    assert FEEDBACK in str(prompts[1]["messages"]) and FEEDBACK not in str(prompts[0]["messages"])
+
+    row = page.locator("tr", has=page.locator(f"a.run-link:text('{handle.id}')"))
+    for _ in range(50):  # visibility may lag a moment behind the run
+        await page.goto(f"{inbox_stack.addresses.inbox_url}/")
+        if "revised per feedback" in await row.inner_text():
+            break
+        await asyncio.sleep(0.2)
+    assert "revised per feedback" in await row.inner_text()  # the list shows round 2's reply
+    await page.goto(f"{inbox_stack.addresses.inbox_url}/runs/{handle.id}")
+    assert await page.locator("#round").inner_text() == "2"
+    assert FEEDBACK in await page.locator(".feedback").inner_text()
+    shot = (
+        README_SCREENSHOT if os.environ.get("UPDATE_SCREENSHOTS") == "1" else tmp_path / "inbox.png"
+    )
+    await page.screenshot(path=str(shot), full_page=True)
+    assert shot.read_bytes().startswith(b"\x89PNG")
+
+    await page.click("button[value=approve]")
+    await page.wait_for_selector(".flash.ok")
+    assert "approve accepted (round 2)" in await page.locator(".flash").inner_text()
+    result = await handle.result()
+    assert result["state"] == "completed"
+    approval = [entry for entry in result["history"] if entry["event"] == "approve"]
+    assert [entry["reviewer"] for entry in approval] == ["alice"]
+    assert dialogs == []  # nothing the model wrote ever ran
+
+
+async def test_a_reviewer_outside_the_allowed_set_is_refused_on_the_page(
+    inbox_stack: LocalStack, context: BrowserContext
+) -> None:
+    """mallory can log in to the inbox, but the worker's ALLOWED_REVIEWERS leaves her out: her
+    approval is refused by the run, the page says why, and the run still waits."""
+    handle = await waiting_run(inbox_stack, "Draft a reply to the customer")
+    page = await log_in(context, inbox_stack, "mallory")
+    await open_run(page, inbox_stack, handle.id)
+
+    await page.click("button[value=approve]")
+    await page.wait_for_selector(".flash.error")
+    message = await page.locator(".flash").inner_text()
+    assert "The run refused this review" in message
+    assert "'mallory' is not allowed to review" in message
+    assert (await wait_for_state(handle, "await_review")).history[-1].event == "needs_review"
+    await handle.cancel()
+
+
+async def test_a_post_without_the_csrf_token_is_refused(
+    inbox_stack: LocalStack, context: BrowserContext
+) -> None:
+    """A logged-in reviewer's browser posting a review without the form's CSRF token (what a
+    forged form on another site would send) gets 403, and the run is untouched."""
+    handle = await waiting_run(inbox_stack, "Check this answer")
+    page = await log_in(context, inbox_stack, "alice")
+    url = f"{inbox_stack.addresses.inbox_url}/runs/{handle.id}/review"
+
+    response = await page.request.post(
+        url, form={"decision": "approve", "review_round": "1"}, max_redirects=0
+    )
+    assert response.status == 403
+    forged = await page.request.post(
+        url,
+        form={"decision": "approve", "review_round": "1", "csrf_token": "guessed"},
+        max_redirects=0,
+    )
+    assert forged.status == 403
+    assert (await wait_for_state(handle, "await_review")).review_round == 1
+    await handle.cancel()
+
+
+def test_no_login_gets_401(inbox_stack: LocalStack) -> None:
+    """Without a session (or a proxy header the inbox trusts) every page answers 401, and no
+    run is shown; the health check needs no login."""
+    url = inbox_stack.addresses.inbox_url
+    for path in ("/", f"/runs/{new_id()}"):
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"{url}{path}", timeout=10)
+        assert refused.value.code == 401
+        body = refused.value.read().decode()
+        assert "Reviewer token" in body and "run-link" not in body
+        assert "default-src 'self'" in refused.value.headers["Content-Security-Policy"]
+        assert refused.value.headers["X-Frame-Options"] == "DENY"
+    with urllib.request.urlopen(f"{url}/healthz", timeout=10) as health:
+        assert health.status == 200
+
+
+async def test_with_encryption_on_the_inbox_shows_decrypted_content(
+    tmp_path: Path, browser: Browser
+) -> None:
+    """With payload encryption on (the worker's PAYLOAD_KEYS, which the inbox gets too), the
+    history holds only ciphertext, and the inbox still lists the run and shows its request and
+    reply decrypted, with its plan's deadline."""
+    keys = {"PAYLOAD_KEYS": f"k1:{new_key()}", "REQUIRE_ENCRYPTION": "true"}
+    with LocalStack(
+        tmp_path / "stack",
+        with_worker=True,
+        worker_env={**E2E_WORKER_ENV, **keys},
+        with_inbox=True,
+        inbox_reviewers=("alice",),
+    ) as stack:
+        client = await Client.connect(
+            stack.addresses.temporal_address,
+            data_converter=encrypted_converter(KeyRing.parse(keys["PAYLOAD_KEYS"])),
+        )
+        handle = await start(client, request("Summarise the secret plan", review="always"))
+        await wait_for_state(handle, "await_review")
+        started = await anext(aiter(handle.fetch_history_events(page_size=1)))
+        raw_input = started.workflow_execution_started_event_attributes.input.payloads[0]
+        assert b"secret plan" not in raw_input.data  # ciphertext in Temporal
+
+        context = await browser.new_context()
+        try:
+            page = await log_in(context, stack, "alice")
+            await open_run(page, stack, handle.id)
+            assert "Summarise the secret plan" in await page.locator("#request").inner_text()
+            assert "secret plan" in await page.locator("#reply").inner_text()
+            assert "h 59 min" in await page.locator("#time-left").inner_text()
+        finally:
+            await context.close()
+        await handle.cancel()

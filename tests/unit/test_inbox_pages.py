@@ -1,0 +1,336 @@
+"""The review inbox's pages and forms over HTTP (Starlette's test client), with the runs it
+shows pinned in memory and the decisions it sends recorded: login and 401, CSRF and 403, model
+output rendered as text, refusals shown, security headers."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient
+from temporalio.client import WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
+
+from aiorch.ops.inbox import auth
+from aiorch.ops.inbox.app import Inbox, InboxOptions, create_app
+from aiorch.ops.inbox.runs import RunFacts, RunView, WaitingRun, earlier_feedback
+from aiorch.ops.reviews import ReviewOutcome, decision_for_round
+from workflows.payloads import (
+    HistoryEntry,
+    LlmCallResult,
+    PipelineRequest,
+    PromptPlan,
+    ReviewDecision,
+    RunStatus,
+)
+
+WORKFLOW_ID = "0123456789abcdef01234567"
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+SINCE = NOW - timedelta(minutes=30)
+EVIL = "<script>alert('owned')</script><img src=x onerror=alert(1)>"
+
+
+def entry(event: str, source: str, target: str, **extra: Any) -> HistoryEntry:
+    return HistoryEntry(from_state=source, to_state=target, event=event, at=SINCE, **extra)
+
+
+HISTORY = [
+    entry("start", "idle", "fetch_prompt"),
+    entry("prompt_ready", "fetch_prompt", "invoke_llm"),
+    entry("needs_review", "invoke_llm", "await_review", review_round=1),
+    entry("reedit", "await_review", "invoke_llm", reviewer="bob", feedback=EVIL, review_round=1),
+    entry("needs_review", "invoke_llm", "await_review", review_round=2),
+]
+FACTS = RunFacts(
+    request=PipelineRequest(
+        request_id=WORKFLOW_ID, user_message=f"Summarise {EVIL}", metadata={"note": EVIL}
+    ),
+    plan=PromptPlan(
+        system_prompt="s",
+        user_prompt="u",
+        review_timeout_s=3600,
+        escalation_timeout_s=7200,
+        llm_max_attempts=3,
+        model="sim-large",
+        allowed_reviewers=["alice", "bob"],
+    ),
+    reply=LlmCallResult(content=f"Answer {EVIL}", needs_review=True, model="sim-large"),
+)
+STATUS = RunStatus(
+    state="await_review",
+    status="WaitingForInput",
+    progress=60,
+    attempts=2,
+    model="sim-large",
+    history=HISTORY,
+    review_round=2,
+)
+
+
+class PinnedRuns:
+    """The runs the inbox shows, fixed in memory (the RunSource a Temporal client backs)."""
+
+    def __init__(self) -> None:
+        self.failure: Exception | None = None
+
+    async def waiting(self) -> list[WaitingRun]:
+        if self.failure:
+            raise self.failure
+        return [WaitingRun(WORKFLOW_ID, "run-1", "await_review", SINCE, 2, FACTS)]
+
+    async def view(self, workflow_id: str) -> RunView:
+        if workflow_id != WORKFLOW_ID:
+            raise RPCError("not found", RPCStatusCode.NOT_FOUND, b"")
+        return RunView(WORKFLOW_ID, "run-1", STATUS, SINCE, FACTS, earlier_feedback(HISTORY))
+
+
+class Decisions:
+    """Records each decision the inbox sends; answers as the run would, or refuses."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, ReviewDecision]] = []
+        self.refusal: str | None = None
+
+    async def __call__(self, workflow_id: str, decision: ReviewDecision) -> ReviewOutcome:
+        self.sent.append((workflow_id, decision))
+        if self.refusal is not None:
+            raise WorkflowUpdateFailedError(ApplicationError(self.refusal, type="ValueError"))
+        applied = entry(
+            decision.decision,
+            "await_review",
+            "generate_embedding",
+            reviewer=decision.reviewer,
+            review_round=decision.review_round,
+        )
+        status = STATUS.model_copy(update={"history": [*HISTORY, applied]})
+        recorded = decision_for_round(status.history, decision.review_round or 0)
+        return ReviewOutcome(sent=decision, status=status, recorded=recorded)
+
+
+def make_client(
+    tmp_path: Path, *, header: str | None = None, tokens: bool = True
+) -> tuple[TestClient, dict[str, str], PinnedRuns, Decisions]:
+    made = {name: auth.new_token(name) for name in ("alice",)}
+    book = None
+    if tokens:
+        path = tmp_path / "tokens"
+        path.write_text("".join(f"{line}\n" for _, line in made.values()))
+        book = auth.TokenBook(path)
+    runs, decisions = PinnedRuns(), Decisions()
+    inbox = Inbox(
+        runs,
+        decisions,
+        auth.Authenticator(book, header),
+        InboxOptions(web_ui_url=lambda wid: f"http://ui.example/workflows/{wid}"),
+        clock=lambda: NOW,
+    )
+    app = create_app(inbox, session_secret="s" * 64, secure_cookies=False)
+    client = TestClient(app, follow_redirects=False)
+    return client, {n: t for n, (t, _) in made.items()}, runs, decisions
+
+
+@pytest.fixture
+def inbox(tmp_path: Path) -> Iterator[tuple[TestClient, dict[str, str], PinnedRuns, Decisions]]:
+    made = make_client(tmp_path)
+    with made[0]:
+        yield made
+
+
+def csrf(html: str) -> str:
+    found = re.search(r'name="csrf_token" value="([^"]+)"', html)
+    assert found, "no CSRF field on the page"
+    return found.group(1)
+
+
+def log_in(client: TestClient, token: str) -> None:
+    form = client.get("/login")
+    response = client.post("/login", data={"token": token, "csrf_token": csrf(form.text)})
+    assert response.status_code == 303 and response.headers["location"] == "/"
+
+
+def test_every_page_needs_a_login_and_says_so_with_401(inbox: Any) -> None:
+    """Without a session the list and a run's page answer 401 with the login form, show no
+    run, and still carry the security headers; the health check answers without login."""
+    client = inbox[0]
+    for path in ("/", f"/runs/{WORKFLOW_ID}"):
+        response = client.get(path)
+        assert response.status_code == 401
+        assert 'name="token"' in response.text
+        assert "run-link" not in response.text and "Answer" not in response.text
+        assert "default-src 'self'" in response.headers["content-security-policy"]
+        assert "script-src 'none'" in response.headers["content-security-policy"]
+        assert response.headers["x-frame-options"] == "DENY"
+        assert response.headers["x-content-type-options"] == "nosniff"
+        assert response.headers["cache-control"] == "no-store"
+    assert client.get("/healthz").status_code == 200
+
+
+def test_a_token_logs_in_a_wrong_one_does_not(inbox: Any) -> None:
+    """The login form posts the token with its CSRF token: a wrong token is 401 and says so;
+    the right one sets an HttpOnly, SameSite session cookie and opens the inbox."""
+    client, tokens, _, _ = inbox
+    page = client.get("/login")
+    wrong = client.post("/login", data={"token": "nope", "csrf_token": csrf(page.text)})
+    assert wrong.status_code == 401 and "That token is not valid." in wrong.text
+    right = client.post("/login", data={"token": tokens["alice"], "csrf_token": csrf(wrong.text)})
+    assert right.status_code == 303
+    cookie = right.headers["set-cookie"].lower()
+    assert "httponly" in cookie and "samesite=lax" in cookie and "aiorch-inbox=" in cookie
+    listing = client.get("/")
+    assert listing.status_code == 200 and "Signed in as <strong>alice</strong>" in listing.text
+
+
+def test_the_list_shows_each_waiting_run_with_time_left_as_text(inbox: Any) -> None:
+    """A waiting run is listed with a link to its page, its round, its time left (deadline =
+    AiStateSince + the plan's review timeout) and excerpts of request and reply, escaped."""
+    client, tokens, _, _ = inbox
+    log_in(client, tokens["alice"])
+    page = client.get("/").text
+    assert f'href="/runs/{WORKFLOW_ID}"' in page
+    assert "30 min" in page  # 60 min timeout, waiting for 30
+    assert "<script" not in page and "&lt;script&gt;" in page
+
+
+def test_model_output_is_rendered_as_text_never_as_html(inbox: Any) -> None:
+    """The reply, the request, its metadata and earlier feedback all hold markup; the run's page
+    shows every one of them as text: no tag the model wrote reaches the page as a tag."""
+    client, tokens, _, _ = inbox
+    log_in(client, tokens["alice"])
+    page = client.get(f"/runs/{WORKFLOW_ID}")
+    assert page.status_code == 200
+    assert "<script" not in page.text and "<img" not in page.text
+    assert "Answer &lt;script&gt;alert(&#39;owned&#39;)&lt;/script&gt;" in page.text
+    assert page.text.count("&lt;img src=x onerror=alert(1)&gt;") >= 2  # reply, feedback
+    assert "alice, bob" in page.text and 'value="2"' in page.text  # who may review, the round
+    assert 'href="http://ui.example/workflows/' in page.text
+
+
+def test_a_post_without_the_csrf_token_is_refused(inbox: Any) -> None:
+    """A review without the session's CSRF token (none, a wrong one, another session's, or a
+    request the browser marks cross-site) is 403 and nothing is sent to the run."""
+    client, tokens, _, decisions = inbox
+    log_in(client, tokens["alice"])
+    token = csrf(client.get(f"/runs/{WORKFLOW_ID}").text)
+    url = f"/runs/{WORKFLOW_ID}/review"
+    form = {"decision": "approve", "review_round": "2"}
+    assert client.post(url, data=form).status_code == 403
+    assert client.post(url, data={**form, "csrf_token": "x" * 43}).status_code == 403
+    cross = client.post(
+        url, data={**form, "csrf_token": token}, headers={"Sec-Fetch-Site": "cross-site"}
+    )
+    assert cross.status_code == 403
+    assert client.post("/logout", data={}).status_code == 403
+    assert decisions.sent == []
+
+
+def test_a_decision_is_sent_for_the_round_shown_as_the_reviewer(inbox: Any) -> None:
+    """Reedit with feedback sends one decision: the logged-in reviewer (never a name from the
+    form), the round the page showed, the feedback; the page then says what happened."""
+    client, tokens, _, decisions = inbox
+    log_in(client, tokens["alice"])
+    token = csrf(client.get(f"/runs/{WORKFLOW_ID}").text)
+    response = client.post(
+        f"/runs/{WORKFLOW_ID}/review",
+        data={
+            "decision": "reedit",
+            "review_round": "2",
+            "feedback": "  cite the section  ",
+            "reviewer": "mallory",
+            "csrf_token": token,
+        },
+    )
+    assert response.status_code == 303 and response.headers["location"] == f"/runs/{WORKFLOW_ID}"
+    [(workflow_id, decision)] = decisions.sent
+    assert workflow_id == WORKFLOW_ID
+    assert (decision.decision, decision.reviewer, decision.review_round, decision.feedback) == (
+        "reedit",
+        "alice",
+        2,
+        "cite the section",
+    )
+    assert "reedit accepted (round 2)" in client.get(f"/runs/{WORKFLOW_ID}").text
+
+
+def test_a_refusal_is_shown_on_the_page(inbox: Any) -> None:
+    """When the run refuses the update, its reason is on the next page, escaped."""
+    client, tokens, _, decisions = inbox
+    log_in(client, tokens["alice"])
+    decisions.refusal = "reviewer 'alice' is not allowed to review run <b>x</b>"
+    token = csrf(client.get(f"/runs/{WORKFLOW_ID}").text)
+    client.post(
+        f"/runs/{WORKFLOW_ID}/review",
+        data={"decision": "approve", "review_round": "2", "csrf_token": token},
+    )
+    page = client.get(f"/runs/{WORKFLOW_ID}").text
+    assert "The run refused this review: reviewer &#39;alice&#39; is not allowed" in page
+    assert "<b>x</b>" not in page
+
+
+@pytest.mark.parametrize(
+    ("form", "message"),
+    [
+        ({"decision": "delete", "review_round": "2"}, "Choose approve, reedit or reject."),
+        ({"decision": "approve", "review_round": "two"}, "names no review round"),
+        ({"decision": "approve", "review_round": "0"}, "Invalid review: review_round"),
+        ({"decision": "reedit", "review_round": "2", "feedback": "x" * 20000}, "limited to"),
+    ],
+)
+def test_bad_forms_are_explained_and_never_sent(
+    inbox: Any, form: dict[str, str], message: str
+) -> None:
+    """A form the inbox cannot turn into a valid decision is explained on the page; nothing
+    reaches the run."""
+    client, tokens, _, decisions = inbox
+    log_in(client, tokens["alice"])
+    token = csrf(client.get(f"/runs/{WORKFLOW_ID}").text)
+    client.post(f"/runs/{WORKFLOW_ID}/review", data={**form, "csrf_token": token})
+    assert message in client.get(f"/runs/{WORKFLOW_ID}").text
+    assert decisions.sent == []
+
+
+def test_login_redirects_only_within_the_inbox(inbox: Any) -> None:
+    """``next`` may only be a path here: another host or ``//host`` sends the reviewer to /."""
+    client, tokens, _, _ = inbox
+    for target, expected in (
+        ("/runs/abc", "/runs/abc"),
+        ("//evil.example/", "/"),
+        ("https://evil.example", "/"),
+    ):
+        page = client.get("/login")
+        response = client.post(
+            "/login",
+            data={"token": tokens["alice"], "csrf_token": csrf(page.text), "next": target},
+        )
+        assert response.headers["location"] == expected
+
+
+def test_unknown_runs_and_an_unreachable_temporal_are_pages_not_tracebacks(inbox: Any) -> None:
+    """A run that does not exist is a 404 page; Temporal not answering is a 503 page."""
+    client, tokens, runs, _ = inbox
+    log_in(client, tokens["alice"])
+    assert client.get("/runs/ffffffffffffffffffffffff").status_code == 404
+    runs.failure = RPCError("down", RPCStatusCode.UNAVAILABLE, b"")
+    down = client.get("/")
+    assert down.status_code == 503 and "Temporal is not answering" in down.text
+
+
+def test_behind_a_proxy_the_header_names_the_reviewer(tmp_path: Path) -> None:
+    """With INBOX_USER_HEADER only, the proxy's header is the login: no form, 401 without it,
+    and a decision is sent for the user it names (CSRF still required)."""
+    client, _, _, decisions = make_client(tmp_path, header="X-Forwarded-User", tokens=False)
+    with client:
+        anonymous = client.get("/")
+        assert anonymous.status_code == 401 and 'name="token"' not in anonymous.text
+        headers = {"X-Forwarded-User": "carol"}
+        page = client.get(f"/runs/{WORKFLOW_ID}", headers=headers)
+        assert page.status_code == 200 and "Signed in as <strong>carol</strong>" in page.text
+        form = {"decision": "approve", "review_round": "2", "csrf_token": csrf(page.text)}
+        sent = client.post(f"/runs/{WORKFLOW_ID}/review", data=form, headers=headers)
+        assert sent.status_code == 303
+        assert [d.reviewer for _, d in decisions.sent] == ["carol"]
+        assert client.post(f"/runs/{WORKFLOW_ID}/review", data=form).status_code == 401
