@@ -7,8 +7,9 @@ runs of each path for the baseline and for ours and reads the dev server's ``act
 
 - ``happy``: review ``never`` (the baseline: its three activities);
 - ``review``: review ``always``, then one approve through the ``submit_review`` update exactly
-  as ``starter.py review`` sends it (``aiorch.ops.reviews.submit_review``: a ``status`` query for
-  the round, then the update); the baseline waits for its ``approve`` update and gets one;
+  as ``starter.py review`` sends it (``aiorch.ops.reviews.submit_review``: the round read from
+  the run's ``AiReviewRound`` with a describe, which is not an action, then the update); the
+  baseline waits for its ``approve`` update and gets one;
 - ``retry``: the LLM call answers 429 once (ours: the simulator's ``[sim:status=429:times=1]``,
   then the ``retry_llm`` backoff; the baseline: its LLM stand-in fails once and Temporal's
   retry policy retries it).
@@ -23,8 +24,8 @@ What is counted and what is not:
 - The bench's own reads are not actions and so are not counted: visibility counts and lists,
   ``describe`` and ``fetch_history`` (how it sees that a run waits for its review) and the
   result of each run (a history long poll). It sends no query of its own.
-- What a path's client sends is counted deliberately: the review path's ``status`` query and
-  its update (the baseline's update), as the server counts them.
+- What a path's client sends is counted deliberately: the review path's update (the
+  baseline's update), as the server counts them.
 - Every action type the counter reports is billable. Markers appear as
   ``command_BatchMarkers``, one per workflow task that records any (a local activity and the
   ``workflow.patched`` markers of one task count once); the server's source mentions
@@ -76,7 +77,7 @@ class PathSpec:
 
 PATHS: tuple[PathSpec, ...] = (
     PathSpec("happy", "never", 0, "review never"),
-    PathSpec("review", "always", 0, "one approve (query + update, as starter.py review)"),
+    PathSpec("review", "always", 0, "one approve (an update, as starter.py review sends it)"),
     PathSpec("retry", "never", 1, "one 429 from the LLM, then success"),
 )
 
