@@ -29,6 +29,7 @@ from aiorch.runtime.config import (
     DEFAULT_CODEC_PORT,
     DEFAULT_INBOX_PORT,
     DEFAULT_LLM_PORT,
+    DEFAULT_METRICS_PORT,
     DEFAULT_SQS_PORT,
 )
 
@@ -61,6 +62,9 @@ def up_command(
     no_worker: Annotated[bool, typer.Option("--no-worker", help="start the servers only")] = False,
     inbox: Annotated[bool, typer.Option("--inbox", help="also serve the review inbox")] = False,
     inbox_port: Annotated[int, typer.Option()] = DEFAULT_INBOX_PORT,
+    metrics_port: Annotated[
+        int, typer.Option(help="the worker's Prometheus /metrics (0: off)")
+    ] = DEFAULT_METRICS_PORT,
 ) -> None:
     """Start the local stack and keep it up until Ctrl-C or SIGTERM."""
     stack = LocalStack(
@@ -74,6 +78,7 @@ def up_command(
         with_worker=not no_worker,
         with_inbox=inbox,
         inbox_port=inbox_port,
+        worker_env={"METRICS_PORT": str(metrics_port)},
     )
     try:
         up(stack, Console())
