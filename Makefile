@@ -9,14 +9,14 @@ STAMP := $(VENV)/.installed
 LOCK_RUNTIME := requirements/runtime.txt
 LOCK_DEV := requirements/dev.txt
 LOCK_BUILD := requirements/build.txt
-# The fast layers, which CI also runs on the other supported Pythons.
+# The layers without a dev server, which CI also runs on the other supported Pythons.
 FAST_LAYERS := tests/unit tests/workflows tests/replay
 # What installs into $(VENV): pip, as a new user has it. CI's extra venvs pass uv's
 # (`PIP_INSTALL="uv pip install --python .venv-3.12/bin/python"`): the same lock and hashes,
 # installed faster.
 PIP_INSTALL ?= $(BIN)/python -m pip install
 
-.PHONY: demo dev test test-fast lint typecheck unit bench graph screenshots lock clean
+.PHONY: demo dev test test-fast test-layers lint typecheck imports unit bench graph screenshots lock clean
 
 $(STAMP): pyproject.toml $(LOCK_DEV)
 	$(PYTHON) -c 'import sys; sys.exit(0 if (3, 11) <= sys.version_info[:2] <= (3, 13) else "Python 3.11, 3.12 or 3.13 is required (set PYTHON=/path/to/python3.x)")'
@@ -29,19 +29,25 @@ $(STAMP): pyproject.toml $(LOCK_DEV)
 
 ## demo: start the embedded stack, walk the main paths live, leave the Web UI up until Ctrl-C
 demo: $(STAMP)
-	$(BIN)/python -m aiorch.devstack.demo
+	$(BIN)/python -m aiorch.devstack demo
 
 ## dev: keep the embedded stack (Temporal + Web UI, SQS, LLM simulator, worker) up for exploring
 dev: $(STAMP)
-	$(BIN)/python -m aiorch.devstack.stack up
+	$(BIN)/python -m aiorch.devstack up
 
-## test: lint, type-check and run every test layer
-test: lint typecheck
+## test: lint, type-check, check the import contracts and run every test layer (what CI runs)
+test: lint typecheck imports
 	$(BIN)/python -m pytest --durations=15
 
-## test-fast: the unit, workflow and replay layers (no dev server; CI runs them on 3.12 and 3.13)
-test-fast: $(STAMP)
+## test-layers: the unit, workflow and replay layers (no dev server); CI runs them on Python
+## 3.12 and 3.13 too, each in a venv of its own
+test-layers: $(STAMP)
 	$(BIN)/python -m pytest $(FAST_LAYERS)
+
+## test-fast: the inner loop (under a minute): the import contracts, then every test that starts
+## no server in a process of its own (not marked e2e); `make lint typecheck` check the rest
+test-fast: imports
+	$(BIN)/python -m pytest -m "not e2e"
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -49,6 +55,10 @@ lint: $(STAMP)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy .
+
+## imports: the layering contracts in pyproject.toml ([tool.importlinter])
+imports: $(STAMP)
+	$(BIN)/lint-imports
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit
@@ -62,7 +72,7 @@ screenshots: $(STAMP)
 
 ## graph: regenerate the diagrams in docs/ and the README from workflows/graph.py
 graph: $(STAMP)
-	$(BIN)/python -m aiorch.devstack.docs
+	$(BIN)/python -m aiorch.devstack docs
 
 ## lock: re-resolve the locks within pyproject's ranges, for Python 3.11-3.13 on every platform
 UV_COMPILE := $(BIN)/uv pip compile --quiet --universal --python-version 3.11 --generate-hashes

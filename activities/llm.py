@@ -9,7 +9,6 @@ refusals, content filter) raise non-retryable ones with stable type names.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import email.utils
 import json
@@ -25,6 +24,7 @@ from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.heartbeat import HEARTBEAT_EVERY, heartbeat_while
 from activities.pricing import estimate_cost
 from activities.prompt import CORRECTIVE_INSTRUCTION, InputLoader
 from activities.redaction import scrubbed_error
@@ -33,7 +33,6 @@ from workflows import contract, errors
 from workflows.observability import METRIC_LLM_COST, METRIC_LLM_TOKENS
 from workflows.payloads import LlmCallInput, LlmCallResult, LlmReply, TokenUsage
 
-HEARTBEAT_EVERY_S = 2.0
 _FENCE = re.compile(r"^\s*```(?:json)?\s*\n(?P<body>.*?)\n\s*```\s*$", re.DOTALL)
 PERMANENT_STATUSES = frozenset({400, 401, 403, 404, 422})
 
@@ -185,41 +184,36 @@ class LlmActivities:
         timeout_s: float,
         *,
         prices: PriceTable | None = None,
+        heartbeat_every: timedelta = HEARTBEAT_EVERY,
     ) -> None:
         self._client = client
         self._loader = loader
         self._timeout_s = timeout_s
         self._prices: PriceTable = prices or {}
+        self._heartbeat_every = heartbeat_every
 
     @activity.defn(name=contract.ACTIVITY_INVOKE_LLM)
     async def invoke_llm(self, call: LlmCallInput) -> LlmCallResult:
         """One Chat Completions call; heartbeats while waiting so a cancel reaches it."""
         document = await self._loader.load(call.input_ref) if call.input_ref else None
-        request = asyncio.ensure_future(
-            self._client.chat.completions.create(
-                model=call.model,
-                messages=build_messages(call, document),
-                temperature=call.temperature,
-                response_format={"type": "json_object"},
-                timeout=self._timeout_s,
-                extra_headers={
-                    "Idempotency-Key": idempotency_key(call),
-                    "X-Run-Id": call.workflow_id,
-                },
-            )
+        request = self._client.chat.completions.create(
+            model=call.model,
+            messages=build_messages(call, document),
+            temperature=call.temperature,
+            response_format={"type": "json_object"},
+            timeout=self._timeout_s,
+            extra_headers={
+                "Idempotency-Key": idempotency_key(call),
+                "X-Run-Id": call.workflow_id,
+            },
         )
         try:
-            while True:
-                done, _ = await asyncio.wait({request}, timeout=HEARTBEAT_EVERY_S)
-                if done:
-                    break
-                activity.heartbeat(f"waiting for {call.model}")
-            completion = request.result()
+            completion = await heartbeat_while(
+                request, f"waiting for {call.model}", self._heartbeat_every
+            )
         except openai.OpenAIError as err:
             # Provider error bodies may echo the key; it must not reach history or logs.
             raise scrubbed_error(classify(err), [self._client.api_key]) from None
-        finally:
-            request.cancel()
         usage = completion.usage
         tokens = TokenUsage(
             prompt_tokens=usage.prompt_tokens if usage else 0,

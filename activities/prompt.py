@@ -25,14 +25,13 @@ from botocore.exceptions import BotoCoreError, ClientError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from aiorch.runtime.config import Settings
+from aiorch.runtime.config import DEFAULT_MAX_INPUT_BYTES, Settings
 from workflows import contract, errors
 from workflows.payloads import PipelineRequest, PromptInput, PromptPlan, ReviewMode
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
-MAX_INPUT_BYTES = 20 * 1024 * 1024
 # Error text quotes at most this much of a reference (references are caller-chosen).
 MAX_SHOWN_REFERENCE = 120
 _DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -147,7 +146,7 @@ class InputLoader:
     def __init__(
         self,
         s3: S3Client | None = None,
-        max_bytes: int = MAX_INPUT_BYTES,
+        max_bytes: int = DEFAULT_MAX_INPUT_BYTES,
         *,
         file_roots: Sequence[Path] = (),
         s3_prefixes: Sequence[str] = (),
@@ -363,26 +362,29 @@ class PromptActivities:
         cfg, opts = self._settings, request.options
         review, reviewers = review_policy(cfg, request)
         return PromptPlan(
+            # The prompt.
             system_prompt=SYSTEM_PROMPT,
             user_prompt=user_prompt,
             input_ref=input_ref,
-            llm_timeout_s=cfg.llm_timeout_s,
-            review_timeout_s=opts.review_timeout_s or cfg.review_timeout_s,
-            escalation_timeout_s=opts.escalation_timeout_s or cfg.escalation_timeout_s,
-            llm_max_attempts=opts.llm_max_attempts or cfg.llm_max_attempts,
+            # The LLM calls (a request may set its attempts).
             model=cfg.llm_model,
+            temperature=cfg.llm_temperature,
+            llm_max_attempts=opts.llm_max_attempts or cfg.llm_max_attempts,
             fallback_model=cfg.llm_fallback_model,
             fallback_after=cfg.llm_fallback_after,
-            temperature=cfg.llm_temperature,
+            llm_timeout_s=cfg.llm_timeout_s,
             backoff_initial_s=cfg.llm_backoff_initial_s,
             backoff_max_s=cfg.llm_backoff_max_s,
-            capture_content=cfg.otel_capture_content,
+            max_reply_chars=cfg.max_reply_chars,
+            # Review: the operator's policy as the floor, the request's timeouts.
             review=review,
             allowed_reviewers=reviewers,
             requested_by=request.requested_by,
             review_keys=self._review_keys,
+            review_timeout_s=opts.review_timeout_s or cfg.review_timeout_s,
+            escalation_timeout_s=opts.escalation_timeout_s or cfg.escalation_timeout_s,
             max_feedback_chars=cfg.max_feedback_chars,
-            max_reply_chars=cfg.max_reply_chars,
             reedit_rounds_per_run=cfg.reedit_rounds_per_run,
             notify=cfg.notifications_enabled,
+            capture_content=cfg.otel_capture_content,
         )

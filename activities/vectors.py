@@ -10,8 +10,8 @@ that follows (``delete_embedding``) always sees the vector it has to delete.
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import uuid
+from datetime import timedelta
 
 import openai
 from openai import AsyncOpenAI
@@ -19,7 +19,8 @@ from qdrant_client import AsyncQdrantClient, models
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.llm import HEARTBEAT_EVERY_S, classify
+from activities.heartbeat import HEARTBEAT_EVERY, heartbeat_while
+from activities.llm import classify
 from workflows import contract, errors
 from workflows.payloads import EmbeddingInput, EmbeddingResult
 
@@ -36,7 +37,13 @@ class VectorActivities:
     """``generate_embedding`` and its compensation ``delete_embedding``."""
 
     def __init__(
-        self, client: AsyncOpenAI, store: AsyncQdrantClient, collection: str, model: str
+        self,
+        client: AsyncOpenAI,
+        store: AsyncQdrantClient,
+        collection: str,
+        model: str,
+        *,
+        heartbeat_every: timedelta = HEARTBEAT_EVERY,
     ) -> None:
         self._client = client
         self._store = store
@@ -44,22 +51,21 @@ class VectorActivities:
         self._model = model
         self._collection_ready = False
         self._collection_lock = asyncio.Lock()
+        self._heartbeat_every = heartbeat_every
 
     @activity.defn(name=contract.ACTIVITY_GENERATE_EMBEDDING)
     async def generate_embedding(self, embedding_input: EmbeddingInput) -> EmbeddingResult:
         """Embed the output and upsert it under the run's point id."""
         model = embedding_input.model or self._model
-        call = asyncio.ensure_future(
-            self._client.embeddings.create(
-                model=model,
-                input=embedding_input.content,
-                extra_headers={"X-Run-Id": embedding_input.workflow_id},
-            )
+        call = self._client.embeddings.create(
+            model=model,
+            input=embedding_input.content,
+            extra_headers={"X-Run-Id": embedding_input.workflow_id},
         )
         try:
-            while not (await asyncio.wait({call}, timeout=HEARTBEAT_EVERY_S))[0]:
-                activity.heartbeat("waiting for the embeddings call")
-            response = call.result()
+            response = await heartbeat_while(
+                call, "waiting for the embeddings call", self._heartbeat_every
+            )
         except openai.OpenAIError as err:
             failure = classify(err)
             raise ApplicationError(
@@ -67,8 +73,6 @@ class VectorActivities:
                 type=errors.EMBEDDING_FAILED if failure.non_retryable else failure.type,
                 non_retryable=failure.non_retryable,
             ) from None
-        finally:
-            call.cancel()
         vector = response.data[0].embedding
         pid = point_id(embedding_input.workflow_id)
         write = asyncio.ensure_future(self._write(pid, vector, embedding_input, model))
@@ -125,29 +129,4 @@ class VectorActivities:
                         size=dimensions, distance=models.Distance.COSINE
                     ),
                 )
-            fast_local_storage(self._store, self._collection)
             self._collection_ready = True
-
-
-def fast_local_storage(store: AsyncQdrantClient, collection: str) -> None:
-    """Put an embedded (``path=``) collection's SQLite file in WAL mode with
-    ``synchronous=NORMAL``.
-
-    The embedded store commits every upsert on the worker's event loop, by default with a
-    rollback journal and two fsyncs: under load that held the loop for milliseconds per run.
-    WAL with NORMAL sync commits without an fsync and survives a crash of the worker (only an
-    OS crash or power loss may drop the last writes), the same trade as the embedded Temporal
-    server's. qdrant-client has no option for it, so this reaches its connection; a Qdrant
-    server, an in-memory store or a client laid out differently is left as it is.
-    """
-    local = getattr(store, "_client", None)
-    collections = getattr(local, "collections", None)
-    persistence = (
-        getattr(collections.get(collection), "storage", None)
-        if isinstance(collections, dict)
-        else None
-    )
-    connection = getattr(persistence, "storage", None)
-    if isinstance(connection, sqlite3.Connection):
-        connection.execute("PRAGMA journal_mode=WAL")
-        connection.execute("PRAGMA synchronous=NORMAL")

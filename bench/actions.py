@@ -7,8 +7,9 @@ runs of each path for the baseline and for ours and reads the dev server's ``act
 
 - ``happy``: review ``never`` (the baseline: its three activities);
 - ``review``: review ``always``, then one approve through the ``submit_review`` update exactly
-  as ``starter.py review`` sends it (``aiorch.ops.reviews.submit_review``: a ``status`` query for
-  the round, then the update); the baseline waits for its ``approve`` update and gets one;
+  as ``starter.py review`` sends it (``aiorch.ops.reviews.submit_review``: the round read from
+  the run's ``AiReviewRound`` with a describe, which is not an action, then the update); the
+  baseline waits for its ``approve`` update and gets one;
 - ``retry``: the LLM call answers 429 once (ours: the simulator's ``[sim:status=429:times=1]``,
   then the ``retry_llm`` backoff; the baseline: its LLM stand-in fails once and Temporal's
   retry policy retries it).
@@ -23,15 +24,15 @@ What is counted and what is not:
 - The bench's own reads are not actions and so are not counted: visibility counts and lists,
   ``describe`` and ``fetch_history`` (how it sees that a run waits for its review) and the
   result of each run (a history long poll). It sends no query of its own.
-- What a path's client sends is counted deliberately: the review path's ``status`` query and
-  its update (the baseline's update), as the server counts them.
+- What a path's client sends is counted deliberately: the review path's update (the
+  baseline's update), as the server counts them.
 - Every action type the counter reports is billable. Markers appear as
   ``command_BatchMarkers``, one per workflow task that records any (a local activity and the
   ``workflow.patched`` markers of one task count once); the server's source mentions
   per-marker types for other pricing models, but server 1.32 emits none.
 
 At most `IN_FLIGHT` runs of a batch run at once: ours heartbeats only when an LLM or embeddings
-call takes over two seconds (``activities.llm.HEARTBEAT_EVERY_S``), which a simulator that
+call takes over two seconds (``activities.heartbeat.HEARTBEAT_EVERY``), which a simulator that
 answers at once never does unless the machine is saturated; a heartbeat is an action, so a
 saturated batch would count them by chance. Every count is therefore a whole number per run,
 and `ActionBatch.whole` says whether it was.
@@ -48,7 +49,6 @@ from typing import Any
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
-from temporalio.common import SearchAttributeKey
 
 from aiorch.ops.reviews import Signer, submit_review
 from bench.baseline import BASELINE_APPROVE_UPDATE
@@ -63,7 +63,6 @@ Log = Callable[[str], None]
 IN_FLIGHT = 25  # runs of a batch in flight at once (see the module docstring)
 WAIT_POLL_S = 0.1
 RUN_TIMEOUT_S = 120.0
-STATE_KEY = SearchAttributeKey.for_keyword(contract.SEARCH_ATTRIBUTE_STATE)
 
 
 @dataclass(frozen=True)
@@ -78,7 +77,7 @@ class PathSpec:
 
 PATHS: tuple[PathSpec, ...] = (
     PathSpec("happy", "never", 0, "review never"),
-    PathSpec("review", "always", 0, "one approve (query + update, as starter.py review)"),
+    PathSpec("review", "always", 0, "one approve (an update, as starter.py review sends it)"),
     PathSpec("retry", "never", 1, "one 429 from the LLM, then success"),
 )
 
@@ -131,7 +130,7 @@ async def _waits_for_review(client: Client, target: Target, run_id: str) -> bool
     if target is OURS:
         # Describe reads the run's current search attributes, the AiState visibility shows.
         described = await retrying(handle.describe)
-        return described.typed_search_attributes.get(STATE_KEY) == State.AWAIT_REVIEW.value
+        return described.typed_search_attributes.get(contract.AI_STATE) == State.AWAIT_REVIEW.value
     # The baseline has no state to show: it waits once its LLM step (the second activity)
     # has completed and its worker has nothing left to do.
     history = await retrying(handle.fetch_history)

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 
 from temporalio.client import Client
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from aiorch.runtime.config import Settings, load_settings
+from aiorch.runtime.signals import stop_event
 from aiorch.runtime.telemetry import worker_runtime
 from aiorch.runtime.temporal import connect
 from aiorch.worker.app import tuning_options
@@ -44,10 +44,7 @@ def build_baseline_worker(client: Client, settings: Settings) -> Worker:
 async def _serve(settings: Settings) -> None:
     # The same client and metrics runtime as worker.py, so both pay the same telemetry cost.
     client = await connect(settings, runtime=worker_runtime(settings))
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_event()
     async with build_baseline_worker(client, settings):
         print(f"{READY_LINE}: task queue {BASELINE_TASK_QUEUE!r}", flush=True)
         await stop.wait()

@@ -11,7 +11,6 @@ outside the timed window. Every batch gets its own workflow id prefix (8 hex cha
 from __future__ import annotations
 
 import asyncio
-import functools
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -20,10 +19,11 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.service import RPCStatusCode
 
-from aiorch.cli.app import start_run
-from aiorch.runtime.config import Settings
+from aiorch.ops.batch import TRANSIENT
+from aiorch.ops.batch import retrying as batch_retrying
+from aiorch.ops.visibility import CLOSED, start_run
 from bench.baseline import BASELINE_TASK_QUEUE, BASELINE_WORKFLOW
 from bench.procstat import cpu_seconds
 from bench.stats import percentile
@@ -63,7 +63,7 @@ class Target:
             if llm_failures:
                 message = f"{MESSAGE} [sim:status=429:times={llm_failures}]"
             request = PipelineRequest(request_id=request_id, user_message=message, review=review)
-            await start_run(client, _starter_settings(self.task_queue), request)
+            await start_run(client, request, task_queue=self.task_queue)
         else:
             payload: dict[str, Any] = {"request_id": request_id}
             if review == "always":
@@ -79,13 +79,6 @@ class Target:
         if self.workflow_type == contract.WORKFLOW_TYPE:
             return PipelineResult.model_validate(raw).state == "completed"
         return isinstance(raw, dict) and raw.get("state") == "completed"
-
-
-@functools.cache
-def _starter_settings(task_queue: str) -> Settings:
-    # Once, as starter.py reads its settings once: building them reads the environment (about
-    # 2 ms of CPU), which per start would charge ours 2 s of bench CPU per 1,000 runs.
-    return Settings(temporal_task_queue=task_queue)
 
 
 BASELINE = Target("baseline", BASELINE_WORKFLOW, BASELINE_TASK_QUEUE)
@@ -130,24 +123,15 @@ class BatchFigures:
 
 
 async def retrying(call: Callable[[], Awaitable[T]], *, attempts: int = 60) -> T:
-    """``call()``, retried while the server is unavailable (a restart, a full queue)."""
-    transient = {
-        RPCStatusCode.UNAVAILABLE,
-        RPCStatusCode.DEADLINE_EXCEEDED,
-        RPCStatusCode.RESOURCE_EXHAUSTED,
-        RPCStatusCode.UNKNOWN,
-    }
-    for attempt in range(attempts):
-        try:
-            return await call()
-        except RPCError as err:
-            if err.status not in transient or attempt == attempts - 1:
-                raise
-        except RuntimeError:  # the client's connection itself is being re-established
-            if attempt == attempts - 1:
-                raise
-        await asyncio.sleep(min(0.2 * 2**attempt, 2.0))
-    raise AssertionError("unreachable")
+    """``call()``, retried while the server is unavailable (a restart, a full queue) or the
+    client reconnects: the operator tools' retry, patient enough for a server restart."""
+    return await batch_retrying(
+        call,
+        attempts=attempts,
+        backoff=(0.2, 2.0),
+        transient=TRANSIENT | {RPCStatusCode.UNKNOWN},
+        reconnecting=True,
+    )
 
 
 async def start_batch(client: Client, target: Target, batch: Batch, review: str) -> None:
@@ -199,7 +183,7 @@ async def closed_runs(client: Client, batch: Batch) -> dict[str, Closed]:
 
     async def listing() -> dict[str, Closed]:
         found: dict[str, Closed] = {}
-        query = batch.query("ExecutionStatus != 'Running'")
+        query = batch.query(CLOSED)
         async for execution in client.list_workflows(query, page_size=1000):
             found[execution.id] = Closed(
                 execution.status, execution.start_time, execution.close_time
@@ -260,7 +244,7 @@ async def run_batch(
     before = cpu_snapshot(pids)
     wall = time.monotonic()
     await start_batch(client, target, batch, "never")
-    await wait_count(client, batch.query("ExecutionStatus != 'Running'"), n, timeout_s)
+    await wait_count(client, batch.query(CLOSED), n, timeout_s)
     wall_s = time.monotonic() - wall
     after = cpu_snapshot(pids)
     closed = await closed_runs(client, batch)

@@ -24,6 +24,7 @@ from typing import Any
 from temporalio.client import Client
 
 from aiorch.ops.batch import review_all_with_progress, waiting_runs
+from aiorch.ops.visibility import CLOSED, state_is
 from bench.load import (
     BASELINE,
     OURS,
@@ -46,7 +47,6 @@ from workflows.graph import State
 from workflows.payloads import ReviewDecision
 
 Log = Callable[[str], None]
-CLOSED = "ExecutionStatus != 'Running'"
 
 
 SETTLE_BUSY = 0.15  # start a batch once the machine is at most this busy ...
@@ -170,7 +170,7 @@ async def parked(
     began = time.monotonic()
     cpu_before = cpu_snapshot({"server": stack.server_pid(), "worker": worker.pid})
     await start_batch(client, OURS, batch, "always")
-    waiting_query = batch.query(f"AiState = '{State.AWAIT_REVIEW.value}'")
+    waiting_query = batch.query(state_is(State.AWAIT_REVIEW))
     waiting = await wait_count(client, waiting_query, n, timeout_s)
     parked_s = time.monotonic() - began
     if waiting < n:

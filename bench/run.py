@@ -41,7 +41,7 @@ from rich.console import Console
 from rich.table import Table
 from temporalio.client import Client
 
-from aiorch.devstack.stack import temporal_cli_path
+from aiorch.devstack.processes import temporal_cli_path
 from aiorch.runtime.config import load_settings
 from aiorch.runtime.temporal import AiOrchestratorPlugin
 from bench import actions, phases

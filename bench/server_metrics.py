@@ -1,7 +1,7 @@
 """The dev server's own Prometheus metrics: where they are served and its ``action`` counter.
 
 ``temporal server start-dev`` always serves ``/metrics``, on ``--metrics-port`` or, when that
-flag is not given (``aiorch.devstack.stack`` does not give it), on a random free port it picks
+flag is not given (``aiorch.devstack.servers`` does not give it), on a random free port it picks
 itself. So the bench finds the port: it asks each TCP port the server process listens on
 (``bench.procstat.listening_ports``) for ``/metrics`` and keeps the one that answers with
 Prometheus text. The gRPC ports close the connection on an HTTP/1 request, the HTTP API answers

@@ -15,13 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from aiorch.devstack.stack import (
-    LocalStack,
-    ManagedProcess,
-    free_port,
-    start_temporal_dev_server,
-    start_worker,
-)
+from aiorch.devstack.processes import ManagedProcess, free_port
+from aiorch.devstack.servers import start_temporal_dev_server, start_worker
+from aiorch.devstack.stack import LocalStack
 from bench.baseline_worker import READY_LINE as BASELINE_READY_LINE
 from bench.server_metrics import find_metrics_url
 
@@ -104,8 +100,8 @@ class BenchStack:
     def metrics_url(self) -> str:
         """The WAL dev server's ``/metrics`` URL (found once per server process).
 
-        ``aiorch.devstack.stack`` starts the server without ``--metrics-port``, so start-dev serves
-        its metrics on a port it picks; `bench.server_metrics.find_metrics_url` finds it.
+        ``aiorch.devstack.servers`` starts the server without ``--metrics-port``, so start-dev
+        serves its metrics on a port it picks; `bench.server_metrics.find_metrics_url` finds it.
         """
         pid = self.server_pid()
         if self._metrics is None or self._metrics[0] != pid:

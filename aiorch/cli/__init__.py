@@ -5,15 +5,15 @@ from __future__ import annotations
 import os
 import sys
 
-from aiorch.cli.app import app
+from aiorch.cli.app import build_app
 
-__all__ = ["app", "main"]
+__all__ = ["build_app", "main"]
 
 
 def main() -> None:
     """Run the CLI and exit with its status."""
     try:
-        app()
+        build_app(sys.argv[1] if len(sys.argv) > 1 else None)()
         code = 0
     except SystemExit as stop:
         if isinstance(stop.code, str):

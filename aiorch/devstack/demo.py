@@ -8,14 +8,10 @@ the Web UI) up until Ctrl-C. With ``--exit`` (or when stdin is not a terminal) i
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import signal
-import socket
 import sys
 import time
 import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,13 +23,21 @@ from rich.table import Table
 from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError
 
-from aiorch.devstack.stack import HOST, LocalStack, LocalStackError, free_port
+from aiorch.devstack.processes import port_or_free
+from aiorch.devstack.stack import LocalStack
 from aiorch.ops.signing import SigningKey
-from aiorch.runtime.config import DEFAULT_LLM_PORT, DEFAULT_SQS_PORT, load_settings
+from aiorch.ops.visibility import start_run
+from aiorch.runtime.config import (
+    DEFAULT_LLM_PORT,
+    DEFAULT_METRICS_PORT,
+    DEFAULT_SQS_PORT,
+    load_settings,
+)
+from aiorch.runtime.signals import interrupt_on_stop
 from aiorch.runtime.temporal import AiOrchestratorPlugin
 from workflows import contract
-from workflows.graph import REVIEW_STATES, is_terminal
-from workflows.payloads import ReviewDecision, RunStatus
+from workflows.graph import REVIEW_STATES, State, is_terminal
+from workflows.payloads import PipelineRequest, ReviewDecision, ReviewMode, RunStatus
 
 POLL_S = 0.4
 DEMO_TIMEOUT_S = 180.0
@@ -45,8 +49,8 @@ class Scenario:
 
     name: str
     message: str
-    expected: str
-    review: str = "auto"
+    expected: State
+    review: ReviewMode = "auto"
     decisions: list[ReviewDecision] = field(default_factory=list)
     max_attempts: int | None = None
     workflow_id: str = field(default_factory=lambda: uuid.uuid4().hex[:24])
@@ -56,17 +60,17 @@ class Scenario:
 def scenarios() -> list[Scenario]:
     approve = ReviewDecision(decision="approve", reviewer="demo-reviewer")
     return [
-        Scenario("auto", "Explain durable execution in one paragraph.", "completed"),
+        Scenario("auto", "Explain durable execution in one paragraph.", State.COMPLETED),
         Scenario(
             "review, approve",
             "Draft a reply to an unhappy customer. [sim:review]",
-            "completed",
+            State.COMPLETED,
             decisions=[approve],
         ),
         Scenario(
             "reedit, approve",
             "Summarise our refund policy for the website.",
-            "completed",
+            State.COMPLETED,
             review="always",
             decisions=[
                 ReviewDecision(
@@ -78,7 +82,7 @@ def scenarios() -> list[Scenario]:
         Scenario(
             "review, reject",
             "Write a press release announcing record profits.",
-            "failed",
+            State.FAILED,
             review="always",
             decisions=[
                 ReviewDecision(decision="reject", reviewer="demo-legal", feedback="Not approved.")
@@ -87,41 +91,31 @@ def scenarios() -> list[Scenario]:
         Scenario(
             "429 x2, retry",
             "Translate 'hello' to French. [sim:status=429:times=2:retry_after=1]",
-            "completed",
+            State.COMPLETED,
         ),
         Scenario(
             "503, dead letter",
             "Classify this ticket. [sim:status=503]",
-            "dead_letter",
+            State.DEAD_LETTER,
             max_attempts=3,
         ),
     ]
 
 
-def port_or_free(preferred: int) -> int:
-    with socket.socket() as sock:
-        try:
-            sock.bind((HOST, preferred))
-        except OSError:
-            return free_port()
-    return preferred
-
-
 async def start_runs(client: Client, runs: list[Scenario]) -> None:
     for run in runs:
         options = {"llm_max_attempts": run.max_attempts} if run.max_attempts else {}
-        await client.start_workflow(
-            contract.WORKFLOW_TYPE,
+        request = PipelineRequest.model_validate(
             {
                 "request_id": run.workflow_id,
                 "user_message": run.message,
                 "review": run.review,
                 "metadata": {"demo": run.name},
                 "options": options,
-            },
-            id=run.workflow_id,
-            task_queue=contract.DEFAULT_TASK_QUEUE,
-            static_summary=f"demo: {run.name}",
+            }
+        )
+        await start_run(
+            client, request, task_queue=contract.DEFAULT_TASK_QUEUE, summary=f"demo: {run.name}"
         )
 
 
@@ -189,14 +183,19 @@ async def drive(stack: LocalStack, console: Console) -> bool:
     return ok
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m aiorch.devstack.demo")
-    parser.add_argument("--data-dir", type=Path, default=Path(".data/demo"))
-    parser.add_argument("--exit", action="store_true", help="stop the stack when the demo ends")
-    args = parser.parse_args(argv)
+def run_demo(data_dir: Path, *, stay_up: bool) -> bool:
+    """Start the stack in ``data_dir``, walk the scenarios, report where each run ended, and
+    (with ``stay_up``) keep the stack up until Ctrl-C or SIGTERM.
+
+    Returns:
+        Whether every run ended where its scenario expects.
+
+    Raises:
+        LocalStackError: a part of the stack could not be started.
+    """
     console = Console()
     stack = LocalStack(
-        args.data_dir,
+        data_dir,
         temporal_port=port_or_free(7233),
         ui_port=port_or_free(8233),
         sqs_port=port_or_free(DEFAULT_SQS_PORT),
@@ -204,41 +203,44 @@ def main(argv: Sequence[str] | None = None) -> int:
         persist=True,
         with_worker=True,
         # Short backoffs so the retry and dead-letter paths play out in seconds.
-        worker_env={"LLM_BACKOFF_INITIAL_S": "0.5", "LLM_BACKOFF_MAX_S": "2"},
+        worker_env={
+            "LLM_BACKOFF_INITIAL_S": "0.5",
+            "LLM_BACKOFF_MAX_S": "2",
+            "METRICS_PORT": str(port_or_free(DEFAULT_METRICS_PORT)),
+        },
     )
-    try:
-        with console.status("starting Temporal (Web UI), SQS, the LLM simulator and a worker..."):
-            addresses = stack.start()
-        ok = asyncio.run(drive(stack, console))
-        console.print()
-        console.print(f"Web UI:  {addresses.ui_url}/namespaces/default/workflows", highlight=False)
-        console.print(
-            f"CLI:     temporal workflow list --address {addresses.temporal_address}",
-            highlight=False,
-        )
-        console.print(
-            f"Shell:   export TEMPORAL_ADDRESS={addresses.temporal_address} "
-            f"OPENAI_BASE_URL={addresses.openai_base_url}; python starter.py list",
-            highlight=False,
-        )
-        if not ok:
-            console.print("[red]some runs did not end where expected; see .data/demo/logs[/red]")
-            return 1
-        if args.exit or not sys.stdin.isatty():
-            return 0
-        console.print("The stack stays up for exploring. Press Ctrl-C to stop it.", style="bold")
-        signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
-        while True:
-            time.sleep(1)
-    except KeyboardInterrupt:
-        console.print("stopping...")
-        return 0
-    except LocalStackError as error:
-        console.print(f"[red]error:[/red] {error}", highlight=False)
-        return 1
-    finally:
-        stack.stop()
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    with interrupt_on_stop():
+        try:
+            with console.status(
+                "starting Temporal (Web UI), SQS, the LLM simulator and a worker..."
+            ):
+                addresses = stack.start()
+            ok = asyncio.run(drive(stack, console))
+            console.print()
+            console.print(
+                f"Web UI:  {addresses.ui_url}/namespaces/default/workflows", highlight=False
+            )
+            console.print(
+                f"CLI:     temporal workflow list --address {addresses.temporal_address}",
+                highlight=False,
+            )
+            console.print(
+                f"Shell:   export TEMPORAL_ADDRESS={addresses.temporal_address} "
+                f"OPENAI_BASE_URL={addresses.openai_base_url}; python starter.py list",
+                highlight=False,
+            )
+            if not ok:
+                console.print(f"[red]some runs did not end where expected; see {stack.log_dir}[/]")
+                return False
+            if not stay_up or not sys.stdin.isatty():
+                return True
+            console.print(
+                "The stack stays up for exploring. Press Ctrl-C to stop it.", style="bold"
+            )
+            while True:
+                time.sleep(1)
+        except KeyboardInterrupt:
+            console.print("stopping...")
+            return True
+        finally:
+            stack.stop()

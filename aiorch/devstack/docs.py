@@ -1,7 +1,8 @@
 """Generated documentation: the graph diagrams and payload JSON schemas, all from code.
 
-``python -m aiorch.devstack.docs`` rewrites them; ``stale_documents()`` lists the ones that no
-longer match, and a test fails on any, so hand-edited diagrams never drift from the graph.
+``python -m aiorch.devstack docs`` (``make graph``) rewrites them; ``stale_documents()`` lists the
+ones that no longer match, and a test fails on any, so hand-edited diagrams never drift from the
+graph.
 """
 
 from __future__ import annotations
@@ -68,8 +69,3 @@ def write_documents() -> list[Path]:
             path.write_text(content, encoding="utf-8")
             written.append(path)
     return written
-
-
-if __name__ == "__main__":
-    for written_path in write_documents():
-        print(f"wrote {written_path.relative_to(ROOT)}")

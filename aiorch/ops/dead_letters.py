@@ -17,11 +17,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
-import boto3
-from botocore.config import Config as BotoConfig
 from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import ValidationError
 
+from aiorch.runtime import aws
 from aiorch.runtime.config import Settings
 from workflows.errors import OrchestratorError
 from workflows.payloads import DeadLetterMessage, describe_validation_error
@@ -30,11 +29,6 @@ if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
     from mypy_boto3_sqs.type_defs import MessageTypeDef
 
-# An operator's command, not an activity: a few quick retries of throttling or a dropped
-# connection are welcome here, and nothing multiplies them.
-BOTO_CONFIG = BotoConfig(
-    retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=5, read_timeout=15
-)
 # How long received messages stay hidden while the rest of the queue is paged through (list);
 # listing makes them visible again right after.
 LIST_HOLD = timedelta(seconds=30)
@@ -65,12 +59,6 @@ class DeadLetter:
     def age(self, now: datetime) -> timedelta | None:
         """How long ago SQS accepted the message (its ``SentTimestamp``)."""
         return None if self.sent_at is None else max(timedelta(0), now - self.sent_at)
-
-
-def sqs_client(settings: Settings) -> SQSClient:
-    """A boto3 SQS client for ``SQS_ENDPOINT_URL`` (unset: AWS) in ``AWS_REGION``."""
-    session = boto3.session.Session(region_name=settings.aws_region)
-    return session.client("sqs", endpoint_url=settings.sqs_endpoint_url, config=BOTO_CONFIG)
 
 
 def parse_message(message: MessageTypeDef) -> DeadLetter:
@@ -106,7 +94,7 @@ class DeadLetterQueue:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> DeadLetterQueue:
-        return cls(sqs_client(settings), settings.dlq_queue_name)
+        return cls(aws.sqs_client(settings, aws.OPERATOR), settings.dlq_queue_name)
 
     @property
     def where(self) -> str:
@@ -205,23 +193,6 @@ class DeadLetterQueue:
                 f"cannot use the dead-letter {self.where}: {err}. Is SQS running and are "
                 "SQS_ENDPOINT_URL, AWS_REGION and the AWS credentials right?"
             ) from None
-
-
-def format_age(age: timedelta | None) -> str:
-    """``42s``, ``3m 07s``, ``5h 02m`` or ``2d 04h``."""
-    if age is None:
-        return "?"
-    seconds = int(age.total_seconds())
-    minutes, secs = divmod(seconds, 60)
-    hours, mins = divmod(minutes, 60)
-    days, hrs = divmod(hours, 24)
-    if days:
-        return f"{days}d {hrs:02d}h"
-    if hours:
-        return f"{hours}h {mins:02d}m"
-    if minutes:
-        return f"{minutes}m {secs:02d}s"
-    return f"{secs}s"
 
 
 def to_json(letters: Sequence[DeadLetter], now: datetime) -> str:

@@ -40,7 +40,6 @@ from temporalio.api.sdk.v1 import UserMetadata
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import StartWorkflowExecutionRequest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
-from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.converter import (
     DataConverter,
     WorkflowSerializationContext,
@@ -49,10 +48,10 @@ from temporalio.converter import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from aiorch.ops.results import result_in, result_of_failure
+from aiorch.ops.visibility import initial_search_attributes
 from workflows import contract
 from workflows.continuation import parse_input
 from workflows.errors import OrchestratorError
-from workflows.graph import first_shown_state
 from workflows.payloads import PipelineRequest, PipelineResult, describe_validation_error
 
 # Namespace of the uuid5 start request ids (fixed: changing it would let an old and a new
@@ -262,11 +261,7 @@ async def start_again(client: Client, dead: DeadRun, *, task_queue: str, identit
         workflow_id_conflict_policy=WorkflowIdConflictPolicy.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
         user_metadata=UserMetadata(summary=summary, details=details),
     )
-    first = first_shown_state(by_reference=dead.request.is_reference).value
-    encode_search_attributes(
-        TypedSearchAttributes([SearchAttributePair(contract.AI_STATE, first)]),
-        request.search_attributes,
-    )
+    encode_search_attributes(initial_search_attributes(dead.request), request.search_attributes)
     response = await client.workflow_service.start_workflow_execution(request, retry=True)
     return response.run_id
 

@@ -16,13 +16,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import get_args
 
 from temporalio.client import Client
 
 from workflows import contract
-from workflows.payloads import HistoryEntry, ReviewDecision, RunStatus
+from workflows.payloads import Decision, HistoryEntry, ReviewDecision, RunStatus
 
-DECISION_EVENTS = frozenset({"approve", "reedit", "reject"})
+# A history entry whose event is a decision records a review (its round, its reviewer).
+DECISION_EVENTS: frozenset[str] = frozenset(get_args(Decision))
 
 DecisionFor = Callable[[str, int | None], ReviewDecision]
 """Builds the (unsigned) decision for ``(workflow_id, review_round)``; the round is None when

@@ -1,8 +1,8 @@
 """Signing reviews: the operator's half of ``workflows.identity``.
 
 A reviewer (or a tool that authenticates reviewers, such as the review inbox) holds an Ed25519
-private key; the workers know its public key (``REVIEW_PUBLIC_KEYS``). ``starter.py keys new``
-makes a pair and prints both configuration lines; ``starter.py review`` signs with
+private key; the workers know its public key (``REVIEW_PUBLIC_KEYS``). ``starter.py keys reviewer
+NAME`` makes a pair and prints both configuration lines; ``starter.py review`` signs with
 ``REVIEWER_KEY`` (or ``REVIEWER_KEY_FILE``), a ``key_id:base64 private key`` entry. The private
 key never leaves the signer: only the token, bound to one decision on one round of one run,
 travels with the review.

@@ -41,7 +41,7 @@ request (a bad start fails the run, a bad signal is counted as refused, a bad up
 
 Keys come from configuration only (``PAYLOAD_KEYS`` / ``PAYLOAD_KEYS_FILE`` and
 ``PAYLOAD_KEY_ID``, see ``aiorch.runtime.config``): ``id:base64key`` entries separated by commas or
-newlines, each key 32 random bytes. ``python -m aiorch.runtime.codec new-key`` prints a fresh one.
+newlines, each key 32 random bytes. ``aiorch keys payload`` prints a fresh one (`new_key`).
 Random 96-bit nonces are safe for about 2**32 payloads per key: rotate keys on a schedule.
 """
 
@@ -52,7 +52,6 @@ import binascii
 import copy
 import os
 import re
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Self
@@ -189,7 +188,7 @@ def _decode_key(material: str, key_id: str, source: str) -> bytes:
     if len(key) != KEY_BYTES:
         raise ConfigError(
             f"{source}: key {key_id!r} is {len(key)} bytes; AES-256 needs {KEY_BYTES} "
-            "(generate one with `python -m aiorch.runtime.codec new-key`)"
+            "(generate one with `aiorch keys payload`)"
         )
     return key
 
@@ -370,17 +369,3 @@ def undecodable(reason: str) -> Payload:
     return Payload(
         metadata={METADATA_ENCODING: UNDECODABLE, METADATA_REASON: reason.encode()},
     )
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m aiorch.runtime.codec new-key``: print a fresh base64 key."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    if args != ["new-key"]:
-        print("usage: python -m aiorch.runtime.codec new-key", file=sys.stderr)
-        return 2
-    print(new_key())
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

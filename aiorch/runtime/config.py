@@ -18,6 +18,7 @@ standard variables ``TEMPORAL_ADDRESS``, ``TEMPORAL_NAMESPACE``, ``TEMPORAL_API_
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Mapping
@@ -34,7 +35,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from aiorch.runtime.errors import ConfigError as ConfigError
 from aiorch.runtime.temporal_profile import TemporalTls, load_temporal_profile, temporal_tls
@@ -49,6 +50,9 @@ DEFAULT_METRICS_PORT = 9464
 DEFAULT_HEALTH_PORT = 9465
 DEFAULT_TEMPORAL_ADDRESS = "localhost:7233"
 DEFAULT_TEMPORAL_NAMESPACE = "default"
+# The largest document a run may reference (MAX_INPUT_BYTES): the claim check and the workers'
+# input loader both refuse a larger one.
+DEFAULT_MAX_INPUT_BYTES = 20 * 1024 * 1024
 
 
 class ModelPrice(BaseModel):
@@ -98,11 +102,12 @@ class Settings(BaseSettings):
     openai_base_url: str = f"http://127.0.0.1:{DEFAULT_LLM_PORT}/v1"
     openai_api_key: SecretStr = SecretStr("sim-local-key")
     llm_model: str = Field(default="sim-large", min_length=1)
+    # The model tried after LLM_FALLBACK_AFTER failed attempts in a row (unset: none).
     llm_fallback_model: str | None = "sim-small"
+    llm_fallback_after: int = Field(default=2, ge=1, le=100)
     embedding_model: str = Field(default="sim-embed", min_length=1)
     llm_timeout_s: float = Field(default=60.0, gt=0, le=3600)
     llm_max_attempts: int = Field(default=5, ge=1, le=100)
-    llm_fallback_after: int = Field(default=2, ge=1, le=100)
     llm_temperature: float = Field(default=0.2, ge=0, le=2)
     llm_backoff_initial_s: float = Field(default=1.0, gt=0, le=3600)
     llm_backoff_max_s: float = Field(default=60.0, gt=0, le=86400)
@@ -125,11 +130,11 @@ class Settings(BaseSettings):
     payload_keys: SecretStr | None = None
     payload_keys_file: Path | None = None
     payload_key_id: str | None = None
-    # The codec server (python -m aiorch.ops.codec_server) for the Web UI and CLI.
-    codec_server_token: SecretStr | None = None
-    codec_server_token_file: Path | None = None
+    # The codec server (aiorch codec-server) for the Web UI and CLI.
     codec_server_host: str = "127.0.0.1"
     codec_server_port: int = Field(default=DEFAULT_CODEC_PORT, ge=0, le=65535)
+    codec_server_token: SecretStr | None = None
+    codec_server_token_file: Path | None = None
     # With keys configured: refuse payloads that are not encrypted (a plaintext start fails).
     require_encryption: bool = False
     # Who may review a run ("alice,bob"); unset = anyone. A request may only narrow this set.
@@ -146,7 +151,7 @@ class Settings(BaseSettings):
     reviewer_key_file: Path | None = None
     # How long a signed review stays valid after it is made (checked against workflow time).
     review_token_ttl_s: float = Field(default=600.0, gt=0, le=7 * 86400)
-    # The review inbox (python -m aiorch.ops.inbox): where it listens, the URL reviewers open
+    # The review inbox (aiorch inbox serve): where it listens, the URL reviewers open
     # (links in `starter.py start` and in notifications), its signing key (its public half is
     # an `inbox:KEY:*` entry of REVIEW_PUBLIC_KEYS) and how it authenticates reviewers: hashed
     # per-reviewer tokens in a file, and/or the user header of an authenticating proxy.
@@ -171,7 +176,7 @@ class Settings(BaseSettings):
     claim_check_dir: Path | None = None
     claim_check_threshold_bytes: int = Field(default=32 * 1024, ge=1)
     max_inline_message_bytes: int = Field(default=256 * 1024, ge=1, le=256 * 1024)
-    max_input_bytes: int = Field(default=20 * 1024 * 1024, ge=1)
+    max_input_bytes: int = Field(default=DEFAULT_MAX_INPUT_BYTES, ge=1)
     max_feedback_chars: int = Field(default=4000, ge=1, le=16 * 1024)
     max_reply_chars: int = Field(default=100_000, ge=1, le=1024 * 1024)
     # A reedit loop continues as a new run after this many review rounds (history stays small).
@@ -193,7 +198,8 @@ class Settings(BaseSettings):
     # The worker's Prometheus endpoint (http://HOST:METRICS_PORT/metrics); 0 turns it off.
     metrics_port: int = Field(default=DEFAULT_METRICS_PORT, ge=0, le=65535)
     # USD per 1K tokens by model (JSON): {"model": {"prompt": 0.005, "completion": 0.015}}.
-    llm_price_table: dict[str, ModelPrice] = Field(
+    # Decoded here (NoDecode), so a value that is not JSON is reported like any invalid value.
+    llm_price_table: Annotated[dict[str, ModelPrice], NoDecode] = Field(
         default_factory=lambda: dict(DEFAULT_PRICE_TABLE)
     )
 
@@ -241,6 +247,16 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return split_list(value) or None
         return value
+
+    @field_validator("llm_price_table", mode="before")
+    @classmethod
+    def _decode_json(cls, value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"not valid JSON ({err.msg} at position {err.pos})") from None
 
     @field_validator("input_file_roots", "input_s3_prefixes", mode="before")
     @classmethod
@@ -411,8 +427,3 @@ def load_settings() -> Settings:
             for item in err.errors()
         ]
         raise ConfigError("invalid configuration: " + "; ".join(problems)) from None
-    except SettingsError as err:
-        # A JSON-valued variable (LLM_PRICE_TABLE, ...) that does not parse at all.
-        field = re.search(r'field "(\w+)"', str(err))
-        name = field.group(1).upper() if field else "a variable"
-        raise ConfigError(f"invalid configuration: {name} is not valid JSON") from None

@@ -148,47 +148,42 @@ async def connect(
             runtime=runtime,
         )
     except RPCError as err:
-        raise TemporalUnreachable(refusal_line(settings, err)) from None
+        raise unreachable(settings, refusal_reason(settings, err)) from None
     except RuntimeError as err:  # the SDK reports transport and TLS failures as RuntimeError
-        raise TemporalUnreachable(failure_line(settings, str(err))) from None
+        raise unreachable(settings, failure_reason(settings, str(err))) from None
 
 
-def failure_line(settings: Settings, raw: str) -> str:
-    """One line for a connection that failed: below gRPC (TCP, DNS, TLS) or at its first call."""
+def unreachable(settings: Settings, reason: str) -> TemporalUnreachable:
+    """The error for this deployment's target (address, namespace, transport) and ``reason``."""
+    return TemporalUnreachable(describe_target(settings), reason)
+
+
+def failure_reason(settings: Settings, raw: str) -> str:
+    """Why a connection failed, below gRPC (TCP, DNS, TLS) or at its first call, in words."""
     if refused := _REFUSED.search(raw):
-        return _refused_line(settings, refused.group(2))
+        return _refused_reason(settings, refused.group(2))
     for pattern, meaning in _CAUSES:
         if re.search(pattern, raw):
-            reason = meaning
-            break
-    else:
-        if re.search(_CLOSED, raw):
-            reason = _closed_reason(settings)
-        else:
-            reason = _one_line(raw.removeprefix("Failed client connect: "))
-    return f"cannot connect to Temporal at {describe_target(settings)}: {reason}"
+            return meaning
+    if re.search(_CLOSED, raw):
+        return _closed_reason(settings)
+    return _one_line(raw.removeprefix("Failed client connect: "))
 
 
-def refusal_line(settings: Settings, err: RPCError) -> str:
-    """One line for a server that answered the connection's first call with an error."""
+def refusal_reason(settings: Settings, err: RPCError) -> str:
+    """Why a server that answered the connection's first call with an error refused it."""
     if err.status in _REFUSED_CREDENTIALS:
-        return _refused_line(settings, err.message)
-    return (
-        f"cannot connect to Temporal at {describe_target(settings)}: {err.status.name} "
-        f"({_one_line(err.message)})"
-    )
+        return _refused_reason(settings, err.message)
+    return f"{err.status.name} ({_one_line(err.message)})"
 
 
-def _refused_line(settings: Settings, message: str) -> str:
+def _refused_reason(settings: Settings, message: str) -> str:
     fix = (
         "check TEMPORAL_API_KEY (or the profile's api_key)"
         if settings.temporal_api_key is not None
         else "set TEMPORAL_API_KEY (or the profile's api_key)"
     )
-    return (
-        f"Temporal at {describe_target(settings)} refused the credentials "
-        f"({_one_line(message)}); {fix}"
-    )
+    return f"the server refused the credentials ({_one_line(message)}); {fix}"
 
 
 def _closed_reason(settings: Settings) -> str:

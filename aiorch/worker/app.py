@@ -16,16 +16,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 import sys
 from collections.abc import AsyncIterator, Awaitable
 from datetime import timedelta
 from typing import Any, TypeVar
 
 import aiohttp
-import boto3
-from botocore.config import Config as BotoConfig
 from openai import AsyncOpenAI, DefaultAioHttpClient
+from portalocker.exceptions import LockException
 from qdrant_client import AsyncQdrantClient
 from temporalio.client import Client
 from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
@@ -37,22 +35,18 @@ from activities.llm import LlmActivities
 from activities.notify import NotifyActivities
 from activities.prompt import InputLoader, PromptActivities
 from activities.vectors import VectorActivities
+from aiorch.runtime import aws
 from aiorch.runtime.codec import keyring_from_settings
 from aiorch.runtime.config import ConfigError, Settings, load_settings
 from aiorch.runtime.connection import connect, describe_target, ensure_search_attributes
-from aiorch.runtime.errors import TemporalUnreachable
+from aiorch.runtime.errors import TemporalUnreachable, VectorStoreLocked
+from aiorch.runtime.signals import stop_event
 from aiorch.runtime.telemetry import tracing, worker_runtime
 from aiorch.worker.health import WorkerHealth, start_health
-from workflows.errors import OrchestratorError
 from workflows.orchestrator import AiOrchestrator
 
 log = logging.getLogger("ai-orchestrator.worker")
 T = TypeVar("T")
-
-# boto3's own retries would multiply Temporal's attempts unseen; Temporal owns retrying.
-BOTO_CONFIG = BotoConfig(
-    retries={"max_attempts": 1, "mode": "standard"}, connect_timeout=5, read_timeout=15
-)
 
 
 def openai_client(settings: Settings) -> AsyncOpenAI:
@@ -68,22 +62,21 @@ def openai_client(settings: Settings) -> AsyncOpenAI:
 
 
 def vector_store(settings: Settings) -> AsyncQdrantClient:
-    """The Qdrant client: a server at VECTOR_STORE_URL, else embedded at VECTOR_STORE_PATH.
+    """A client for the Qdrant server at ``VECTOR_STORE_URL``, else the embedded store.
 
     Raises:
-        ConfigError: the embedded store's directory is held by another process (embedded mode
-            serves one process per directory; more workers need a server or a path each).
+        VectorStoreLocked: another process holds the embedded store's folder.
     """
     if settings.vector_store_url:
         return AsyncQdrantClient(url=settings.vector_store_url)
     try:
         return AsyncQdrantClient(path=settings.vector_store_path)
-    except RuntimeError as err:  # qdrant-client's local mode reports its lock so
-        raise ConfigError(
-            f"VECTOR_STORE_PATH={settings.vector_store_path!r} cannot be opened "
-            f"({' '.join(str(err).split())}); give each worker its own path, or run a Qdrant "
-            "server and set VECTOR_STORE_URL"
-        ) from None
+    except RuntimeError as err:
+        # qdrant-client reports the folder's lock as a RuntimeError raised while handling
+        # portalocker's LockException: that exception, not the message, says what happened.
+        if isinstance(err.__context__, LockException):
+            raise VectorStoreLocked(settings.vector_store_path) from None
+        raise
 
 
 def small_cache_warning(settings: Settings) -> str | None:
@@ -153,9 +146,8 @@ def deployment_options(settings: Settings) -> dict[str, Any]:
 @contextlib.asynccontextmanager
 async def build_worker(client: Client, settings: Settings) -> AsyncIterator[Worker]:
     """A worker with every activity wired to real clients; closes them on exit."""
-    session = boto3.session.Session(region_name=settings.aws_region)
-    sqs = session.client("sqs", endpoint_url=settings.sqs_endpoint_url, config=BOTO_CONFIG)
-    s3 = session.client("s3", endpoint_url=settings.s3_endpoint_url, config=BOTO_CONFIG)
+    sqs = aws.sqs_client(settings, aws.WORKER)
+    s3 = aws.s3_client(settings, aws.WORKER)
     llm = openai_client(settings)
     store = vector_store(settings)
     loader = InputLoader(
@@ -210,10 +202,8 @@ async def run_worker(settings: Settings, client: Client | None = None) -> None:
     """
     health = WorkerHealth()
     probes = await start_health(health, settings.health_port)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    # Before anything else, so a signal during start-up is not lost.
+    stop = stop_event()
     try:
         if client is None:
             # A signal while connecting (an address that never answers) ends the worker at
@@ -232,8 +222,6 @@ async def run_worker(settings: Settings, client: Client | None = None) -> None:
         async with build_worker(client, settings) as worker:
             await _poll_until_stopped(worker, settings, health, stop)
     finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(sig)
         if probes is not None:
             await probes.cleanup()
 
@@ -293,7 +281,7 @@ async def _worker_failed_to_start(running: asyncio.Task[None], settings: Setting
     except RuntimeError as err:  # the SDK's validation error: namespace unknown, refused, ...
         reason = " ".join(str(err).split())
         raise TemporalUnreachable(
-            f"the worker could not start polling {describe_target(settings)}: {reason}"
+            describe_target(settings), f"the server refused the worker: {reason}"
         ) from None
 
 
@@ -304,7 +292,8 @@ def main() -> None:
         settings = load_settings()
         with tracing(settings, "worker"):
             asyncio.run(run_worker(settings))
-    except OrchestratorError as err:  # ConfigError, TemporalUnreachable: one line, no traceback
+    # Each a problem the user can fix: one line, no traceback.
+    except (ConfigError, TemporalUnreachable, VectorStoreLocked) as err:
         sys.exit(f"worker: {err}")
 
 

@@ -54,7 +54,7 @@ fail() {
 random_token() { "$PYTHON" -c 'import secrets; print(secrets.token_urlsafe(32))'; }
 
 first_payload_key() {
-  key=$("$PYTHON" -m aiorch.runtime.codec new-key)
+  key=$("$PYTHON" -m aiorch keys payload)
   printf 'k1:%s\n' "$key"
 }
 
@@ -157,7 +157,7 @@ rotate_payload_key() {
   last=$(tr ',' '\n' <"$KEYS" | sed -n 's/^[[:space:]]*k\([0-9][0-9]*\)[[:space:]]*:.*/\1/p' |
     sort -n | tail -n 1)
   id=k$((${last:-0} + 1))
-  key=$("$PYTHON" -m aiorch.runtime.codec new-key)
+  key=$("$PYTHON" -m aiorch keys payload)
   new_temp "$KEYS"
   cat "$KEYS" >"$tmp"
   printf '\n%s:%s\n' "$id" "$key" >>"$tmp"

@@ -1,16 +1,14 @@
-"""The activities against real parts: the LLM simulator over HTTP, Qdrant (in-memory client),
-moto's S3 over HTTP, and real files, each run in Temporal's activity test environment."""
+"""The activities against real parts: the LLM simulator over HTTP (in this event loop), Qdrant
+(in-memory and embedded) and real files, each run in Temporal's activity test environment.
+(Loading from S3: ``test_input_loader_s3.py``.)"""
 
 from __future__ import annotations
 
 import asyncio
-import sqlite3
-from collections.abc import AsyncIterator, Iterator
-from contextlib import closing
+from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from pathlib import Path
 
-import boto3
 import pytest
 from openai import AsyncOpenAI
 from qdrant_client import AsyncQdrantClient
@@ -21,7 +19,6 @@ from activities.llm import LlmActivities
 from activities.prompt import SYSTEM_PROMPT, InputLoader, PromptActivities
 from activities.vectors import VectorActivities, point_id
 from aiorch.devstack.llm_simulator import running_simulator
-from aiorch.devstack.stack import free_port, start_sqs_server
 from aiorch.runtime.config import Settings
 from workflows import errors
 from workflows.payloads import EmbeddingInput, LlmCallInput, PipelineRequest, PromptInput
@@ -37,17 +34,12 @@ async def llm() -> AsyncIterator[AsyncOpenAI]:
         await client.close()
 
 
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    port = free_port()
-    with start_sqs_server(port=port, log_dir=tmp_path_factory.mktemp("moto")):
-        yield boto3.client(
-            "s3",
-            endpoint_url=f"http://127.0.0.1:{port}",
-            region_name="us-east-1",
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-        )
+async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Wait until ``condition()`` holds (checked every 10 ms); fail after ``timeout`` s."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "condition never held"
+        await asyncio.sleep(0.01)
 
 
 def call(message: str, **fields: object) -> LlmCallInput:
@@ -107,18 +99,6 @@ async def test_missing_or_oversized_reference_is_permanent(tmp_path: Path) -> No
         assert info.value.non_retryable
 
 
-async def test_s3_reference_is_loaded_through_boto3(s3: object) -> None:
-    """An s3:// input in an allowed bucket is read from the S3 endpoint (moto over HTTP)."""
-    client = s3
-    client.create_bucket(Bucket="inputs")  # type: ignore[attr-defined]
-    client.put_object(Bucket="inputs", Key="q.txt", Body=b"From S3")  # type: ignore[attr-defined]
-    loader = InputLoader(s3=client, s3_prefixes=["inputs"])  # type: ignore[arg-type]
-    assert await loader.load("s3://inputs/q.txt") == "From S3"
-    with pytest.raises(ApplicationError) as info:
-        await loader.load("s3://inputs/missing.txt")
-    assert info.value.type == errors.INPUT_UNAVAILABLE
-
-
 async def test_invoke_llm_returns_reply_and_usage(llm: AsyncOpenAI) -> None:
     """A good reply is parsed into content/needs_review with the model and token usage."""
     activity = LlmActivities(llm, InputLoader(), timeout_s=10)
@@ -165,19 +145,45 @@ async def test_fenced_reply_is_unwrapped(llm: AsyncOpenAI) -> None:
 
 
 async def test_hanging_call_heartbeats_and_is_cancellable(llm: AsyncOpenAI) -> None:
-    """A hanging LLM call heartbeats, so a cancel reaches it and ends it promptly."""
+    """A hanging LLM call heartbeats at its interval, so a cancel reaches it and ends it
+    promptly."""
     env = ActivityEnvironment()
     beats: list[object] = []
     env.on_heartbeat = lambda *details: beats.append(details)
-    activity = LlmActivities(llm, InputLoader(), timeout_s=30)
+    activity = LlmActivities(
+        llm, InputLoader(), timeout_s=30, heartbeat_every=timedelta(milliseconds=20)
+    )
     task = asyncio.ensure_future(env.run(activity.invoke_llm, call("Hang [sim:hang]")))
-    await asyncio.sleep(4.5)
-    assert beats, "no heartbeat while waiting"
+    await until(lambda: len(beats) >= 2)
+    assert beats[0] == ("waiting for sim-large",)
     started = asyncio.get_running_loop().time()
     env.cancel()
     with pytest.raises((CancelledError, asyncio.CancelledError)):
         await task
     assert asyncio.get_running_loop().time() - started < 2
+
+
+async def test_hanging_embeddings_call_heartbeats_and_is_cancellable(llm: AsyncOpenAI) -> None:
+    """A hanging embeddings call heartbeats at its interval too, and a cancel ends it."""
+    env = ActivityEnvironment()
+    beats: list[object] = []
+    env.on_heartbeat = lambda *details: beats.append(details)
+    store = AsyncQdrantClient(location=":memory:")
+    activity = VectorActivities(
+        llm, store, "runs", "sim-embed", heartbeat_every=timedelta(milliseconds=20)
+    )
+    content = "Hang [sim:hang:path=embeddings]"
+    payload = EmbeddingInput(workflow_id="wf-hang", request_id=RUN_ID, content=content)
+    task = asyncio.ensure_future(env.run(activity.generate_embedding, payload))
+    await until(lambda: len(beats) >= 2)
+    assert beats[0] == ("waiting for the embeddings call",)
+    started = asyncio.get_running_loop().time()
+    env.cancel()
+    with pytest.raises((CancelledError, asyncio.CancelledError)):
+        await task
+    assert asyncio.get_running_loop().time() - started < 2
+    assert await store.collection_exists("runs") is False
+    await store.close()
 
 
 async def test_embedding_upsert_is_idempotent_and_deletable(llm: AsyncOpenAI) -> None:
@@ -195,17 +201,15 @@ async def test_embedding_upsert_is_idempotent_and_deletable(llm: AsyncOpenAI) ->
     await store.close()
 
 
-async def test_embedded_store_commits_in_wal_mode(llm: AsyncOpenAI, tmp_path: Path) -> None:
-    """An embedded store's collection file is switched to WAL (no fsync per upsert on the
-    worker's event loop), and a vector written that way is there after reopening the store."""
+async def test_embedded_store_keeps_vectors_across_reopening(
+    llm: AsyncOpenAI, tmp_path: Path
+) -> None:
+    """A vector written to an embedded (``path=``) store is there after the store reopens."""
     store = AsyncQdrantClient(path=str(tmp_path / "vectors"))
     activity = VectorActivities(llm, store, "runs", "sim-embed")
     payload = EmbeddingInput(workflow_id="wf-1", request_id=RUN_ID, content="an answer")
     await ActivityEnvironment().run(activity.generate_embedding, payload)
     await store.close()
-    [collection_file] = (tmp_path / "vectors").rglob("storage.sqlite")
-    with closing(sqlite3.connect(collection_file)) as db:
-        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     reopened = AsyncQdrantClient(path=str(tmp_path / "vectors"))
     assert (await reopened.count("runs")).count == 1
     await reopened.close()

@@ -23,8 +23,10 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from activities.dead_letter import MAX_BODY_BYTES, DeadLetterActivities, dedup_key
-from aiorch.devstack.stack import ManagedProcess, free_port, start_sqs_server
+from aiorch.devstack.processes import ManagedProcess, free_port
+from aiorch.devstack.servers import start_sqs_server
 from aiorch.ops.dead_letters import DeadLetterQueue
+from aiorch.runtime import aws
 from workflows import errors
 from workflows.payloads import DeadLetterInput, DeadLetterMessage, HistoryEntry
 
@@ -36,9 +38,9 @@ QUEUE = "test-dlq"
 # SQS's smallest MaximumMessageSize.
 SMALL_QUEUE_BYTES = 1024
 # What worker.py gives the activity: one boto3 attempt, so Temporal owns every retry.
-WORKER_BOTO = BotoConfig(
-    retries={"max_attempts": 1, "mode": "standard"}, connect_timeout=5, read_timeout=15
-)
+WORKER_BOTO = aws.WORKER
+
+pytestmark = pytest.mark.e2e
 
 
 class Sqs:

@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from aiorch.devstack.stack import READY_TIMEOUT_S, WORKER_READY_LINE, LocalStack, ManagedProcess
+from aiorch.devstack.processes import READY_TIMEOUT_S, ManagedProcess
+from aiorch.devstack.servers import WORKER_READY_LINE
+from aiorch.devstack.stack import LocalStack
 
 ROOT = Path(__file__).resolve().parents[2]
 # Retry paths play out in seconds; several workers share one host, so no fixed ports.

@@ -26,7 +26,8 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
-from aiorch.devstack.stack import LocalStack, ManagedProcess, free_port
+from aiorch.devstack.processes import ManagedProcess, free_port
+from aiorch.devstack.stack import LocalStack
 from aiorch.runtime.temporal import AiOrchestratorPlugin
 from tests.deploy.conftest import probe, process_env, start_worker
 from workflows import contract

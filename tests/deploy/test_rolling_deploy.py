@@ -10,7 +10,8 @@ import uuid
 
 import pytest
 
-from aiorch.devstack.stack import LocalStack, temporal_cli_path
+from aiorch.devstack.processes import temporal_cli_path
+from aiorch.devstack.stack import LocalStack
 from tests.deploy.conftest import ROOT, process_env, start_worker
 
 pytestmark = pytest.mark.e2e

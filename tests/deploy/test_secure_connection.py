@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from aiorch.devstack.stack import LocalStack, free_port
+from aiorch.devstack.processes import free_port
+from aiorch.devstack.stack import LocalStack
 from tests.deploy.certs import SERVER_NAME, Authority, Pem, issue, make_authority
 from tests.deploy.conftest import error_lines, probe, process_env, run_command, start_worker
 from tests.deploy.grpc_proxy import Proxy, methods, mtls_proxy

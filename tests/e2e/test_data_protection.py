@@ -33,8 +33,9 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Replayer
 from typer.testing import CliRunner
 
-from aiorch.cli import app
-from aiorch.devstack.stack import LocalStack, free_port, temporal_cli_path
+from aiorch.cli import build_app
+from aiorch.devstack.processes import free_port, temporal_cli_path
+from aiorch.devstack.stack import LocalStack
 from aiorch.ops.dead_runs import RedriveError, run_request
 from aiorch.ops.results import finished
 from aiorch.ops.signing import SigningKey
@@ -56,6 +57,8 @@ from workflows.payloads import (
     DeadLetterMessage,
     RunStatus,
 )
+
+pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]
 CANARY = f"canary-{uuid.uuid4().hex[:12]}"
@@ -480,7 +483,7 @@ def test_five_mb_inline_message_is_refused_by_the_starter(monkeypatch: pytest.Mo
     to use --file (a message that size cannot even pass as a process argument on Linux, so the
     starter is called in-process here)."""
     monkeypatch.setenv("TEMPORAL_ADDRESS", "127.0.0.1:1")  # never reached
-    outcome = CliRunner().invoke(app, ["start", "x" * (5 * 1024 * 1024)])
+    outcome = CliRunner().invoke(build_app(), ["start", "x" * (5 * 1024 * 1024)])
     assert outcome.exit_code == 1
     text = " ".join((outcome.stderr or outcome.output).split())
     assert "the message is 5.0 MiB" in text

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import socket
 import sqlite3
 import subprocess
@@ -16,22 +17,22 @@ from contextlib import closing
 from pathlib import Path
 
 import boto3
+import openai
 import pytest
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from aiorch.devstack.stack import (
-    LocalStack,
+from aiorch.devstack.processes import (
     LocalStackError,
     ManagedProcess,
     free_port,
     http_ok,
-    start_sqs_server,
-    start_temporal_dev_server,
     temporal_cli_path,
     temporal_test_server_path,
 )
+from aiorch.devstack.servers import start_sqs_server, start_temporal_dev_server
+from aiorch.devstack.stack import LocalStack
 
 pytestmark = pytest.mark.e2e
 
@@ -253,11 +254,11 @@ def test_local_stack_starts_everything_and_stops_by_pid(tmp_path: Path) -> None:
 
 
 def test_cli_up_prints_addresses_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
-    """`python -m aiorch.devstack.stack up` shows the addresses, and SIGTERM stops every server."""
+    """`python -m aiorch.devstack up` shows the addresses, and SIGTERM stops every server."""
     pytest.importorskip("aiorch.devstack.llm_simulator")
     data_dir = tmp_path / "data"
     ports = [str(free_port()) for _ in range(4)]
-    args = [sys.executable, "-m", "aiorch.devstack.stack", "up", "--data-dir", str(data_dir)]
+    args = [sys.executable, "-m", "aiorch.devstack", "up", "--data-dir", str(data_dir)]
     args += ["--no-worker"]
     args += ["--temporal-port", ports[0], "--ui-port", ports[1]]
     args += ["--sqs-port", ports[2], "--llm-port", ports[3]]
@@ -277,7 +278,7 @@ def test_cli_up_prints_addresses_and_stops_cleanly_on_sigterm(tmp_path: Path) ->
 
 def test_cli_up_reports_a_busy_port_in_one_line(busy_port: int, tmp_path: Path) -> None:
     """`up` on a taken Temporal port exits 1 with one line on stderr and starts nothing."""
-    args = [sys.executable, "-m", "aiorch.devstack.stack", "up", "--data-dir", str(tmp_path)]
+    args = [sys.executable, "-m", "aiorch.devstack", "up", "--data-dir", str(tmp_path)]
     args += ["--temporal-port", str(busy_port), "--headless", "--no-worker"]
     args += ["--sqs-port", str(free_port()), "--llm-port", str(free_port())]
     done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
@@ -287,3 +288,29 @@ def test_cli_up_reports_a_busy_port_in_one_line(busy_port: int, tmp_path: Path) 
         "stop the other process or choose another (--temporal-port)\n"
     )
     assert not (tmp_path / "logs").exists()
+
+
+def test_simulator_command_serves_until_sigterm() -> None:
+    """`python -m aiorch.devstack simulator` prints its ready line, answers, and exits 0 on
+    SIGTERM."""
+    command = [sys.executable, "-m", "aiorch.devstack", "simulator", "--host", "127.0.0.1"]
+    command += ["--port", "0"]
+    with subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True) as process:
+        try:
+            assert process.stdout is not None
+            line = process.stdout.readline().strip()
+            prefix = "llm-simulator listening on "
+            assert line.startswith(prefix)
+            with openai.OpenAI(
+                base_url=f"{line.removeprefix(prefix)}/v1", api_key="sim", max_retries=0
+            ) as client:
+                reply = client.chat.completions.create(
+                    model="sim-large", messages=[{"role": "user", "content": "ping"}]
+                )
+            assert json.loads(reply.choices[0].message.content or "")["needs_review"] is False
+
+            process.send_signal(signal.SIGTERM)
+
+            assert process.wait(timeout=10) == 0
+        finally:
+            process.kill()

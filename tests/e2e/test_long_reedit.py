@@ -21,6 +21,8 @@ from tests.reviewing import signed
 from workflows import contract, errors
 from workflows.payloads import NOTE_CONTINUED_AS_NEW, RunStatus
 
+pytestmark = pytest.mark.e2e
+
 ROUNDS = 200
 ROUNDS_PER_RUN = 50  # REEDIT_ROUNDS_PER_RUN's default
 # Temporal warns at 10,240 events or 10 MB of history per run.

@@ -10,7 +10,8 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 from temporalio.client import Client
 
-from aiorch.devstack.stack import LocalStack, free_port
+from aiorch.devstack.processes import free_port
+from aiorch.devstack.stack import LocalStack
 from aiorch.runtime.temporal import DATA_CONVERTER
 from tests.e2e.conftest import E2E_WORKER_ENV, request, start, wait_for_state
 from tests.history_events import scheduled_activities

@@ -32,7 +32,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from temporalio.client import Client
 
 from activities.pricing import estimate_cost
-from aiorch.devstack.stack import LocalStack, free_port
+from aiorch.devstack.processes import free_port
+from aiorch.devstack.stack import LocalStack
 from aiorch.ops.results import finished
 from aiorch.runtime.config import DEFAULT_PRICE_TABLE
 from aiorch.runtime.temporal import DATA_CONVERTER
@@ -41,6 +42,8 @@ from tests.history_events import scheduled_activities
 from tests.reviewing import signed
 from workflows import contract
 from workflows.observability import error_reason
+
+pytestmark = pytest.mark.e2e
 
 PROMPT_MARKER = "zebra-quartz-privacy-marker"
 

@@ -1,24 +1,29 @@
 """`starter.py stats`, `starter.py stuck` and `starter.py review-all` against a dev server seeded
-with runs in known states, with real waits of a few seconds standing in for hours."""
+with runs in known states; which runs count as stuck is decided by the times visibility
+recorded, never by waiting."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 
 from aiorch.devstack.stack import LocalStack
-from aiorch.ops.operations import find_stuck, parse_duration
 from aiorch.ops.results import finished
+from aiorch.ops.stuck import find_stuck
 from aiorch.runtime.temporal import DATA_CONVERTER
 from tests.e2e.conftest import request, start, status_of, visible_state
 from tests.reviewing import signed
 from workflows import contract
 from workflows.payloads import PipelineResult
+
+pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -60,16 +65,16 @@ async def final(handle: WorkflowHandle[Any, Any]) -> PipelineResult:
 async def test_stats_and_stuck_find_the_right_runs_and_bulk_actions_work(
     private_stack: LocalStack,
 ) -> None:
-    """Five runs waiting for review past the threshold and three younger: `stats` counts every
-    state, the approval delay and the processing time; `stuck` lists exactly the five and its
-    dead-letter action sends them through escalate to dead_letter; a declined confirmation
-    changes nothing, timeout moves the three to escalate and cancel ends them."""
+    """Five runs waiting for review since before a moment and three since after it: `stats`
+    counts every state, the approval delay and the processing time; a threshold between them
+    finds exactly the five, and so does `stuck --before` that moment, whose dead-letter action
+    sends them through escalate to dead_letter; a declined confirmation changes nothing,
+    timeout moves the three to escalate and cancel ends them."""
     client = await Client.connect(
         private_stack.addresses.temporal_address, data_converter=DATA_CONVERTER
     )
     old = [await start(client, request(f"old {i}", review="always")) for i in range(5)]
     await all_visible(client, old, "await_review")
-    waited_from = asyncio.get_running_loop().time()
 
     # Finished runs in known states, while the old ones age.
     done = await start(client, request("plain"))
@@ -103,15 +108,22 @@ async def test_stats_and_stuck_find_the_right_runs_and_bulk_actions_work(
     assert 1.5 <= stats["approval_delay_s"] < 10
     assert 0 < stats["processing_s"]["completed"] <= stats["processing_s"]["all"] * 2
 
-    await asyncio.sleep(max(0.0, 10.0 - (asyncio.get_running_loop().time() - waited_from)))
     young = [await start(client, request(f"young {i}", review="always")) for i in range(3)]
     await all_visible(client, young, "await_review")
-    assert len(await find_stuck(client, parse_duration("0s"))) == 8
+    waiting = await find_stuck(client, datetime.now(UTC))
+    assert len(waiting) == 8
+    since = {run.workflow_id: run.since for run in waiting}
+    old_since = max(since[h.id] for h in old)
+    young_since = min(since[h.id] for h in young)
+    assert old_since < young_since
+    between = old_since + (young_since - old_since) / 2
+    stuck_before = await find_stuck(client, between)
+    assert sorted(run.workflow_id for run in stuck_before) == sorted(h.id for h in old)
 
-    # One command lists and acts, so the young runs (seconds old) cannot age past 7s between.
+    # One command lists and acts, on the runs in their state since before `between`.
     acted = await starter(
         private_stack,
-        *("stuck", "--older-than", "7s", "--action", "dead-letter", "--yes", "--json"),
+        *("stuck", "--before", between.isoformat(), "--action", "dead-letter", "--yes", "--json"),
     )
     listed, _ = json.JSONDecoder().raw_decode(acted)
     assert sorted(run["workflow_id"] for run in listed["runs"]) == sorted(h.id for h in old)

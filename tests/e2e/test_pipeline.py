@@ -11,7 +11,8 @@ import pytest
 from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 
-from aiorch.devstack.stack import LocalStack, temporal_cli_path
+from aiorch.devstack.processes import temporal_cli_path
+from aiorch.devstack.stack import LocalStack
 from aiorch.ops.results import finished
 from aiorch.ops.signing import SigningKey
 from tests.e2e.conftest import (
@@ -27,6 +28,8 @@ from tests.reviewing import signed
 from workflows import contract
 from workflows.graph import TRANSITIONS
 from workflows.payloads import PipelineResult, RunStatus
+
+pytestmark = pytest.mark.e2e
 
 EDGES = {(t.source.value, t.event.value, t.target.value) for t in TRANSITIONS}
 
@@ -243,3 +246,76 @@ async def test_bad_request_from_the_temporal_cli_fails_at_once(
     assert "request_id" in str(info.value.cause)
     description = await handle.describe()
     assert description.status is not None and description.status.name == "FAILED"
+
+
+def test_second_worker_on_one_embedded_store_says_so(stack: LocalStack) -> None:
+    """A second worker pointed at the running worker's embedded vector store stops at once with
+    one line naming the store and what to do, not a claim that Temporal is unreachable."""
+    env = {**stack.addresses.env(), "METRICS_PORT": "0", "OTEL_EXPORTER_OTLP_ENDPOINT": ""}
+    second = subprocess.run(
+        [sys.executable, "worker.py"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert second.returncode == 1
+    assert "Traceback" not in second.stderr
+    assert second.stderr.strip().splitlines()[-1] == (
+        f"worker: the embedded vector store at {stack.addresses.vector_store_path} is in use by "
+        "another process (another worker?); an embedded store serves one process: give each "
+        "worker its own VECTOR_STORE_PATH, or point them all at a Qdrant server "
+        "(VECTOR_STORE_URL)"
+    )
+    assert "cannot connect to Temporal" not in second.stderr
+
+
+def starter(stack: LocalStack, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "starter.py", *args],
+        env={**stack.addresses.env(), **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+async def test_starter_shows_results_and_lists_whole_ids(stack: LocalStack, client: Client) -> None:
+    """`result` prints a finished run's result, a failed one's too (read from its failure),
+    and says in one line when a run has not finished; `list` never cuts a workflow id, even in
+    a narrow terminal or a pipe, and `list --json` gives scripts every id; `start` prints the
+    review inbox's link when INBOX_URL is set."""
+    done = await start(client, request("Result please"))
+    failed = await start(client, request("Give up [sim:status=400]"))
+    waiting = await start(client, request("Wait for me", review="always"))
+    await wait_for_state(waiting, "await_review")
+    await finished(done)
+    await finished(failed)
+
+    shown = starter(stack, "result", done.id)
+    assert shown.returncode == 0, shown.stderr
+    assert PipelineResult.model_validate_json(shown.stdout).state == "completed"
+    shown_failed = starter(stack, "result", failed.id)
+    assert shown_failed.returncode == 0, shown_failed.stderr
+    assert PipelineResult.model_validate_json(shown_failed.stdout).state == "failed"
+    pending = starter(stack, "result", waiting.id)
+    assert pending.returncode == 1
+    assert f"run {waiting.id} has not finished (await_review)" in pending.stderr
+
+    narrow = starter(stack, "list", "--limit", "500", COLUMNS="40")
+    assert narrow.returncode == 0, narrow.stderr
+    for handle in (done, failed, waiting):
+        assert handle.id in narrow.stdout
+    listed = json.loads(starter(stack, "list", "--json", "--limit", "500").stdout)
+    by_id = {row["workflow_id"]: row for row in listed}
+    assert by_id[waiting.id]["state"] == "await_review"
+    assert by_id[failed.id]["temporal_status"] == "FAILED"
+
+    inbox = starter(
+        stack, "start", "Link please", "--id", new_id(), INBOX_URL="http://inbox.example"
+    )
+    assert inbox.returncode == 0, inbox.stderr
+    assert "Review inbox: http://inbox.example/runs/" in inbox.stdout
+    await waiting.cancel()

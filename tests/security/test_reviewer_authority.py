@@ -31,7 +31,8 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
-from aiorch.devstack.stack import LocalStack, temporal_cli_path
+from aiorch.devstack.processes import temporal_cli_path
+from aiorch.devstack.stack import LocalStack
 from aiorch.ops.results import finished
 from aiorch.ops.signing import SigningKey
 from aiorch.runtime.temporal import DATA_CONVERTER

@@ -9,14 +9,15 @@ from pathlib import Path
 import pytest
 from temporalio.service import RPCError, RPCStatusCode, TLSConfig
 
-from aiorch.devstack.stack import free_port
+from aiorch.devstack.processes import free_port
 from aiorch.runtime.config import ConfigError, Settings, load_settings
 from aiorch.runtime.connection import (
     connect,
     connect_options,
     describe_target,
-    failure_line,
-    refusal_line,
+    failure_reason,
+    refusal_reason,
+    unreachable,
 )
 from aiorch.runtime.errors import TemporalUnreachable
 from workflows.errors import OrchestratorError
@@ -209,25 +210,27 @@ def test_sdk_connection_errors_become_one_actionable_line(
     cert.write_text("CERT", encoding="utf-8")
     monkeypatch.setenv("TEMPORAL_TLS_CLIENT_CERT_PATH", str(cert))
     monkeypatch.setenv("TEMPORAL_TLS_CLIENT_KEY_PATH", str(cert))
-    line = failure_line(load_settings(), SDK_ERRORS[error])
+    settings = load_settings()
+    line = str(unreachable(settings, failure_reason(settings, SDK_ERRORS[error])))
     assert says in line
-    assert line.startswith(("cannot connect to Temporal at localhost:7233", "Temporal at "))
-    assert "(namespace default, mTLS" in line and "\n" not in line
+    assert line.startswith("cannot connect to Temporal at localhost:7233 (namespace default, mTLS")
+    assert "\n" not in line
 
 
 def test_a_closed_connection_hints_by_what_was_sent(monkeypatch: pytest.MonkeyPatch) -> None:
     """Plain text to a server that hangs up suggests TLS; TLS without a client certificate
     suggests mTLS."""
-    assert "TEMPORAL_TLS=true" in failure_line(load_settings(), SDK_ERRORS["closed"])
+    assert "TEMPORAL_TLS=true" in failure_reason(load_settings(), SDK_ERRORS["closed"])
     monkeypatch.setenv("TEMPORAL_TLS", "true")
-    line = failure_line(load_settings(), SDK_ERRORS["closed"])
-    assert "may require a client certificate" in line
+    reason = failure_reason(load_settings(), SDK_ERRORS["closed"])
+    assert "may require a client certificate" in reason
 
 
 def test_a_refusal_by_status_names_the_key() -> None:
     """An RPCError PERMISSION_DENIED at connect is a credentials refusal too."""
     err = RPCError("Request unauthorized.", RPCStatusCode.PERMISSION_DENIED, b"")
-    assert "refused the credentials (Request unauthorized.)" in refusal_line(load_settings(), err)
+    reason = refusal_reason(load_settings(), err)
+    assert "refused the credentials (Request unauthorized.)" in reason
 
 
 async def test_connect_to_nothing_raises_temporal_unreachable() -> None:

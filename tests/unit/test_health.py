@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import aiohttp
 import pytest
 
-from aiorch.devstack.stack import free_port
+from aiorch.devstack.processes import free_port
 from aiorch.runtime.config import Settings
 from aiorch.worker.app import deployment_options
 from aiorch.worker.health import WorkerHealth, bound_port, serve_health, start_health

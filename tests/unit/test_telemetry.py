@@ -10,7 +10,7 @@ import pytest
 from opentelemetry import trace
 from temporalio.contrib.opentelemetry import OpenTelemetryInterceptor
 
-from aiorch.devstack.stack import free_port
+from aiorch.devstack.processes import free_port
 from aiorch.runtime.config import load_settings
 from aiorch.runtime.plugin import AiOrchestratorPlugin
 from aiorch.runtime.telemetry import install_tracing, worker_runtime

@@ -4,7 +4,7 @@ per-session CSRF token every form carries.
 Two ways in, configured by the operator (at least one):
 
 - **Tokens** (``INBOX_TOKENS_FILE``): one line per token, ``REVIEWER:sha256:HEX`` (SHA-256 of
-  the token, hex; ``#`` starts a comment). ``python -m aiorch.ops.inbox new-token alice`` makes
+  the token, hex; ``#`` starts a comment). ``aiorch inbox new-token alice`` makes
   a random token (256 bits) and prints it once, with the line to add. Only hashes are stored:
   a leaked file opens nothing. A reviewer logs in with the token once; the session cookie then
   names the reviewer and the token's id (the first 16 hex digits of its hash), so removing a
@@ -192,7 +192,7 @@ class Authenticator:
         if tokens is None and not user_header:
             raise ConfigError(
                 "the review inbox needs a way to know its reviewers: INBOX_TOKENS_FILE "
-                "(python -m aiorch.ops.inbox new-token NAME) or INBOX_USER_HEADER behind an "
+                "(aiorch inbox new-token NAME) or INBOX_USER_HEADER behind an "
                 "authenticating proxy"
             )
         self.tokens = tokens

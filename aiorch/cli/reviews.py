@@ -1,0 +1,150 @@
+"""Review commands: decide one run (``review``) or every run waiting in a state (``review-all``).
+
+Both sign each decision for its run and round with ``REVIEWER_KEY`` (or ``REVIEWER_KEY_FILE``)
+when one is configured, and send it through ``aiorch.ops.reviews.submit_review``.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Annotated
+
+import typer
+from pydantic import ValidationError
+from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
+
+from aiorch.cli.output import CliError, err_console, one_line_errors, out
+from aiorch.cli.session import describe_rpc_error, run_async
+from aiorch.ops import reviews
+from aiorch.ops.signing import SigningKey, signing_key_from_settings
+from aiorch.runtime.config import Settings, load_settings
+from workflows.graph import REVIEW_STATES, State
+from workflows.payloads import Decision, ReviewDecision, describe_validation_error
+
+DecisionArgument = Annotated[Decision, typer.Argument()]
+FeedbackOption = Annotated[str | None, typer.Option(help="what to change (reedit)")]
+ReviewerOption = Annotated[
+    str | None, typer.Option(help="who decides (default: the signing key's id, else cli)")
+]
+
+
+def review_signer(settings: Settings, key: SigningKey | None) -> reviews.Signer | None:
+    """Signs each decision for its run and round with ``key`` (None: reviews go unsigned)."""
+    return key.signer(timedelta(seconds=settings.review_token_ttl_s)) if key else None
+
+
+def refusal_text(error: WorkflowUpdateFailedError) -> str:
+    """The run's reason for refusing an update, without the Python type it was raised as."""
+    cause = error.cause
+    return cause.message if isinstance(cause, ApplicationError) else str(cause or error)
+
+
+def signed_decision(
+    decision: str, reviewer: str | None, feedback: str | None, review_round: int | None = None
+) -> tuple[ReviewDecision, reviews.Signer | None]:
+    """The decision as the contract has it, and the signer for it (from ``REVIEWER_KEY``).
+
+    The reviewer defaults to the signing key's id, else ``cli``.
+
+    Raises:
+        CliError: the decision is invalid (e.g. feedback too long).
+        ConfigError: the signing key is configured but unusable.
+    """
+    settings = load_settings()
+    key = signing_key_from_settings(settings)
+    try:
+        payload = ReviewDecision(
+            decision=decision,
+            reviewer=reviewer or (key.key_id if key else "cli"),
+            feedback=feedback,
+            review_round=review_round,
+        )
+    except ValidationError as error:
+        raise CliError(f"invalid review: {describe_validation_error(error)}") from None
+    return payload, review_signer(settings, key)
+
+
+@one_line_errors
+def review(
+    workflow_id: Annotated[str, typer.Argument(help="the run's id")],
+    decision: DecisionArgument,
+    feedback: FeedbackOption = None,
+    reviewer: ReviewerOption = None,
+    review_round: Annotated[
+        int | None,
+        typer.Option("--round", min=1, help="the round you reviewed (status shows it)"),
+    ] = None,
+) -> None:
+    """Approve, send back (reedit) or reject a run that awaits review.
+
+    Applied once however often it is sent: the same reviewer's decision on the same round
+    returns the first result, and a decision for a round that is over is refused. With
+    REVIEWER_KEY (or REVIEWER_KEY_FILE) the decision is signed for that round.
+    """
+    payload, signer = signed_decision(decision, reviewer, feedback, review_round)
+
+    async def send(client: Client, settings: Settings) -> None:
+        try:
+            outcome = await reviews.submit_review(client, workflow_id, payload, signer=signer)
+        except WorkflowUpdateFailedError as error:
+            raise CliError(f"review refused for {workflow_id}: {refusal_text(error)}") from None
+        except RPCError as error:
+            raise CliError(describe_rpc_error(workflow_id, error)) from None
+        out.print(outcome.describe(workflow_id))
+
+    run_async(send)
+
+
+@one_line_errors
+def review_all(
+    decision: DecisionArgument,
+    state: Annotated[State, typer.Option(help="review every open run in this state")] = (
+        State.AWAIT_REVIEW
+    ),
+    feedback: FeedbackOption = None,
+    reviewer: ReviewerOption = None,
+    concurrency: Annotated[int, typer.Option(min=1, max=1000, help="updates in flight")] = 32,
+    limit: Annotated[int | None, typer.Option(min=1, help="at most this many runs")] = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="do not ask for confirmation")] = False,
+) -> None:
+    """Approve (or reedit/reject) every run waiting in a review state, with a progress bar.
+
+    Each run's decision names the round that run is in (read first), so it is applied once to
+    that round; "applied" counts only runs that recorded it. With REVIEWER_KEY (or
+    REVIEWER_KEY_FILE) each decision is signed for its run and round.
+    """
+    from aiorch.ops import batch  # the batch machinery loads only for this command
+
+    if state not in REVIEW_STATES:
+        raise CliError(f"runs in {state.value} take no review; use await_review or escalate")
+    payload, signer = signed_decision(decision, reviewer, feedback)
+
+    async def send_all(client: Client, settings: Settings) -> None:
+        ids = await batch.waiting_runs(client, state, limit)
+        if not ids:
+            out.print(f"no open run is in {state.value}")
+            return
+        if not yes and not typer.confirm(f"{decision} {len(ids)} run(s) in {state.value}?"):
+            raise typer.Exit(1)
+        done = await batch.review_all_with_progress(
+            client, ids, payload, concurrency=concurrency, console=err_console, signer=signer
+        )
+        out.print(
+            f"{decision}: {done.applied} applied, {len(done.refused)} refused, "
+            f"{len(done.errors)} failed of {done.found} in {done.seconds:.1f}s "
+            f"({done.per_second:.0f}/s)"
+        )
+        for workflow_id, reason in [*done.refused.items(), *done.errors.items()][:20]:
+            out.print(f"  {workflow_id}: {reason}")
+        if done.errors:
+            raise CliError(f"{len(done.errors)} review(s) failed; run the command again")
+
+    run_async(send_all)
+
+
+def register(app: typer.Typer) -> None:
+    """Add these commands to ``app``."""
+    app.command()(review)
+    app.command("review-all")(review_all)

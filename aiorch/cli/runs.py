@@ -1,0 +1,273 @@
+"""Commands on one run at a time: start, status, history, list, cancel."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from pydantic import ValidationError
+from rich.table import Table
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError
+
+from aiorch.cli.output import CliError, one_line_errors, out
+from aiorch.cli.session import describe_rpc_error, fetch_status, run_async
+from aiorch.ops import claim_check, visibility
+from aiorch.ops.results import run_result
+from aiorch.runtime.config import Settings, load_settings
+from aiorch.runtime.links import inbox_start_line, web_ui_run_url
+from workflows.graph import State
+from workflows.payloads import (
+    PipelineRequest,
+    PipelineResult,
+    ReviewMode,
+    describe_validation_error,
+)
+
+
+def new_request_id() -> str:
+    """A fresh request id (24 lowercase hex characters)."""
+    return uuid.uuid4().hex[:24]
+
+
+def build_request(
+    message: str,
+    request_id: str | None,
+    review: ReviewMode,
+    metadata: str | None,
+    options: dict[str, Any],
+) -> PipelineRequest:
+    """The request as the contract has it, validated here so a bad one never starts.
+
+    Raises:
+        CliError: invalid metadata JSON or an invalid request; one line says which field.
+    """
+    try:
+        meta = json.loads(metadata) if metadata else {}
+    except json.JSONDecodeError as error:
+        raise CliError(f"--metadata is not valid JSON: {error}") from None
+    raw = {
+        "request_id": request_id or new_request_id(),
+        "user_message": message,
+        "review": review,
+        "metadata": meta,
+        "options": {k: v for k, v in options.items() if v is not None},
+    }
+    try:
+        return PipelineRequest.model_validate(raw)
+    except ValidationError as error:
+        raise CliError(f"invalid request: {describe_validation_error(error)}") from None
+
+
+def result_reason(result: PipelineResult) -> str:
+    """Why a run ended where it did: the detail of its last history entry."""
+    last = result.history[-1] if result.history else None
+    return (last.detail if last and last.detail else None) or "see its history"
+
+
+async def start_run(client: Client, settings: Settings, request: PipelineRequest) -> str:
+    """Start a run; the same request_id twice is refused by the server, never run twice.
+
+    Raises:
+        CliError: a run with this id was started before.
+    """
+    try:
+        return await visibility.start_run(client, request, task_queue=settings.temporal_task_queue)
+    except WorkflowAlreadyStartedError:
+        raise CliError(
+            f"request {request.request_id} was already started; it runs once. "
+            f"See `starter.py status {request.request_id}`."
+        ) from None
+
+
+@one_line_errors
+def start(
+    message: Annotated[
+        str | None, typer.Argument(help="The user message, or file:///path, s3://b/k")
+    ] = None,
+    file: Annotated[
+        Path | None,
+        typer.Option("--file", help="a text document; stored in S3, only its reference is sent"),
+    ] = None,
+    request_id: Annotated[str | None, typer.Option("--id", help="24 lowercase hex chars")] = None,
+    review: Annotated[ReviewMode, typer.Option(help="when a human reviews")] = "auto",
+    metadata: Annotated[str | None, typer.Option(help="JSON object passed as context")] = None,
+    review_timeout: Annotated[float | None, typer.Option(help="seconds")] = None,
+    escalation_timeout: Annotated[float | None, typer.Option(help="seconds")] = None,
+    max_attempts: Annotated[int | None, typer.Option(help="LLM attempts before DLQ")] = None,
+    allowed_reviewer: Annotated[
+        list[str] | None,
+        typer.Option(help="who may review this run (repeat it); default ALLOWED_REVIEWERS"),
+    ] = None,
+    wait: Annotated[bool, typer.Option(help="wait for the result and print it")] = False,
+) -> None:
+    """Start a pipeline run and print its id and Web UI link.
+
+    A document given with --file, or a message above CLAIM_CHECK_THRESHOLD_BYTES, is stored
+    (claim check) and only its reference enters the run's history.
+    """
+    request_id = request_id or new_request_id()
+    user_message, stored = claim_check.resolve_message(load_settings(), request_id, message, file)
+    request = build_request(
+        user_message,
+        request_id,
+        review,
+        metadata,
+        {
+            "review_timeout_s": review_timeout,
+            "escalation_timeout_s": escalation_timeout,
+            "llm_max_attempts": max_attempts,
+            "allowed_reviewers": allowed_reviewer or None,
+        },
+    )
+    if stored:
+        out.print(stored, highlight=False)
+
+    async def start_and_report(client: Client, settings: Settings) -> None:
+        workflow_id = await start_run(client, settings, request)
+        out.print(f"started {workflow_id}")
+        out.print(f"web ui: {web_ui_run_url(settings, workflow_id)}", highlight=False)
+        if inbox := inbox_start_line(settings, workflow_id):
+            out.print(inbox, highlight=False)
+        if wait:
+            result = await run_result(client, workflow_id)
+            out.print_json(result.model_dump_json())
+            if result.state != State.COMPLETED.value:
+                raise CliError(
+                    f"run {workflow_id} ended in {result.state}: {result_reason(result)}"
+                )
+
+    run_async(start_and_report)
+
+
+@one_line_errors
+def status(workflow_id: Annotated[str, typer.Argument(help="the run's id")]) -> None:
+    """Show where a run is: state, status, progress, attempts, model, last error."""
+
+    async def show_status(client: Client, settings: Settings) -> None:
+        current = await fetch_status(client, workflow_id)
+        table = Table(show_header=False, box=None)
+        keys = ("state", "status", "progress", "attempts", "review_round", "model", "last_error")
+        for key in keys:
+            value = getattr(current, key)
+            table.add_row(key, f"{value}%" if key == "progress" else str(value))
+        table.add_row("web ui", web_ui_run_url(settings, workflow_id))
+        out.print(table)
+
+    run_async(show_status)
+
+
+@one_line_errors
+def history(workflow_id: Annotated[str, typer.Argument(help="the run's id")]) -> None:
+    """Show every state change of a run as a table."""
+
+    async def show_history(client: Client, settings: Settings) -> None:
+        current = await fetch_status(client, workflow_id)
+        table = Table(title=f"{workflow_id}: {current.state}")
+        for column in ("at (UTC)", "from", "to", "event", "attempt", "detail"):
+            table.add_column(column)
+        for entry in current.history:
+            table.add_row(
+                entry.at.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3],
+                entry.from_state,
+                entry.to_state,
+                entry.event,
+                str(entry.attempt),
+                entry.detail or "",
+            )
+        out.print(table)
+
+    run_async(show_history)
+
+
+@one_line_errors
+def list_runs(
+    state: Annotated[State | None, typer.Option(help="only runs in this state")] = None,
+    limit: Annotated[int, typer.Option(min=1, help="at most this many")] = 50,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON, for scripts")] = False,
+) -> None:
+    """List runs with their state (from visibility, so no worker is needed). Workflow ids are
+    never cut, whatever the terminal's width."""
+
+    async def show_runs(client: Client, settings: Settings) -> None:
+        query = visibility.runs_query(visibility.state_is(state) if state else "")
+        rows = [
+            {
+                "workflow_id": execution.id,
+                "run_id": execution.run_id,
+                "state": visibility.state_of(execution),
+                "temporal_status": (execution.status or WorkflowExecutionStatus.RUNNING).name,
+                "started_at": execution.start_time.isoformat(),
+            }
+            async for execution in client.list_workflows(query, limit=limit)
+        ]
+        if as_json:
+            typer.echo(json.dumps(rows, indent=2))
+            return
+        table = Table()
+        # Ids are what people copy into the next command: never wrapped or cut.
+        width = max((len(str(row["workflow_id"])) for row in rows), default=11)
+        table.add_column("workflow id", no_wrap=True, min_width=width)
+        for column in ("state", "temporal status", "started (UTC)"):
+            table.add_column(column)
+        for row in rows:
+            table.add_row(
+                str(row["workflow_id"]),
+                str(row["state"] or "?"),
+                str(row["temporal_status"]),
+                str(row["started_at"])[:19].replace("T", " "),
+            )
+        out.print(table)
+        out.print(f"{len(rows)} run(s)")
+
+    run_async(show_runs)
+
+
+@one_line_errors
+def result(
+    workflow_id: Annotated[str, typer.Argument(help="the run's id")],
+    wait: Annotated[bool, typer.Option(help="wait for a run that is still going")] = False,
+) -> None:
+    """Print a finished run's result as JSON: completed, failed or dead_letter alike (a run
+    that ended failed or dead_letter carries it in its failure)."""
+
+    async def show_result(client: Client, settings: Settings) -> None:
+        handle = client.get_workflow_handle(workflow_id)
+        try:
+            description = await handle.describe()
+        except RPCError as error:
+            raise CliError(describe_rpc_error(workflow_id, error)) from None
+        if description.status == WorkflowExecutionStatus.RUNNING and not wait:
+            state = visibility.state_of(description) or "running"
+            raise CliError(f"run {workflow_id} has not finished ({state}); add --wait to wait")
+        out.print_json((await run_result(client, workflow_id)).model_dump_json())
+
+    run_async(show_result)
+
+
+@one_line_errors
+def cancel(workflow_id: Annotated[str, typer.Argument(help="the run's id")]) -> None:
+    """Cancel a run; its compensation (deleting stored vectors) runs before it ends."""
+
+    async def request_cancel(client: Client, settings: Settings) -> None:
+        try:
+            await client.get_workflow_handle(workflow_id).cancel()
+        except RPCError as error:
+            raise CliError(describe_rpc_error(workflow_id, error)) from None
+        out.print(f"cancellation requested for {workflow_id}")
+
+    run_async(request_cancel)
+
+
+def register(app: typer.Typer) -> None:
+    """Add these commands to ``app``."""
+    app.command()(start)
+    app.command()(status)
+    app.command()(history)
+    app.command("list")(list_runs)
+    app.command()(result)
+    app.command()(cancel)

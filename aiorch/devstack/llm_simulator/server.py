@@ -1,0 +1,305 @@
+"""The simulator's HTTP server: its state (request log, counters, global faults), its routes,
+and serving it in this event loop or until a stop signal."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import struct
+import time
+from collections import Counter, deque
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from aiohttp import web
+from pydantic import ValidationError
+
+from aiorch.devstack.llm_simulator.faults import (
+    SHAPES,
+    Directive,
+    EndpointPath,
+    FaultSpec,
+    GlobalFault,
+    InvalidRequestError,
+    Plan,
+    error_response,
+    fault_response,
+    parse_directives,
+)
+from aiorch.devstack.llm_simulator.replies import (
+    completion,
+    embed,
+    message_text,
+    user_texts,
+    word_count,
+)
+from aiorch.runtime.signals import stop_event
+
+DEFAULT_MODELS = ("sim-large", "sim-small", "sim-embed")
+MAX_REQUEST_BYTES = 64 * 1024 * 1024
+_LOG_LIMIT = 100_000  # bounds memory of a long-running demo server; far above any benchmark
+# aiohttp waits this twice on shutdown; a hanging request must not hold SIGTERM for 2 x 60 s.
+_SHUTDOWN_GRACE_S = 0.5
+_LISTEN_BACKLOG = 4096  # a benchmark connects ~1000 clients at once; aiohttp's 128 resets them
+
+
+class Simulator:
+    """The simulator's state (request log, counters, global faults) and its handlers."""
+
+    def __init__(self, embedding_dim: int = 64) -> None:
+        self._embedding_dim = embedding_dim
+        self._log: deque[dict[str, Any]] = deque(maxlen=_LOG_LIMIT)
+        self._seq = 0
+        self._counts: Counter[tuple[str, str]] = Counter()
+        self._faults: list[GlobalFault] = []
+        self._models: set[str] = set(DEFAULT_MODELS)
+
+    def routes(self) -> list[web.RouteDef]:
+        """The HTTP routes this simulator serves."""
+        return [
+            web.post("/v1/chat/completions", self.chat),
+            web.post("/v1/embeddings", self.embeddings),
+            web.get("/v1/models", self.models),
+            web.get("/healthz", self.healthz),
+            web.get("/_sim/requests", self.list_requests),
+            web.delete("/_sim/requests", self.clear_requests),
+            web.get("/_sim/faults", self.list_faults),
+            web.post("/_sim/faults", self.add_fault),
+            web.delete("/_sim/faults", self.clear_faults),
+        ]
+
+    async def chat(self, request: web.Request) -> web.Response:
+        """``POST /v1/chat/completions``."""
+        return await self._handle(request, "chat")
+
+    async def embeddings(self, request: web.Request) -> web.Response:
+        """``POST /v1/embeddings``."""
+        return await self._handle(request, "embeddings")
+
+    async def _handle(self, request: web.Request, path: EndpointPath) -> web.Response:
+        try:
+            body = await request.json()
+        except ValueError:
+            body = None
+        entry = self._record(request, path, body if isinstance(body, dict) else {})
+        try:
+            response = await self._respond(request, path, body, entry)
+        except InvalidRequestError as exc:
+            entry["fault"] = exc.fault
+            response = error_response(400, str(exc), "invalid_request_error", exc.fault)
+        entry["status"] = response.status
+        return response
+
+    def _record(
+        self, request: web.Request, path: EndpointPath, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        self._seq += 1
+        entry = {
+            "seq": self._seq,
+            "at": time.time(),
+            "path": path,
+            "model": body.get("model"),
+            "run_id": request.headers.get("X-Run-Id"),
+            "idempotency_key": request.headers.get("Idempotency-Key"),
+            "messages": body.get("messages" if path == "chat" else "input"),
+            "status": None,
+            "fault": None,
+            "temperature": body.get("temperature"),
+            "response_format": body.get("response_format"),
+            "usage": None,
+        }
+        self._log.append(entry)
+        return entry
+
+    async def _respond(
+        self, request: web.Request, path: EndpointPath, body: object, entry: dict[str, Any]
+    ) -> web.Response:
+        if not isinstance(body, dict):
+            raise InvalidRequestError("the request body must be a JSON object")
+        model = body.get("model")
+        if not isinstance(model, str) or not model:
+            raise InvalidRequestError("'model' must be a non-empty string")
+        texts = _chat_texts(body) if path == "chat" else _embedding_inputs(body)
+        directives = parse_directives(texts)
+        self._models.add(model)
+        first = (user_texts(body["messages"]) or texts) if path == "chat" else texts
+        run_key = request.headers.get("X-Run-Id") or hashlib.sha256(first[0].encode()).hexdigest()
+        plan = await self._plan(run_key, path, model, directives, entry)
+        if plan.error is not None and plan.error.status is not None:
+            return fault_response(plan.error, plan.error.status)
+        if path == "chat":
+            answer = completion(entry["seq"], model, body["messages"], texts, plan)
+            entry["usage"] = answer["usage"]
+            return web.json_response(answer)
+        result = self._embedding_result(model, body, texts)
+        entry["usage"] = result["usage"]
+        return web.json_response(result)
+
+    async def _plan(
+        self,
+        run_key: str,
+        path: EndpointPath,
+        model: str,
+        directives: list[Directive],
+        entry: dict[str, Any],
+    ) -> Plan:
+        plan = Plan()
+        for fault in self._faults:
+            if not fault.spec.matches(path, model):
+                continue
+            fault.hits += 1
+            if fault.spec.times is not None and fault.hits > fault.spec.times:
+                continue
+            if fault.spec.delay_ms is not None:
+                plan.fired.append("global_delay")
+                entry["fault"] = "+".join(plan.fired)
+                await asyncio.sleep(fault.spec.delay_ms / 1000)
+            if fault.spec.status is not None:
+                plan.fired.append("global_status")
+                entry["fault"] = "+".join(plan.fired)
+                plan.error = fault.spec
+                return plan
+        for directive in directives:
+            if not directive.spec.matches(path, model):
+                continue
+            if directive.name in SHAPES and plan.shape is not None:
+                continue
+            if not self._count(run_key, directive):
+                continue
+            plan.fired.append(directive.name)
+            entry["fault"] = "+".join(plan.fired)
+            if isinstance(directive.spec, FaultSpec):
+                if directive.spec.delay_ms is not None:
+                    await asyncio.sleep(directive.spec.delay_ms / 1000)
+                plan.error = directive.spec
+                return plan
+            if directive.sleep_s is not None:
+                await asyncio.sleep(directive.sleep_s)
+            elif directive.name == "review":
+                plan.review = True
+            else:
+                plan.shape = directive.name
+        return plan
+
+    def _count(self, run_key: str, directive: Directive) -> bool:
+        """Count a call against ``directive``; return whether it still applies."""
+        key = (run_key, directive.text)
+        self._counts[key] += 1
+        return directive.spec.times is None or self._counts[key] <= directive.spec.times
+
+    def _embedding_result(
+        self, model: str, body: dict[str, Any], texts: list[str]
+    ) -> dict[str, Any]:
+        dim = body.get("dimensions", self._embedding_dim)
+        if not isinstance(dim, int) or not 1 <= dim <= 8192:
+            raise InvalidRequestError("'dimensions' must be an integer from 1 to 8192")
+        encoding = body.get("encoding_format", "float")
+        if encoding not in ("float", "base64"):
+            raise InvalidRequestError("'encoding_format' must be 'float' or 'base64'")
+        data = []
+        for index, text in enumerate(texts):
+            vector: list[float] | str = embed(text, dim)
+            if encoding == "base64":  # the openai client asks for base64 float32 by default
+                vector = base64.b64encode(struct.pack(f"<{dim}f", *vector)).decode()
+            data.append({"object": "embedding", "index": index, "embedding": vector})
+        tokens = word_count(texts)
+        usage = {"prompt_tokens": tokens, "total_tokens": tokens}
+        return {"object": "list", "data": data, "model": model, "usage": usage}
+
+    async def models(self, request: web.Request) -> web.Response:
+        """``GET /v1/models``: the default models plus every model requested so far."""
+        data = [
+            {"id": name, "object": "model", "created": 0, "owned_by": "llm-simulator"}
+            for name in sorted(self._models)
+        ]
+        return web.json_response({"object": "list", "data": data})
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        """``GET /healthz``."""
+        return web.json_response({"ok": True})
+
+    async def list_requests(self, request: web.Request) -> web.Response:
+        """``GET /_sim/requests``: the request log, oldest first."""
+        return web.json_response(list(self._log))
+
+    async def clear_requests(self, request: web.Request) -> web.Response:
+        """``DELETE /_sim/requests``: clear the log and every fault counter."""
+        self._log.clear()
+        self._counts.clear()
+        for fault in self._faults:
+            fault.hits = 0
+        return web.json_response({"ok": True})
+
+    async def list_faults(self, request: web.Request) -> web.Response:
+        """``GET /_sim/faults``: the global faults with their hit counts."""
+        faults = [{**fault.spec.model_dump(), "hits": fault.hits} for fault in self._faults]
+        return web.json_response(faults)
+
+    async def add_fault(self, request: web.Request) -> web.Response:
+        """``POST /_sim/faults``: add a global fault (see FaultSpec)."""
+        try:
+            spec = FaultSpec.model_validate_json(await request.read())
+        except ValidationError as exc:
+            return error_response(400, str(exc), "invalid_request_error", None)
+        self._faults.append(GlobalFault(spec))
+        return await self.list_faults(request)
+
+    async def clear_faults(self, request: web.Request) -> web.Response:
+        """``DELETE /_sim/faults``: remove every global fault."""
+        self._faults.clear()
+        return web.json_response({"ok": True})
+
+
+def _chat_texts(body: dict[str, Any]) -> list[str]:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise InvalidRequestError("'messages' must be a non-empty list")
+    return [message_text(message) for message in messages]
+
+
+def _embedding_inputs(body: dict[str, Any]) -> list[str]:
+    value = body.get("input")
+    inputs = [value] if isinstance(value, str) else value
+    if not isinstance(inputs, list) or not inputs or not all(isinstance(i, str) for i in inputs):
+        raise InvalidRequestError("'input' must be a string or a non-empty list of strings")
+    return inputs
+
+
+def build_app(embedding_dim: int = 64) -> web.Application:
+    """Build the simulator's aiohttp application with fresh state."""
+    # Large prompts (documents given by reference, loaded by invoke_llm) must reach it whole.
+    app = web.Application(client_max_size=MAX_REQUEST_BYTES)
+    app.add_routes(Simulator(embedding_dim).routes())
+    return app
+
+
+@asynccontextmanager
+async def running_simulator(
+    host: str = "127.0.0.1", port: int = 0, embedding_dim: int = 64
+) -> AsyncIterator[str]:
+    """Serve a fresh simulator in this event loop; yield its root URL (``http://HOST:PORT``).
+
+    ``port=0`` picks a free port. The OpenAI base URL is the yielded URL plus ``/v1``.
+    """
+    runner = web.AppRunner(
+        build_app(embedding_dim),
+        access_log=None,
+        handler_cancellation=True,  # a client that gives up on a hang frees the handler
+        shutdown_timeout=_SHUTDOWN_GRACE_S,
+    )
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, host, port, backlog=_LISTEN_BACKLOG).start()
+        yield f"http://{host}:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()
+
+
+async def serve(host: str, port: int, embedding_dim: int) -> None:
+    """Serve until SIGTERM or SIGINT, printing the ready line once listening."""
+    stop = stop_event()
+    async with running_simulator(host, port, embedding_dim) as url:
+        print(f"llm-simulator listening on {url}", flush=True)
+        await stop.wait()

@@ -1,0 +1,337 @@
+"""The Docker stack, checked without Docker: docker-compose.yml and the Dockerfiles agree with
+each other and with the worker's configuration (`aiorch.runtime.config.Settings`), and
+docs/docker.md describes the stack as it is."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import re
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from aiorch.runtime.config import SECRET_FILE_FIELDS, Settings
+from tests.static.compose import (
+    ADDRESS_OR_NAME_SUFFIXES,
+    APP_DOCKERFILE,
+    COMPOSE_FILE,
+    CONTRACT_VARIABLES,
+    DOCKERIGNORE,
+    DOCS_FILE,
+    ELASTICMQ_FILE,
+    EXTERNAL_VARIABLES,
+    GRAFANA_DIR,
+    NOT_WIRED,
+    OTEL_FILE,
+    PENDING_SETTINGS,
+    PROMETHEUS_FILE,
+    ROOT,
+    SECRETS_SCRIPT,
+    WORKER,
+    WORKER_DEPENDENCIES,
+    argv_of,
+    base_images,
+    compose_dockerfiles,
+    compose_document,
+    compose_services,
+    container_ports,
+    dashboard_exprs,
+    dockerfile_instructions,
+    healthcheck_text,
+    image_is_pinned,
+    load_yaml,
+    mounts_of,
+    one_shot_services,
+    otel_config,
+    port_of,
+    ports_of,
+    published_ports,
+    service_depends_on,
+    service_environment,
+)
+from tests.static.compose_policy import (
+    NOT_LOOPBACK,
+    secrets_job,
+)
+from workflows import contract
+
+
+def test_yaml_files_parse() -> None:
+    """Every YAML file of the stack parses to a mapping."""
+    paths = [
+        COMPOSE_FILE,
+        OTEL_FILE,
+        PROMETHEUS_FILE,
+        *sorted((GRAFANA_DIR / "provisioning").rglob("*.yml")),
+    ]
+    for path in paths:
+        assert isinstance(load_yaml(path), dict), f"{path.relative_to(ROOT)} is not a mapping"
+
+
+def test_compose_bind_mounts_and_scripts_exist() -> None:
+    """Every file or directory compose mounts from the repo exists, and so does every script a
+    service runs from a mounted directory."""
+    for name, spec in compose_services().items():
+        mounts: dict[str, Path] = {}
+        for volume in spec.get("volumes") or []:
+            source, target = str(volume).split(":")[:2]
+            if source.startswith("."):
+                host = ROOT / source
+                assert host.exists(), f"{name}: mounts missing {source}"
+                mounts[target] = host
+        for arg in argv_of(spec, "entrypoint") + argv_of(spec, "command"):
+            for target, host in mounts.items():
+                if arg.startswith(target + "/"):
+                    script = host / arg.removeprefix(target + "/")
+                    assert script.is_file(), f"{name}: runs missing {arg}"
+
+
+def test_every_service_uses_a_pinned_image_or_a_build() -> None:
+    """Each service names an image with an explicit version tag (never ``latest``, never
+    untagged) or builds one from the repo."""
+    problems = []
+    for name, spec in compose_services().items():
+        if "build" in spec and "image" not in spec:
+            continue
+        image = spec.get("image")
+        if not image or not image_is_pinned(str(image)):
+            problems.append(f"{name}: {image!r}")
+    assert not problems, "unpinned images: " + ", ".join(problems)
+
+
+def test_built_images_pin_their_base_images() -> None:
+    """Every Dockerfile compose builds exists and pulls only version-pinned images."""
+    dockerfiles = compose_dockerfiles()
+    assert dockerfiles, "no service is built from the repo"
+    for name, path in dockerfiles.items():
+        assert path.is_file(), f"{name}: no Dockerfile at {path}"
+        images = base_images(path)
+        assert images, f"{path.relative_to(ROOT)} has no FROM"
+        unpinned = [image for image in images if not image_is_pinned(image)]
+        assert not unpinned, f"{path.relative_to(ROOT)} pulls unpinned {unpinned}"
+
+
+def test_app_image_is_slim_python_runs_the_worker_as_non_root() -> None:
+    """The project image is python:3.11 slim, installs the hash-locked runtime set (never a
+    dev extra or the dev lock) and then the project without resolving anything, ends as a
+    non-root user and runs ``python worker.py`` by default."""
+    instructions = list(dockerfile_instructions(APP_DOCKERFILE))
+    froms = [args.split()[0] for keyword, args in instructions if keyword == "FROM"]
+    assert froms, "no FROM"
+    assert all(re.fullmatch(r"python:3\.11\.\d+-slim(-\w+)?", image) for image in froms), froms
+
+    last_from = max(i for i, (keyword, _) in enumerate(instructions) if keyword == "FROM")
+    users = [args for keyword, args in instructions[last_from:] if keyword == "USER"]
+    assert users, "the final stage never switches away from root"
+    assert users[-1].split(":")[0] not in {"root", "0"}, users[-1]
+
+    runs = " ".join(args for keyword, args in instructions if keyword == "RUN")
+    installs = re.findall(r"pip install ([^&]+)", runs)
+    assert "--require-hashes -r requirements/runtime.txt" in " ".join(installs), installs
+    for command in installs:
+        assert "--require-hashes" in command or "--no-deps" in command, command
+        assert "[" not in command and "requirements/dev.txt" not in command, command
+    assert re.search(r"pip wheel --no-deps --no-build-isolation .*\.(\s|$)", runs), runs
+
+    cmd = [args for keyword, args in instructions if keyword == "CMD"]
+    assert cmd and json.loads(cmd[-1]) == ["python", "worker.py"], cmd
+
+
+def test_dockerignore_keeps_build_inputs_and_drops_local_state() -> None:
+    """What the Dockerfile copies from the context is not ignored, and the venv, git data
+    and local state never enter the build context."""
+    patterns = [
+        line.strip().rstrip("/")
+        for line in DOCKERIGNORE.read_text(encoding="utf-8").splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+
+    def ignored(path: str) -> bool:
+        return any(fnmatch.fnmatch(path, pattern) for pattern in patterns)
+
+    for keyword, args in dockerfile_instructions(APP_DOCKERFILE):
+        if keyword != "COPY" or "--from=" in args:
+            continue
+        sources = [word for word in args.split() if not word.startswith("--")][:-1]
+        for source in sources:
+            assert (ROOT / source).exists(), f"COPY of missing {source}"
+            assert not ignored(source.rstrip("/")), f"{source} is copied but ignored"
+    for local in (".venv", ".venv-3.12", ".git", ".data", "tests"):
+        assert ignored(local), f"{local} would be sent to the build"
+
+
+def test_contract_variables_are_settings_fields() -> None:
+    """Each variable the contract wires is a field of Settings, so renaming one in the config
+    breaks this test instead of silently unwiring the stack."""
+    fields = {name.upper() for name in Settings.model_fields}
+    missing = [name for name in CONTRACT_VARIABLES if name not in fields]
+    assert not missing, f"not Settings fields: {missing}"
+    assert set(NOT_WIRED) <= fields, "NOT_WIRED names a variable Settings no longer has"
+
+
+def test_worker_sets_every_address_and_name_setting() -> None:
+    """The worker service sets every contract variable and every Settings field that names an
+    address or a resource, except the few left unset on purpose. A secret (REVIEWER_KEY, the
+    CLI's signing key) is not an address, whatever its name ends with."""
+    derived = {
+        name.upper()
+        for name in Settings.model_fields
+        if name.endswith(ADDRESS_OR_NAME_SUFFIXES) and name not in SECRET_FILE_FIELDS
+    }
+    required = (derived | set(CONTRACT_VARIABLES)) - set(NOT_WIRED)
+    environment = service_environment(WORKER)
+    missing = sorted(name for name in required if not environment.get(name))
+    assert not missing, f"worker environment lacks {missing}"
+
+
+def test_worker_environment_names_only_known_variables() -> None:
+    """Every variable set on the worker is read by Settings or by a library (a typo would
+    otherwise be ignored silently, since Settings ignores unknown variables)."""
+    fields = {name.upper() for name in Settings.model_fields}
+    unknown = sorted(
+        name
+        for name in service_environment(WORKER)
+        if name not in fields | EXTERNAL_VARIABLES | PENDING_SETTINGS
+    )
+    assert not unknown, f"nothing reads {unknown}"
+
+
+def test_metrics_port_is_a_setting() -> None:
+    """METRICS_PORT, which compose sets and Prometheus scrapes, is read by Settings."""
+    assert "metrics_port" in Settings.model_fields
+
+
+def test_worker_addresses_reach_the_services_that_serve_them() -> None:
+    """Each address the worker is given names a compose service and the port that service
+    listens on according to its own config."""
+    env = service_environment(WORKER)
+    services = compose_services()
+
+    host, port = env["TEMPORAL_ADDRESS"].rsplit(":", 1)
+    assert host == "temporal" and int(port) in container_ports("temporal")
+
+    llm = urlsplit(env["OPENAI_BASE_URL"])
+    command = [str(arg) for arg in services["llm-simulator"]["command"]]
+    assert llm.hostname == "llm-simulator"
+    assert llm.port == int(command[command.index("--port") + 1])
+    assert llm.path.rstrip("/") == "/v1"
+
+    sqs = urlsplit(env["SQS_ENDPOINT_URL"])
+    bind_port = re.search(r"bind-port\s*=\s*(\d+)", ELASTICMQ_FILE.read_text(encoding="utf-8"))
+    assert bind_port
+    assert sqs.hostname == "elasticmq" and sqs.port == int(bind_port.group(1))
+
+    vectors = urlsplit(env["VECTOR_STORE_URL"])
+    assert vectors.hostname == "qdrant" and vectors.port in container_ports("qdrant")
+
+    otlp = urlsplit(env["OTEL_EXPORTER_OTLP_ENDPOINT"])
+    grpc = otel_config()["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"]
+    assert otlp.hostname == "otel-collector" and otlp.port == port_of(grpc)
+
+
+def test_worker_names_match_the_contract_and_the_setup_job() -> None:
+    """The worker polls the contract's task queue in the namespace the setup job creates."""
+    env = service_environment(WORKER)
+    assert env["TEMPORAL_TASK_QUEUE"] == contract.DEFAULT_TASK_QUEUE
+    assert env["TEMPORAL_NAMESPACE"] == service_environment("temporal-namespace")["NAMESPACE"]
+    assert (
+        env["TEMPORAL_NAMESPACE"]
+        == service_environment("temporal-ui")["TEMPORAL_DEFAULT_NAMESPACE"]
+    )
+
+
+def test_depends_on_targets_exist_and_can_meet_their_condition() -> None:
+    """Every depends_on target is a service; a ``service_healthy`` target has a health check
+    and a ``service_completed_successfully`` target is a job that is not restarted forever."""
+    services = compose_services()
+    for name in services:
+        for target, condition in service_depends_on(name).items():
+            assert target in services, f"{name} depends on unknown {target}"
+            spec = services[target]
+            if condition == "service_healthy":
+                assert healthcheck_text(target), f"{name} waits for {target} to be healthy"
+                assert not spec["healthcheck"].get("disable"), target
+            elif condition == "service_completed_successfully":
+                assert spec.get("restart") not in {"always", "unless-stopped"}, target
+            else:
+                assert condition == "service_started", f"{name}: unknown condition {condition}"
+
+
+def test_long_running_services_have_health_checks() -> None:
+    """Every service except the one-shot setup jobs declares a health check."""
+    missing = sorted(
+        name
+        for name in compose_services()
+        if name not in one_shot_services() and not healthcheck_text(name)
+    )
+    assert not missing, f"no health check: {missing}"
+
+
+def test_worker_starts_after_temporal_sqs_qdrant_llm_and_collector() -> None:
+    """The worker waits for Temporal and its namespace, the SQS endpoint, Qdrant, the LLM
+    simulator and the collector, each with the condition that proves it ready."""
+    depends = service_depends_on(WORKER)
+    for target, condition in WORKER_DEPENDENCIES.items():
+        assert depends.get(target) == condition, f"worker -> {target}: {depends.get(target)}"
+
+
+def test_published_host_ports_do_not_collide() -> None:
+    """No two services publish the same host port, and the worker publishes none (so it can
+    be scaled)."""
+    seen: dict[int, str] = {}
+    for name in compose_services():
+        for port in published_ports(name):
+            assert port not in seen, f"host port {port}: {seen[port]} and {name}"
+            seen[port] = name
+    assert not published_ports(WORKER)
+    assert published_ports("temporal-ui") == [8233]
+    assert container_ports("temporal-ui") == {8080}
+
+
+def test_named_volumes_keep_postgres_and_qdrant_data() -> None:
+    """PostgreSQL's and Qdrant's data live in declared named volumes."""
+    declared = set(compose_document().get("volumes") or {})
+    for service, path in (("postgres", "/var/lib/postgresql/data"), ("qdrant", "/qdrant/storage")):
+        sources = [
+            str(volume).split(":")[0]
+            for volume in compose_services()[service].get("volumes") or []
+            if str(volume).split(":")[1] == path
+        ]
+        assert sources and sources[0] in declared, f"{service}: {path} is not a named volume"
+
+
+def test_docs_explain_what_is_published_and_where_the_secrets_live() -> None:
+    """docs/docker.md gives every published address, the reason for any port beyond loopback,
+    each secret's volume, each operator command of secrets.sh, and the advice to pin image
+    digests."""
+    docs = DOCS_FILE.read_text(encoding="utf-8")
+    for name, spec in compose_services().items():
+        for port in ports_of(spec):
+            assert f"127.0.0.1:{port.host_port}" in docs, f"{name}'s port is undocumented"
+    for reason in NOT_LOOPBACK.values():
+        assert reason in docs
+    job = secrets_job(compose_services())
+    assert job is not None
+    for mount in mounts_of(compose_services()[job]):
+        if mount.named:
+            assert f"`{mount.source}`" in docs, f"volume {mount.source} is undocumented"
+    commands = re.findall(r"^([a-z-]+)\) ", SECRETS_SCRIPT.read_text(encoding="utf-8"), re.M)
+    assert commands[0] == "init" and len(commands) == 6  # init: what `up` runs
+    for command in commands[1:]:
+        assert f"secrets {command}" in docs, f"secrets.sh {command} is undocumented"
+    assert "@sha256:" in docs, "no word on pinning digests"
+
+
+def test_docs_match_the_stack() -> None:
+    """docs/docker.md shows the dashboard's runs-by-state query verbatim, names every image
+    compose pins, and documents every aiorch_* metric the dashboard queries."""
+    docs = DOCS_FILE.read_text(encoding="utf-8")
+    runs_by_state = dashboard_exprs()["Open runs by state"]
+    assert runs_by_state and all(expr in docs for expr in runs_by_state)
+    for name, spec in compose_services().items():
+        if "image" in spec:
+            assert f"`{spec['image']}`" in docs, f"{name}'s image {spec['image']} is undocumented"
+    exprs = " ".join(expr for group in dashboard_exprs().values() for expr in group)
+    for metric in set(re.findall(r"aiorch_[a-z_]+", exprs)):
+        base = re.sub(r"_(bucket|count|sum)$", "", metric)
+        assert f"`{base}`" in docs, f"{base} is not documented"

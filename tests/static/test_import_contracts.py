@@ -1,0 +1,81 @@
+"""The import contracts (pyproject.toml, [tool.importlinter]) hold for the tree, and each one
+breaks, by name, when a forbidden import is added to a copy of it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+CONTRACTS = [
+    contract["name"]
+    for contract in tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"][
+        "importlinter"
+    ]["contracts"]
+]
+
+
+def copy_of_the_tree(target: Path) -> Path:
+    """The product's packages and pyproject.toml, copied without caches."""
+    for package in ("workflows", "activities", "aiorch"):
+        shutil.copytree(
+            ROOT / package, target / package, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    shutil.copy(ROOT / "pyproject.toml", target / "pyproject.toml")
+    return target
+
+
+def lint_imports(tree: Path) -> subprocess.CompletedProcess[str]:
+    """``lint-imports`` on ``tree``, its packages found there before the installed checkout."""
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache"],
+        cwd=tree,
+        env={**os.environ, "PYTHONPATH": str(tree)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_every_contract_is_kept() -> None:
+    """The tree as it is keeps every contract."""
+    done = lint_imports(ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"Contracts: {len(CONTRACTS)} kept, 0 broken." in done.stdout
+
+
+# One forbidden import per contract, in the order pyproject.toml lists the contracts.
+FORBIDDEN = [
+    ("workflows/backoff.py", "import boto3"),
+    ("activities/pricing.py", "from aiorch.ops import visibility"),
+    ("aiorch/runtime/aws.py", "import activities.heartbeat"),
+    ("aiorch/ops/durations.py", "import aiorch.cli.output"),
+    ("aiorch/worker/app.py", "import aiorch.cli.output"),
+    ("aiorch/cli/keys.py", "import aiorch.devstack.processes"),
+]
+
+
+def test_a_forbidden_import_breaks_its_contract(tmp_path: Path) -> None:
+    """A copy of the tree with one forbidden import per contract fails the check: every
+    contract is reported broken, each naming the module whose import breaks it."""
+    assert len(FORBIDDEN) == len(CONTRACTS)
+    tree = copy_of_the_tree(tmp_path)
+    for module, forbidden_import in FORBIDDEN:
+        path = tree / module
+        source = path.read_text(encoding="utf-8")
+        path.write_text(f"{source}\n{forbidden_import}\n", encoding="utf-8")
+    done = lint_imports(tree)
+    assert done.returncode != 0
+    assert f"Contracts: 0 kept, {len(CONTRACTS)} broken." in done.stdout
+    broken = " ".join(done.stdout.split("Broken contracts", 1)[1].split())  # unwrapped
+    starts = [broken.index(name) for name in CONTRACTS]
+    assert starts == sorted(starts)
+    for (module, _), start, end in zip(FORBIDDEN, starts, [*starts[1:], None], strict=True):
+        dotted = module.removesuffix(".py").replace("/", ".")
+        assert f"{dotted} -> " in broken[start:end]

@@ -1,0 +1,103 @@
+"""The `aiorch` command line in this process (Typer's runner): key making, the `stuck` cutoff,
+and the one line a user sees when Temporal cannot be reached."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import typer
+from typer.core import TyperGroup
+from typer.testing import CliRunner
+
+from aiorch.cli import build_app
+from aiorch.cli.app import COMMANDS
+from aiorch.cli.ops import stuck_cutoff
+from aiorch.cli.output import CliError
+from aiorch.devstack.processes import free_port
+from aiorch.ops.signing import SigningKey
+from aiorch.runtime.codec import KeyRing
+from aiorch.runtime.config import Settings
+
+
+def test_payload_key_is_one_usable_key_line() -> None:
+    """`keys payload` prints one base64 key that a PAYLOAD_KEYS entry accepts."""
+    done = CliRunner().invoke(build_app(), ["keys", "payload"])
+    assert done.exit_code == 0
+    [key] = done.output.splitlines()
+    assert KeyRing.parse(f"k1:{key}").current_id == "k1"
+
+
+@pytest.mark.parametrize(
+    ("options", "reviewers"),
+    [([], ["alice"]), (["--signs-for", "bob", "--signs-for", "carol"], ["bob", "carol"])],
+)
+def test_reviewer_key_prints_both_configuration_lines(
+    options: list[str], reviewers: list[str]
+) -> None:
+    """`keys reviewer NAME` prints REVIEWER_KEY and REVIEW_PUBLIC_KEYS lines that the CLI and
+    the workers load, the public key signing for NAME unless told whom."""
+    done = CliRunner().invoke(build_app(), ["keys", "reviewer", "alice", *options])
+    assert done.exit_code == 0
+    lines = dict(line.split("=", 1) for line in done.output.splitlines())
+    assert set(lines) == {"REVIEWER_KEY", "REVIEW_PUBLIC_KEYS"}
+    settings = Settings(
+        reviewer_key=lines["REVIEWER_KEY"], review_public_keys=lines["REVIEW_PUBLIC_KEYS"]
+    )
+    [public] = settings.review_keys()
+    assert (public.key_id, public.reviewers) == ("alice", reviewers)
+    assert SigningKey.parse(lines["REVIEWER_KEY"]).key_id == "alice"
+
+
+def test_identity_provider_key_signs_for_anyone() -> None:
+    """`keys reviewer inbox --any` makes a key that may sign for any reviewer."""
+    done = CliRunner().invoke(build_app(), ["keys", "reviewer", "inbox", "--any"])
+    public = dict(line.split("=", 1) for line in done.output.splitlines())["REVIEW_PUBLIC_KEYS"]
+    assert Settings(review_public_keys=public).review_keys()[0].reviewers is None
+
+
+def test_reviewer_key_with_a_bad_name_is_one_line() -> None:
+    """A key id the workers would refuse is refused at once, in one line, printing no key."""
+    done = CliRunner().invoke(build_app(), ["keys", "reviewer", "bad name:x"])
+    assert done.exit_code == 1
+    assert done.output.startswith("error: cannot make this key: ")
+    assert len(done.output.strip().splitlines()) == 1
+
+
+def test_stuck_cutoff_from_a_threshold_or_a_moment() -> None:
+    """`--older-than` counts back from now; `--before` is the moment itself, UTC unless it
+    names its zone; a duration that does not parse is the user's one-line error."""
+    before = datetime.now(UTC) - timedelta(minutes=90)
+    cutoff, title = stuck_cutoff("1h30m", None)
+    assert before <= cutoff <= datetime.now(UTC) - timedelta(minutes=90)
+    assert title == "longer than 1h30m"
+    naive = datetime(2026, 11, 30, 10, 0)
+    assert stuck_cutoff("1h", naive)[0] == naive.replace(tzinfo=UTC)
+    with pytest.raises(CliError, match="--older-than"):
+        stuck_cutoff("soon", None)
+
+
+def test_unreachable_temporal_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With nothing listening at TEMPORAL_ADDRESS, a command says so in one line naming the
+    address and what to do, and exits 1."""
+    address = f"127.0.0.1:{free_port()}"
+    monkeypatch.setenv("TEMPORAL_ADDRESS", address)
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
+    done = CliRunner().invoke(build_app(), ["status", "0123456789abcdef01234567"])
+    assert done.exit_code == 1
+    assert done.output.startswith(f"error: cannot connect to Temporal at {address} (")
+    assert "make dev" in done.output
+    assert len(done.output.strip().splitlines()) == 1
+
+
+def test_each_command_line_loads_its_module_and_help_lists_every_command() -> None:
+    """`build_app(NAME)` registers NAME (from the module the table names), and the full app
+    has exactly the table's commands, so no command is missing from help or loaded lazily by
+    the wrong module."""
+    full = typer.main.get_command(build_app())
+    assert isinstance(full, TyperGroup)
+    assert set(full.commands) == set(COMMANDS)
+    for name in COMMANDS:
+        alone = typer.main.get_command(build_app(name))
+        assert isinstance(alone, TyperGroup)
+        assert name in alone.commands

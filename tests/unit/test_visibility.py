@@ -1,0 +1,64 @@
+"""The search attributes and visibility queries every operator tool shares
+(`aiorch.ops.visibility`)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+from typing import get_args
+
+from aiorch.ops.visibility import (
+    FINAL_STATES,
+    initial_search_attributes,
+    runs_query,
+    search_attribute_types,
+    state_in,
+    state_is,
+    visibility_time,
+)
+from aiorch.runtime.temporal import SEARCH_ATTRIBUTES
+from workflows import contract
+from workflows.graph import TERMINAL_STATES, State
+from workflows.payloads import FinalState, PipelineRequest
+
+T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+
+
+def test_visibility_time_is_utc() -> None:
+    """Any timezone is written as UTC with a Z."""
+    plus_two = T0.astimezone(timezone(timedelta(hours=2)))
+    assert visibility_time(plus_two) == "2026-11-01T12:00:00Z"
+
+
+def test_queries_name_the_workflow_type_and_skip_empty_clauses() -> None:
+    """Every query is narrowed to the project's runs; clauses join with AND, empty ones drop."""
+    assert runs_query() == "WorkflowType = 'AiOrchestrator'"
+    assert runs_query(state_is(State.ESCALATE), "") == (
+        "WorkflowType = 'AiOrchestrator' AND AiState = 'escalate'"
+    )
+    assert state_in([State.FAILED, State.COMPLETED]) == "AiState IN ('completed', 'failed')"
+
+
+def test_final_states_are_the_results_states() -> None:
+    """The states a run's result can name are the terminal states a run returns in."""
+    assert {state.value for state in FINAL_STATES} == set(get_args(FinalState))
+    assert TERMINAL_STATES - {State.CANCELLED} == FINAL_STATES
+
+
+def test_search_attributes_match_what_the_worker_registers() -> None:
+    """The dev server is started with the same attributes, of the same types, as the worker
+    registers on a server that lacks them."""
+    assert set(search_attribute_types()) == set(SEARCH_ATTRIBUTES)
+    assert search_attribute_types() == {
+        "AiState": "Keyword",
+        "AiStateSince": "Datetime",
+        "AiReviewRound": "Int",
+    }
+
+
+def test_a_run_starts_visible_in_its_first_resting_state() -> None:
+    """A run is started with AiState set to where it will first rest (invoke_llm for an inline
+    message, fetch_prompt for a document by reference), so visibility lists it at once."""
+    inline = PipelineRequest(request_id="a" * 24, user_message="hi")
+    document = PipelineRequest(request_id="a" * 24, user_message="s3://docs/a.txt")
+    assert initial_search_attributes(inline).get(contract.AI_STATE) == "invoke_llm"
+    assert initial_search_attributes(document).get(contract.AI_STATE) == "fetch_prompt"
