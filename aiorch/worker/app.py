@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import sys
 from collections.abc import AsyncIterator, Awaitable
 from datetime import timedelta
@@ -286,15 +287,26 @@ async def _worker_failed_to_start(running: asyncio.Task[None], settings: Setting
 
 
 def main() -> None:
-    """The ``aiorch-worker`` command (``python worker.py``)."""
+    """The ``aiorch-worker`` command (``python worker.py``): exit 0 after a drain, 1 with one
+    line on stderr for a problem the user can fix."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    code = 0
     try:
         settings = load_settings()
         with tracing(settings, "worker"):
             asyncio.run(run_worker(settings))
     # Each a problem the user can fix: one line, no traceback.
     except (ConfigError, TemporalUnreachable, VectorStoreLocked) as err:
-        sys.exit(f"worker: {err}")
+        print(f"worker: {err}", file=sys.stderr)
+        code = 1
+    # Skip interpreter teardown, as the CLI does: the Temporal runtime's native threads can
+    # outlive it and abort a worker that has already stopped or failed cleanly (SIGABRT,
+    # "PyGILState_Release ... finalizing"; temporalio/sdk-python#300, seen in the deploy tests).
+    # Spans were flushed by `tracing`; flush the logs and the output.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":
