@@ -39,6 +39,7 @@ def build_request(
     review: ReviewMode,
     metadata: str | None,
     options: dict[str, Any],
+    tenant: str | None = None,
 ) -> PipelineRequest:
     """The request as the contract has it, validated here so a bad one never starts.
 
@@ -56,6 +57,8 @@ def build_request(
         "metadata": meta,
         "options": {k: v for k, v in options.items() if v is not None},
     }
+    if tenant is not None:
+        raw["tenant"] = tenant
     try:
         return PipelineRequest.model_validate(raw)
     except ValidationError as error:
@@ -102,6 +105,12 @@ def start(
         list[str] | None,
         typer.Option(help="who may review this run (repeat it); default ALLOWED_REVIEWERS"),
     ] = None,
+    tenant: Annotated[
+        str | None, typer.Option(help="whose daily budget the run spends (TENANT_BUDGETS_USD)")
+    ] = None,
+    max_cost: Annotated[
+        float | None, typer.Option(help="this run's cost ceiling in USD (below RUN_BUDGET_USD)")
+    ] = None,
     wait: Annotated[bool, typer.Option(help="wait for the result and print it")] = False,
 ) -> None:
     """Start a pipeline run and print its id and Web UI link.
@@ -121,7 +130,9 @@ def start(
             "escalation_timeout_s": escalation_timeout,
             "llm_max_attempts": max_attempts,
             "allowed_reviewers": allowed_reviewer or None,
+            "max_cost_usd": max_cost,
         },
+        tenant,
     )
     if stored:
         out.print(stored, highlight=False)
@@ -152,6 +163,8 @@ def status(workflow_id: Annotated[str, typer.Argument(help="the run's id")]) -> 
         for key in keys:
             value = getattr(current, key)
             table.add_row(key, f"{value}%" if key == "progress" else str(value))
+        table.add_row("tenant", str(current.tenant))
+        table.add_row("cost", f"${current.cost_usd:.4f}")
         table.add_row("web ui", ui_link(settings, workflow_id))
         out.print(table)
 

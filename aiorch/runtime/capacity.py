@@ -213,6 +213,15 @@ return 0
 """
 )
 
+# ARGV: tpm, rpm. Returns {tokens, requests} after refilling and giving back expired holds.
+_LEVELS = (
+    _PROLOGUE
+    + """
+save()
+return {tostring(tok), tostring(req)}
+"""
+)
+
 # ARGV: tpm, rpm, remaining tokens, remaining requests, limit tokens, limit requests,
 # retry-after ms (each -1 when absent).
 _FEEDBACK = (
@@ -273,6 +282,7 @@ class CapacityStore:
         self._settle = client.register_script(_SETTLE)
         self._renew = client.register_script(_RENEW)
         self._feedback = client.register_script(_FEEDBACK)
+        self._levels = client.register_script(_LEVELS)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> CapacityStore | None:
@@ -385,6 +395,12 @@ class CapacityStore:
             return {}
         values = await self._call(self._redis.mget([spend_key(n, day) for n in names]))
         return {n: float(v) if v is not None else 0.0 for n, v in zip(names, values, strict=True)}
+
+    async def levels(self, scope: str, limits: tuple[int, int]) -> tuple[float, float]:
+        """The tokens and requests ``scope`` has now (expired holds given back first)."""
+        args: list[int] = [*limits]
+        tokens, requests = await self._call(self._levels(keys=_scope_keys(scope), args=args))
+        return float(tokens), float(requests)
 
     async def scope_state(self, scope: str) -> Mapping[str, float]:
         """The raw bucket of ``scope`` (tokens, requests, ...), for tests and diagnostics."""
