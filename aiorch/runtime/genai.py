@@ -132,8 +132,11 @@ class GenAiTelemetry:
         *,
         capture_content: bool = False,
         meter_provider: MeterProvider | None = None,
+        tracer_provider: trace.TracerProvider | None = None,
     ) -> None:
         self._address, self._port = server_of(base_url)
+        # The process's provider by default (replay-safe, OTLP when configured).
+        self._tracer_provider = tracer_provider
         self._capture = capture_content
         meter: Meter = (meter_provider or metrics.NoOpMeterProvider()).get_meter(TRACER_NAME)
         self._tokens: Histogram = meter.create_histogram(
@@ -169,7 +172,7 @@ class GenAiTelemetry:
         for name, value in request.items():
             if value is not None:
                 attributes[f"gen_ai.request.{name}"] = value
-        tracer = trace.get_tracer(TRACER_NAME)
+        tracer = (self._tracer_provider or trace.get_tracer_provider()).get_tracer(TRACER_NAME)
         started = time.perf_counter()
         with tracer.start_as_current_span(
             f"{operation} {model}",

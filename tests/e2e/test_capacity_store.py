@@ -93,7 +93,9 @@ async def test_requests_per_minute_are_limited_too(store: CapacityStore) -> None
     """With 2 requests per minute the third reservation waits about 30 s, however few tokens."""
     limits = (0, 2)
     for n in range(2):
-        assert (await store.reserve(SCOPE, limits, hold_id=f"r{n}", member=f"m{n}", tokens=1)).granted
+        assert (
+            await store.reserve(SCOPE, limits, hold_id=f"r{n}", member=f"m{n}", tokens=1)
+        ).granted
     third = await store.reserve(SCOPE, limits, hold_id="r2", member="m2", tokens=1)
     assert not third.granted
     assert timedelta(seconds=29) <= third.wait <= timedelta(seconds=30.1)
@@ -108,9 +110,7 @@ async def test_a_429_pauses_the_scope_and_headers_cap_it(store: CapacityStore) -
     assert not paused.granted
     assert timedelta(seconds=1.5) <= paused.wait <= timedelta(seconds=2.1)
 
-    await store.feedback(
-        SCOPE, limits, ProviderSignal(remaining_tokens=100, limit_tokens=6000)
-    )
+    await store.feedback(SCOPE, limits, ProviderSignal(remaining_tokens=100, limit_tokens=6000))
     assert (await store.levels(SCOPE, limits))[0] <= 200
 
 
