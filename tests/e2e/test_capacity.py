@@ -284,3 +284,27 @@ async def test_a_killed_workers_reservation_returns_within_the_lease(fleet: Flee
     finally:
         fleet.stop_workers()
         await store.close()
+
+
+@pytest.mark.timeout(180)
+async def test_runs_complete_while_the_capacity_store_is_down(fleet: Fleet) -> None:
+    """With the capacity store stopped, a worker configured for shared limits and tenant
+    budgets still starts, and runs complete: calls go ahead without the shared limit (fail
+    open), and the worker logs why; with the store back, limits apply again."""
+    simulator = Simulator(fleet.stack.addresses.openai_base_url)
+    sim_put(simulator, "/_sim/ratelimits", None, "DELETE")
+    env = {**LIMITED_ENV, "TENANT_BUDGETS_USD": json.dumps({"acme": 10})}
+    client = await Client.connect(
+        fleet.stack.addresses.temporal_address, data_converter=DATA_CONVERTER
+    )
+    fleet.stack.stop_capacity_store()
+    try:
+        fleet.start_workers(env, 1, "storeless")
+        handles = [await start(client, request(f"No store {n}", tenant="acme")) for n in range(3)]
+        results = [await finished(handle) for handle in handles]
+        assert [result.state for result in results] == ["completed"] * 3
+        log = (fleet.stack.data_dir / "logs-storeless-0" / "worker.log").read_text()
+        assert "calling without the shared limit" in log
+    finally:
+        fleet.stop_workers()
+        fleet.stack.start_capacity_store()
