@@ -57,9 +57,7 @@ def call(message: str, **fields: object) -> LlmCallInput:
 class Recorded:
     """An LLM activity whose spans and metrics land in memory."""
 
-    def __init__(
-        self, client: AsyncOpenAI, *, capture: bool, gate: CallGate | None = None
-    ) -> None:
+    def __init__(self, client: AsyncOpenAI, *, capture: bool, gate: CallGate | None = None) -> None:
         self.spans = InMemorySpanExporter()
         tracer = TracerProvider()
         tracer.add_span_processor(SimpleSpanProcessor(self.spans))
