@@ -36,6 +36,7 @@ COMMANDS: Mapping[str, str] = MappingProxyType(
         "history": "runs",
         "list": "runs",
         "cancel": "runs",
+        "result": "runs",
         "review": "reviews",
         "review-all": "reviews",
         "dlq": "dlq",

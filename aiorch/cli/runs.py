@@ -15,10 +15,11 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
 from aiorch.cli.output import CliError, one_line_errors, out
-from aiorch.cli.session import describe_rpc_error, fetch_status, run_async, ui_link
+from aiorch.cli.session import describe_rpc_error, fetch_status, run_async
 from aiorch.ops import claim_check, visibility
 from aiorch.ops.results import run_result
 from aiorch.runtime.config import Settings, load_settings
+from aiorch.runtime.links import inbox_start_line, web_ui_run_url
 from workflows.graph import State
 from workflows.payloads import (
     PipelineRequest,
@@ -140,7 +141,9 @@ def start(
     async def start_and_report(client: Client, settings: Settings) -> None:
         workflow_id = await start_run(client, settings, request)
         out.print(f"started {workflow_id}")
-        out.print(f"web ui: {ui_link(settings, workflow_id)}", highlight=False)
+        out.print(f"web ui: {web_ui_run_url(settings, workflow_id)}", highlight=False)
+        if inbox := inbox_start_line(settings, workflow_id):
+            out.print(inbox, highlight=False)
         if wait:
             result = await run_result(client, workflow_id)
             out.print_json(result.model_dump_json())
@@ -165,7 +168,7 @@ def status(workflow_id: Annotated[str, typer.Argument(help="the run's id")]) -> 
             table.add_row(key, f"{value}%" if key == "progress" else str(value))
         table.add_row("tenant", str(current.tenant))
         table.add_row("cost", f"${current.cost_usd:.4f}")
-        table.add_row("web ui", ui_link(settings, workflow_id))
+        table.add_row("web ui", web_ui_run_url(settings, workflow_id))
         out.print(table)
 
     run_async(show_status)
@@ -198,30 +201,65 @@ def history(workflow_id: Annotated[str, typer.Argument(help="the run's id")]) ->
 def list_runs(
     state: Annotated[State | None, typer.Option(help="only runs in this state")] = None,
     limit: Annotated[int, typer.Option(min=1, help="at most this many")] = 50,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON, for scripts")] = False,
 ) -> None:
-    """List runs with their state (from visibility, so no worker is needed)."""
+    """List runs with their state (from visibility, so no worker is needed). Workflow ids are
+    never cut, whatever the terminal's width."""
 
     async def show_runs(client: Client, settings: Settings) -> None:
-        table = Table()
-        for column in ("workflow id", "state", "temporal status", "started (UTC)"):
-            table.add_column(column)
         query = visibility.runs_query(visibility.state_is(state) if state else "")
-        count = 0
-        async for execution in client.list_workflows(query, limit=limit):
-            status_name = (
-                execution.status.name if execution.status else WorkflowExecutionStatus.RUNNING.name
-            )
+        rows = [
+            {
+                "workflow_id": execution.id,
+                "run_id": execution.run_id,
+                "state": visibility.state_of(execution),
+                "temporal_status": (execution.status or WorkflowExecutionStatus.RUNNING).name,
+                "started_at": execution.start_time.isoformat(),
+            }
+            async for execution in client.list_workflows(query, limit=limit)
+        ]
+        if as_json:
+            typer.echo(json.dumps(rows, indent=2))
+            return
+        table = Table()
+        # Ids are what people copy into the next command: never wrapped or cut.
+        width = max((len(str(row["workflow_id"])) for row in rows), default=11)
+        table.add_column("workflow id", no_wrap=True, min_width=width)
+        for column in ("state", "temporal status", "started (UTC)"):
+            table.add_column(column)
+        for row in rows:
             table.add_row(
-                execution.id,
-                visibility.state_of(execution) or "?",
-                status_name,
-                execution.start_time.strftime("%Y-%m-%d %H:%M:%S"),
+                str(row["workflow_id"]),
+                str(row["state"] or "?"),
+                str(row["temporal_status"]),
+                str(row["started_at"])[:19].replace("T", " "),
             )
-            count += 1
         out.print(table)
-        out.print(f"{count} run(s)")
+        out.print(f"{len(rows)} run(s)")
 
     run_async(show_runs)
+
+
+@one_line_errors
+def result(
+    workflow_id: Annotated[str, typer.Argument(help="the run's id")],
+    wait: Annotated[bool, typer.Option(help="wait for a run that is still going")] = False,
+) -> None:
+    """Print a finished run's result as JSON: completed, failed or dead_letter alike (a run
+    that ended failed or dead_letter carries it in its failure)."""
+
+    async def show_result(client: Client, settings: Settings) -> None:
+        handle = client.get_workflow_handle(workflow_id)
+        try:
+            description = await handle.describe()
+        except RPCError as error:
+            raise CliError(describe_rpc_error(workflow_id, error)) from None
+        if description.status == WorkflowExecutionStatus.RUNNING and not wait:
+            state = visibility.state_of(description) or "running"
+            raise CliError(f"run {workflow_id} has not finished ({state}); add --wait to wait")
+        out.print_json((await run_result(client, workflow_id)).model_dump_json())
+
+    run_async(show_result)
 
 
 @one_line_errors
@@ -244,4 +282,5 @@ def register(app: typer.Typer) -> None:
     app.command()(status)
     app.command()(history)
     app.command("list")(list_runs)
+    app.command()(result)
     app.command()(cancel)

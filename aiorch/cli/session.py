@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
-from urllib.parse import quote
 
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
@@ -46,12 +45,6 @@ def run_async(command: Callable[[Client, Settings], Awaitable[T]]) -> T:
     # With OTEL_EXPORTER_OTLP_ENDPOINT set, the start call opens the run's trace.
     with tracing(settings, "starter"):
         return asyncio.run(main())
-
-
-def ui_link(settings: Settings, workflow_id: str) -> str:
-    """The run's page in the Temporal Web UI."""
-    namespace = quote(settings.temporal_namespace, safe="")
-    return f"{settings.temporal_ui_url}/namespaces/{namespace}/workflows/{quote(workflow_id)}"
 
 
 def describe_rpc_error(workflow_id: str, error: RPCError) -> str:

@@ -29,6 +29,7 @@ from aiorch.runtime.config import (
     DEFAULT_CODEC_PORT,
     DEFAULT_INBOX_PORT,
     DEFAULT_LLM_PORT,
+    DEFAULT_METRICS_PORT,
     DEFAULT_SQS_PORT,
 )
 
@@ -67,6 +68,9 @@ def up_command(
             "--capacity-store", help="also run Redis for shared rate limits and tenant budgets"
         ),
     ] = False,
+    metrics_port: Annotated[
+        int, typer.Option(help="the worker's Prometheus /metrics (0: off)")
+    ] = DEFAULT_METRICS_PORT,
 ) -> None:
     """Start the local stack and keep it up until Ctrl-C or SIGTERM."""
     stack = LocalStack(
@@ -81,6 +85,7 @@ def up_command(
         with_inbox=inbox,
         inbox_port=inbox_port,
         with_capacity_store=capacity_store,
+        worker_env={"METRICS_PORT": str(metrics_port)},
     )
     try:
         up(stack, Console())

@@ -27,7 +27,12 @@ from aiorch.devstack.processes import port_or_free
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops.signing import SigningKey
 from aiorch.ops.visibility import start_run
-from aiorch.runtime.config import DEFAULT_LLM_PORT, DEFAULT_SQS_PORT, load_settings
+from aiorch.runtime.config import (
+    DEFAULT_LLM_PORT,
+    DEFAULT_METRICS_PORT,
+    DEFAULT_SQS_PORT,
+    load_settings,
+)
 from aiorch.runtime.signals import interrupt_on_stop
 from aiorch.runtime.temporal import data_converter
 from workflows import contract
@@ -198,7 +203,11 @@ def run_demo(data_dir: Path, *, stay_up: bool) -> bool:
         persist=True,
         with_worker=True,
         # Short backoffs so the retry and dead-letter paths play out in seconds.
-        worker_env={"LLM_BACKOFF_INITIAL_S": "0.5", "LLM_BACKOFF_MAX_S": "2"},
+        worker_env={
+            "LLM_BACKOFF_INITIAL_S": "0.5",
+            "LLM_BACKOFF_MAX_S": "2",
+            "METRICS_PORT": str(port_or_free(DEFAULT_METRICS_PORT)),
+        },
     )
     with interrupt_on_stop():
         try:

@@ -269,3 +269,53 @@ def test_second_worker_on_one_embedded_store_says_so(stack: LocalStack) -> None:
         "(VECTOR_STORE_URL)"
     )
     assert "cannot reach Temporal" not in second.stderr
+
+
+def starter(stack: LocalStack, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "starter.py", *args],
+        env={**stack.addresses.env(), **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+async def test_starter_shows_results_and_lists_whole_ids(stack: LocalStack, client: Client) -> None:
+    """`result` prints a finished run's result, a failed one's too (read from its failure),
+    and says in one line when a run has not finished; `list` never cuts a workflow id, even in
+    a narrow terminal or a pipe, and `list --json` gives scripts every id; `start` prints the
+    review inbox's link when INBOX_URL is set."""
+    done = await start(client, request("Result please"))
+    failed = await start(client, request("Give up [sim:status=400]"))
+    waiting = await start(client, request("Wait for me", review="always"))
+    await wait_for_state(waiting, "await_review")
+    await finished(done)
+    await finished(failed)
+
+    shown = starter(stack, "result", done.id)
+    assert shown.returncode == 0, shown.stderr
+    assert PipelineResult.model_validate_json(shown.stdout).state == "completed"
+    shown_failed = starter(stack, "result", failed.id)
+    assert shown_failed.returncode == 0, shown_failed.stderr
+    assert PipelineResult.model_validate_json(shown_failed.stdout).state == "failed"
+    pending = starter(stack, "result", waiting.id)
+    assert pending.returncode == 1
+    assert f"run {waiting.id} has not finished (await_review)" in pending.stderr
+
+    narrow = starter(stack, "list", "--limit", "500", COLUMNS="40")
+    assert narrow.returncode == 0, narrow.stderr
+    for handle in (done, failed, waiting):
+        assert handle.id in narrow.stdout
+    listed = json.loads(starter(stack, "list", "--json", "--limit", "500").stdout)
+    by_id = {row["workflow_id"]: row for row in listed}
+    assert by_id[waiting.id]["state"] == "await_review"
+    assert by_id[failed.id]["temporal_status"] == "FAILED"
+
+    inbox = starter(
+        stack, "start", "Link please", "--id", new_id(), INBOX_URL="http://inbox.example"
+    )
+    assert inbox.returncode == 0, inbox.stderr
+    assert "Review inbox: http://inbox.example/runs/" in inbox.stdout
+    await waiting.cancel()
