@@ -9,11 +9,13 @@ refusals, content filter) raise non-retryable ones with stable type names.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import email.utils
 import json
 import re
 import time
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -24,14 +26,17 @@ from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.capacity import Admission, CallGate, record_spend
 from activities.heartbeat import HEARTBEAT_EVERY, heartbeat_while
 from activities.pricing import estimate_cost
 from activities.prompt import CORRECTIVE_INSTRUCTION, InputLoader
 from activities.redaction import scrubbed_error
+from aiorch.runtime.capacity import ProviderSignal
 from aiorch.runtime.config import PriceTable
+from aiorch.runtime.genai import OPERATION_CHAT, CallRecord, GenAiTelemetry, text_messages
 from workflows import contract, errors
 from workflows.observability import METRIC_LLM_COST, METRIC_LLM_TOKENS
-from workflows.payloads import LlmCallInput, LlmCallResult, LlmReply, TokenUsage
+from workflows.payloads import DEFAULT_TENANT, LlmCallInput, LlmCallResult, LlmReply, TokenUsage
 
 _FENCE = re.compile(r"^\s*```(?:json)?\s*\n(?P<body>.*?)\n\s*```\s*$", re.DOTALL)
 PERMANENT_STATUSES = frozenset({400, 401, 403, 404, 422})
@@ -92,6 +97,28 @@ def retry_after(headers: Any) -> timedelta | None:
         when = email.utils.parsedate_to_datetime(value)
         return timedelta(seconds=max(0.0, when.timestamp() - time.time()))
     return None
+
+
+def provider_signal(headers: Mapping[str, str] | None, *, throttled: bool) -> ProviderSignal:
+    """The rate-limit headers of a provider's answer (OpenAI's names); ``throttled``: a 429,
+    whose ``retry-after-ms``/``Retry-After`` pauses the model's shared capacity."""
+    if headers is None:
+        return ProviderSignal()
+
+    def number(name: str) -> int | None:
+        value = headers.get(name)
+        try:
+            return int(float(value)) if value is not None else None
+        except ValueError:
+            return None
+
+    return ProviderSignal(
+        remaining_tokens=number("x-ratelimit-remaining-tokens"),
+        remaining_requests=number("x-ratelimit-remaining-requests"),
+        limit_tokens=number("x-ratelimit-limit-tokens"),
+        limit_requests=number("x-ratelimit-limit-requests"),
+        retry_after=(retry_after(headers) or timedelta(seconds=1)) if throttled else None,
+    )
 
 
 def classify(err: openai.OpenAIError) -> ApplicationError:
@@ -157,11 +184,11 @@ def check_reply_size(content: str, limit: int | None) -> None:
         )
 
 
-def record_usage(prices: PriceTable, model: str, usage: TokenUsage) -> None:
+def record_usage(prices: PriceTable, model: str, usage: TokenUsage) -> float | None:
     """Count the tokens a call used (by model and kind) and its estimated cost (by model).
 
     Every completion the provider answered counts, a malformed or truncated one too: it is
-    billed all the same.
+    billed all the same. Returns the cost (None for a model without a price).
     """
     meter = activity.metric_meter()
     tokens = meter.create_counter(METRIC_LLM_TOKENS, "LLM tokens used, by model and kind")
@@ -172,10 +199,12 @@ def record_usage(prices: PriceTable, model: str, usage: TokenUsage) -> None:
         meter.create_histogram_float(
             METRIC_LLM_COST, "Estimated cost of each LLM call (sum = total), from LLM_PRICE_TABLE"
         ).record(cost, {"model": model})
+    return cost
 
 
 class LlmActivities:
-    """The ``invoke_llm`` activity, with its client and loader injected by the worker."""
+    """The ``invoke_llm`` activity, with its client, loader, call gate (budgets and shared
+    capacity) and GenAI telemetry injected by the worker."""
 
     def __init__(
         self,
@@ -185,20 +214,57 @@ class LlmActivities:
         *,
         prices: PriceTable | None = None,
         heartbeat_every: timedelta = HEARTBEAT_EVERY,
+        gate: CallGate | None = None,
+        telemetry: GenAiTelemetry | None = None,
+        budgeted_tenants: frozenset[str] = frozenset(),
     ) -> None:
         self._client = client
         self._loader = loader
         self._timeout_s = timeout_s
         self._prices: PriceTable = prices or {}
         self._heartbeat_every = heartbeat_every
+        self._gate = gate
+        self._telemetry = telemetry or GenAiTelemetry(str(client.base_url))
+        self._tenants = budgeted_tenants | {DEFAULT_TENANT}
 
     @activity.defn(name=contract.ACTIVITY_INVOKE_LLM)
     async def invoke_llm(self, call: LlmCallInput) -> LlmCallResult:
-        """One Chat Completions call; heartbeats while waiting so a cancel reaches it."""
+        """One Chat Completions call, once the budgets and the model's shared capacity allow
+        it (else a result that says why no call was made); heartbeats while waiting."""
         document = await self._loader.load(call.input_ref) if call.input_ref else None
-        request = self._client.chat.completions.create(
+        messages = build_messages(call, document)
+        admission = Admission("go")
+        if self._gate is not None:
+            admission = await self._gate.admit(call, messages)
+            if admission.kind == "wait":
+                assert admission.wait is not None
+                return LlmCallResult(
+                    model=call.model, outcome="wait", wait_s=admission.wait.total_seconds()
+                )
+            if admission.kind == "over_budget":
+                return LlmCallResult(
+                    model=call.model, outcome="over_budget", budget=admission.budget
+                )
+        max_tokens = self._gate.max_output_tokens if self._gate is not None else None
+        with self._telemetry.call(
+            OPERATION_CHAT, call.model, temperature=call.temperature, max_tokens=max_tokens
+        ) as record:
+            record.content("gen_ai.system_instructions", text_messages(messages[:1]))
+            record.content("gen_ai.input.messages", text_messages(messages[1:]))
+            return await self._call(call, messages, admission, record, max_tokens)
+
+    async def _call(
+        self,
+        call: LlmCallInput,
+        messages: list[ChatCompletionMessageParam],
+        admission: Admission,
+        record: CallRecord,
+        max_tokens: int | None,
+    ) -> LlmCallResult:
+        extra: dict[str, Any] = {} if max_tokens is None else {"max_tokens": max_tokens}
+        request = self._client.chat.completions.with_raw_response.create(
             model=call.model,
-            messages=build_messages(call, document),
+            messages=messages,
             temperature=call.temperature,
             response_format={"type": "json_object"},
             timeout=self._timeout_s,
@@ -206,14 +272,30 @@ class LlmActivities:
                 "Idempotency-Key": idempotency_key(call),
                 "X-Run-Id": call.workflow_id,
             },
+            **extra,
+        )
+        renewing = asyncio.ensure_future(
+            self._gate.keep_alive(admission) if self._gate else asyncio.sleep(0)
         )
         try:
-            completion = await heartbeat_while(
-                request, f"waiting for {call.model}", self._heartbeat_every
-            )
+            raw = await heartbeat_while(request, f"waiting for {call.model}", self._heartbeat_every)
         except openai.OpenAIError as err:
+            status = err.status_code if isinstance(err, openai.APIStatusError) else None
+            headers = err.response.headers if isinstance(err, openai.APIStatusError) else None
+            record.error_type = str(status) if status is not None else type(err).__name__
+            await self._settle(
+                admission,
+                call,
+                used=0,
+                called=status is not None,
+                signal=provider_signal(headers, throttled=status == 429),
+                cost=None,
+            )
             # Provider error bodies may echo the key; it must not reach history or logs.
             raise scrubbed_error(classify(err), [self._client.api_key]) from None
+        finally:
+            renewing.cancel()
+        completion = raw.parse()
         usage = completion.usage
         tokens = TokenUsage(
             prompt_tokens=usage.prompt_tokens if usage else 0,
@@ -221,9 +303,64 @@ class LlmActivities:
             total_tokens=usage.total_tokens if usage else 0,
         )
         model = completion.model or call.model
-        record_usage(self._prices, model, tokens)
-        reply = reply_from_completion(completion)
-        check_reply_size(reply.content, call.max_reply_chars)
-        return LlmCallResult(
-            content=reply.content, needs_review=reply.needs_review, model=model, usage=tokens
+        record.response_model, record.response_id = model, completion.id or None
+        record.finish_reasons = [str(c.finish_reason) for c in completion.choices]
+        record.input_tokens, record.output_tokens = tokens.prompt_tokens, tokens.completion_tokens
+        if completion.choices:
+            message = completion.choices[0].message
+            record.content(
+                "gen_ai.output.messages",
+                _output_messages(message.content, completion.choices[0].finish_reason),
+            )
+        cost = record_usage(self._prices, model, tokens)
+        await self._settle(
+            admission,
+            call,
+            used=tokens.total_tokens,
+            called=True,
+            signal=provider_signal(raw.headers, throttled=False),
+            cost=cost,
         )
+        try:
+            reply = reply_from_completion(completion)
+            check_reply_size(reply.content, call.max_reply_chars)
+        except ApplicationError as err:
+            record.error_type = err.type or type(err).__name__
+            raise
+        return LlmCallResult(
+            content=reply.content,
+            needs_review=reply.needs_review,
+            model=model,
+            usage=tokens,
+            cost_usd=cost,
+        )
+
+    async def _settle(
+        self,
+        admission: Admission,
+        call: LlmCallInput,
+        *,
+        used: int,
+        called: bool,
+        signal: ProviderSignal,
+        cost: float | None,
+    ) -> None:
+        if cost:
+            record_spend(call.tenant, cost, self._tenants)
+        if self._gate is not None:
+            await self._gate.settle(
+                admission, call, used=used, called=called, signal=signal, cost_usd=cost
+            )
+
+
+def _output_messages(content: str | None, finish_reason: str | None) -> str:
+    return json.dumps(
+        [
+            {
+                "role": "assistant",
+                "parts": [{"type": "text", "content": content or ""}],
+                "finish_reason": finish_reason or "",
+            }
+        ],
+        ensure_ascii=False,
+    )

@@ -27,7 +27,13 @@ from temporalio.exceptions import ApplicationError
 
 from aiorch.runtime.config import DEFAULT_MAX_INPUT_BYTES, Settings
 from workflows import contract, errors
-from workflows.payloads import PipelineRequest, PromptInput, PromptPlan, ReviewMode
+from workflows.payloads import (
+    DEFAULT_TENANT,
+    PipelineRequest,
+    PromptInput,
+    PromptPlan,
+    ReviewMode,
+)
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -387,4 +393,15 @@ class PromptActivities:
             reedit_rounds_per_run=cfg.reedit_rounds_per_run,
             notify=cfg.notifications_enabled,
             capture_content=cfg.otel_capture_content,
+            # Budgets: the operator's ceiling, lowered (never raised) by the request.
+            tenant=request.tenant or DEFAULT_TENANT,
+            budget_usd=run_budget(cfg.run_budget_usd, opts.max_cost_usd),
+            budget_policy=cfg.budget_policy,
+            budget_timeout_s=cfg.budget_decision_timeout_s,
         )
+
+
+def run_budget(operator: float | None, requested: float | None) -> float | None:
+    """A run's cost ceiling: the lower of ``RUN_BUDGET_USD`` and ``options.max_cost_usd``."""
+    limits = [value for value in (operator, requested) if value is not None]
+    return min(limits) if limits else None

@@ -21,6 +21,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import HEARTBEAT_EVERY, heartbeat_while
 from activities.llm import classify
+from aiorch.runtime.genai import OPERATION_EMBEDDINGS, GenAiTelemetry
 from workflows import contract, errors
 from workflows.payloads import EmbeddingInput, EmbeddingResult
 
@@ -44,8 +45,10 @@ class VectorActivities:
         model: str,
         *,
         heartbeat_every: timedelta = HEARTBEAT_EVERY,
+        telemetry: GenAiTelemetry | None = None,
     ) -> None:
         self._client = client
+        self._telemetry = telemetry or GenAiTelemetry(str(client.base_url))
         self._store = store
         self._collection = collection
         self._model = model
@@ -62,17 +65,23 @@ class VectorActivities:
             input=embedding_input.content,
             extra_headers={"X-Run-Id": embedding_input.workflow_id},
         )
-        try:
-            response = await heartbeat_while(
-                call, "waiting for the embeddings call", self._heartbeat_every
-            )
-        except openai.OpenAIError as err:
-            failure = classify(err)
-            raise ApplicationError(
-                failure.message,
-                type=errors.EMBEDDING_FAILED if failure.non_retryable else failure.type,
-                non_retryable=failure.non_retryable,
-            ) from None
+        with self._telemetry.call(OPERATION_EMBEDDINGS, model) as record:
+            try:
+                response = await heartbeat_while(
+                    call, "waiting for the embeddings call", self._heartbeat_every
+                )
+            except openai.OpenAIError as err:
+                if isinstance(err, openai.APIStatusError):
+                    record.error_type = str(err.status_code)
+                failure = classify(err)
+                raise ApplicationError(
+                    failure.message,
+                    type=errors.EMBEDDING_FAILED if failure.non_retryable else failure.type,
+                    non_retryable=failure.non_retryable,
+                ) from None
+            record.response_model = response.model or model
+            if response.usage is not None:
+                record.input_tokens = response.usage.prompt_tokens
         vector = response.data[0].embedding
         pid = point_id(embedding_input.workflow_id)
         write = asyncio.ensure_future(self._write(pid, vector, embedding_input, model))

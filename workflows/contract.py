@@ -15,6 +15,9 @@ UPDATE_SUBMIT_REVIEW: Final = "submit_review"
 # Operator actions on runs stuck in a review state (``starter.py stuck --action ...``).
 SIGNAL_EXPIRE_REVIEW: Final = "expire_review"
 SIGNAL_DEAD_LETTER: Final = "dead_letter"
+# An operator's decision on a run waiting in await_budget (approve the overspend or reject).
+SIGNAL_BUDGET_DECISION: Final = "budget_decision"
+UPDATE_DECIDE_BUDGET: Final = "decide_budget"
 QUERY_STATE: Final = "state"
 QUERY_STATUS: Final = "status"
 

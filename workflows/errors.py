@@ -54,6 +54,10 @@ DEAD_LETTER_REJECTED = "DeadLetterRejected"
 # A run that ended in failed or dead_letter closes as a Temporal *Failed* run with this type; its
 # details carry the run's PipelineResult (the contract's result, as a completed run returns it).
 RUN_FAILED = "RunFailed"
+# A call would have crossed the run's cost ceiling or its tenant's daily budget, and the
+# policy (or an operator, or the decision's timeout) ended the run; redrive it once the budget
+# allows (dead_letter) or start it again (failed, rejected by an operator).
+BUDGET_EXCEEDED = "BudgetExceeded"
 # The review webhook could not be reached or was overloaded (retried a few times) ...
 NOTIFICATION_FAILED = "NotificationFailed"
 # ... or refused a notification for good (4xx), or this worker has none configured.

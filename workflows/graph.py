@@ -22,6 +22,8 @@ class State(StrEnum):
     IDLE = "idle"
     FETCH_PROMPT = "fetch_prompt"
     INVOKE_LLM = "invoke_llm"
+    AWAIT_CAPACITY = "await_capacity"
+    AWAIT_BUDGET = "await_budget"
     RETRY_LLM = "retry_llm"
     AWAIT_REVIEW = "await_review"
     ESCALATE = "escalate"
@@ -61,6 +63,14 @@ class Event(StrEnum):
     ESCALATION_TIMEOUT = "escalation_timeout"
     EMBEDDED = "embedded"
     CANCEL = "cancel"
+    # Shared capacity and cost budgets (docs/capacity.md).
+    CAPACITY_WAIT = "capacity_wait"
+    CAPACITY_READY = "capacity_ready"
+    OVER_BUDGET = "over_budget"
+    BUDGET_EXCEEDED = "budget_exceeded"
+    OVERSPEND_APPROVED = "overspend_approved"
+    OVERSPEND_REJECTED = "overspend_rejected"
+    BUDGET_TIMEOUT = "budget_timeout"
 
 
 @dataclass(frozen=True)
@@ -88,6 +98,14 @@ STATES: Mapping[State, StateInfo] = MappingProxyType(
             Status.PROCESSING, 10, "loading input and building the prompt"
         ),
         State.INVOKE_LLM: StateInfo(Status.PROCESSING, 30, "calling the LLM"),
+        State.AWAIT_CAPACITY: StateInfo(
+            Status.PENDING, 25, "queued for the model's shared capacity (rate limit)"
+        ),
+        State.AWAIT_BUDGET: StateInfo(
+            Status.WAITING_FOR_INPUT,
+            25,
+            "the next call would cross a budget; waiting for an operator",
+        ),
         State.RETRY_LLM: StateInfo(
             Status.PROCESSING, 30, "backing off before the next LLM attempt"
         ),
@@ -113,7 +131,15 @@ REVIEW_STATES: frozenset[State] = frozenset({State.AWAIT_REVIEW, State.ESCALATE}
 # A run passes through the others within one workflow task (idle; the inline fetch_prompt)
 # or in moments (generate_embedding), and publishing them would cost a billable action each.
 SHOWN_STATES: frozenset[State] = frozenset(
-    {State.FETCH_PROMPT, State.INVOKE_LLM, State.RETRY_LLM, *REVIEW_STATES, *TERMINAL_STATES}
+    {
+        State.FETCH_PROMPT,
+        State.INVOKE_LLM,
+        State.AWAIT_CAPACITY,
+        State.AWAIT_BUDGET,
+        State.RETRY_LLM,
+        *REVIEW_STATES,
+        *TERMINAL_STATES,
+    }
 )
 
 
@@ -137,6 +163,16 @@ TRANSITIONS: tuple[Transition, ...] = (
     Transition(State.INVOKE_LLM, Event.NEEDS_REVIEW, State.AWAIT_REVIEW),
     Transition(State.INVOKE_LLM, Event.RETRYABLE_ERROR, State.RETRY_LLM),
     Transition(State.INVOKE_LLM, Event.PERMANENT_ERROR, State.FAILED),
+    # No capacity for the call: wait (a timer) without calling or spending an attempt.
+    Transition(State.INVOKE_LLM, Event.CAPACITY_WAIT, State.AWAIT_CAPACITY),
+    Transition(State.AWAIT_CAPACITY, Event.CAPACITY_READY, State.INVOKE_LLM),
+    # The call would cross a budget: an operator decides (BUDGET_POLICY=wait), or the run is
+    # dead-lettered, to be redriven once the budget allows (BUDGET_POLICY=fail).
+    Transition(State.INVOKE_LLM, Event.OVER_BUDGET, State.AWAIT_BUDGET),
+    Transition(State.INVOKE_LLM, Event.BUDGET_EXCEEDED, State.DEAD_LETTER),
+    Transition(State.AWAIT_BUDGET, Event.OVERSPEND_APPROVED, State.INVOKE_LLM),
+    Transition(State.AWAIT_BUDGET, Event.OVERSPEND_REJECTED, State.FAILED),
+    Transition(State.AWAIT_BUDGET, Event.BUDGET_TIMEOUT, State.DEAD_LETTER),
     Transition(State.RETRY_LLM, Event.BACKOFF_ELAPSED, State.INVOKE_LLM),
     Transition(State.RETRY_LLM, Event.EXHAUSTED, State.DEAD_LETTER),
     *(Transition(State.AWAIT_REVIEW, event, target) for event, target in _REVIEW_DECISIONS),

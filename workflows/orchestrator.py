@@ -15,6 +15,7 @@ Deterministic code only: time, randomness and I/O come from ``workflow.*`` or ac
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import NoReturn
@@ -29,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
     # One `import` per module: `from workflows import x` bypasses the sandbox pass-through, so
     # x would be re-imported for every new run. Imports add no commands.
     import workflows.activity_policy as activity_policy
+    import workflows.budget_desk as budget_desk
     import workflows.continuation as continuation
     import workflows.contract as contract
     import workflows.errors as errors
@@ -40,6 +42,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.graph import Event, State, is_terminal
     from workflows.inbound import NO_ARGUMENT, decoded, inbound
     from workflows.payloads import (
+        BudgetDecision,
         OperatorRequest,
         PipelineRequest,
         PipelineResult,
@@ -69,6 +72,8 @@ class AiOrchestrator:
         self._input_problem: str | None = None
         self._pending_review: ReviewDecision | None = None
         self._reviews_applied = 0
+        self._pending_budget: BudgetDecision | None = None
+        self._budget_decisions = 0
         self._rounds_this_run = 0
         self._after_reedit = False
         # What visibility holds: the AiState the run was started with (a starter sets the
@@ -98,6 +103,8 @@ class AiOrchestrator:
             State.IDLE: self._start,
             State.FETCH_PROMPT: self._fetch_prompt,
             State.INVOKE_LLM: self._invoke_llm,
+            State.AWAIT_CAPACITY: self._await_capacity,
+            State.AWAIT_BUDGET: self._await_budget,
             State.RETRY_LLM: self._retry_llm,
             State.AWAIT_REVIEW: self._await_review,
             State.ESCALATE: self._escalate,
@@ -162,6 +169,38 @@ class AiOrchestrator:
         if refused is not None:
             raise ValueError(refused.reason)
 
+    @workflow.signal(name=contract.SIGNAL_BUDGET_DECISION)
+    def budget_decision(self, raw_decision: RawValue) -> None:
+        # A signal cannot be refused: one the rules refuse is counted and not acted on.
+        try:
+            decision = inbound(raw_decision, BudgetDecision)
+        except errors.InvalidRequest as err:
+            budget_desk.count_refusal(self._run, f"invalid budget decision: {err}")
+            return
+        refused = budget_desk.refusal(self._run, self._pending_budget)
+        if refused is not None:
+            budget_desk.count_refusal(self._run, refused)
+            return
+        self._pending_budget = decision
+
+    @workflow.update(name=contract.UPDATE_DECIDE_BUDGET)
+    async def decide_budget(self, raw_decision: RawValue) -> RunStatus:
+        decision = inbound(raw_decision, BudgetDecision)
+        decided_before = self._budget_decisions
+        self._pending_budget = decision
+        await workflow.wait_condition(lambda: self._budget_decisions > decided_before)
+        return run_record.status(self._run)
+
+    @decide_budget.validator
+    def _validate_budget_decision(self, raw_decision: RawValue) -> None:
+        try:
+            inbound(raw_decision, BudgetDecision)
+        except errors.InvalidRequest as err:
+            raise ValueError(f"invalid budget decision: {err}") from None
+        refused = budget_desk.refusal(self._run, self._pending_budget)
+        if refused is not None:
+            raise ValueError(refused)
+
     @workflow.signal(name=contract.SIGNAL_EXPIRE_REVIEW)
     def expire_review(self, raw_request: RawValue = NO_ARGUMENT) -> None:
         """Operator action: end the current review wait now, exactly as its timeout would."""
@@ -208,10 +247,12 @@ class AiOrchestrator:
     async def _invoke_llm(self) -> None:
         run, plan = self._run, self._require_plan()
         self._after_reedit = False
-        run.attempts += 1
+        # An attempt counts once a call is made: waiting for capacity or a budget spends none.
+        attempt = run.attempts + 1
         try:
-            reply = await steps.call_llm(run, plan)
+            reply = await steps.call_llm(run, plan, attempt)
         except ActivityError as err:
+            run.attempts = attempt
             if activity_policy.cancelled(err):
                 raise
             detail = run_record.set_error(run, activity_policy.error_text(err))
@@ -227,6 +268,19 @@ class AiOrchestrator:
                 run.consecutive_failures += 1
                 run_record.move(run, Event.RETRYABLE_ERROR, detail=detail)
             return
+        if reply.outcome == "wait":
+            run.capacity_wait_s = reply.wait_s or 0.0
+            run_record.move(
+                run,
+                Event.CAPACITY_WAIT,
+                detail=f"no capacity on {reply.model} for {run.capacity_wait_s:.2f}s",
+            )
+            return
+        if reply.outcome == "over_budget":
+            await self._over_budget(reply.budget or "a budget")
+            return
+        run.attempts = attempt
+        run.cost_usd += reply.cost_usd or 0.0
         run.reply = reply
         run.model = reply.model
         run.consecutive_failures = 0
@@ -243,6 +297,53 @@ class AiOrchestrator:
             steps.notify_reviewers(run, plan, "review_needed")
         else:
             run_record.move(run, Event.LLM_OK, detail=f"answered by {reply.model}")
+
+    async def _await_capacity(self) -> None:
+        """Wait on a timer (no call, no attempt, no activity slot) until the model's shared
+        capacity should cover the call, then ask again from invoke_llm."""
+        run = self._run
+        delay = timedelta(seconds=run.capacity_wait_s or 0.0)
+        await workflow.sleep(delay, summary=f"await_capacity {delay.total_seconds():.1f}s")
+        run.capacity_wait_s = None
+        run_record.move(
+            run, Event.CAPACITY_READY, detail=f"waited {delay.total_seconds():.2f}s for capacity"
+        )
+
+    async def _over_budget(self, budget: str) -> None:
+        """The next call would cross ``budget``: wait for an operator, or dead-letter the run
+        (to be redriven once the budget allows), as the plan's policy says."""
+        run, plan = self._run, self._require_plan()
+        detail = run_record.set_error(run, f"{errors.BUDGET_EXCEEDED}: {budget}")
+        if plan.budget_policy == "wait":
+            run.budget_deadline = workflow.now() + timedelta(seconds=plan.budget_timeout_s)
+            run_record.move(run, Event.OVER_BUDGET, detail=detail)
+            return
+        refused = await self._dead_letter(failed_state=State.INVOKE_LLM)
+        run_record.move(run, Event.BUDGET_EXCEEDED, detail=detail + refused)
+
+    async def _await_budget(self) -> None:
+        """Wait for an operator's budget decision until the plan's timeout (then dead-letter)."""
+        run, plan = self._run, self._require_plan()
+        remaining = (run.budget_deadline or workflow.now()) - workflow.now()
+        if remaining > timedelta(0):
+            with contextlib.suppress(TimeoutError):
+                await workflow.wait_condition(
+                    lambda: self._pending_budget is not None,
+                    timeout=remaining,
+                    timeout_summary="budget decision timeout",
+                )
+        decision, self._pending_budget = self._pending_budget, None
+        if decision is not None:
+            budget_desk.apply(run, decision)
+            self._budget_decisions += 1
+            return
+        run.budget_deadline = None
+        detail = run_record.set_error(
+            run,
+            f"{errors.BUDGET_EXCEEDED}: no budget decision in {plan.budget_timeout_s:g}s",
+        )
+        refused = await self._dead_letter(failed_state=State.AWAIT_BUDGET)
+        run_record.move(run, Event.BUDGET_TIMEOUT, detail=detail + refused)
 
     async def _retry_llm(self) -> None:
         run, plan = self._run, self._require_plan()

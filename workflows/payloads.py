@@ -34,10 +34,16 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from workflows.graph import State
 
 REQUEST_ID_PATTERN = r"^[a-f0-9]{24}$"
+# A tenant name: a key in the capacity store and a metric label, so short and plain.
+TENANT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+# Runs that name no tenant spend as this one.
+DEFAULT_TENANT: Final = "default"
 REFERENCE_SCHEMES: Final = ("file://", "s3://")
 
 ReviewMode = Literal["auto", "always", "never"]
 Decision = Literal["approve", "reedit", "reject"]
+BudgetVerdict = Literal["approve", "reject"]
+BudgetPolicy = Literal["wait", "fail"]
 FinalState = Literal["completed", "failed", "dead_letter"]
 
 MAX_INLINE_MESSAGE_BYTES: Final = 256 * 1024
@@ -134,6 +140,13 @@ class RunOptions(_Strict):
         description="Narrows who may review this run: only names the worker's ALLOWED_REVIEWERS "
         "also allows (all of them when the worker allows anyone); never widens that set",
     )
+    max_cost_usd: float | None = Field(
+        default=None,
+        gt=0,
+        le=1_000_000,
+        description="This run's cost ceiling in USD: lowers the worker's RUN_BUDGET_USD, never "
+        "raises it",
+    )
 
 
 class PipelineRequest(_Strict):
@@ -153,6 +166,12 @@ class PipelineRequest(_Strict):
     options: RunOptions = Field(default_factory=RunOptions)
     requested_by: ReviewerName | None = Field(
         default=None, description="Who asked for this run; that reviewer may not review it"
+    )
+    tenant: str | None = Field(
+        default=None,
+        pattern=TENANT_PATTERN,
+        description="Whose daily budget this run spends (TENANT_BUDGETS_USD); none = "
+        f"{DEFAULT_TENANT!r}",
     )
 
     @property
@@ -188,6 +207,15 @@ class OperatorRequest(_Strict):
     reason: Text | None = Field(default=None, max_length=500)
 
 
+class BudgetDecision(_Strict):
+    """Payload of the ``budget_decision`` signal and the ``decide_budget`` update: an
+    operator's answer to a run waiting in ``await_budget``."""
+
+    decision: BudgetVerdict
+    operator: ReviewerName
+    reason: Text | None = Field(default=None, max_length=500)
+
+
 class HistoryEntry(_Open):
     """One entry of a run's history: a transition, or a note (see the module docstring)."""
 
@@ -218,6 +246,11 @@ class RunStatus(_Open):
     # Reviews the run refused (wrong state or round, reviewer not allowed, unsigned, ...).
     reviews_refused: int = 0
     last_refusal: str | None = None
+    # What the run's LLM calls cost so far (LLM_PRICE_TABLE), and its tenant.
+    cost_usd: float = 0.0
+    tenant: str | None = None
+    # Budget decisions the run refused (sent while it was not waiting for one).
+    budget_decisions_refused: int = 0
 
 
 class PipelineResult(_Open):
@@ -302,6 +335,14 @@ class PromptPlan(_Open):
     # REVIEW_WEBHOOK_URL is set on the worker that built the plan: tell reviewers (by webhook)
     # when the run starts waiting for review and when it escalates. Off = no extra activity.
     notify: bool = False
+    # Capacity and budgets, resolved once from the request and the worker's settings: whose
+    # daily budget the run spends, its cost ceiling (RUN_BUDGET_USD lowered by
+    # options.max_cost_usd; None = none), what a call that would cross a budget does, and how
+    # long an operator has to decide.
+    tenant: str = DEFAULT_TENANT
+    budget_usd: float | None = None
+    budget_policy: BudgetPolicy = "wait"
+    budget_timeout_s: float = 86400.0
 
 
 NoticeReason = Literal["review_needed", "escalated"]
@@ -333,6 +374,12 @@ class LlmCallInput(_Open):
     feedback: list[str] = Field(default_factory=list)
     corrective: bool = False
     max_reply_chars: int | None = None
+    # Budgets (docs/capacity.md): whose daily budget the call spends, the run's ceiling and
+    # spend so far, and whether an operator let the run cross a budget.
+    tenant: str = DEFAULT_TENANT
+    budget_usd: float | None = None
+    spent_usd: float = 0.0
+    budget_approved: bool = False
 
 
 class TokenUsage(_Open):
@@ -341,11 +388,26 @@ class TokenUsage(_Open):
     total_tokens: int = 0
 
 
+CallOutcome = Literal["answered", "wait", "over_budget"]
+
+
 class LlmCallResult(_Open):
-    content: str
-    needs_review: bool
+    """What ``invoke_llm`` returns: the answer, or why no call was made (``outcome``).
+
+    ``wait``: no capacity now; ask again in ``wait_s`` seconds (the run's turn in the model's
+    queue). ``over_budget``: the call would
+    cross ``budget`` (its text says which and by how much). Neither made a call or spent an
+    attempt.
+    """
+
+    content: str = ""
+    needs_review: bool = False
     model: str
     usage: TokenUsage = Field(default_factory=TokenUsage)
+    outcome: CallOutcome = "answered"
+    wait_s: float | None = None
+    budget: str | None = None
+    cost_usd: float | None = None
 
 
 class EmbeddingInput(_Open):
@@ -398,6 +460,14 @@ class RunState(_Mutable):
     # Operator actions: expire_review ends one review wait, dead_letter every one until the end.
     forced_timeout: str | None = None
     dead_letter_requested: str | None = None
+    # Capacity and budgets: the wait before asking for capacity again, what the run's calls
+    # cost, when the budget decision times out, whether an operator approved crossing the
+    # budget, and budget decisions refused.
+    capacity_wait_s: float | None = None
+    cost_usd: float = 0.0
+    budget_deadline: datetime | None = None
+    budget_approved: bool = False
+    budget_decisions_refused: int = 0
 
 
 class ContinuationCheck(_Open):
@@ -457,6 +527,7 @@ ALL_MODELS: tuple[type[BaseModel], ...] = (
     RunOptions,
     ReviewDecision,
     OperatorRequest,
+    BudgetDecision,
     HistoryEntry,
     RunStatus,
     PipelineResult,

@@ -153,7 +153,11 @@ def details(run: RunState) -> str:
         parts.append(f"model {run.model}")
     if run.state in REVIEW_STATES:
         parts.append("waiting for a reviewer: starter.py review <id> approve|reedit|reject")
-    if run.last_error and run.state in (State.RETRY_LLM, State.FAILED):
+    if run.state is State.AWAIT_CAPACITY and run.capacity_wait_s is not None:
+        parts.append(f"queued for the model's capacity for {run.capacity_wait_s:.1f}s")
+    if run.state is State.AWAIT_BUDGET:
+        parts.append("over budget: starter.py budget <id> approve|reject --operator NAME")
+    if run.last_error and run.state in (State.RETRY_LLM, State.FAILED, State.AWAIT_BUDGET):
         parts.append(f"last error: {observability.error_reason(run.last_error)}")
     return " · ".join(parts)
 
@@ -172,6 +176,9 @@ def status(run: RunState) -> RunStatus:
         history_dropped=run.history_dropped,
         reviews_refused=run.reviews_refused,
         last_refusal=run.last_refusal,
+        cost_usd=run.cost_usd,
+        tenant=run.plan.tenant if run.plan is not None else None,
+        budget_decisions_refused=run.budget_decisions_refused,
     )
 
 

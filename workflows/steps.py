@@ -70,8 +70,10 @@ def choose_model(run: RunState, plan: PromptPlan) -> str:
     return plan.model
 
 
-async def call_llm(run: RunState, plan: PromptPlan) -> LlmCallResult:
-    """``invoke_llm``: exactly one attempt (retries are the graph's ``retry_llm``)."""
+async def call_llm(run: RunState, plan: PromptPlan, attempt: int) -> LlmCallResult:
+    """``invoke_llm``: exactly one attempt (retries are the graph's ``retry_llm``), made once
+    the run's budgets and the model's shared capacity allow it; else the result says why not
+    (``outcome``) and no call was made."""
     model = choose_model(run, plan)
     call = LlmCallInput(
         workflow_id=workflow.info().workflow_id,
@@ -79,11 +81,15 @@ async def call_llm(run: RunState, plan: PromptPlan) -> LlmCallResult:
         user_prompt=plan.user_prompt,
         input_ref=plan.input_ref,
         model=model,
-        attempt=run.attempts,
+        attempt=attempt,
         temperature=plan.temperature,
         feedback=list(run.feedback),
         corrective=run.corrective_next,
         max_reply_chars=plan.max_reply_chars,
+        tenant=plan.tenant,
+        budget_usd=plan.budget_usd,
+        spent_usd=run.cost_usd,
+        budget_approved=run.budget_approved,
     )
     result: LlmCallResult = await workflow.execute_activity(
         contract.ACTIVITY_INVOKE_LLM,
@@ -92,7 +98,7 @@ async def call_llm(run: RunState, plan: PromptPlan) -> LlmCallResult:
         start_to_close_timeout=timedelta(seconds=plan.llm_timeout_s + 15),
         heartbeat_timeout=activity_policy.HEARTBEAT_TIMEOUT,
         retry_policy=activity_policy.SINGLE_ATTEMPT,
-        summary=f"invoke_llm: attempt {run.attempts} on {model}",
+        summary=f"invoke_llm: attempt {attempt} on {model}",
     )
     return result
 

@@ -10,6 +10,7 @@ module              commands
 ``ops``             ``stats``, ``stuck``, ``codec-server``
 ``keys``            ``keys payload``, ``keys reviewer NAME``
 ``inbox``           ``inbox serve``, ``inbox new-key``, ``inbox new-token NAME``
+``budgets``         ``spend``, ``budget``
 ``contract``        ``graph``, ``schema``
 ==================  ===================================================================
 
@@ -44,6 +45,8 @@ COMMANDS: Mapping[str, str] = MappingProxyType(
         "codec-server": "ops",
         "keys": "keys",
         "inbox": "inbox",
+        "spend": "budgets",
+        "budget": "budgets",
         "graph": "contract",
         "schema": "contract",
     }

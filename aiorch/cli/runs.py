@@ -40,6 +40,7 @@ def build_request(
     review: ReviewMode,
     metadata: str | None,
     options: dict[str, Any],
+    tenant: str | None = None,
 ) -> PipelineRequest:
     """The request as the contract has it, validated here so a bad one never starts.
 
@@ -57,6 +58,8 @@ def build_request(
         "metadata": meta,
         "options": {k: v for k, v in options.items() if v is not None},
     }
+    if tenant is not None:
+        raw["tenant"] = tenant
     try:
         return PipelineRequest.model_validate(raw)
     except ValidationError as error:
@@ -103,6 +106,12 @@ def start(
         list[str] | None,
         typer.Option(help="who may review this run (repeat it); default ALLOWED_REVIEWERS"),
     ] = None,
+    tenant: Annotated[
+        str | None, typer.Option(help="whose daily budget the run spends (TENANT_BUDGETS_USD)")
+    ] = None,
+    max_cost: Annotated[
+        float | None, typer.Option(help="this run's cost ceiling in USD (below RUN_BUDGET_USD)")
+    ] = None,
     wait: Annotated[bool, typer.Option(help="wait for the result and print it")] = False,
 ) -> None:
     """Start a pipeline run and print its id and Web UI link.
@@ -122,7 +131,9 @@ def start(
             "escalation_timeout_s": escalation_timeout,
             "llm_max_attempts": max_attempts,
             "allowed_reviewers": allowed_reviewer or None,
+            "max_cost_usd": max_cost,
         },
+        tenant,
     )
     if stored:
         out.print(stored, highlight=False)
@@ -155,6 +166,8 @@ def status(workflow_id: Annotated[str, typer.Argument(help="the run's id")]) -> 
         for key in keys:
             value = getattr(current, key)
             table.add_row(key, f"{value}%" if key == "progress" else str(value))
+        table.add_row("tenant", str(current.tenant))
+        table.add_row("cost", f"${current.cost_usd:.4f}")
         table.add_row("web ui", web_ui_run_url(settings, workflow_id))
         out.print(table)
 

@@ -62,6 +62,12 @@ def up_command(
     no_worker: Annotated[bool, typer.Option("--no-worker", help="start the servers only")] = False,
     inbox: Annotated[bool, typer.Option("--inbox", help="also serve the review inbox")] = False,
     inbox_port: Annotated[int, typer.Option()] = DEFAULT_INBOX_PORT,
+    capacity_store: Annotated[
+        bool,
+        typer.Option(
+            "--capacity-store", help="also run Redis for shared rate limits and tenant budgets"
+        ),
+    ] = False,
     metrics_port: Annotated[
         int, typer.Option(help="the worker's Prometheus /metrics (0: off)")
     ] = DEFAULT_METRICS_PORT,
@@ -78,6 +84,7 @@ def up_command(
         with_worker=not no_worker,
         with_inbox=inbox,
         inbox_port=inbox_port,
+        with_capacity_store=capacity_store,
         worker_env={"METRICS_PORT": str(metrics_port)},
     )
     try:
@@ -107,12 +114,20 @@ def simulator(
     host: Annotated[str, typer.Option()] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="0 picks a free port")] = DEFAULT_LLM_PORT,
     embedding_dim: Annotated[int, typer.Option(min=1, max=8192)] = 64,
+    rpm: Annotated[
+        int | None, typer.Option(min=1, help="requests per minute per model (shared limit)")
+    ] = None,
+    tpm: Annotated[
+        int | None, typer.Option(min=1, help="tokens per minute per model (shared limit)")
+    ] = None,
 ) -> None:
     """Serve the OpenAI-compatible LLM simulator (with fault injection) until SIGTERM.
 
-    Its directives and control endpoints: `aiorch.devstack.llm_simulator`.
+    Its directives and control endpoints: `aiorch.devstack.llm_simulator`; --rpm/--tpm turn
+    on the provider-style rate limits (headers and 429s), also set at run time through
+    /_sim/ratelimits.
     """
-    asyncio.run(llm_simulator.serve(host, port, embedding_dim))
+    asyncio.run(llm_simulator.serve(host, port, embedding_dim, rpm=rpm, tpm=tpm))
 
 
 @app.command("docs")

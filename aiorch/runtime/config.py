@@ -40,7 +40,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from aiorch.runtime.errors import ConfigError as ConfigError
 from aiorch.runtime.temporal_profile import TemporalTls, load_temporal_profile, temporal_tls
 from workflows.identity import KeySpecError, parse_review_keys
-from workflows.payloads import ReviewKey
+from workflows.payloads import TENANT_PATTERN, ReviewKey
 
 DEFAULT_LLM_PORT = 8700
 DEFAULT_SQS_PORT = 8701
@@ -65,6 +65,18 @@ class ModelPrice(BaseModel):
 
 
 PriceTable = Mapping[str, ModelPrice]
+
+
+class RateLimit(BaseModel):
+    """A model's shared limits per minute (an ``LLM_RATE_LIMITS`` entry); None = not limited."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    rpm: int | None = Field(default=None, ge=1)
+    tpm: int | None = Field(default=None, ge=1)
+
+
+RateLimits = Mapping[str, RateLimit]
 
 # The simulator's models, with made-up but plausible figures, so the local stack shows a cost;
 # production sets the real prices of the models it uses.
@@ -203,6 +215,28 @@ class Settings(BaseSettings):
         default_factory=lambda: dict(DEFAULT_PRICE_TABLE)
     )
 
+    # Shared capacity and cost budgets (docs/capacity.md). The store every worker shares
+    # (Redis: redis://[:password@]host:port/db, or rediss:// for TLS); a secret, it may hold a
+    # password. Unset: no shared limits and no tenant budgets (LLM_RATE_LIMITS and
+    # TENANT_BUDGETS_USD need it).
+    capacity_store_url: SecretStr | None = None
+    capacity_store_url_file: Path | None = None
+    # Requests and tokens per minute per model (JSON {"model": {"rpm": N, "tpm": N}}), shared by
+    # every worker calling that model at OPENAI_BASE_URL.
+    llm_rate_limits: Annotated[dict[str, RateLimit], NoDecode] = Field(default_factory=dict)
+    # The reply limit sent with every chat call (max_tokens), and reserved before it.
+    llm_max_output_tokens: int = Field(default=4096, ge=1, le=1_000_000)
+    # A reservation whose holder stops renewing it (a worker that died) is given back after this.
+    capacity_lease_s: float = Field(default=30.0, ge=1, le=3600)
+    # Cost budgets in USD (priced with LLM_PRICE_TABLE): per run (a request may lower it), and
+    # per tenant per UTC day (JSON {"tenant": USD}; others get TENANT_BUDGET_DEFAULT_USD).
+    run_budget_usd: float | None = Field(default=None, gt=0)
+    tenant_budgets_usd: Annotated[dict[str, float], NoDecode] = Field(default_factory=dict)
+    tenant_budget_default_usd: float | None = Field(default=None, gt=0)
+    # A call that would cross a budget: wait for an operator's decision, or dead-letter the run.
+    budget_policy: Literal["wait", "fail"] = "wait"
+    budget_decision_timeout_s: float = Field(default=24 * 3600.0, gt=0, le=365 * 86400)
+
     # Worker tuning
     worker_max_concurrent_activities: int = Field(default=200, ge=1, le=10000)
     worker_max_concurrent_workflow_tasks: int = Field(default=100, ge=1, le=10000)
@@ -248,7 +282,7 @@ class Settings(BaseSettings):
             return split_list(value) or None
         return value
 
-    @field_validator("llm_price_table", mode="before")
+    @field_validator("llm_price_table", "llm_rate_limits", "tenant_budgets_usd", mode="before")
     @classmethod
     def _decode_json(cls, value: Any) -> Any:
         if not isinstance(value, str):
@@ -257,6 +291,25 @@ class Settings(BaseSettings):
             return json.loads(value)
         except json.JSONDecodeError as err:
             raise ValueError(f"not valid JSON ({err.msg} at position {err.pos})") from None
+
+    @field_validator("tenant_budgets_usd")
+    @classmethod
+    def _tenant_budgets(cls, value: dict[str, float]) -> dict[str, float]:
+        for tenant, usd in value.items():
+            if not re.fullmatch(TENANT_PATTERN, tenant):
+                raise ValueError(f"{tenant[:70]!r} is not a tenant name ({TENANT_PATTERN})")
+            if not usd > 0:
+                raise ValueError(f"the budget of {tenant!r} must be more than 0")
+        return value
+
+    @field_validator("capacity_store_url")
+    @classmethod
+    def _store_url(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None or not value.get_secret_value():
+            return None  # set but empty = unset
+        if not re.fullmatch(r"rediss?://\S+", value.get_secret_value()):
+            raise ValueError("must be a redis:// or rediss:// URL")
+        return value
 
     @field_validator("input_file_roots", "input_s3_prefixes", mode="before")
     @classmethod
@@ -293,6 +346,11 @@ class Settings(BaseSettings):
         if self.require_encryption and self.payload_keys is None:
             raise ConfigError("REQUIRE_ENCRYPTION=true needs PAYLOAD_KEYS (or PAYLOAD_KEYS_FILE)")
         self.review_keys()
+        if self.capacity_store_url is None and (self.llm_rate_limits or self.tenant_budgeted):
+            raise ConfigError(
+                "LLM_RATE_LIMITS and tenant budgets are shared by every worker: they need "
+                "CAPACITY_STORE_URL (a Redis every worker reaches)"
+            )
         return self
 
     def review_keys(self) -> list[ReviewKey]:
@@ -326,6 +384,15 @@ class Settings(BaseSettings):
         return self.review_webhook_url is not None
 
     @property
+    def tenant_budgeted(self) -> bool:
+        """True when some tenant has a daily budget (TENANT_BUDGETS_USD or the default)."""
+        return bool(self.tenant_budgets_usd) or self.tenant_budget_default_usd is not None
+
+    def tenant_budget(self, tenant: str) -> float | None:
+        """The daily budget of ``tenant`` in USD, or None when it has none."""
+        return self.tenant_budgets_usd.get(tenant, self.tenant_budget_default_usd)
+
+    @property
     def tracing_enabled(self) -> bool:
         """True when an OTLP endpoint is configured."""
         return bool(self.otel_exporter_otlp_endpoint)
@@ -339,6 +406,7 @@ SECRET_FILE_FIELDS = (
     "inbox_signing_key",
     "review_webhook_url",
     "temporal_api_key",
+    "capacity_store_url",
 )
 # Settings that may also be given as a file (<NAME>_FILE); only the secrets are masked.
 FILE_BACKED_FIELDS = (*SECRET_FILE_FIELDS, "review_public_keys")

@@ -30,6 +30,7 @@ from temporalio.client import Client
 from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.worker import PollerBehaviorSimpleMaximum, Worker, WorkerDeploymentConfig
 
+from activities.capacity import CallGate
 from activities.dead_letter import DeadLetterActivities
 from activities.lineage import LineageActivities
 from activities.llm import LlmActivities
@@ -37,10 +38,12 @@ from activities.notify import NotifyActivities
 from activities.prompt import InputLoader, PromptActivities
 from activities.vectors import VectorActivities
 from aiorch.runtime import aws
+from aiorch.runtime.capacity import CapacityStore, CapacityStoreError
 from aiorch.runtime.codec import keyring_from_settings
 from aiorch.runtime.config import ConfigError, Settings, load_settings
 from aiorch.runtime.connection import connect, describe_target, ensure_search_attributes
 from aiorch.runtime.errors import TemporalUnreachable, VectorStoreLocked
+from aiorch.runtime.genai import GenAiTelemetry, install_genai_metrics
 from aiorch.runtime.signals import stop_event
 from aiorch.runtime.telemetry import tracing, worker_runtime
 from aiorch.worker.health import WorkerHealth, start_health
@@ -158,10 +161,39 @@ async def build_worker(client: Client, settings: Settings) -> AsyncIterator[Work
         s3_prefixes=settings.allowed_s3_prefixes,
     )
     prompts = PromptActivities(settings, loader)
-    llm_activities = LlmActivities(
-        llm, loader, settings.llm_timeout_s, prices=settings.llm_price_table
+    # Shared capacity and budgets (CAPACITY_STORE_URL); GenAI spans and OTLP metrics.
+    capacity = CapacityStore.from_settings(settings)
+    if capacity is not None:
+        try:
+            await capacity.ping()
+        except CapacityStoreError as err:
+            log.warning("%s: calls go ahead without shared limits until it answers", err)
+    gate = CallGate(
+        capacity,
+        base_url=settings.openai_base_url,
+        rate_limits=settings.llm_rate_limits,
+        prices=settings.llm_price_table,
+        tenant_budget=settings.tenant_budget,
+        max_output_tokens=settings.llm_max_output_tokens,
     )
-    vectors = VectorActivities(llm, store, settings.vector_collection, settings.embedding_model)
+    meters = install_genai_metrics(settings, "worker")
+    genai = GenAiTelemetry(
+        settings.openai_base_url,
+        capture_content=settings.otel_capture_content,
+        meter_provider=meters,
+    )
+    llm_activities = LlmActivities(
+        llm,
+        loader,
+        settings.llm_timeout_s,
+        prices=settings.llm_price_table,
+        gate=gate,
+        telemetry=genai,
+        budgeted_tenants=frozenset(settings.tenant_budgets_usd),
+    )
+    vectors = VectorActivities(
+        llm, store, settings.vector_collection, settings.embedding_model, telemetry=genai
+    )
     dead_letters = DeadLetterActivities(
         sqs, settings.dlq_queue_name, content_free=keyring_from_settings(settings) is not None
     )
@@ -192,6 +224,10 @@ async def build_worker(client: Client, settings: Settings) -> AsyncIterator[Work
         await llm.close()
         await store.close()
         await webhooks.close()
+        if capacity is not None:
+            await capacity.close()
+        if meters is not None:
+            meters.shutdown()
 
 
 async def run_worker(settings: Settings, client: Client | None = None) -> None:

@@ -23,6 +23,10 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+    ExportMetricsServiceResponse,
+)
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
@@ -71,12 +75,25 @@ def _value(value: AnyValue) -> Any:
     return getattr(value, kind) if kind else None
 
 
+@dataclass(frozen=True)
+class MetricPoint:
+    """One received histogram data point: metric name, unit, attributes, count and sum."""
+
+    name: str
+    unit: str
+    attributes: dict[str, Any]
+    count: int
+    total: float
+
+
 @dataclass
 class OtlpReceiver:
-    """A tiny OTLP/HTTP trace receiver (POST /v1/traces, protobuf) in a thread of its own."""
+    """A tiny OTLP/HTTP receiver (POST /v1/traces and /v1/metrics, protobuf) in a thread of
+    its own."""
 
     port: int = field(default_factory=free_port)
     spans: list[SpanRecord] = field(default_factory=list)
+    points: list[MetricPoint] = field(default_factory=list)
     requests: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -114,15 +131,48 @@ class OtlpReceiver:
             content_type="application/x-protobuf",
         )
 
+    async def _metrics(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        if request.headers.get("Content-Encoding") == "gzip":
+            body = gzip.decompress(body)
+        export = ExportMetricsServiceRequest.FromString(body)
+        received = []
+        for resource_metrics in export.resource_metrics:
+            for scope_metrics in resource_metrics.scope_metrics:
+                for metric in scope_metrics.metrics:
+                    if metric.WhichOneof("data") != "histogram":
+                        continue
+                    for point in metric.histogram.data_points:
+                        received.append(
+                            MetricPoint(
+                                name=metric.name,
+                                unit=metric.unit,
+                                attributes={a.key: _value(a.value) for a in point.attributes},
+                                count=point.count,
+                                total=point.sum,
+                            )
+                        )
+        with self._lock:
+            self.points.extend(received)
+        return web.Response(
+            body=ExportMetricsServiceResponse().SerializeToString(),
+            content_type="application/x-protobuf",
+        )
+
     def snapshot(self) -> list[SpanRecord]:
         with self._lock:
             return list(self.spans)
+
+    def metric_points(self) -> list[MetricPoint]:
+        with self._lock:
+            return list(self.points)
 
     @contextlib.contextmanager
     def running(self) -> Iterator[OtlpReceiver]:
         loop = asyncio.new_event_loop()
         app = web.Application()
         app.router.add_post("/v1/traces", self._traces)
+        app.router.add_post("/v1/metrics", self._metrics)
         runner = web.AppRunner(app, access_log=None)
         loop.run_until_complete(runner.setup())
         loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", self.port).start())
@@ -160,6 +210,7 @@ def observed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ObservedStack
             "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
             "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
             "OTEL_BSP_SCHEDULE_DELAY": "100",  # standard variable: export batches quickly
+            "OTEL_METRIC_EXPORT_INTERVAL": "500",  # and metrics every half second
             "OTEL_SERVICE_NAME": "aiorch-e2e",
         }
         worker_env = {
@@ -413,3 +464,84 @@ async def test_prometheus_endpoint_counts_transitions_retries_tokens_and_cost(
     for model, dollars in cost.items():
         assert total(found, "aiorch_llm_cost_usd_sum", model=model) == pytest.approx(dollars)
     assert any(name.startswith("temporal_") for name in found)
+
+
+GENAI_REQUIRED = {
+    "gen_ai.operation.name",
+    "gen_ai.provider.name",
+    "gen_ai.request.model",
+    "gen_ai.response.model",
+    "server.address",
+    "server.port",
+}
+CONTENT_KEYS = {"gen_ai.input.messages", "gen_ai.output.messages", "gen_ai.system_instructions"}
+
+
+async def test_llm_and_embedding_calls_follow_the_genai_conventions(
+    observed: ObservedStack, observed_client: Client
+) -> None:
+    """Each chat and embeddings call is a CLIENT span named `{operation} {model}` under its
+    RunActivity span, with the GenAI attributes (provider openai, request and response model,
+    response id, finish reasons, token usage, error.type on the failed attempt) and no message
+    content (capture is off); the worker exports gen_ai.client.token.usage (by token type) and
+    gen_ai.client.operation.duration over OTLP."""
+    handle = await start(
+        observed_client, request(f"GenAI conventions {PROMPT_MARKER} [sim:status=503:times=1]")
+    )
+    result = await finished(handle)
+    assert result.state == "completed"
+    chats = [r for r in observed_simulator(observed).chat_requests(handle.id)]
+
+    deadline = asyncio.get_running_loop().time() + 20
+    while True:
+        spans = observed.receiver.snapshot()
+        ours = [s for s in spans if s.name in ("chat sim-large", "embeddings sim-embed")]
+        run = {s.span_id for s in spans if s.attributes.get("temporalWorkflowID") == handle.id}
+        mine = [s for s in ours if s.parent_id in run]
+        points = observed.receiver.metric_points()
+        names = {p.name for p in points}
+        if (
+            len(mine) >= 3
+            and {
+                "gen_ai.client.token.usage",
+                "gen_ai.client.operation.duration",
+            }
+            <= names
+        ):
+            break
+        assert asyncio.get_running_loop().time() < deadline, (len(mine), names)
+        await asyncio.sleep(0.3)
+
+    chat_spans = sorted((s for s in mine if s.name == "chat sim-large"), key=lambda s: s.start_ns)
+    [embedding] = [s for s in mine if s.name == "embeddings sim-embed"]
+    failed, answered = chat_spans
+    for span in (failed, answered, embedding):
+        assert span.attributes["gen_ai.provider.name"] == "openai"
+        assert not CONTENT_KEYS & set(span.attributes)
+    assert failed.attributes["error.type"] == "503"
+    assert answered.attributes.keys() >= GENAI_REQUIRED | {
+        "gen_ai.response.id",
+        "gen_ai.response.finish_reasons",
+        "gen_ai.usage.input_tokens",
+        "gen_ai.usage.output_tokens",
+    }
+    assert answered.attributes["gen_ai.operation.name"] == "chat"
+    assert answered.attributes["gen_ai.request.model"] == "sim-large"
+    assert answered.attributes["gen_ai.response.finish_reasons"] == ["stop"]
+    usage = chats[-1]["usage"]
+    assert answered.attributes["gen_ai.usage.input_tokens"] == usage["prompt_tokens"]
+    assert answered.attributes["gen_ai.usage.output_tokens"] == usage["completion_tokens"]
+    assert "error.type" not in answered.attributes
+    assert embedding.attributes["gen_ai.operation.name"] == "embeddings"
+    assert embedding.attributes["gen_ai.usage.input_tokens"] > 0
+    for span in observed.receiver.snapshot():
+        assert PROMPT_MARKER not in str(span.attributes)
+
+    tokens = [p for p in points if p.name == "gen_ai.client.token.usage"]
+    assert {p.attributes["gen_ai.token.type"] for p in tokens} >= {"input", "output"}
+    assert all(p.unit == "{token}" for p in tokens)
+    assert all(p.attributes["gen_ai.provider.name"] == "openai" for p in tokens)
+    durations = [p for p in points if p.name == "gen_ai.client.operation.duration"]
+    assert all(p.unit == "s" for p in durations)
+    assert any(p.attributes.get("error.type") == "503" for p in durations)
+    assert {p.attributes["gen_ai.operation.name"] for p in durations} == {"chat", "embeddings"}

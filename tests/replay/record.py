@@ -11,9 +11,11 @@ so runs started before the change still replay.
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import tempfile
 import uuid
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,8 @@ from temporalio.client import Client, WorkflowHandle
 
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops.signing import SigningKey
+from aiorch.runtime.capacity import CapacityStore, ProviderSignal, scope_name
+from aiorch.runtime.config import Settings
 from aiorch.runtime.temporal import AiOrchestratorPlugin
 from tests.reviewing import signed
 from workflows import contract
@@ -28,10 +32,15 @@ from workflows.payloads import RunStatus
 
 HISTORIES = Path(__file__).parent / "histories"
 # Two reedit rounds per run, so a longer loop records a continued run too.
+# The model's shared capacity is limited (far above what the other scenarios use), so the
+# capacity scenario can be made to wait: a provider's 429 pauses the model for everyone.
+TPM = 60_000
 WORKER_ENV = {
     "LLM_BACKOFF_INITIAL_S": "0.2",
     "LLM_BACKOFF_MAX_S": "0.5",
     "REEDIT_ROUNDS_PER_RUN": "2",
+    "LLM_RATE_LIMITS": json.dumps({"sim-large": {"tpm": TPM}}),
+    "LLM_MAX_OUTPUT_TOKENS": "64",
 }
 
 
@@ -55,7 +64,7 @@ async def review(
     )
 
 
-async def record(client: Client, key: SigningKey) -> None:
+async def record(client: Client, key: SigningKey, stack: LocalStack) -> None:
     async def start(message: str, **fields: Any) -> WorkflowHandle[Any, Any]:
         run_id = uuid.uuid4().hex[:24]
         payload = {"request_id": run_id, "user_message": message, **fields}
@@ -90,6 +99,30 @@ async def record(client: Client, key: SigningKey) -> None:
     await until(runs["cancel_in_review"], "await_review")
     await runs["cancel_in_review"].cancel()
 
+    for handle in runs.values():
+        try:
+            await handle.result()
+        except Exception as error:  # a cancelled or failed run ends in an error
+            print(f"{handle.id}: ended with {type(error).__name__}")
+
+    # Waiting for capacity: the provider answered 429 "retry after 3 s" to someone, so the
+    # model is paused for every worker and this run waits in await_capacity.
+    settings = Settings(capacity_store_url=stack.addresses.capacity_store_url)
+    store = CapacityStore.from_settings(settings)
+    assert store is not None
+    scope = scope_name(stack.addresses.openai_base_url, "sim-large")
+    await store.feedback(scope, (TPM, 0), ProviderSignal(retry_after=timedelta(seconds=3)))
+    await store.close()
+    runs["capacity_wait"] = await start("Queued for capacity")
+    # Over the request's own ceiling: waits in await_budget until an operator approves.
+    runs["budget_approved"] = await start("Worth it", options={"max_cost_usd": 0.0001})
+    await until(runs["budget_approved"], "await_budget")
+    await runs["budget_approved"].execute_update(
+        contract.UPDATE_DECIDE_BUDGET,
+        {"decision": "approve", "operator": "recorder", "reason": "replay history"},
+        result_type=RunStatus,
+    )
+
     HISTORIES.mkdir(exist_ok=True)
     for name, handle in runs.items():
         try:
@@ -104,14 +137,16 @@ async def record(client: Client, key: SigningKey) -> None:
 def main() -> int:
     with (
         tempfile.TemporaryDirectory() as data,
-        LocalStack(Path(data), with_worker=True, worker_env=WORKER_ENV) as stack,
+        LocalStack(
+            Path(data), with_worker=True, worker_env=WORKER_ENV, with_capacity_store=True
+        ) as stack,
     ):
 
         async def go() -> None:
             client = await Client.connect(
                 stack.addresses.temporal_address, plugins=[AiOrchestratorPlugin()]
             )
-            await record(client, stack.reviewer_key)
+            await record(client, stack.reviewer_key, stack)
 
         asyncio.run(go())
     return 0

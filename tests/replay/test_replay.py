@@ -30,6 +30,8 @@ def test_histories_are_recorded() -> None:
         "dead_letter",
         "cancel_in_review",
         "continued_reedit_loop",
+        "capacity_wait",
+        "budget_approved",
     } <= names
 
 

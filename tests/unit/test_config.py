@@ -63,3 +63,45 @@ def test_every_setting_is_documented() -> None:
         if name.upper() not in readme or name.upper() not in example
     ]
     assert missing == []
+
+
+def test_shared_limits_and_tenant_budgets_need_the_capacity_store(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """LLM_RATE_LIMITS (or a tenant budget) without CAPACITY_STORE_URL stops the process with one
+    line; with it, the JSON settings decode, and a tenant's budget falls back to the default."""
+    from aiorch.runtime.config import ConfigError, RateLimit, load_settings
+
+    monkeypatch.setenv("LLM_RATE_LIMITS", '{"gpt-4o": {"tpm": 30000, "rpm": 500}}')
+    with pytest.raises(ConfigError, match="CAPACITY_STORE_URL"):
+        load_settings()
+    monkeypatch.setenv("CAPACITY_STORE_URL", "redis://:secret@redis:6379/0")
+    monkeypatch.setenv("TENANT_BUDGETS_USD", '{"acme": 25}')
+    monkeypatch.setenv("TENANT_BUDGET_DEFAULT_USD", "1")
+    settings = load_settings()
+    assert settings.llm_rate_limits == {"gpt-4o": RateLimit(tpm=30000, rpm=500)}
+    assert (settings.tenant_budget("acme"), settings.tenant_budget("globex")) == (25, 1)
+    assert "secret" not in repr(settings)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("TENANT_BUDGETS_USD", '{"bad tenant": 1}'),
+        ("TENANT_BUDGETS_USD", '{"acme": 0}'),
+        ("LLM_RATE_LIMITS", '{"m": {"tpm": 0}}'),
+        ("LLM_RATE_LIMITS", "not json"),
+        ("CAPACITY_STORE_URL", "http://redis:6379"),
+        ("BUDGET_POLICY", "maybe"),
+    ],
+)
+def test_bad_capacity_and_budget_settings_are_one_line(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str
+) -> None:
+    """Each invalid capacity or budget setting is refused naming its variable."""
+    from aiorch.runtime.config import ConfigError, load_settings
+
+    monkeypatch.setenv("CAPACITY_STORE_URL", "redis://127.0.0.1:6379/0")
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError, match=name):
+        load_settings()

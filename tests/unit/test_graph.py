@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from workflows.errors import InvalidTransition
 from workflows.graph import (
     REVIEW_STATES,
+    SHOWN_STATES,
     STATES,
     TERMINAL_STATES,
     TRANSITIONS,
@@ -28,10 +29,11 @@ from workflows.graph import (
 
 
 def test_review_states_are_the_states_waiting_for_a_reviewer() -> None:
-    """REVIEW_STATES (used by the workflow, its metrics and `starter.py stuck`) are exactly the
-    states whose status is waiting for input, and each takes the three review decisions."""
+    """REVIEW_STATES (used by the workflow, its metrics and `starter.py stuck`) are the states
+    waiting for input besides await_budget (an operator's, not a reviewer's), and each takes the
+    three review decisions."""
     waiting = {state for state, info in STATES.items() if info.status is Status.WAITING_FOR_INPUT}
-    assert waiting == REVIEW_STATES
+    assert waiting == REVIEW_STATES | {State.AWAIT_BUDGET}
     for state in REVIEW_STATES:
         assert {Event.APPROVE, Event.REEDIT, Event.REJECT} <= set(allowed_events(state))
     assert "await_review" in REVIEW_STATES  # a state name read from visibility matches too
@@ -140,3 +142,22 @@ def test_mermaid_has_one_edge_per_transition() -> None:
     assert len(edge_lines) == len(TRANSITIONS)
     for t in TRANSITIONS:
         assert f"{t.source.value} --> {t.target.value}: {t.event.value}" in edge_lines
+
+
+def test_waiting_for_capacity_or_budget_is_shown_and_leads_back_or_out() -> None:
+    """await_capacity (Pending) and await_budget (WaitingForInput) are shown in AiState;
+    capacity only ever leads back to invoke_llm (or a cancel); a budget wait ends in invoke_llm
+    (approved), failed (rejected) or dead_letter (timeout, redrivable), and policy fail goes
+    from invoke_llm straight to dead_letter."""
+    assert {State.AWAIT_CAPACITY, State.AWAIT_BUDGET} <= SHOWN_STATES
+    assert STATES[State.AWAIT_CAPACITY].status is Status.PENDING
+    assert STATES[State.AWAIT_BUDGET].status is Status.WAITING_FOR_INPUT
+    assert set(allowed_events(State.AWAIT_CAPACITY)) == {Event.CAPACITY_READY, Event.CANCEL}
+    assert next_state(State.INVOKE_LLM, Event.CAPACITY_WAIT) is State.AWAIT_CAPACITY
+    assert next_state(State.AWAIT_CAPACITY, Event.CAPACITY_READY) is State.INVOKE_LLM
+    assert next_state(State.INVOKE_LLM, Event.OVER_BUDGET) is State.AWAIT_BUDGET
+    assert next_state(State.INVOKE_LLM, Event.BUDGET_EXCEEDED) is State.DEAD_LETTER
+    assert next_state(State.AWAIT_BUDGET, Event.OVERSPEND_APPROVED) is State.INVOKE_LLM
+    assert next_state(State.AWAIT_BUDGET, Event.OVERSPEND_REJECTED) is State.FAILED
+    assert next_state(State.AWAIT_BUDGET, Event.BUDGET_TIMEOUT) is State.DEAD_LETTER
+    assert next_state(State.AWAIT_BUDGET, Event.CANCEL) is State.CANCELLED

@@ -155,3 +155,20 @@ def test_validation_messages_never_carry_what_they_cannot_encode() -> None:
         PipelineRequest.model_validate({"request_id": "a" * 24, "user_message": "x", "k" * 500: 1})
     line = describe_validation_error(info.value)
     assert "Extra inputs are not permitted" in line and len(line) < 400
+
+
+def test_tenant_and_cost_ceiling_are_validated() -> None:
+    """A request may name a plain tenant and a positive cost ceiling; anything else is refused
+    before the run starts."""
+    from pydantic import ValidationError as PydanticValidationError
+
+    from workflows.payloads import PipelineRequest
+
+    base = {"request_id": "0123456789abcdef01234567", "user_message": "hi"}
+    ok = PipelineRequest.model_validate(
+        {**base, "tenant": "acme-eu.1", "options": {"max_cost_usd": 0.5}}
+    )
+    assert (ok.tenant, ok.options.max_cost_usd) == ("acme-eu.1", 0.5)
+    for bad in ({"tenant": "a b"}, {"tenant": "x" * 65}, {"options": {"max_cost_usd": 0}}):
+        with pytest.raises(PydanticValidationError):
+            PipelineRequest.model_validate({**base, **bad})

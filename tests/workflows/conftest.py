@@ -151,6 +151,16 @@ def rate_limited(retry_after_s: float = 30.0) -> ApplicationError:
     )
 
 
+def no_capacity(wait_s: float) -> LlmCallResult:
+    """What the real ``invoke_llm`` returns when the model's shared capacity is used up."""
+    return LlmCallResult(model="", outcome="wait", wait_s=wait_s)
+
+
+def over_budget(budget: str = "run budget: spent $0.0100 of $0.0100") -> LlmCallResult:
+    """What the real ``invoke_llm`` returns when the next call would cross a budget."""
+    return LlmCallResult(model="", outcome="over_budget", budget=budget)
+
+
 def server_error() -> ApplicationError:
     """What the real ``invoke_llm`` raises for a 503."""
     return ApplicationError("HTTP 503 from the LLM: overloaded", type=errors.LLM_RETRYABLE)
@@ -166,7 +176,7 @@ class FakeActivities:
     def __init__(self) -> None:
         self.plan_overrides: dict[str, Any] = {}
         self.prompt_error: ApplicationError | None = None
-        self.llm_script: list[Reply | BaseException] = []
+        self.llm_script: list[Reply | LlmCallResult | BaseException] = []
         self.embedding_script: list[EmbeddingResult | BaseException] = []
         self.notify_script: list[int | BaseException] = []
         self.llm_gate: Gate | None = None
@@ -243,6 +253,8 @@ class FakeActivities:
         step = self.llm_script.pop(0) if self.llm_script else Reply()
         if isinstance(step, BaseException):
             raise step
+        if isinstance(step, LlmCallResult):  # no call made: no capacity, or over budget
+            return step.model_copy(update={"model": call.model})
         return LlmCallResult(
             content=step.content,
             needs_review=step.needs_review,

@@ -43,6 +43,12 @@ a global fault checked before any directive (``path``/``model``/``times`` null =
 forever): an error ``status``, a ``delay_ms`` before answering, or both (a delay alone lets the
 call go on to the directives, e.g. to slow every embeddings call, whose input carries no
 directives); ``GET`` lists them with hit counts, ``DELETE`` removes them.
+
+Shared rate limits (``ratelimit``): ``--rpm``/``--tpm`` at start, or ``PUT /_sim/ratelimits``
+``{"rpm", "tpm", "model"}`` at run time, limit requests and tokens per minute per model across
+all callers, answering with the provider's ``x-ratelimit-*`` headers and 429 + ``Retry-After``
+/ ``retry-after-ms`` when a call does not fit; rate-limited calls are logged with fault
+``rate_limit``.
 """
 
 from aiorch.devstack.llm_simulator.server import (

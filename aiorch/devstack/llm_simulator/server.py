@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import math
 import struct
 import time
 from collections import Counter, deque
@@ -28,6 +29,7 @@ from aiorch.devstack.llm_simulator.faults import (
     fault_response,
     parse_directives,
 )
+from aiorch.devstack.llm_simulator.ratelimit import RateLimits, RateLimitSpec
 from aiorch.devstack.llm_simulator.replies import (
     completion,
     embed,
@@ -48,8 +50,13 @@ _LISTEN_BACKLOG = 4096  # a benchmark connects ~1000 clients at once; aiohttp's 
 class Simulator:
     """The simulator's state (request log, counters, global faults) and its handlers."""
 
-    def __init__(self, embedding_dim: int = 64) -> None:
+    def __init__(
+        self, embedding_dim: int = 64, *, rpm: int | None = None, tpm: int | None = None
+    ) -> None:
         self._embedding_dim = embedding_dim
+        self._limits = RateLimits()
+        if rpm or tpm:
+            self._limits.configure(RateLimitSpec(rpm=rpm, tpm=tpm))
         self._log: deque[dict[str, Any]] = deque(maxlen=_LOG_LIMIT)
         self._seq = 0
         self._counts: Counter[tuple[str, str]] = Counter()
@@ -68,6 +75,9 @@ class Simulator:
             web.get("/_sim/faults", self.list_faults),
             web.post("/_sim/faults", self.add_fault),
             web.delete("/_sim/faults", self.clear_faults),
+            web.get("/_sim/ratelimits", self.list_ratelimits),
+            web.put("/_sim/ratelimits", self.set_ratelimit),
+            web.delete("/_sim/ratelimits", self.clear_ratelimits),
         ]
 
     async def chat(self, request: web.Request) -> web.Response:
@@ -131,11 +141,29 @@ class Simulator:
             return fault_response(plan.error, plan.error.status)
         if path == "chat":
             answer = completion(entry["seq"], model, body["messages"], texts, plan)
+            return self._limited(model, answer, entry)
+        result = self._embedding_result(model, body, texts)
+        return self._limited(model, result, entry)
+
+    def _limited(self, model: str, answer: dict[str, Any], entry: dict[str, Any]) -> web.Response:
+        """The answer, if the model's rate limits admit its tokens (with the limit headers);
+        else a 429 with Retry-After."""
+        verdict = self._limits.admit(model, int(answer["usage"]["total_tokens"]))
+        if verdict is None:
             entry["usage"] = answer["usage"]
             return web.json_response(answer)
-        result = self._embedding_result(model, body, texts)
-        entry["usage"] = result["usage"]
-        return web.json_response(result)
+        if not verdict.admitted:
+            entry["fault"] = "rate_limit"
+            wait_ms = max(1, math.ceil(verdict.retry_after_s * 1000))
+            headers = {
+                **verdict.headers,
+                "Retry-After": str(math.ceil(wait_ms / 1000)),
+                "retry-after-ms": str(wait_ms),
+            }
+            message = f"Rate limit reached for {model}; try again in {wait_ms}ms"
+            return error_response(429, message, "rate_limit_error", "rate_limit_exceeded", headers)
+        entry["usage"] = answer["usage"]
+        return web.json_response(answer, headers=verdict.headers)
 
     async def _plan(
         self,
@@ -251,6 +279,24 @@ class Simulator:
         self._faults.clear()
         return web.json_response({"ok": True})
 
+    async def list_ratelimits(self, request: web.Request) -> web.Response:
+        """``GET /_sim/ratelimits``: the limits, and each model's buckets and counters."""
+        return web.json_response(self._limits.state())
+
+    async def set_ratelimit(self, request: web.Request) -> web.Response:
+        """``PUT /_sim/ratelimits``: set a model's (or the default) limits (RateLimitSpec)."""
+        try:
+            spec = RateLimitSpec.model_validate_json(await request.read())
+        except ValidationError as exc:
+            return error_response(400, str(exc), "invalid_request_error", None)
+        self._limits.configure(spec)
+        return await self.list_ratelimits(request)
+
+    async def clear_ratelimits(self, request: web.Request) -> web.Response:
+        """``DELETE /_sim/ratelimits``: remove every limit."""
+        self._limits.clear()
+        return web.json_response({"ok": True})
+
 
 def _chat_texts(body: dict[str, Any]) -> list[str]:
     messages = body.get("messages")
@@ -267,24 +313,32 @@ def _embedding_inputs(body: dict[str, Any]) -> list[str]:
     return inputs
 
 
-def build_app(embedding_dim: int = 64) -> web.Application:
-    """Build the simulator's aiohttp application with fresh state."""
+def build_app(
+    embedding_dim: int = 64, *, rpm: int | None = None, tpm: int | None = None
+) -> web.Application:
+    """Build the simulator's aiohttp application with fresh state (``rpm``/``tpm``: every
+    model's shared rate limits, see ``ratelimit``)."""
     # Large prompts (documents given by reference, loaded by invoke_llm) must reach it whole.
     app = web.Application(client_max_size=MAX_REQUEST_BYTES)
-    app.add_routes(Simulator(embedding_dim).routes())
+    app.add_routes(Simulator(embedding_dim, rpm=rpm, tpm=tpm).routes())
     return app
 
 
 @asynccontextmanager
 async def running_simulator(
-    host: str = "127.0.0.1", port: int = 0, embedding_dim: int = 64
+    host: str = "127.0.0.1",
+    port: int = 0,
+    embedding_dim: int = 64,
+    *,
+    rpm: int | None = None,
+    tpm: int | None = None,
 ) -> AsyncIterator[str]:
     """Serve a fresh simulator in this event loop; yield its root URL (``http://HOST:PORT``).
 
     ``port=0`` picks a free port. The OpenAI base URL is the yielded URL plus ``/v1``.
     """
     runner = web.AppRunner(
-        build_app(embedding_dim),
+        build_app(embedding_dim, rpm=rpm, tpm=tpm),
         access_log=None,
         handler_cancellation=True,  # a client that gives up on a hang frees the handler
         shutdown_timeout=_SHUTDOWN_GRACE_S,
@@ -297,9 +351,11 @@ async def running_simulator(
         await runner.cleanup()
 
 
-async def serve(host: str, port: int, embedding_dim: int) -> None:
+async def serve(
+    host: str, port: int, embedding_dim: int, *, rpm: int | None = None, tpm: int | None = None
+) -> None:
     """Serve until SIGTERM or SIGINT, printing the ready line once listening."""
     stop = stop_event()
-    async with running_simulator(host, port, embedding_dim) as url:
+    async with running_simulator(host, port, embedding_dim, rpm=rpm, tpm=tpm) as url:
         print(f"llm-simulator listening on {url}", flush=True)
         await stop.wait()

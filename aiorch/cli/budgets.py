@@ -1,0 +1,142 @@
+"""Spend and budgets: what each tenant spent (``spend``) and an operator's decision on a run
+whose next call would cross a budget (``budget``).
+
+Spend comes from the capacity store (``CAPACITY_STORE_URL``), where every worker adds each
+call's cost (``LLM_PRICE_TABLE``) to its tenant's total for the UTC day.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, date, datetime
+from typing import Annotated
+
+import typer
+from pydantic import ValidationError
+from rich.table import Table
+from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.service import RPCError
+
+from aiorch.cli.output import CliError, one_line_errors, out
+from aiorch.cli.reviews import refusal_text
+from aiorch.cli.session import describe_rpc_error, run_async
+from aiorch.runtime.capacity import CapacityStore, CapacityStoreError
+from aiorch.runtime.config import Settings, load_settings
+from workflows import contract
+from workflows.payloads import BudgetDecision, BudgetVerdict, RunStatus, describe_validation_error
+
+
+def parse_day(day: str | None) -> date:
+    """``YYYY-MM-DD`` as a date (today, UTC, when None).
+
+    Raises:
+        CliError: not a date.
+    """
+    if day is None:
+        return datetime.now(UTC).date()
+    try:
+        return date.fromisoformat(day)
+    except ValueError:
+        raise CliError(f"--day {day!r} is not a date (YYYY-MM-DD)") from None
+
+
+async def spend_report(
+    store: CapacityStore, settings: Settings, day: date, tenant: str | None
+) -> list[dict[str, object]]:
+    """One row per tenant that spent on ``day`` (or just ``tenant``): spend, budget, left."""
+    if tenant is not None:
+        spent = {tenant: await store.spend(tenant, day)}
+    else:
+        spent = await store.spend_by_tenant(day)
+    rows: list[dict[str, object]] = []
+    for name, usd in sorted(spent.items()):
+        budget = settings.tenant_budget(name)
+        rows.append(
+            {
+                "tenant": name,
+                "day": day.isoformat(),
+                "spent_usd": round(usd, 6),
+                "budget_usd": budget,
+                "left_usd": None if budget is None else round(budget - usd, 6),
+            }
+        )
+    return rows
+
+
+@one_line_errors
+def spend(
+    tenant: Annotated[str | None, typer.Option(help="only this tenant")] = None,
+    day: Annotated[str | None, typer.Option(help="YYYY-MM-DD (UTC); default today")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON lines instead of a table")] = False,
+) -> None:
+    """What each tenant spent on a day (UTC), against its daily budget."""
+    settings = load_settings()
+    when = parse_day(day)
+    store = CapacityStore.from_settings(settings)
+    if store is None:
+        raise CliError("spend is kept in the capacity store: set CAPACITY_STORE_URL")
+
+    async def report() -> list[dict[str, object]]:
+        try:
+            return await spend_report(store, settings, when, tenant)
+        except CapacityStoreError as error:
+            raise CliError(str(error)) from None
+        finally:
+            await store.close()
+
+    rows = asyncio.run(report())
+    if as_json:
+        for row in rows:
+            out.print(json.dumps(row), highlight=False)
+        return
+    if not rows:
+        out.print(f"no spend recorded on {when.isoformat()}")
+        return
+    table = Table("tenant", "spent (USD)", "budget (USD)", "left (USD)", title=when.isoformat())
+    for row in rows:
+        table.add_row(
+            str(row["tenant"]),
+            f"{row['spent_usd']:.4f}",
+            "-" if row["budget_usd"] is None else f"{row['budget_usd']:.2f}",
+            "-" if row["left_usd"] is None else f"{row['left_usd']:.4f}",
+        )
+    out.print(table)
+
+
+@one_line_errors
+def budget(
+    workflow_id: Annotated[str, typer.Argument(help="the run's id")],
+    decision: Annotated[BudgetVerdict, typer.Argument()],
+    operator: Annotated[str, typer.Option(help="who decides (recorded in the run's history)")],
+    reason: Annotated[str | None, typer.Option(help="why (recorded)")] = None,
+) -> None:
+    """Approve the overspend of a run waiting in await_budget (it goes on), or reject it (it
+    fails with BudgetExceeded)."""
+    try:
+        payload = BudgetDecision(decision=decision, operator=operator, reason=reason)
+    except ValidationError as error:
+        raise CliError(f"invalid decision: {describe_validation_error(error)}") from None
+
+    async def send(client: Client, settings: Settings) -> None:
+        handle = client.get_workflow_handle(workflow_id)
+        try:
+            status = await handle.execute_update(
+                contract.UPDATE_DECIDE_BUDGET,
+                payload,
+                id=f"budget:{workflow_id}:{operator}:{decision}",
+                result_type=RunStatus,
+            )
+        except WorkflowUpdateFailedError as error:
+            raise CliError(f"decision refused for {workflow_id}: {refusal_text(error)}") from None
+        except RPCError as error:
+            raise CliError(describe_rpc_error(workflow_id, error)) from None
+        out.print(f"{workflow_id}: {decision} recorded; the run is in {status.state}")
+
+    run_async(send)
+
+
+def register(app: typer.Typer) -> None:
+    """Add these commands to ``app``."""
+    app.command()(spend)
+    app.command()(budget)

@@ -1,0 +1,183 @@
+"""The LLM activity's GenAI telemetry, budgets and the simulator's rate limits, against the
+simulator over HTTP in this event loop, in Temporal's activity test environment. (The capacity
+store's own behaviour, which needs a Redis server: tests/e2e/test_capacity_store.py.)"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+
+import pytest
+from openai import AsyncOpenAI
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
+
+from activities.capacity import CallGate, estimate_prompt_tokens
+from activities.llm import LlmActivities, build_messages
+from activities.prompt import SYSTEM_PROMPT, InputLoader
+from aiorch.devstack.llm_simulator import running_simulator
+from aiorch.runtime.config import DEFAULT_PRICE_TABLE
+from aiorch.runtime.genai import CONTENT_ATTRIBUTES, GenAiTelemetry
+from workflows import errors
+from workflows.payloads import LlmCallInput
+
+MARKER = "violet-harbour-7"
+
+
+@pytest.fixture(scope="module")
+async def sim_root() -> AsyncIterator[str]:
+    async with running_simulator() as root:
+        yield root
+
+
+@pytest.fixture(scope="module")
+async def llm(sim_root: str) -> AsyncIterator[AsyncOpenAI]:
+    client = AsyncOpenAI(base_url=f"{sim_root}/v1", api_key="sim", max_retries=0, timeout=10)
+    yield client
+    await client.close()
+
+
+def call(message: str, **fields: object) -> LlmCallInput:
+    values: dict[str, object] = {
+        "workflow_id": "0123456789abcdef01234567",
+        "system_prompt": SYSTEM_PROMPT,
+        "user_prompt": message,
+        "model": "sim-large",
+        "attempt": 1,
+    }
+    values.update(fields)
+    return LlmCallInput.model_validate(values)
+
+
+class Recorded:
+    """An LLM activity whose spans and metrics land in memory."""
+
+    def __init__(self, client: AsyncOpenAI, *, capture: bool, gate: CallGate | None = None) -> None:
+        self.spans = InMemorySpanExporter()
+        tracer = TracerProvider()
+        tracer.add_span_processor(SimpleSpanProcessor(self.spans))
+        self.metrics = InMemoryMetricReader()
+        self.client = client
+        telemetry = GenAiTelemetry(
+            str(client.base_url),
+            capture_content=capture,
+            meter_provider=MeterProvider(metric_readers=[self.metrics]),
+            tracer_provider=tracer,
+        )
+        self.activities = LlmActivities(
+            self.client,
+            InputLoader(),
+            10,
+            prices=DEFAULT_PRICE_TABLE,
+            gate=gate,
+            telemetry=telemetry,
+        )
+
+    def metric_names(self) -> set[str]:
+        data = self.metrics.get_metrics_data()
+        assert data is not None
+        return {
+            metric.name
+            for resource in data.resource_metrics
+            for scope in resource.scope_metrics
+            for metric in scope.metrics
+        }
+
+
+def gate(**fields: object) -> CallGate:
+    values: dict[str, object] = {
+        "base_url": "http://sim/v1",
+        "rate_limits": {},
+        "prices": DEFAULT_PRICE_TABLE,
+        "tenant_budget": lambda tenant: None,
+        "max_output_tokens": 100,
+    }
+    values.update(fields)
+    return CallGate(None, **values)  # type: ignore[arg-type]
+
+
+async def test_content_is_recorded_only_with_capture_on(llm: AsyncOpenAI) -> None:
+    """With capture off the chat span has the GenAI attributes and no message content; with it
+    on, it has the system instructions, input and output messages in the conventions' JSON."""
+    quiet = Recorded(llm, capture=False)
+    result = await ActivityEnvironment().run(quiet.activities.invoke_llm, call(f"hi {MARKER}"))
+    [span] = quiet.spans.get_finished_spans()
+    assert span.name == "chat sim-large"
+    assert span.attributes is not None
+    assert span.attributes["gen_ai.usage.output_tokens"] == result.usage.completion_tokens
+    assert not CONTENT_ATTRIBUTES & set(span.attributes)
+    assert MARKER not in str(dict(span.attributes))
+    assert {"gen_ai.client.token.usage", "gen_ai.client.operation.duration"} <= (
+        quiet.metric_names()
+    )
+
+    loud = Recorded(llm, capture=True)
+    await ActivityEnvironment().run(loud.activities.invoke_llm, call(f"hi {MARKER}"))
+    [span] = loud.spans.get_finished_spans()
+    assert span.attributes is not None
+    inputs = json.loads(str(span.attributes["gen_ai.input.messages"]))
+    assert inputs[0]["role"] == "user"
+    assert MARKER in inputs[0]["parts"][0]["content"]
+    outputs = json.loads(str(span.attributes["gen_ai.output.messages"]))
+    assert outputs[0]["role"] == "assistant"
+    assert outputs[0]["finish_reason"] == "stop"
+    assert "gen_ai.system_instructions" in span.attributes
+
+
+async def test_a_call_over_the_run_budget_is_not_made(llm: AsyncOpenAI) -> None:
+    """A call whose worst case (prompt estimate + reply limit, priced) would cross the run's
+    ceiling returns over_budget without reaching the provider; approved, it is made and its
+    cost returned."""
+    recorded = Recorded(llm, capture=False, gate=gate())
+    over = await ActivityEnvironment().run(
+        recorded.activities.invoke_llm, call("budget please", budget_usd=0.001, spent_usd=0.0)
+    )
+    assert over.outcome == "over_budget"
+    assert over.budget is not None
+    assert over.budget.startswith("run budget")
+    assert recorded.spans.get_finished_spans() == ()
+
+    approved = await ActivityEnvironment().run(
+        recorded.activities.invoke_llm,
+        call("budget please", budget_usd=0.001, budget_approved=True),
+    )
+    assert approved.outcome == "answered"
+    assert approved.cost_usd is not None
+    assert approved.cost_usd > 0
+
+
+def test_the_prompt_estimate_is_generous() -> None:
+    """The estimate covers the simulator's count (words) and the usual ~4 characters per token
+    of real tokenizers, so a reservation is an upper bound for ordinary text."""
+    messages = build_messages(call("Summarise the quarterly report in three lines."), None)
+    words = sum(len(str(m["content"]).split()) for m in messages)
+    characters = sum(len(str(m["content"])) for m in messages)
+    estimate = estimate_prompt_tokens(messages)
+    assert estimate >= words
+    assert estimate >= characters / 4
+
+
+async def test_the_simulators_rate_limit_answers_429_with_the_providers_headers() -> None:
+    """With --tpm 150 the first call is admitted with x-ratelimit headers, the next one that
+    does not fit gets 429 rate_limit_exceeded with Retry-After and retry-after-ms, which the
+    activity turns into a retryable LlmRateLimited with that delay."""
+    async with running_simulator(tpm=150) as root:
+        client = AsyncOpenAI(base_url=f"{root}/v1", api_key="sim", max_retries=0)
+        raw = await client.chat.completions.with_raw_response.create(
+            model="sim-large", messages=[{"role": "user", "content": "one two three"}]
+        )
+        assert raw.headers["x-ratelimit-limit-tokens"] == "150"
+        assert int(raw.headers["x-ratelimit-remaining-tokens"]) < 150
+        assert raw.headers["x-ratelimit-reset-tokens"].endswith(("ms", "s"))
+        activities = LlmActivities(client, InputLoader(), 10)
+        with pytest.raises(ApplicationError) as limited:
+            await ActivityEnvironment().run(activities.invoke_llm, call("too long " * 40))
+        assert limited.value.type == errors.LLM_RATE_LIMITED
+        assert limited.value.next_retry_delay is not None
+        assert limited.value.next_retry_delay.total_seconds() > 0
+        await client.close()

@@ -1,0 +1,167 @@
+"""await_capacity and await_budget: a run without capacity waits on a timer, visibly, without
+calling or spending an attempt; a run whose next call would cross a budget waits for an
+operator's decision (approve, reject, timeout) or is dead-lettered, as the plan's policy says."""
+
+from __future__ import annotations
+
+import pytest
+from temporalio.client import WorkflowUpdateFailedError
+
+from aiorch.ops.results import finished
+from tests.workflows.conftest import (
+    Orchestration,
+    Reply,
+    assert_waited,
+    entry_for,
+    events,
+    no_capacity,
+    over_budget,
+    path,
+)
+from workflows import contract, errors
+
+
+def decision(verdict: str, operator: str = "olga", reason: str | None = None) -> dict[str, str]:
+    payload = {"decision": verdict, "operator": operator}
+    if reason is not None:
+        payload["reason"] = reason
+    return payload
+
+
+async def test_a_run_without_capacity_waits_visibly_and_spends_no_attempt(
+    orch: Orchestration,
+) -> None:
+    """An invoke_llm that answers "wait 42 s" moves the run to await_capacity (Pending, shown
+    in AiState) with attempts unchanged; after 42 s of workflow time it asks again, and the
+    call that is then made is attempt 1."""
+    orch.fakes.llm_script = [no_capacity(42), no_capacity(3), Reply(content="at last")]
+    handle = await orch.start()
+
+    waiting = await orch.wait_for_state(handle, "await_capacity")
+    assert (waiting.status, waiting.attempts) == ("Pending", 0)
+    assert (await orch.ai_state(handle))[0] == "await_capacity"
+
+    result = await finished(handle)
+    assert result.content == "at last"
+    assert path(result.history)[:7] == [
+        "idle",
+        "fetch_prompt",
+        "invoke_llm",
+        "await_capacity",
+        "invoke_llm",
+        "await_capacity",
+        "invoke_llm",
+    ]
+    waited = entry_for(result.history, "capacity_wait")
+    ready = entry_for(result.history, "capacity_ready")
+    assert_waited(waited.at, ready.at, 42)
+    assert [call.attempt for call in orch.fakes.llm_calls] == [1, 1, 1]
+    assert {entry.attempt for entry in result.history if entry.event.startswith("capacity")} == {0}
+    status = await orch.status(handle)
+    assert status.attempts == 1
+    await orch.check_finished(handle, result)
+
+
+async def test_over_budget_waits_for_an_operator_who_approves(orch: Orchestration) -> None:
+    """Over budget with policy wait: the run rests in await_budget (WaitingForInput) with the
+    budget in last_error; the operator's approval (an update) moves it on with the operator
+    recorded, and the next call carries budget_approved, spending attempt 1."""
+    orch.fakes.llm_script = [over_budget(), Reply(content="paid for")]
+    handle = await orch.start()
+
+    waiting = await orch.wait_for_state(handle, "await_budget")
+    assert waiting.status == "WaitingForInput"
+    assert waiting.attempts == 0
+    assert waiting.last_error is not None
+    assert waiting.last_error.startswith(f"{errors.BUDGET_EXCEEDED}: run budget")
+
+    after = await handle.execute_update(
+        contract.UPDATE_DECIDE_BUDGET, decision("approve", reason="quarter end")
+    )
+    assert after["state"] in ("invoke_llm", "generate_embedding", "completed")
+    result = await finished(handle)
+    assert result.state == "completed"
+    approved = entry_for(result.history, "overspend_approved")
+    assert approved.reviewer == "olga"
+    assert approved.detail == "overspend approved by olga: quarter end"
+    assert [c.budget_approved for c in orch.fakes.llm_calls] == [False, True]
+    assert [c.attempt for c in orch.fakes.llm_calls] == [1, 1]
+    await orch.check_finished(handle, result)
+
+
+async def test_a_rejected_overspend_fails_the_run_with_budget_exceeded(
+    orch: Orchestration,
+) -> None:
+    """A rejection (the budget_decision signal) ends the run failed, naming the operator, with
+    no further call and no dead letter."""
+    orch.fakes.llm_script = [over_budget()]
+    handle = await orch.start()
+    await orch.wait_for_state(handle, "await_budget")
+    await handle.signal(contract.SIGNAL_BUDGET_DECISION, decision("reject", "ops-bob"))
+
+    result = await finished(handle)
+    assert result.state == "failed"
+    assert events(result.history)[-1] == "overspend_rejected"
+    status = await orch.status(handle)
+    assert status.last_error == f"{errors.BUDGET_EXCEEDED}: overspend rejected by ops-bob"
+    assert len(orch.fakes.llm_calls) == 1
+    assert orch.fakes.dead_letters == []
+
+
+async def test_no_decision_in_time_dead_letters_the_run(orch: Orchestration) -> None:
+    """Without a decision within the plan's timeout the run is dead-lettered (redrivable) with
+    BudgetExceeded, failed in await_budget."""
+    orch.fakes.plan_overrides["budget_timeout_s"] = 600
+    orch.fakes.llm_script = [over_budget()]
+    handle = await orch.start()
+
+    result = await finished(handle)
+    assert result.state == "dead_letter"
+    assert events(result.history)[-2:] == ["over_budget", "budget_timeout"]
+    assert_waited(
+        entry_for(result.history, "over_budget").at,
+        entry_for(result.history, "budget_timeout").at,
+        600,
+    )
+    [message] = orch.fakes.dead_letters
+    assert message.message.failed_state == "await_budget"
+    assert (message.message.last_error or "").startswith(errors.BUDGET_EXCEEDED)
+
+
+async def test_policy_fail_dead_letters_at_once(orch: Orchestration) -> None:
+    """With BUDGET_POLICY=fail the run is dead-lettered at once with BudgetExceeded (failed in
+    invoke_llm), so `dlq redrive` can start it again once the budget allows."""
+    orch.fakes.plan_overrides["budget_policy"] = "fail"
+    orch.fakes.llm_script = [over_budget("tenant 'acme' daily budget: spent $5 of $5")]
+    handle = await orch.start()
+
+    result = await finished(handle)
+    assert result.state == "dead_letter"
+    assert path(result.history)[-2:] == ["invoke_llm", "dead_letter"]
+    assert events(result.history)[-1] == "budget_exceeded"
+    [message] = orch.fakes.dead_letters
+    assert message.message.failed_state == "invoke_llm"
+    assert message.message.attempts == 0
+
+
+async def test_budget_decisions_are_refused_unless_the_run_waits_for_one(
+    orch: Orchestration,
+) -> None:
+    """The update is refused with a reason while the run is not in await_budget (nothing
+    happens), and a signal then is counted, not acted on; an invalid payload is refused too."""
+    orch.fakes.plan_overrides["review"] = "always"
+    handle = await orch.start(review="always")
+    await orch.wait_for_state(handle, "await_review")
+
+    with pytest.raises(WorkflowUpdateFailedError) as refused:
+        await handle.execute_update(contract.UPDATE_DECIDE_BUDGET, decision("approve"))
+    assert "not waiting for a budget decision" in str(refused.value.cause)
+    with pytest.raises(WorkflowUpdateFailedError):
+        await handle.execute_update(contract.UPDATE_DECIDE_BUDGET, {"decision": "maybe"})
+
+    await handle.signal(contract.SIGNAL_BUDGET_DECISION, decision("approve"))
+    await handle.signal(contract.SIGNAL_BUDGET_DECISION, {"operator": ""})
+    status = await orch.status(handle)
+    assert status.state == "await_review"
+    assert status.budget_decisions_refused == 2
+    assert status.last_refusal is not None
