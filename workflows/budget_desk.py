@@ -18,11 +18,16 @@ Workflow code, passed through the sandbox.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
+from temporalio import workflow
+
 import workflows.errors as errors
 import workflows.review_desk as review_desk
 import workflows.run_record as run_record
+import workflows.steps as steps
 from workflows.graph import Event, State
-from workflows.payloads import BudgetDecision, RunState
+from workflows.payloads import BudgetDecision, PipelineRequest, PromptPlan, RunState
 
 
 def refusal(run: RunState, pending: BudgetDecision | None) -> str | None:
@@ -57,3 +62,27 @@ def apply(run: RunState, decision: BudgetDecision) -> None:
         run, f"{errors.BUDGET_EXCEEDED}: overspend rejected by {decision.operator}{why}"
     )
     run_record.move(run, Event.OVERSPEND_REJECTED, detail=detail, reviewer=decision.operator)
+
+
+async def over_budget(
+    run: RunState, plan: PromptPlan, request: PipelineRequest, budget: str
+) -> None:
+    """The next call would cross ``budget``: wait for an operator, or dead-letter the run (to
+    be redriven once the budget allows), as the plan's policy says."""
+    detail = run_record.set_error(run, f"{errors.BUDGET_EXCEEDED}: {budget}")
+    if plan.budget_policy == "wait":
+        run.budget_deadline = workflow.now() + timedelta(seconds=plan.budget_timeout_s)
+        run_record.move(run, Event.OVER_BUDGET, detail=detail)
+        return
+    refused = await steps.dead_letter(run, request, State.INVOKE_LLM)
+    run_record.move(run, Event.BUDGET_EXCEEDED, detail=detail + refused)
+
+
+async def timed_out(run: RunState, plan: PromptPlan, request: PipelineRequest) -> None:
+    """No operator decided in time: the run is dead-lettered with ``BudgetExceeded``."""
+    run.budget_deadline = None
+    detail = run_record.set_error(
+        run, f"{errors.BUDGET_EXCEEDED}: no budget decision in {plan.budget_timeout_s:g}s"
+    )
+    refused = await steps.dead_letter(run, request, State.AWAIT_BUDGET)
+    run_record.move(run, Event.BUDGET_TIMEOUT, detail=detail + refused)

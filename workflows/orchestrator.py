@@ -34,6 +34,7 @@ with workflow.unsafe.imports_passed_through():
     import workflows.continuation as continuation
     import workflows.contract as contract
     import workflows.errors as errors
+    import workflows.llm_outcome as llm_outcome
     import workflows.observability as observability
     import workflows.review_desk as review_desk
     import workflows.run_record as run_record
@@ -224,79 +225,26 @@ class AiOrchestrator:
         run_record.move(self._run, Event.START, at=workflow.info().workflow_start_time)
 
     async def _fetch_prompt(self) -> None:
-        request = self._require_request()
-        local = self._fetches_locally()
-        # Workflow time around a local activity is not stable: right after it, and in the task
-        # it runs in, when the worker completed that task early and finished the fetch in the
-        # next, the first execution and a replay (a query's) see different times. A local fetch
-        # is part of starting the run, so its moves carry the run's start time; a fetch
-        # activity's carry the time of the task that got its result.
-        at = self._run.state_since if local else None
-        try:
-            plan = await steps.fetch_plan(request, local=local)
-        except (ActivityError, ApplicationError) as err:
-            # A local activity's failure arrives as the ApplicationError itself, not wrapped.
-            if isinstance(err, ActivityError) and activity_policy.cancelled(err):
-                raise
-            detail = run_record.set_error(self._run, activity_policy.error_text(err))
-            run_record.move(self._run, Event.PERMANENT_ERROR, detail=detail, at=at)
-            return
-        self._run.plan = plan
-        run_record.move(self._run, Event.PROMPT_READY, at=at)
+        await steps.fetch_prompt(self._run, self._require_request(), local=self._fetches_locally())
 
     async def _invoke_llm(self) -> None:
         run, plan = self._run, self._require_plan()
         self._after_reedit = False
-        # An attempt counts once a call is made: waiting for capacity or a budget spends none.
         attempt = run.attempts + 1
         try:
             reply = await steps.call_llm(run, plan, attempt)
         except ActivityError as err:
-            run.attempts = attempt
             if activity_policy.cancelled(err):
+                run.attempts = attempt
                 raise
-            detail = run_record.set_error(run, activity_policy.error_text(err))
-            delay = activity_policy.retry_after(err)
-            run.retry_after_s = delay.total_seconds() if delay else None
-            run.corrective_next = (
-                isinstance(err.cause, ApplicationError)
-                and err.cause.type == errors.LLM_MALFORMED_REPLY
-            )
-            if activity_policy.is_permanent(err):
-                run_record.move(run, Event.PERMANENT_ERROR, detail=detail)
-            else:
-                run.consecutive_failures += 1
-                run_record.move(run, Event.RETRYABLE_ERROR, detail=detail)
+            llm_outcome.failed(run, err, attempt)
             return
         if reply.outcome == "wait":
-            run.capacity_wait_s = reply.wait_s or 0.0
-            run_record.move(
-                run,
-                Event.CAPACITY_WAIT,
-                detail=f"no capacity on {reply.model} for {run.capacity_wait_s:.2f}s",
-            )
-            return
-        if reply.outcome == "over_budget":
+            llm_outcome.must_wait(run, reply)
+        elif reply.outcome == "over_budget":
             await self._over_budget(reply.budget or "a budget")
-            return
-        run.attempts = attempt
-        run.cost_usd += reply.cost_usd or 0.0
-        run.reply = reply
-        run.model = reply.model
-        run.consecutive_failures = 0
-        run.corrective_next = False
-        if plan.review == "always" or (plan.review == "auto" and reply.needs_review):
-            run.review_round += 1
-            run.review_deadline = workflow.now() + timedelta(seconds=plan.review_timeout_s)
-            run_record.move(
-                run,
-                Event.NEEDS_REVIEW,
-                detail=f"answered by {reply.model}",
-                review_round=run.review_round,
-            )
-            steps.notify_reviewers(run, plan, "review_needed")
         else:
-            run_record.move(run, Event.LLM_OK, detail=f"answered by {reply.model}")
+            llm_outcome.answered(run, plan, reply, attempt)
 
     async def _await_capacity(self) -> None:
         """Wait on a timer (no call, no attempt, no activity slot) until the model's shared
@@ -310,20 +258,13 @@ class AiOrchestrator:
         )
 
     async def _over_budget(self, budget: str) -> None:
-        """The next call would cross ``budget``: wait for an operator, or dead-letter the run
-        (to be redriven once the budget allows), as the plan's policy says."""
-        run, plan = self._run, self._require_plan()
-        detail = run_record.set_error(run, f"{errors.BUDGET_EXCEEDED}: {budget}")
-        if plan.budget_policy == "wait":
-            run.budget_deadline = workflow.now() + timedelta(seconds=plan.budget_timeout_s)
-            run_record.move(run, Event.OVER_BUDGET, detail=detail)
-            return
-        refused = await self._dead_letter(failed_state=State.INVOKE_LLM)
-        run_record.move(run, Event.BUDGET_EXCEEDED, detail=detail + refused)
+        await budget_desk.over_budget(
+            self._run, self._require_plan(), self._require_request(), budget
+        )
 
     async def _await_budget(self) -> None:
         """Wait for an operator's budget decision until the plan's timeout (then dead-letter)."""
-        run, plan = self._run, self._require_plan()
+        run = self._run
         remaining = (run.budget_deadline or workflow.now()) - workflow.now()
         if remaining > timedelta(0):
             with contextlib.suppress(TimeoutError):
@@ -337,13 +278,7 @@ class AiOrchestrator:
             budget_desk.apply(run, decision)
             self._budget_decisions += 1
             return
-        run.budget_deadline = None
-        detail = run_record.set_error(
-            run,
-            f"{errors.BUDGET_EXCEEDED}: no budget decision in {plan.budget_timeout_s:g}s",
-        )
-        refused = await self._dead_letter(failed_state=State.AWAIT_BUDGET)
-        run_record.move(run, Event.BUDGET_TIMEOUT, detail=detail + refused)
+        await budget_desk.timed_out(run, self._require_plan(), self._require_request())
 
     async def _retry_llm(self) -> None:
         run, plan = self._run, self._require_plan()
@@ -471,38 +406,9 @@ class AiOrchestrator:
         return review_desk.operator_reason(self._run, request, action)
 
     async def _wait_for_review(self, summary: str) -> ReviewDecision | None:
-        """The decision for this wait, or None when it timed out (or an operator ended it).
-
-        A flood of signals cannot make the wait outlive Temporal's history limits: when the
-        history grows large the run continues as new, and the new run resumes this wait with
-        the same deadline.
-        """
-        run = self._run
-        deadline = run.review_deadline or workflow.now()
-        while True:
-            remaining = deadline - workflow.now()
-            if remaining <= timedelta(0):
-                return None
-            try:
-                await workflow.wait_condition(
-                    lambda: (
-                        self._pending_review is not None
-                        or run.forced_timeout is not None
-                        or run.dead_letter_requested is not None
-                        or self._history_is_large()
-                    ),
-                    timeout=remaining,
-                    timeout_summary=summary,
-                )
-            except TimeoutError:
-                return None
-            decision = self._pending_review
-            if decision is not None:
-                run.forced_timeout = None  # a review that came with it wins
-                return decision
-            if run.forced_timeout is not None or run.dead_letter_requested is not None:
-                return None
-            await self._continue_as_new("while waiting for review")
+        return await review_desk.wait_for_decision(
+            self._run, self._require_request(), lambda: self._pending_review, summary
+        )
 
     def _apply_review(self, decision: ReviewDecision) -> None:
         if decision.decision == "reedit":
@@ -511,11 +417,6 @@ class AiOrchestrator:
         self._pending_review = None
         self._reviews_applied += 1
         review_desk.apply(self._run, decision)
-
-    def _history_is_large(self) -> bool:
-        """Time to continue as new while waiting for review (and no update is in flight,
-        which must finish on this run)."""
-        return workflow.all_handlers_finished() and continuation.due()
 
     async def _continue_as_new_if_due(self) -> None:
         """After a reedit, before the next LLM call: hand a long loop to a fresh run."""
@@ -531,22 +432,7 @@ class AiOrchestrator:
         await continuation.hand_over(self._run, self._require_request(), when)
 
     async def _dead_letter(self, failed_state: State) -> str:
-        """Send the run's dead-letter message; returns a note for history when the queue
-        refused it for good (the run still ends dead_letter: nothing retries forever)."""
-        try:
-            await steps.send_dead_letter(self._run, self._require_request(), failed_state)
-        except ActivityError as err:
-            if activity_policy.cancelled(err):
-                raise
-            return (
-                f"; the dead-letter queue refused the message ({activity_policy.error_text(err)})"
-            )
-        return ""
+        return await steps.dead_letter(self._run, self._require_request(), failed_state)
 
     async def _compensate_cancel(self) -> None:
-        run = self._run
-        detail = "no side effects to undo"
-        if run.state in (State.GENERATE_EMBEDDING, State.COMPLETED) or run.embedding_id:
-            deleted = await steps.delete_embedding()
-            detail = f"compensation: deleted {deleted} vector(s)"
-        run_record.move(run, Event.CANCEL, detail=detail)
+        await steps.compensate_cancel(self._run)

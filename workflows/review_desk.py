@@ -21,14 +21,17 @@ Workflow code, passed through the sandbox; deterministic (``now`` is workflow ti
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
+
+from temporalio import workflow
 
 import workflows.continuation as continuation
 import workflows.identity as identity
 import workflows.run_record as run_record
 from workflows.graph import REVIEW_STATES, Event
-from workflows.payloads import OperatorRequest, ReviewDecision, RunState
+from workflows.payloads import OperatorRequest, PipelineRequest, ReviewDecision, RunState
 
 MAX_REFUSAL_CHARS = 300
 
@@ -146,3 +149,43 @@ def take_forced_reason(run: RunState) -> str | None:
     reason = run.forced_timeout or run.dead_letter_requested
     run.forced_timeout = None
     return reason
+
+
+async def wait_for_decision(
+    run: RunState,
+    request: PipelineRequest,
+    pending: Callable[[], ReviewDecision | None],
+    summary: str,
+) -> ReviewDecision | None:
+    """The decision for this review wait (``pending`` reads it), or None when the wait timed
+    out at ``run.review_deadline`` or an operator ended it.
+
+    A flood of signals cannot make the wait outlive Temporal's history limits: when the history
+    grows large (and no update is in flight, which must finish on this run) the run continues
+    as new, and the new run resumes this wait with the same deadline.
+    """
+    deadline = run.review_deadline or workflow.now()
+    while True:
+        remaining = deadline - workflow.now()
+        if remaining <= timedelta(0):
+            return None
+        try:
+            await workflow.wait_condition(
+                lambda: (
+                    pending() is not None
+                    or run.forced_timeout is not None
+                    or run.dead_letter_requested is not None
+                    or (workflow.all_handlers_finished() and continuation.due())
+                ),
+                timeout=remaining,
+                timeout_summary=summary,
+            )
+        except TimeoutError:
+            return None
+        decision = pending()
+        if decision is not None:
+            run.forced_timeout = None  # a review that came with it wins
+            return decision
+        if run.forced_timeout is not None or run.dead_letter_requested is not None:
+            return None
+        await continuation.hand_over(run, request, "while waiting for review")

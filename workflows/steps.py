@@ -15,10 +15,12 @@ import asyncio
 from datetime import timedelta
 
 from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError
 
 import workflows.activity_policy as activity_policy
 import workflows.contract as contract
-from workflows.graph import State
+import workflows.run_record as run_record
+from workflows.graph import Event, State
 from workflows.payloads import (
     ContinuationCheck,
     ContinuationVerdict,
@@ -61,6 +63,27 @@ async def fetch_plan(request: PipelineRequest, *, local: bool) -> PromptPlan:
         summary="fetch_prompt: load input, build prompt",
     )
     return plan
+
+
+async def fetch_prompt(run: RunState, request: PipelineRequest, *, local: bool) -> None:
+    """``fetch_prompt`` for the run: its plan, or the failure that ends it."""
+    # Workflow time around a local activity is not stable: right after it, and in the task it
+    # runs in, when the worker completed that task early and finished the fetch in the next,
+    # the first execution and a replay (a query's) see different times. A local fetch is part
+    # of starting the run, so its moves carry the run's start time; a fetch activity's carry
+    # the time of the task that got its result.
+    at = run.state_since if local else None
+    try:
+        plan = await fetch_plan(request, local=local)
+    except (ActivityError, ApplicationError) as err:
+        # A local activity's failure arrives as the ApplicationError itself, not wrapped.
+        if isinstance(err, ActivityError) and activity_policy.cancelled(err):
+            raise
+        detail = run_record.set_error(run, activity_policy.error_text(err))
+        run_record.move(run, Event.PERMANENT_ERROR, detail=detail, at=at)
+        return
+    run.plan = plan
+    run_record.move(run, Event.PROMPT_READY, at=at)
 
 
 def choose_model(run: RunState, plan: PromptPlan) -> str:
@@ -160,6 +183,27 @@ async def send_dead_letter(
         summary=f"send_dead_letter: {failed_state.value}",
     )
     return receipt
+
+
+async def dead_letter(run: RunState, request: PipelineRequest, failed_state: State) -> str:
+    """Send the run's dead-letter message; returns a note for history when the queue refused
+    it for good (the run still ends dead_letter: nothing retries forever)."""
+    try:
+        await send_dead_letter(run, request, failed_state)
+    except ActivityError as err:
+        if activity_policy.cancelled(err):
+            raise
+        return f"; the dead-letter queue refused the message ({activity_policy.error_text(err)})"
+    return ""
+
+
+async def compensate_cancel(run: RunState) -> None:
+    """Undo the run's side effects before it ends cancelled: the vector it may have written."""
+    detail = "no side effects to undo"
+    if run.state in (State.GENERATE_EMBEDDING, State.COMPLETED) or run.embedding_id:
+        deleted = await delete_embedding()
+        detail = f"compensation: deleted {deleted} vector(s)"
+    run_record.move(run, Event.CANCEL, detail=detail)
 
 
 async def verify_continuation() -> ContinuationVerdict:

@@ -1,0 +1,174 @@
+"""What the workflow and its activities pass each other (recorded in history, so versioned
+like the rest of the contract: new fields get defaults)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import Field
+
+from workflows.payloads._base import (
+    DEFAULT_TENANT,
+    MAX_FEEDBACK_CHARS,
+    BudgetPolicy,
+    ReviewMode,
+    _Open,
+)
+from workflows.payloads.client import (
+    DeadLetterMessage,
+    PipelineRequest,
+    ReviewKey,
+)
+
+# Activity payloads: internal to the worker but recorded in history, so also versioned by default.
+
+
+class PromptInput(_Open):
+    request: PipelineRequest
+
+
+class PromptPlan(_Open):
+    """What ``fetch_prompt`` resolves once: the prompt and every setting the run will use.
+
+    A request given by reference keeps only the reference here (``input_ref``); the LLM activity
+    loads the document itself, so large inputs never enter workflow history.
+    """
+
+    system_prompt: str
+    user_prompt: str
+    input_ref: str | None = None
+    llm_timeout_s: float = 60.0
+    review_timeout_s: float
+    escalation_timeout_s: float
+    llm_max_attempts: int
+    model: str
+    fallback_model: str | None = None
+    fallback_after: int = 2
+    temperature: float = 0.2
+    backoff_initial_s: float = 1.0
+    backoff_max_s: float = 60.0
+    # OTEL_CAPTURE_CONTENT of the worker that built the plan: prompt/reply text in spans.
+    capture_content: bool = False
+    # Review policy, resolved once from the request and the worker's floor (REVIEW_MIN,
+    # ALLOWED_REVIEWERS, REVIEW_PUBLIC_KEYS): who may review, whether review is required, and
+    # the public keys that authenticate reviewers (none = authentication off).
+    review: ReviewMode = "auto"
+    allowed_reviewers: list[str] | None = None
+    requested_by: str | None = None
+    review_keys: list[ReviewKey] = Field(default_factory=list)
+    max_feedback_chars: int = MAX_FEEDBACK_CHARS
+    max_reply_chars: int | None = None
+    reedit_rounds_per_run: int = 50
+    # REVIEW_WEBHOOK_URL is set on the worker that built the plan: tell reviewers (by webhook)
+    # when the run starts waiting for review and when it escalates. Off = no extra activity.
+    notify: bool = False
+    # Capacity and budgets, resolved once from the request and the worker's settings: whose
+    # daily budget the run spends, its cost ceiling (RUN_BUDGET_USD lowered by
+    # options.max_cost_usd; None = none), what a call that would cross a budget does, and how
+    # long an operator has to decide.
+    tenant: str = DEFAULT_TENANT
+    budget_usd: float | None = None
+    budget_policy: BudgetPolicy = "wait"
+    budget_timeout_s: float = 86400.0
+
+
+NoticeReason = Literal["review_needed", "escalated"]
+
+
+class ReviewNotice(_Open):
+    """Input of ``notify_reviewers``: a run started waiting for a reviewer, or escalated.
+
+    Ids, round and deadline only, never content: the webhook's receiver (a chat tool) is
+    outside the payload codec.
+    """
+
+    workflow_id: str
+    run_id: str
+    reason: NoticeReason
+    state: str
+    review_round: int
+    deadline: datetime | None = None
+
+
+class LlmCallInput(_Open):
+    workflow_id: str
+    system_prompt: str
+    user_prompt: str
+    input_ref: str | None = None
+    model: str
+    attempt: int
+    temperature: float = 0.2
+    feedback: list[str] = Field(default_factory=list)
+    corrective: bool = False
+    max_reply_chars: int | None = None
+    # Budgets (docs/capacity.md): whose daily budget the call spends, the run's ceiling and
+    # spend so far, and whether an operator let the run cross a budget.
+    tenant: str = DEFAULT_TENANT
+    budget_usd: float | None = None
+    spent_usd: float = 0.0
+    budget_approved: bool = False
+
+
+class TokenUsage(_Open):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+
+
+CallOutcome = Literal["answered", "wait", "over_budget"]
+
+
+class LlmCallResult(_Open):
+    """What ``invoke_llm`` returns: the answer, or why no call was made (``outcome``).
+
+    ``wait``: no capacity now; ask again in ``wait_s`` seconds (the run's turn in the model's
+    queue). ``over_budget``: the call would
+    cross ``budget`` (its text says which and by how much). Neither made a call or spent an
+    attempt.
+    """
+
+    content: str = ""
+    needs_review: bool = False
+    model: str
+    usage: TokenUsage = Field(default_factory=TokenUsage)
+    outcome: CallOutcome = "answered"
+    wait_s: float | None = None
+    budget: str | None = None
+    cost_usd: float | None = None
+
+
+class EmbeddingInput(_Open):
+    workflow_id: str
+    request_id: str
+    content: str
+    model: str | None = None
+
+
+class EmbeddingResult(_Open):
+    embedding_id: str
+    dimensions: int
+
+
+class DeadLetterInput(_Open):
+    message: DeadLetterMessage
+
+
+class DeadLetterReceipt(_Open):
+    message_id: str
+    queue_url: str
+
+
+class ContinuationCheck(_Open):
+    """Input of ``verify_continuation``: the run that claims to continue ``previous_run_id``."""
+
+    workflow_id: str
+    run_id: str
+    previous_run_id: str
+
+
+class ContinuationVerdict(_Open):
+    """Whether the previous run really continued as new into this one, and if not, why."""
+
+    accepted: bool
+    reason: str | None = None
