@@ -13,6 +13,11 @@
 #   inbox-key/key                    the review inbox's signing key, INBOX_SIGNING_KEY_FILE: inbox
 #   review-public-keys/keys          its public half (`inbox:KEY:*`), REVIEW_PUBLIC_KEYS_FILE: worker
 #   inbox-tokens/tokens              reviewers' token hashes, INBOX_TOKENS_FILE: inbox
+#   capacity-store-url/url           the capacity store's URL with its Redis password,
+#                                    redis://:PASSWORD@redis:6379/0, CAPACITY_STORE_URL_FILE: worker
+#   redis-acl/users.acl              Redis's ACL: the store's user with the SHA-256 of that
+#                                    password (derived from the URL, never the password), and
+#                                    the healthcheck's PING-only user: redis
 #
 # Commands (the service's entrypoint is this script; docs/docker.md shows the compose lines):
 #   init                 create whatever is missing; an existing secret is never replaced
@@ -23,6 +28,8 @@
 #                               token once (the one value this script prints, on request: the
 #                               operator hands it to the reviewer; only its hash is kept)
 #   remove-inbox-reviewer NAME  remove NAME's tokens (the inbox ends their sessions at once)
+#   new-redis-password   replace the capacity store's password (both files); restart redis and
+#                        the worker to use it
 set -eu
 umask 077
 
@@ -36,11 +43,15 @@ CODEC_TOKEN_OWNER=${CODEC_TOKEN_OWNER:-10001:1000}    # codec-server; group: tem
 POSTGRES_OWNER=${POSTGRES_OWNER:-1000:1000}           # temporalio/server and admin-tools' user
 GRAFANA_OWNER=${GRAFANA_OWNER:-472:0}                 # grafana/grafana's user
 INBOX_OWNER=${INBOX_OWNER:-10001:10001}               # the project image: inbox and worker
+CAPACITY_STORE_OWNER=${CAPACITY_STORE_OWNER:-10001:10001} # the project image: worker
+REDIS_OWNER=${REDIS_OWNER:-999:1000}                  # redis:7.4-alpine's user (docker-compose.yml)
 
 KEYS=$ROOT/payload-keys/keys
 TOKEN=$ROOT/codec-token/token
 INBOX_KEY=$ROOT/inbox-key/key
 INBOX_TOKENS=$ROOT/inbox-tokens/tokens
+STORE_URL=$ROOT/capacity-store-url/url
+REDIS_ACL=$ROOT/redis-acl/users.acl
 
 tmp=
 trap 'rm -f -- ${tmp:+"$tmp"}' EXIT
@@ -95,6 +106,50 @@ ensure() {
   protect "$file" "$owner" "$mode"
 }
 
+# derive FILE OWNER MODE COMMAND...: FILE is COMMAND's output, rewritten whenever it differs. For
+# files made from another secret that hold none themselves, so they always match their source.
+derive() {
+  file=$1 owner=$2 mode=$3
+  shift 3
+  new_temp "$file"
+  "$@" >"$tmp"
+  if [ -s "$file" ] && [ "$(cat "$tmp")" = "$(cat "$file")" ]; then
+    rm -f -- "$tmp"
+    tmp=
+    say "kept ${file#"$ROOT"/}"
+  elif [ -s "$file" ]; then
+    install_temp "$file" "$owner" "$mode"
+    say "rewrote ${file#"$ROOT"/} to match its source; restart the service that reads it"
+  else
+    install_temp "$file" "$owner" "$mode"
+    say "created ${file#"$ROOT"/}"
+  fi
+  protect "$file" "$owner" "$mode"
+}
+
+# The capacity store's URL with a new random password (printf is the shell's own: the password
+# is never an argument of another process).
+new_store_url() { printf 'redis://:%s@redis:6379/0\n' "$(random_token)"; }
+
+# Redis's ACL, from the URL. The store's user: the SHA-256 of its password (never the password),
+# the store's keys only (aiorch:*), and every command but the @dangerous ones (CONFIG, DEBUG,
+# MODULE, FLUSHALL, KEYS, MONITOR, SHUTDOWN, ...). And the healthcheck's user: no password, and
+# nothing but PING, so the password never has to reach the redis container. An error names the
+# file only.
+REDIS_ACL_ENTRY='
+import hashlib
+import sys
+from urllib.parse import unquote, urlsplit
+with open(sys.argv[1], encoding="utf-8") as file:
+    password = urlsplit(file.read().strip()).password
+if not password:
+    sys.exit("secrets: capacity-store-url/url holds no password")
+digest = hashlib.sha256(unquote(password).encode()).hexdigest()
+print(f"user default on #{digest} resetchannels ~aiorch:* +@all -@dangerous")
+print("user healthcheck on nopass resetchannels -@all +ping")
+'
+redis_acl() { "$PYTHON" -c "$REDIS_ACL_ENTRY" "$STORE_URL"; }
+
 # The inbox's Ed25519 key (it signs reviews for the reviewers it authenticates), and the entry
 # that lets the workers verify it: always derived from the key, never made on its own.
 new_inbox_key() { "$PYTHON" -c 'from aiorch.ops.signing import SigningKey
@@ -113,6 +168,8 @@ init() {
   ensure "$INBOX_KEY" "$INBOX_OWNER" 0400 new_inbox_key
   ensure "$ROOT/review-public-keys/keys" "$INBOX_OWNER" 0400 inbox_public_entry
   ensure "$INBOX_TOKENS" "$INBOX_OWNER" 0400 empty_tokens
+  ensure "$STORE_URL" "$CAPACITY_STORE_OWNER" 0400 new_store_url
+  derive "$REDIS_ACL" "$REDIS_OWNER" 0400 redis_acl
 }
 
 # Prints "TOKEN" then the tokens-file line for the name in $1.
@@ -198,6 +255,15 @@ new_codec_token() {
   say "replaced codec-token/token; recreate codec-server and temporal-ui to use it"
 }
 
+new_redis_password() {
+  new_temp "$STORE_URL"
+  new_store_url >"$tmp"
+  install_temp "$STORE_URL" "$CAPACITY_STORE_OWNER" 0400
+  say "replaced capacity-store-url/url"
+  derive "$REDIS_ACL" "$REDIS_OWNER" 0400 redis_acl
+  say "restart both to use the new password: docker compose restart redis worker"
+}
+
 case ${1:-init} in
 init) init ;;
 rotate-payload-key) rotate_payload_key ;;
@@ -205,5 +271,6 @@ import-payload-keys) import_payload_keys ;;
 new-codec-token) new_codec_token ;;
 add-inbox-reviewer) add_inbox_reviewer "${2:-}" ;;
 remove-inbox-reviewer) remove_inbox_reviewer "${2:-}" ;;
-*) fail "usage: secrets.sh [init | rotate-payload-key | import-payload-keys | new-codec-token | add-inbox-reviewer NAME | remove-inbox-reviewer NAME]" ;;
+new-redis-password) new_redis_password ;;
+*) fail "usage: secrets.sh [init | rotate-payload-key | import-payload-keys | new-codec-token | add-inbox-reviewer NAME | remove-inbox-reviewer NAME | new-redis-password]" ;;
 esac

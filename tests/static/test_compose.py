@@ -316,7 +316,7 @@ def test_docs_explain_what_is_published_and_where_the_secrets_live() -> None:
         if mount.named:
             assert f"`{mount.source}`" in docs, f"volume {mount.source} is undocumented"
     commands = re.findall(r"^([a-z-]+)\) ", SECRETS_SCRIPT.read_text(encoding="utf-8"), re.M)
-    assert commands[0] == "init" and len(commands) == 6  # init: what `up` runs
+    assert commands[0] == "init" and len(commands) == 7  # init: what `up` runs
     for command in commands[1:]:
         assert f"secrets {command}" in docs, f"secrets.sh {command} is undocumented"
     assert "@sha256:" in docs, "no word on pinning digests"

@@ -4,55 +4,19 @@ uids."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from aiorch.ops.inbox.auth import TokenBook
 from aiorch.ops.signing import SigningKey
 from aiorch.runtime.codec import KeyRing
-from tests.static.compose import (
-    SECRETS_SCRIPT,
-    WRAPPER_SCRIPT,
-)
+from tests.static.compose import WRAPPER_SCRIPT
+from tests.static.secret_volumes import SECRET_FILES, run_secrets_sh, secret_volumes
 from workflows.identity import parse_review_keys
-
-SECRET_FILES = {
-    "payload-keys": ("keys", 0o400),
-    "codec-token": ("token", 0o440),
-    "postgres-password": ("password", 0o400),
-    "grafana-admin-password": ("password", 0o400),
-    "inbox-key": ("key", 0o400),
-    "review-public-keys": ("keys", 0o400),
-    "inbox-tokens": ("tokens", 0o400),
-}
-
-
-def _volumes(tmp_path: Path) -> Path:
-    root = tmp_path / "secrets"
-    for directory in SECRET_FILES:
-        (root / directory).mkdir(parents=True)
-    return root
-
-
-def _secrets_sh(root: Path, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    owner = f"{os.getuid()}:{os.getgid()}"
-    owners = {
-        f"{name}_OWNER": owner
-        for name in ("PAYLOAD_KEYS", "CODEC_TOKEN", "POSTGRES", "GRAFANA", "INBOX")
-    }
-    return subprocess.run(
-        ["sh", str(SECRETS_SCRIPT), *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        cwd=root.parent,
-        env={**os.environ, **owners, "SECRETS_ROOT": str(root), "PYTHON": sys.executable},
-        timeout=60,
-        check=False,
-    )
 
 
 def _secret_values(root: Path) -> dict[str, str]:
@@ -72,8 +36,8 @@ def test_secrets_script_creates_each_secret_once_and_prints_none(tmp_path: Path)
     """`secrets.sh init` makes a key ring with one AES-256 key (k1), a token and two passwords,
     each readable by its owner only (the token by its group too); a second run changes nothing;
     neither run prints a value."""
-    root = _volumes(tmp_path)
-    first = _secrets_sh(root, "init")
+    root = secret_volumes(tmp_path)
+    first = run_secrets_sh(root, "init")
     assert first.returncode == 0, first.stderr
     values = _secret_values(root)
     assert KeyRing.parse(values["payload-keys"]).current_id == "k1"
@@ -82,7 +46,7 @@ def test_secrets_script_creates_each_secret_once_and_prints_none(tmp_path: Path)
     for directory, (name, mode) in SECRET_FILES.items():
         assert (root / directory / name).stat().st_mode & 0o777 == mode, directory
 
-    second = _secrets_sh(root, "init")
+    second = run_secrets_sh(root, "init")
     assert second.returncode == 0, second.stderr
     assert _secret_values(root) == values
     printed = first.stdout + first.stderr + second.stdout + second.stderr
@@ -93,8 +57,8 @@ def test_secrets_script_creates_each_secret_once_and_prints_none(tmp_path: Path)
 def test_secrets_script_makes_the_inbox_key_and_the_entry_that_trusts_it(tmp_path: Path) -> None:
     """`init` makes the inbox's signing key and, from it, the workers' REVIEW_PUBLIC_KEYS entry
     (key id inbox, signs for any reviewer), and a tokens file with no token yet."""
-    root = _volumes(tmp_path)
-    assert _secrets_sh(root, "init").returncode == 0
+    root = secret_volumes(tmp_path)
+    assert run_secrets_sh(root, "init").returncode == 0
     values = _secret_values(root)
     key = SigningKey.parse(values["inbox-key"])
     assert key.key_id == "inbox"
@@ -107,12 +71,12 @@ def test_secrets_script_makes_the_inbox_key_and_the_entry_that_trusts_it(tmp_pat
 def test_secrets_script_adds_and_removes_inbox_reviewers(tmp_path: Path) -> None:
     """`add-inbox-reviewer NAME` keeps only the token's hash and prints the token once (it logs
     NAME in); `remove-inbox-reviewer NAME` drops NAME's tokens and nobody else's."""
-    root = _volumes(tmp_path)
-    assert _secrets_sh(root, "add-inbox-reviewer", "alice").returncode == 1  # no stack yet
-    assert _secrets_sh(root, "init").returncode == 0
+    root = secret_volumes(tmp_path)
+    assert run_secrets_sh(root, "add-inbox-reviewer", "alice").returncode == 1  # no stack yet
+    assert run_secrets_sh(root, "init").returncode == 0
     made = {}
     for name in ("alice", "alice-2", "bob"):
-        added = _secrets_sh(root, "add-inbox-reviewer", name)
+        added = run_secrets_sh(root, "add-inbox-reviewer", name)
         assert added.returncode == 0, added.stderr
         made[name] = added.stdout.strip()
         assert re.fullmatch(r"[\w-]{43}", made[name]) and made[name] not in added.stderr
@@ -124,24 +88,24 @@ def test_secrets_script_adds_and_removes_inbox_reviewers(tmp_path: Path) -> None
         "alice-2": "alice-2",
         "bob": "bob",
     }
-    removed = _secrets_sh(root, "remove-inbox-reviewer", "alice")
+    removed = run_secrets_sh(root, "remove-inbox-reviewer", "alice")
     assert removed.returncode == 0 and "removed 1 " in removed.stderr
     book = TokenBook(tokens_file)
     assert book.login(made["alice"]) is None
     assert book.login(made["alice-2"]) is not None and book.login(made["bob"]) is not None
-    assert _secrets_sh(root, "add-inbox-reviewer").returncode == 1
+    assert run_secrets_sh(root, "add-inbox-reviewer").returncode == 1
 
 
 def test_secrets_script_rotation_adds_a_key_and_keeps_the_old_ones(tmp_path: Path) -> None:
     """`rotate-payload-key` appends k2, printing only its id, keeps k1 as it was, and the ring
     parses with PAYLOAD_KEY_ID=k2; the next rotation adds k3. Without a ring it refuses."""
-    root = _volumes(tmp_path)
-    refused = _secrets_sh(root, "rotate-payload-key")
+    root = secret_volumes(tmp_path)
+    refused = run_secrets_sh(root, "rotate-payload-key")
     assert refused.returncode == 1 and "no key ring yet" in refused.stderr
-    assert _secrets_sh(root, "init").returncode == 0
+    assert run_secrets_sh(root, "init").returncode == 0
     before = (root / "payload-keys" / "keys").read_text(encoding="utf-8")
 
-    rotated = _secrets_sh(root, "rotate-payload-key")
+    rotated = run_secrets_sh(root, "rotate-payload-key")
     assert rotated.returncode == 0, rotated.stderr
     assert rotated.stdout == "k2\n"
     ring = (root / "payload-keys" / "keys").read_text(encoding="utf-8")
@@ -150,38 +114,38 @@ def test_secrets_script_rotation_adds_a_key_and_keeps_the_old_ones(tmp_path: Pat
     assert sorted(parsed.keys) == ["k1", "k2"] and parsed.keys["k1"] != parsed.keys["k2"]
     assert not any(key in rotated.stdout + rotated.stderr for key in _key_material(ring))
     assert (root / "payload-keys" / "keys").stat().st_mode & 0o777 == 0o400
-    assert _secrets_sh(root, "rotate-payload-key").stdout == "k3\n"
+    assert run_secrets_sh(root, "rotate-payload-key").stdout == "k3\n"
 
 
 def test_secrets_script_imports_a_ring_only_into_an_empty_volume(tmp_path: Path) -> None:
     """`import-payload-keys` restores a valid ring from standard input into an empty volume; it
     refuses a ring that does not parse (naming the problem, never the key) and refuses to
     replace an existing ring."""
-    source = _volumes(tmp_path / "old")
-    assert _secrets_sh(source, "init").returncode == 0
-    assert _secrets_sh(source, "rotate-payload-key").returncode == 0
+    source = secret_volumes(tmp_path / "old")
+    assert run_secrets_sh(source, "init").returncode == 0
+    assert run_secrets_sh(source, "rotate-payload-key").returncode == 0
     backup = (source / "payload-keys" / "keys").read_text(encoding="utf-8")
 
-    root = _volumes(tmp_path / "new")
-    bad = _secrets_sh(root, "import-payload-keys", stdin="k1:c2hvcnQ=\n")
+    root = secret_volumes(tmp_path / "new")
+    bad = run_secrets_sh(root, "import-payload-keys", stdin="k1:c2hvcnQ=\n")
     assert bad.returncode == 1 and "AES-256 needs 32" in bad.stderr
     assert "c2hvcnQ" not in bad.stderr and not any((root / "payload-keys").iterdir())
 
-    restored = _secrets_sh(root, "import-payload-keys", stdin=backup)
+    restored = run_secrets_sh(root, "import-payload-keys", stdin=backup)
     assert restored.returncode == 0, restored.stderr
     assert (root / "payload-keys" / "keys").read_text(encoding="utf-8") == backup
     assert "k1 k2" in restored.stderr
-    again = _secrets_sh(root, "import-payload-keys", stdin=backup)
+    again = run_secrets_sh(root, "import-payload-keys", stdin=backup)
     assert again.returncode == 1 and "already exists" in again.stderr
 
 
 def test_secrets_script_replaces_the_codec_token_on_request(tmp_path: Path) -> None:
     """`new-codec-token` replaces the token with a fresh one of the same shape and mode, and
     leaves every other secret alone."""
-    root = _volumes(tmp_path)
-    assert _secrets_sh(root, "init").returncode == 0
+    root = secret_volumes(tmp_path)
+    assert run_secrets_sh(root, "init").returncode == 0
     before = _secret_values(root)
-    renewed = _secrets_sh(root, "new-codec-token")
+    renewed = run_secrets_sh(root, "new-codec-token")
     assert renewed.returncode == 0, renewed.stderr
     after = _secret_values(root)
     assert after["codec-token"] != before["codec-token"]
@@ -190,6 +154,92 @@ def test_secrets_script_replaces_the_codec_token_on_request(tmp_path: Path) -> N
         k: v for k, v in before.items() if k != "codec-token"
     }
     assert (root / "codec-token" / "token").stat().st_mode & 0o777 == 0o440
+
+
+def _store_password(root: Path) -> str:
+    """The password in the worker's capacity store URL (the URL's shape checked on the way)."""
+    url = (root / "capacity-store-url" / "url").read_text(encoding="utf-8")
+    assert re.fullmatch(r"redis://:[\w-]{43}@redis:6379/0\n", url), "not the store's URL"
+    password = urlsplit(url.strip()).password
+    assert password is not None
+    return password
+
+
+def _acl_entry(password: str) -> str:
+    """The ACL file for ``password``: the store's user, then the healthcheck's."""
+    digest = hashlib.sha256(password.encode()).hexdigest()
+    return (
+        f"user default on #{digest} resetchannels ~aiorch:* +@all -@dangerous\n"
+        "user healthcheck on nopass resetchannels -@all +ping\n"
+    )
+
+
+def test_secrets_script_makes_the_store_url_and_the_acl_that_admits_it(tmp_path: Path) -> None:
+    """`init` makes the worker's capacity store URL with a random password, and Redis's ACL file
+    with only that password's SHA-256 (its user limited to the store's keys, no @dangerous
+    command) and a healthcheck user that may only PING; a second run keeps both, and neither
+    prints the password or the URL."""
+    root = secret_volumes(tmp_path)
+    first = run_secrets_sh(root, "init")
+    assert first.returncode == 0, first.stderr
+    password = _store_password(root)
+    acl = (root / "redis-acl" / "users.acl").read_text(encoding="utf-8")
+    assert acl == _acl_entry(password) and password not in acl
+    second = run_secrets_sh(root, "init")
+    assert second.returncode == 0, second.stderr
+    assert _store_password(root) == password
+    assert "kept capacity-store-url/url" in second.stderr
+    assert "kept redis-acl/users.acl" in second.stderr
+    for run in (first, second):
+        assert password not in run.stdout + run.stderr
+        assert "redis://" not in run.stdout + run.stderr
+
+
+def test_secrets_script_rederives_an_acl_that_does_not_match_the_url(tmp_path: Path) -> None:
+    """The URL is the password's one source: `init` rewrites an ACL file that does not match it
+    (a volume restored from elsewhere, or the URL's volume recreated) and says to restart Redis,
+    and never replaces the URL."""
+    root = secret_volumes(tmp_path)
+    assert run_secrets_sh(root, "init").returncode == 0
+    password = _store_password(root)
+    acl = root / "redis-acl" / "users.acl"
+    acl.chmod(0o600)
+    acl.write_text(_acl_entry("another password"), encoding="utf-8")
+    again = run_secrets_sh(root, "init")
+    assert again.returncode == 0, again.stderr
+    assert "rewrote redis-acl/users.acl" in again.stderr and "restart" in again.stderr
+    assert _store_password(root) == password
+    assert acl.read_text(encoding="utf-8") == _acl_entry(password)
+    assert acl.stat().st_mode & 0o777 == 0o400
+
+    (root / "capacity-store-url" / "url").unlink()
+    recreated = run_secrets_sh(root, "init")
+    assert recreated.returncode == 0, recreated.stderr
+    assert acl.read_text(encoding="utf-8") == _acl_entry(_store_password(root))
+
+
+def test_secrets_script_replaces_the_redis_password_on_request(tmp_path: Path) -> None:
+    """`new-redis-password` writes a new password into the URL and its hash into the ACL file,
+    with the same modes, prints neither, says to restart redis and the worker, and leaves every
+    other secret alone."""
+    root = secret_volumes(tmp_path)
+    assert run_secrets_sh(root, "init").returncode == 0
+    before, old = _secret_values(root), _store_password(root)
+    renewed = run_secrets_sh(root, "new-redis-password")
+    assert renewed.returncode == 0, renewed.stderr
+    new = _store_password(root)
+    assert new != old
+    after = _secret_values(root)
+    assert after["redis-acl"] == _acl_entry(new)
+    changed = {"capacity-store-url", "redis-acl"}
+    assert {k: v for k, v in after.items() if k not in changed} == {
+        k: v for k, v in before.items() if k not in changed
+    }
+    for directory in changed:
+        name, mode = SECRET_FILES[directory]
+        assert (root / directory / name).stat().st_mode & 0o777 == mode
+    assert new not in renewed.stdout + renewed.stderr and renewed.stdout == ""
+    assert "docker compose restart redis worker" in renewed.stderr
 
 
 def test_with_secrets_sets_and_appends_variables_from_files(tmp_path: Path) -> None:
