@@ -50,7 +50,14 @@ SECRETS_SCRIPT = SECRETS_DIR / "secrets.sh"
 WRAPPER_SCRIPT = SECRETS_DIR / "with-secrets.sh"
 
 
+REDIS_CONF = ROOT / "deploy" / "redis" / "redis.conf"
+
+
 WORKER = "worker"
+
+
+# The capacity store the workers share (issue 17).
+CAPACITY_STORE = "redis"
 
 
 # The variables the contract names for reaching other systems (DESIGN.md, "Environment").
@@ -107,6 +114,7 @@ WORKER_DEPENDENCIES = {
     "qdrant": "service_healthy",
     "llm-simulator": "service_healthy",
     "otel-collector": "service_healthy",
+    CAPACITY_STORE: "service_healthy",
 }
 
 
@@ -125,6 +133,17 @@ def compose_services() -> dict[str, dict[str, Any]]:
     services = compose_document()["services"]
     assert isinstance(services, dict)
     return services
+
+
+def redis_conf() -> dict[str, list[str]]:
+    """deploy/redis/redis.conf: each directive (lower case) -> the arguments Redis uses, its last
+    occurrence's."""
+    directives: dict[str, list[str]] = {}
+    for line in REDIS_CONF.read_text(encoding="utf-8").splitlines():
+        words = shlex.split(line, comments=True)
+        if words:
+            directives[words[0].lower()] = words[1:]
+    return directives
 
 
 @functools.cache

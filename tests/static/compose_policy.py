@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from aiorch.runtime.config import SECRET_FILE_FIELDS
 from tests.static.compose import (
     SECRETS_SCRIPT,
     WORKER,
@@ -59,10 +60,16 @@ TRUE = {"true", "1", "yes", "on"}
 
 
 def is_secret_name(name: str) -> bool:
-    """PASSWORD, TOKEN, SECRET... in a variable's name, or a name ending in KEY/KEYS (but not
-    KEY_ID); the ``_FILE``/``__FILE`` form names the same secret."""
-    words = re.sub(r"_{1,2}FILE$", "", name.upper().replace("-", "_")).split("_")
-    return bool(SECRET_WORDS & set(words)) or words[-1] in {"KEY", "KEYS"}
+    """PASSWORD, TOKEN, SECRET... in a variable's name, a name ending in KEY/KEYS (but not
+    KEY_ID), or a setting the worker treats as a secret whatever its name (a URL with a password
+    in it: CAPACITY_STORE_URL); the ``_FILE``/``__FILE`` form names the same secret."""
+    base = re.sub(r"_{1,2}FILE$", "", name.upper().replace("-", "_"))
+    words = base.split("_")
+    return (
+        bool(SECRET_WORDS & set(words))
+        or words[-1] in {"KEY", "KEYS"}
+        or base.lower() in SECRET_FILE_FIELDS
+    )
 
 
 def image_name(spec: Mapping[str, Any]) -> str:

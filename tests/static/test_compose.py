@@ -14,6 +14,7 @@ from aiorch.runtime.config import SECRET_FILE_FIELDS, Settings
 from tests.static.compose import (
     ADDRESS_OR_NAME_SUFFIXES,
     APP_DOCKERFILE,
+    CAPACITY_STORE,
     COMPOSE_FILE,
     CONTRACT_VARIABLES,
     DOCKERIGNORE,
@@ -25,6 +26,7 @@ from tests.static.compose import (
     OTEL_FILE,
     PENDING_SETTINGS,
     PROMETHEUS_FILE,
+    REDIS_CONF,
     ROOT,
     SECRETS_SCRIPT,
     WORKER,
@@ -40,17 +42,20 @@ from tests.static.compose import (
     healthcheck_text,
     image_is_pinned,
     load_yaml,
+    mount_holding,
     mounts_of,
     one_shot_services,
     otel_config,
     port_of,
     ports_of,
     published_ports,
+    redis_conf,
     service_depends_on,
     service_environment,
 )
 from tests.static.compose_policy import (
     NOT_LOOPBACK,
+    secret_mount,
     secrets_job,
 )
 from workflows import contract
@@ -267,12 +272,84 @@ def test_long_running_services_have_health_checks() -> None:
     assert not missing, f"no health check: {missing}"
 
 
-def test_worker_starts_after_temporal_sqs_qdrant_llm_and_collector() -> None:
+def test_worker_starts_after_temporal_sqs_qdrant_llm_collector_and_store() -> None:
     """The worker waits for Temporal and its namespace, the SQS endpoint, Qdrant, the LLM
-    simulator and the collector, each with the condition that proves it ready."""
+    simulator, the collector and the capacity store, each with the condition that proves it
+    ready."""
     depends = service_depends_on(WORKER)
     for target, condition in WORKER_DEPENDENCIES.items():
         assert depends.get(target) == condition, f"worker -> {target}: {depends.get(target)}"
+
+
+def test_the_capacity_store_is_internal_and_locked_down() -> None:
+    """The capacity store publishes no port and is not on the host's network; it runs the repo's
+    redis.conf, mounted read-only where its command reads it, as the non-root user secrets.sh
+    hands its ACL file to, with a read-only root filesystem and no capability; its data is a
+    declared named volume at the working directory redis.conf snapshots into; it starts after
+    the secrets job."""
+    spec = compose_services()[CAPACITY_STORE]
+    assert not ports_of(spec) and spec.get("network_mode") is None
+    conf = argv_of(spec, "command")[-1]
+    conf_mount = mount_holding(spec, conf)
+    assert conf_mount is not None and conf_mount.read_only
+    assert conf_mount.source == "./" + REDIS_CONF.relative_to(ROOT).as_posix()
+
+    script = SECRETS_SCRIPT.read_text(encoding="utf-8")
+    owner = re.search(r"^REDIS_OWNER=\$\{REDIS_OWNER:-([\d:]+)\}", script, re.M)
+    assert owner and str(spec.get("user")) == owner[1], "redis would not read its ACL file"
+    assert owner[1].split(":")[0] != "0"
+    assert spec.get("read_only") is True
+    assert spec.get("cap_drop") == ["ALL"] and not spec.get("cap_add")
+
+    assert "dir" not in redis_conf(), "snapshots go to the image's working directory, /data"
+    data = mount_holding(spec, "/data/dump.rdb")
+    assert data is not None and data.target == "/data" and data.named and not data.read_only
+    assert data.source in (compose_document().get("volumes") or {})
+    assert redis_conf()["dbfilename"] == ["dump.rdb"] and redis_conf()["save"]
+    assert service_depends_on(CAPACITY_STORE).get("secrets") == "service_completed_successfully"
+
+
+def test_the_capacity_store_admits_only_whom_the_secrets_job_allows() -> None:
+    """Redis reads its users from the ACL file in the redis-acl volume, which the secrets job
+    writes and the store mounts read-only; no password is set anywhere else (redis.conf, its
+    command line, its healthcheck, which runs as the ACL's PING-only user)."""
+    spec = compose_services()[CAPACITY_STORE]
+    conf = redis_conf()
+    acl = mount_holding(spec, conf["aclfile"][0])
+    assert acl is not None and acl.named and acl.read_only and acl.source == "redis-acl"
+    job = secrets_job(compose_services())
+    assert job is not None
+    written = {m.source for m in mounts_of(compose_services()[job]) if not m.read_only}
+    assert "redis-acl" in written
+    assert not {"requirepass", "masterauth", "masteruser"} & set(conf)
+    assert not any("requirepass" in arg for arg in argv_of(spec, "command"))
+    health = healthcheck_text(CAPACITY_STORE)
+    assert "--user healthcheck" in health and "redis-cli" in health
+    assert 'print("user healthcheck on nopass resetchannels -@all +ping")' in (
+        SECRETS_SCRIPT.read_text(encoding="utf-8")
+    ), "the healthcheck's user may do more than PING"
+
+
+def test_worker_gets_the_capacity_store_url_from_its_secret_file_only() -> None:
+    """The worker reads the store's URL, password included, from the capacity-store-url volume
+    (CAPACITY_STORE_URL_FILE, read-only); no service is given a redis:// URL or the variable
+    itself, and docker-compose.yml holds none. The URL secrets.sh writes names the redis service
+    and the port redis.conf sets."""
+    worker = compose_services()[WORKER]
+    env = service_environment(WORKER)
+    mount = secret_mount(worker, env.get("CAPACITY_STORE_URL_FILE"))
+    assert mount is not None and mount.source == "capacity-store-url"
+    for name in compose_services():
+        environment = service_environment(name)
+        assert "CAPACITY_STORE_URL" not in environment, name
+        assert not any("redis://" in value for value in environment.values()), name
+    assert "redis://" not in COMPOSE_FILE.read_text(encoding="utf-8")
+
+    template = re.search(r"printf '(rediss?://[^']*)\\n'", SECRETS_SCRIPT.read_text())
+    assert template, "secrets.sh writes no store URL"
+    url = urlsplit(template[1])
+    assert url.hostname == CAPACITY_STORE and url.password == "%s"
+    assert url.port == int(redis_conf()["port"][0])
 
 
 def test_published_host_ports_do_not_collide() -> None:

@@ -231,6 +231,36 @@ VIOLATIONS: dict[str, tuple[str, str, Change]] = {
         "qdrant: publishes 6333",
         _set("qdrant.ports", ["127.0.0.1:6333:6333"]),
     ),
+    "capacity-store-published-on-loopback": (
+        "exposure",
+        "redis: publishes 6379",
+        _set("redis.ports", ["127.0.0.1:6379:6379"]),
+    ),
+    "capacity-store-url-in-compose": (
+        "secrets",
+        "worker: CAPACITY_STORE_URL is set to a literal",
+        _both(
+            _set("worker.environment.CAPACITY_STORE_URL_FILE", None),
+            _set("worker.environment.CAPACITY_STORE_URL", "redis://:hunter2@redis:6379/0"),
+        ),
+    ),
+    "capacity-store-url-file-in-the-repo": (
+        "secrets",
+        "CAPACITY_STORE_URL_FILE is not a file in a read-only named volume",
+        _both(
+            _set("worker.environment.CAPACITY_STORE_URL_FILE", "/store/url"),
+            _add_volume(WORKER, "./.data/store:/store:ro"),
+        ),
+    ),
+    "capacity-store-url-mounted-writable": (
+        "generator",
+        "worker: mounts capacity-store-url writable",
+        _replace_volume(
+            WORKER,
+            "capacity-store-url:/run/aiorch/capacity-store-url:ro",
+            "capacity-store-url:/run/aiorch/capacity-store-url",
+        ),
+    ),
     "simulator-on-host-network": (
         "exposure",
         "llm-simulator: network_mode host",
