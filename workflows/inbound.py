@@ -3,14 +3,16 @@
 Every such payload reaches the workflow undecoded (``RawValue``) and is decoded here, so no
 input of any shape, encoding or size can fail the workflow task (which Temporal would retry
 forever): whatever does not decode or validate raises ``InvalidRequest`` with one printable
-line, and the caller fails the run, refuses the update or counts the signal.
+line, and the caller fails the run, refuses the update or counts the signal
+(``DecisionInbox`` does the last two for decisions sent both ways).
 
 Workflow code, passed through the sandbox.
 """
 
 from __future__ import annotations
 
-from typing import Any, Final, TypeVar
+from collections.abc import Callable
+from typing import Any, Final, Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from temporalio import workflow
@@ -51,3 +53,75 @@ def inbound(raw: RawValue, model: type[M]) -> M:
         return model.model_validate(value)
     except ValidationError as err:
         raise errors.InvalidRequest(describe_validation_error(err)) from None
+
+
+D = TypeVar("D", bound=BaseModel)
+R = TypeVar("R")
+
+
+class DecisionInbox(Generic[D, R]):
+    """A decision a client sends as a signal or as an update (a review, a budget decision),
+    judged by one set of rules for both, and held until the run applies it.
+
+    The update's validator refuses what the rules refuse (nothing enters history); the signal,
+    which cannot be refused, counts it and does not act on it. ``R`` is the desk's refusal.
+    """
+
+    def __init__(
+        self,
+        model: type[D],
+        *,
+        refusal: Callable[[D, D | None], R | None],
+        invalid: Callable[[str], R],
+        count: Callable[[R], None],
+        reason: Callable[[R], str],
+    ) -> None:
+        """``refusal(decision, pending)``: why the rules refuse it now (None: they do not);
+        ``invalid``: the refusal of a payload that does not decode or validate; ``count``:
+        record a refused signal; ``reason``: a refusal's sentence, for the update's caller."""
+        self._model = model
+        self._refusal = refusal
+        self._invalid = invalid
+        self._count = count
+        self._reason = reason
+        self.pending: D | None = None
+        self.applied = 0
+
+    def signal(self, raw: RawValue) -> None:
+        """The signal: hold the decision, or count the refusal."""
+        decision, refused = self._judged(raw)
+        if refused is not None:
+            self._count(refused)
+            return
+        self.pending = decision
+
+    def validate(self, raw: RawValue) -> None:
+        """The update's validator.
+
+        Raises:
+            ValueError: the rules refuse the decision (the update is rejected with the reason).
+        """
+        _, refused = self._judged(raw)
+        if refused is not None:
+            raise ValueError(self._reason(refused))
+
+    async def submit(self, raw: RawValue) -> None:
+        """The update (once validated): hold the decision, and return once it is applied."""
+        decision = inbound(raw, self._model)
+        applied_before = self.applied
+        self.pending = decision
+        await workflow.wait_condition(lambda: self.applied > applied_before)
+
+    def take(self) -> D | None:
+        """The held decision, if any, now being applied (it wakes the update that sent it)."""
+        decision, self.pending = self.pending, None
+        if decision is not None:
+            self.applied += 1
+        return decision
+
+    def _judged(self, raw: RawValue) -> tuple[D | None, R | None]:
+        try:
+            decision = inbound(raw, self._model)
+        except errors.InvalidRequest as err:
+            return None, self._invalid(str(err))
+        return decision, self._refusal(decision, self.pending)

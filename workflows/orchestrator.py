@@ -41,7 +41,7 @@ with workflow.unsafe.imports_passed_through():
     import workflows.steps as steps
     from workflows.backoff import full_jitter_delay
     from workflows.graph import Event, State, is_terminal
-    from workflows.inbound import NO_ARGUMENT, decoded, inbound
+    from workflows.inbound import NO_ARGUMENT, DecisionInbox, decoded, inbound
     from workflows.payloads import (
         BudgetDecision,
         OperatorRequest,
@@ -71,10 +71,21 @@ class AiOrchestrator:
         # A continued run's state, installed only once verify_continuation vouches for it.
         self._carried: RunState | None = None
         self._input_problem: str | None = None
-        self._pending_review: ReviewDecision | None = None
-        self._reviews_applied = 0
-        self._pending_budget: BudgetDecision | None = None
-        self._budget_decisions = 0
+        # Reviews and budget decisions, each by signal or update under one set of rules.
+        self._reviews = DecisionInbox(
+            ReviewDecision,
+            refusal=self._refusal,
+            invalid=review_desk.invalid,
+            count=self._count_refusal,
+            reason=lambda refused: refused.reason,
+        )
+        self._budgets = DecisionInbox(
+            BudgetDecision,
+            refusal=lambda _, pending: budget_desk.refusal(self._run, pending),
+            invalid=lambda problem: f"invalid budget decision: {problem}",
+            count=lambda reason: budget_desk.count_refusal(self._run, reason),
+            reason=str,
+        )
         self._rounds_this_run = 0
         self._after_reedit = False
         # What visibility holds: the AiState the run was started with (a starter sets the
@@ -140,67 +151,29 @@ class AiOrchestrator:
 
     @workflow.signal(name=contract.SIGNAL_REVIEW)
     def review(self, raw_decision: RawValue) -> None:
-        # A signal cannot be refused: one the rules refuse is counted and not acted on.
-        try:
-            decision = inbound(raw_decision, ReviewDecision)
-        except errors.InvalidRequest as err:
-            self._count_refusal(review_desk.invalid(str(err)))
-            return
-        refused = self._refusal(decision)
-        if refused is not None:
-            self._count_refusal(refused)
-            return
-        self._pending_review = decision
+        self._reviews.signal(raw_decision)
 
     @workflow.update(name=contract.UPDATE_SUBMIT_REVIEW)
     async def submit_review(self, raw_decision: RawValue) -> RunStatus:
-        decision = inbound(raw_decision, ReviewDecision)
-        applied_before = self._reviews_applied
-        self._pending_review = decision
-        await workflow.wait_condition(lambda: self._reviews_applied > applied_before)
+        await self._reviews.submit(raw_decision)
         return run_record.status(self._run)
 
     @submit_review.validator
     def _validate_review(self, raw_decision: RawValue) -> None:
-        try:
-            decision = inbound(raw_decision, ReviewDecision)
-        except errors.InvalidRequest as err:
-            raise ValueError(f"invalid review: {err}") from None
-        refused = self._refusal(decision)
-        if refused is not None:
-            raise ValueError(refused.reason)
+        self._reviews.validate(raw_decision)
 
     @workflow.signal(name=contract.SIGNAL_BUDGET_DECISION)
     def budget_decision(self, raw_decision: RawValue) -> None:
-        # A signal cannot be refused: one the rules refuse is counted and not acted on.
-        try:
-            decision = inbound(raw_decision, BudgetDecision)
-        except errors.InvalidRequest as err:
-            budget_desk.count_refusal(self._run, f"invalid budget decision: {err}")
-            return
-        refused = budget_desk.refusal(self._run, self._pending_budget)
-        if refused is not None:
-            budget_desk.count_refusal(self._run, refused)
-            return
-        self._pending_budget = decision
+        self._budgets.signal(raw_decision)
 
     @workflow.update(name=contract.UPDATE_DECIDE_BUDGET)
     async def decide_budget(self, raw_decision: RawValue) -> RunStatus:
-        decision = inbound(raw_decision, BudgetDecision)
-        decided_before = self._budget_decisions
-        self._pending_budget = decision
-        await workflow.wait_condition(lambda: self._budget_decisions > decided_before)
+        await self._budgets.submit(raw_decision)
         return run_record.status(self._run)
 
     @decide_budget.validator
     def _validate_budget_decision(self, raw_decision: RawValue) -> None:
-        try:
-            inbound(raw_decision, BudgetDecision)
-        except errors.InvalidRequest as err:
-            raise ValueError(f"invalid budget decision: {err}") from None
-        refused = budget_desk.refusal(self._run, self._pending_budget)
-        if refused is not None:
-            raise ValueError(refused)
+        self._budgets.validate(raw_decision)
 
     @workflow.signal(name=contract.SIGNAL_EXPIRE_REVIEW)
     def expire_review(self, raw_request: RawValue = NO_ARGUMENT) -> None:
@@ -269,14 +242,13 @@ class AiOrchestrator:
         if remaining > timedelta(0):
             with contextlib.suppress(TimeoutError):
                 await workflow.wait_condition(
-                    lambda: self._pending_budget is not None,
+                    lambda: self._budgets.pending is not None,
                     timeout=remaining,
                     timeout_summary="budget decision timeout",
                 )
-        decision, self._pending_budget = self._pending_budget, None
+        decision = self._budgets.take()
         if decision is not None:
             budget_desk.apply(run, decision)
-            self._budget_decisions += 1
             return
         await budget_desk.timed_out(run, self._require_plan(), self._require_request())
 
@@ -384,12 +356,14 @@ class AiOrchestrator:
             raise errors.InvalidTransition(self._run.state, "(no plan)", "fetch_prompt not run")
         return self._run.plan
 
-    def _refusal(self, decision: ReviewDecision) -> review_desk.Refusal | None:
+    def _refusal(
+        self, decision: ReviewDecision, pending: ReviewDecision | None
+    ) -> review_desk.Refusal | None:
         return review_desk.refusal(
             self._run,
             decision,
             workflow_id=workflow.info().workflow_id,
-            pending=self._pending_review,
+            pending=pending,
             now=workflow.now(),
         )
 
@@ -407,15 +381,14 @@ class AiOrchestrator:
 
     async def _wait_for_review(self, summary: str) -> ReviewDecision | None:
         return await review_desk.wait_for_decision(
-            self._run, self._require_request(), lambda: self._pending_review, summary
+            self._run, self._require_request(), lambda: self._reviews.pending, summary
         )
 
     def _apply_review(self, decision: ReviewDecision) -> None:
         if decision.decision == "reedit":
             self._rounds_this_run += 1
             self._after_reedit = True
-        self._pending_review = None
-        self._reviews_applied += 1
+        self._reviews.take()  # wakes the update that sent it, if one did
         review_desk.apply(self._run, decision)
 
     async def _continue_as_new_if_due(self) -> None:
