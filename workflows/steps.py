@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from typing import Final, TypeVar
 
 from temporalio import workflow
+from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 import workflows.activity_policy as activity_policy
@@ -39,6 +41,48 @@ from workflows.payloads import (
     RunState,
 )
 
+R = TypeVar("R")
+# The plan's settings an LLM call carries as they are (the rest come from the run).
+_PLAN_FIELDS_OF_CALL: Final = frozenset(
+    {
+        "system_prompt",
+        "user_prompt",
+        "input_ref",
+        "temperature",
+        "max_reply_chars",
+        "tenant",
+        "budget_usd",
+    }
+)
+
+
+async def _execute(
+    activity: str,
+    arg: object,
+    result_type: type[R],
+    *,
+    timeout: timedelta,
+    retry: RetryPolicy,
+    summary: str,
+    heartbeat: timedelta | None = None,
+    cancellation: workflow.ActivityCancellationType = (
+        workflow.ActivityCancellationType.TRY_CANCEL
+    ),
+) -> R:
+    """Run ``activity`` (a regular one) with ``arg`` and return its result: ``timeout`` is its
+    start-to-close timeout, ``heartbeat`` its heartbeat timeout, ``summary`` its Web UI line."""
+    result: R = await workflow.execute_activity(
+        activity,
+        arg,
+        result_type=result_type,
+        start_to_close_timeout=timeout,
+        retry_policy=retry,
+        heartbeat_timeout=heartbeat,
+        cancellation_type=cancellation,
+        summary=summary,
+    )
+    return result
+
 
 async def fetch_plan(request: PipelineRequest, *, local: bool) -> PromptPlan:
     """``fetch_prompt``: a local activity for an inline message (no I/O: it validates and
@@ -54,15 +98,14 @@ async def fetch_plan(request: PipelineRequest, *, local: bool) -> PromptPlan:
             summary="fetch_prompt: build prompt (local)",
         )
         return local_plan
-    plan: PromptPlan = await workflow.execute_activity(
+    return await _execute(
         contract.ACTIVITY_FETCH_PROMPT,
         PromptInput(request=request),
-        result_type=PromptPlan,
-        start_to_close_timeout=timedelta(seconds=60),
-        retry_policy=activity_policy.FETCH_RETRY,
+        PromptPlan,
+        timeout=timedelta(seconds=60),
+        retry=activity_policy.FETCH_RETRY,
         summary="fetch_prompt: load input, build prompt",
     )
-    return plan
 
 
 async def fetch_prompt(run: RunState, request: PipelineRequest, *, local: bool) -> None:
@@ -99,73 +142,64 @@ async def call_llm(run: RunState, plan: PromptPlan, attempt: int) -> LlmCallResu
     (``outcome``) and no call was made."""
     model = choose_model(run, plan)
     call = LlmCallInput(
+        **plan.model_dump(include=set(_PLAN_FIELDS_OF_CALL)),
         workflow_id=workflow.info().workflow_id,
-        system_prompt=plan.system_prompt,
-        user_prompt=plan.user_prompt,
-        input_ref=plan.input_ref,
         model=model,
         attempt=attempt,
-        temperature=plan.temperature,
         feedback=list(run.feedback),
         corrective=run.corrective_next,
-        max_reply_chars=plan.max_reply_chars,
-        tenant=plan.tenant,
-        budget_usd=plan.budget_usd,
         spent_usd=run.cost_usd,
         budget_approved=run.budget_approved,
     )
-    result: LlmCallResult = await workflow.execute_activity(
+    return await _execute(
         contract.ACTIVITY_INVOKE_LLM,
         call,
-        result_type=LlmCallResult,
-        start_to_close_timeout=timedelta(seconds=plan.llm_timeout_s + 15),
-        heartbeat_timeout=activity_policy.HEARTBEAT_TIMEOUT,
-        retry_policy=activity_policy.SINGLE_ATTEMPT,
+        LlmCallResult,
+        timeout=timedelta(seconds=plan.llm_timeout_s + 15),
+        heartbeat=activity_policy.HEARTBEAT_TIMEOUT,
+        retry=activity_policy.SINGLE_ATTEMPT,
         summary=f"invoke_llm: attempt {attempt} on {model}",
     )
-    return result
 
 
 async def embed(request: PipelineRequest, content: str) -> EmbeddingResult:
     """``generate_embedding``: embed the answer and upsert it under the run's point id."""
-    result: EmbeddingResult = await workflow.execute_activity(
+    return await _execute(
         contract.ACTIVITY_GENERATE_EMBEDDING,
         EmbeddingInput(
             workflow_id=workflow.info().workflow_id,
             request_id=request.request_id,
             content=content,
         ),
-        result_type=EmbeddingResult,
-        start_to_close_timeout=timedelta(seconds=60),
-        heartbeat_timeout=activity_policy.HEARTBEAT_TIMEOUT,
-        retry_policy=activity_policy.EMBEDDING_RETRY,
+        EmbeddingResult,
+        timeout=timedelta(seconds=60),
+        heartbeat=activity_policy.HEARTBEAT_TIMEOUT,
+        retry=activity_policy.EMBEDDING_RETRY,
         # On cancel, wait until the activity has really stopped (it heartbeats, so the cancel
         # reaches it) before compensating: the delete must not race the upsert.
-        cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+        cancellation=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
         summary="generate_embedding: embed and upsert",
     )
-    return result
 
 
 async def delete_embedding() -> int:
     """``delete_embedding``: the cancel's compensation; how many vectors it deleted."""
-    result: int = await workflow.execute_activity(
+    return await _execute(
         contract.ACTIVITY_DELETE_EMBEDDING,
         workflow.info().workflow_id,
-        result_type=int,
-        start_to_close_timeout=timedelta(seconds=30),
-        retry_policy=activity_policy.COMPENSATION_RETRY,
+        int,
+        timeout=timedelta(seconds=30),
+        retry=activity_policy.COMPENSATION_RETRY,
         summary="compensate: delete embedding",
     )
-    return result
 
 
-async def send_dead_letter(
+def dead_letter_message(
     run: RunState, request: PipelineRequest, failed_state: State
-) -> DeadLetterReceipt:
-    """``send_dead_letter``: retried until the queue accepts it, unless it refuses for good."""
+) -> DeadLetterMessage:
+    """The message the dead-letter queue gets: the run, its request, where and why it failed."""
     info = workflow.info()
-    message = DeadLetterMessage(
+    return DeadLetterMessage(
         workflow_id=info.workflow_id,
         run_id=info.run_id,
         request=request.model_dump(mode="json"),
@@ -174,15 +208,20 @@ async def send_dead_letter(
         last_error=run.last_error,
         history=list(run.history),
     )
-    receipt: DeadLetterReceipt = await workflow.execute_activity(
+
+
+async def send_dead_letter(
+    run: RunState, request: PipelineRequest, failed_state: State
+) -> DeadLetterReceipt:
+    """``send_dead_letter``: retried until the queue accepts it, unless it refuses for good."""
+    return await _execute(
         contract.ACTIVITY_SEND_DEAD_LETTER,
-        DeadLetterInput(message=message),
-        result_type=DeadLetterReceipt,
-        start_to_close_timeout=timedelta(seconds=30),
-        retry_policy=activity_policy.DEAD_LETTER_RETRY,
+        DeadLetterInput(message=dead_letter_message(run, request, failed_state)),
+        DeadLetterReceipt,
+        timeout=timedelta(seconds=30),
+        retry=activity_policy.DEAD_LETTER_RETRY,
         summary=f"send_dead_letter: {failed_state.value}",
     )
-    return receipt
 
 
 async def dead_letter(run: RunState, request: PipelineRequest, failed_state: State) -> str:
