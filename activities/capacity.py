@@ -70,6 +70,17 @@ class Admission:
     budget: str | None = None
 
 
+@dataclass(frozen=True)
+class Settlement:
+    """What one call came to, for settling it: the tokens it ``used``, whether the provider
+    was ``called`` (reached), its rate-limit ``signal``, and its cost (None: unpriced)."""
+
+    used: int
+    called: bool
+    signal: ProviderSignal
+    cost_usd: float | None
+
+
 class CallGate:
     """Budgets and shared capacity around the LLM activity's calls (see the module docstring)."""
 
@@ -129,16 +140,7 @@ class CallGate:
                 activity.heartbeat(f"waiting {grant.wait.total_seconds():.2f}s for capacity")
             await asyncio.sleep(grant.wait.total_seconds())
 
-    async def settle(
-        self,
-        admission: Admission,
-        call: LlmCallInput,
-        *,
-        used: int,
-        called: bool,
-        signal: ProviderSignal,
-        cost_usd: float | None,
-    ) -> None:
+    async def settle(self, admission: Admission, call: LlmCallInput, done: Settlement) -> None:
         """After the call: give back what the reservation did not use, pass on the provider's
         signal, and add the call's cost to the tenant's spend for today."""
         if self._store is None:
@@ -149,18 +151,18 @@ class CallGate:
                     admission.scope,
                     admission.limits,
                     hold_id=admission.hold,
-                    used=used,
-                    called=called,
+                    used=done.used,
+                    called=done.called,
                 )
             limit = self._limits.get(call.model)
-            if limit is not None and not signal.empty:
+            if limit is not None and not done.signal.empty:
                 await self._store.feedback(
                     scope_name(self._base_url, call.model),
                     (limit.tpm or 0, limit.rpm or 0),
-                    signal,
+                    done.signal,
                 )
-            if cost_usd:
-                await self._store.add_spend(call.tenant, today(), cost_usd)
+            if done.cost_usd:
+                await self._store.add_spend(call.tenant, today(), done.cost_usd)
         except CapacityStoreError as err:
             self._store_down(err)
 

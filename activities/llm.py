@@ -26,7 +26,7 @@ from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.capacity import Admission, CallGate, record_spend
+from activities.capacity import Admission, CallGate, Settlement, record_spend
 from activities.heartbeat import HEARTBEAT_EVERY, heartbeat_while
 from activities.pricing import estimate_cost
 from activities.prompt import CORRECTIVE_INSTRUCTION, InputLoader
@@ -286,10 +286,12 @@ class LlmActivities:
             await self._settle(
                 admission,
                 call,
-                used=0,
-                called=status is not None,
-                signal=provider_signal(headers, throttled=status == 429),
-                cost=None,
+                Settlement(
+                    used=0,
+                    called=status is not None,
+                    signal=provider_signal(headers, throttled=status == 429),
+                    cost_usd=None,
+                ),
             )
             # Provider error bodies may echo the key; it must not reach history or logs.
             raise scrubbed_error(classify(err), [self._client.api_key]) from None
@@ -316,10 +318,12 @@ class LlmActivities:
         await self._settle(
             admission,
             call,
-            used=tokens.total_tokens,
-            called=True,
-            signal=provider_signal(raw.headers, throttled=False),
-            cost=cost,
+            Settlement(
+                used=tokens.total_tokens,
+                called=True,
+                signal=provider_signal(raw.headers, throttled=False),
+                cost_usd=cost,
+            ),
         )
         try:
             reply = reply_from_completion(completion)
@@ -335,22 +339,11 @@ class LlmActivities:
             cost_usd=cost,
         )
 
-    async def _settle(
-        self,
-        admission: Admission,
-        call: LlmCallInput,
-        *,
-        used: int,
-        called: bool,
-        signal: ProviderSignal,
-        cost: float | None,
-    ) -> None:
-        if cost:
-            record_spend(call.tenant, cost, self._tenants)
+    async def _settle(self, admission: Admission, call: LlmCallInput, done: Settlement) -> None:
+        if done.cost_usd:
+            record_spend(call.tenant, done.cost_usd, self._tenants)
         if self._gate is not None:
-            await self._gate.settle(
-                admission, call, used=used, called=called, signal=signal, cost_usd=cost
-            )
+            await self._gate.settle(admission, call, done)
 
 
 def _output_messages(content: str | None, finish_reason: str | None) -> str:
