@@ -51,16 +51,25 @@ ENCRYPTED_WITHOUT_KEYS = (
 _MAX_REASON_CHARS = 300
 
 
-class UndecodablePayloadConverter(EncodingPayloadConverter):
-    """Reads the codec's marker for a refused payload: raises ``PayloadUnreadable`` with the
-    codec's reason. Never writes (``to_payload`` declines every value)."""
+class _ReadOnlyPayloadConverter(EncodingPayloadConverter):
+    """An encoding no value is ever written as (``to_payload`` declines every value), only
+    read, to raise ``PayloadUnreadable``; a subclass names it (``_ENCODING``) and says why."""
+
+    _ENCODING: bytes
 
     @property
     def encoding(self) -> str:
-        return UNDECODABLE.decode()
+        return self._ENCODING.decode()
 
     def to_payload(self, value: Any) -> Payload | None:
         return None
+
+
+class UndecodablePayloadConverter(_ReadOnlyPayloadConverter):
+    """Reads the codec's marker for a refused payload: raises ``PayloadUnreadable`` with the
+    codec's reason. Never writes."""
+
+    _ENCODING = UNDECODABLE
 
     def from_payload(self, payload: Payload, type_hint: type | None = None) -> Any:
         raw = payload.metadata.get(METADATA_REASON, b"").decode("ascii", "replace")
@@ -68,16 +77,11 @@ class UndecodablePayloadConverter(EncodingPayloadConverter):
         raise PayloadUnreadable(f"payload refused: {reason or 'no reason given'}")
 
 
-class EncryptedPayloadConverter(EncodingPayloadConverter):
+class EncryptedPayloadConverter(_ReadOnlyPayloadConverter):
     """Reads an encrypted payload in a process without keys (a codec would have opened it or
     left a marker): raises ``PayloadUnreadable`` saying which keys to set. Never writes."""
 
-    @property
-    def encoding(self) -> str:
-        return ENCODING.decode()
-
-    def to_payload(self, value: Any) -> Payload | None:
-        return None
+    _ENCODING = ENCODING
 
     def from_payload(self, payload: Payload, type_hint: type | None = None) -> Any:
         raise PayloadUnreadable(ENCRYPTED_WITHOUT_KEYS)

@@ -32,10 +32,10 @@ from opentelemetry import metrics, trace
 from opentelemetry.metrics import Histogram, Meter
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricExporter, PeriodicExportingMetricReader
-from opentelemetry.sdk.resources import Resource
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from aiorch.runtime.config import Settings
+from aiorch.runtime.telemetry import otlp_exporter, process_resource
 
 PROVIDER: Final = "openai"
 OPERATION_CHAT: Final = "chat"
@@ -55,20 +55,6 @@ CONTENT_ATTRIBUTES: Final = frozenset(
 )
 
 
-def _metric_exporter(settings: Settings) -> MetricExporter:
-    if settings.otel_exporter_otlp_protocol == "http/protobuf":
-        from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
-            OTLPMetricExporter as HttpMetricExporter,
-        )
-
-        return HttpMetricExporter()
-    from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
-        OTLPMetricExporter as GrpcMetricExporter,
-    )
-
-    return GrpcMetricExporter()
-
-
 def install_genai_metrics(settings: Settings, component: str) -> MeterProvider | None:
     """A meter provider exporting over OTLP when an endpoint is configured, else None.
 
@@ -76,10 +62,9 @@ def install_genai_metrics(settings: Settings, component: str) -> MeterProvider |
     """
     if not settings.tracing_enabled:
         return None
-    resource = Resource.create(
-        {"service.name": settings.otel_service_name, "aiorch.component": component}
-    )
-    reader = PeriodicExportingMetricReader(_metric_exporter(settings))
+    resource = process_resource(settings, component)
+    exporter: MetricExporter = otlp_exporter(settings, "metric")
+    reader = PeriodicExportingMetricReader(exporter)
     return MeterProvider(metric_readers=[reader], resource=resource)
 
 

@@ -22,8 +22,10 @@ scrapes this endpoint with its ``prometheus`` receiver.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
 from collections.abc import Iterator, Sequence
+from typing import Any, Final, Literal
 
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
@@ -51,19 +53,32 @@ HISTOGRAM_BUCKETS: dict[str, Sequence[float]] = {
 }
 
 
-def span_exporter(settings: Settings) -> SpanExporter:
-    """The OTLP span exporter for the configured protocol, reading its own OTEL_* variables."""
-    if settings.otel_exporter_otlp_protocol == "http/protobuf":
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
-            OTLPSpanExporter as HttpSpanExporter,
-        )
+# Each signal's OTLP exporter, in opentelemetry.exporter.otlp.proto.<transport>.<signal>_exporter.
+_OTLP_EXPORTERS: Final = {"trace": "OTLPSpanExporter", "metric": "OTLPMetricExporter"}
 
-        return HttpSpanExporter()
-    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
-        OTLPSpanExporter as GrpcSpanExporter,
+
+def otlp_exporter(settings: Settings, signal: Literal["trace", "metric"]) -> Any:
+    """The OTLP exporter of ``signal`` for the configured protocol: gRPC, or HTTP for
+    ``http/protobuf``. Built without arguments, so it reads its own OTEL_* variables; imported
+    only here, so a process loads one transport's stack, not both."""
+    transport = "http" if settings.otel_exporter_otlp_protocol == "http/protobuf" else "grpc"
+    module = importlib.import_module(
+        f"opentelemetry.exporter.otlp.proto.{transport}.{signal}_exporter"
+    )
+    return getattr(module, _OTLP_EXPORTERS[signal])()
+
+
+def process_resource(settings: Settings, component: str) -> Resource:
+    """The OpenTelemetry resource of this process's spans and metrics."""
+    return Resource.create(
+        {"service.name": settings.otel_service_name, "aiorch.component": component}
     )
 
-    return GrpcSpanExporter()
+
+def span_exporter(settings: Settings) -> SpanExporter:
+    """The OTLP span exporter for the configured protocol, reading its own OTEL_* variables."""
+    exporter: SpanExporter = otlp_exporter(settings, "trace")
+    return exporter
 
 
 def _installed_provider() -> ReplaySafeTracerProvider | None:
@@ -81,10 +96,7 @@ def install_tracing(settings: Settings, component: str) -> ReplaySafeTracerProvi
     existing = _installed_provider()
     if existing is not None:
         return existing
-    resource = Resource.create(
-        {"service.name": settings.otel_service_name, "aiorch.component": component}
-    )
-    provider = create_tracer_provider(resource=resource)
+    provider = create_tracer_provider(resource=process_resource(settings, component))
     provider.add_span_processor(BatchSpanProcessor(span_exporter(settings)))
     trace.set_tracer_provider(provider)
     return provider
