@@ -16,11 +16,10 @@ import typer
 from pydantic import ValidationError
 from rich.table import Table
 from temporalio.client import Client, WorkflowUpdateFailedError
-from temporalio.service import RPCError
 
 from aiorch.cli.output import CliError, one_line_errors, out
 from aiorch.cli.reviews import refusal_text
-from aiorch.cli.session import describe_rpc_error, run_async
+from aiorch.cli.session import about_run, run_async
 from aiorch.runtime.capacity import CapacityStore, CapacityStoreError
 from aiorch.runtime.config import Settings, load_settings
 from workflows import contract
@@ -121,16 +120,15 @@ def budget(
     async def send(client: Client, settings: Settings) -> None:
         handle = client.get_workflow_handle(workflow_id)
         try:
-            status = await handle.execute_update(
-                contract.UPDATE_DECIDE_BUDGET,
-                payload,
-                id=f"budget:{workflow_id}:{operator}:{decision}",
-                result_type=RunStatus,
-            )
+            with about_run(workflow_id):
+                status = await handle.execute_update(
+                    contract.UPDATE_DECIDE_BUDGET,
+                    payload,
+                    id=f"budget:{workflow_id}:{operator}:{decision}",
+                    result_type=RunStatus,
+                )
         except WorkflowUpdateFailedError as error:
             raise CliError(f"decision refused for {workflow_id}: {refusal_text(error)}") from None
-        except RPCError as error:
-            raise CliError(describe_rpc_error(workflow_id, error)) from None
         out.print(f"{workflow_id}: {decision} recorded; the run is in {status.state}")
 
     run_async(send)

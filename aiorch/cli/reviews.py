@@ -13,10 +13,9 @@ import typer
 from pydantic import ValidationError
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
-from temporalio.service import RPCError
 
 from aiorch.cli.output import CliError, err_console, one_line_errors, out
-from aiorch.cli.session import describe_rpc_error, run_async
+from aiorch.cli.session import about_run, run_async
 from aiorch.ops import reviews
 from aiorch.ops.signing import SigningKey, signing_key_from_settings
 from aiorch.runtime.config import Settings, load_settings
@@ -87,11 +86,10 @@ def review(
 
     async def send(client: Client, settings: Settings) -> None:
         try:
-            outcome = await reviews.submit_review(client, workflow_id, payload, signer=signer)
+            with about_run(workflow_id):
+                outcome = await reviews.submit_review(client, workflow_id, payload, signer=signer)
         except WorkflowUpdateFailedError as error:
             raise CliError(f"review refused for {workflow_id}: {refusal_text(error)}") from None
-        except RPCError as error:
-            raise CliError(describe_rpc_error(workflow_id, error)) from None
         out.print(outcome.describe(workflow_id))
 
     run_async(send)

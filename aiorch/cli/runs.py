@@ -12,10 +12,9 @@ from pydantic import ValidationError
 from rich.table import Table
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.exceptions import WorkflowAlreadyStartedError
-from temporalio.service import RPCError
 
 from aiorch.cli.output import CliError, one_line_errors, out
-from aiorch.cli.session import describe_rpc_error, fetch_status, run_async
+from aiorch.cli.session import about_run, fetch_status, run_async
 from aiorch.ops import claim_check, visibility
 from aiorch.ops.results import run_result
 from aiorch.runtime.config import Settings, load_settings
@@ -250,10 +249,8 @@ def result(
 
     async def show_result(client: Client, settings: Settings) -> None:
         handle = client.get_workflow_handle(workflow_id)
-        try:
+        with about_run(workflow_id):
             description = await handle.describe()
-        except RPCError as error:
-            raise CliError(describe_rpc_error(workflow_id, error)) from None
         if description.status == WorkflowExecutionStatus.RUNNING and not wait:
             state = visibility.state_of(description) or "running"
             raise CliError(f"run {workflow_id} has not finished ({state}); add --wait to wait")
@@ -267,10 +264,8 @@ def cancel(workflow_id: Annotated[str, typer.Argument(help="the run's id")]) -> 
     """Cancel a run; its compensation (deleting stored vectors) runs before it ends."""
 
     async def request_cancel(client: Client, settings: Settings) -> None:
-        try:
+        with about_run(workflow_id):
             await client.get_workflow_handle(workflow_id).cancel()
-        except RPCError as error:
-            raise CliError(describe_rpc_error(workflow_id, error)) from None
         out.print(f"cancellation requested for {workflow_id}")
 
     run_async(request_cancel)

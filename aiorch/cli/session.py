@@ -4,7 +4,8 @@ what the command says about a run it cannot reach."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import contextlib
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TypeVar
 
 from temporalio.client import Client
@@ -48,16 +49,27 @@ def describe_rpc_error(workflow_id: str, error: RPCError) -> str:
     return f"{workflow_id}: {error.message}"
 
 
+@contextlib.contextmanager
+def about_run(workflow_id: str) -> Iterator[None]:
+    """Calls to the server about one run: a server error becomes the command's one line.
+
+    Raises:
+        CliError: the server refused (``describe_rpc_error``).
+    """
+    try:
+        yield
+    except RPCError as error:
+        raise CliError(describe_rpc_error(workflow_id, error)) from None
+
+
 async def fetch_status(client: Client, workflow_id: str) -> RunStatus:
     """The run's ``status`` query.
 
     Raises:
         CliError: no such run, or the server refused.
     """
-    try:
+    with about_run(workflow_id):
         status: RunStatus = await client.get_workflow_handle(workflow_id).query(
             contract.QUERY_STATUS, result_type=RunStatus
         )
-        return status
-    except RPCError as error:
-        raise CliError(describe_rpc_error(workflow_id, error)) from None
+    return status
