@@ -3,7 +3,7 @@
 First the billable Temporal actions per run (exact counts, ``bench.actions``) with the cost
 checks of issue 16, then the timing table, where every figure is the median over repetitions
 with its min and max; a ratio's min and max are those of the per-repetition ratios (baseline
-and ours ran back to back in each repetition), and the acceptance checks of issue 7.
+and ours ran back to back in each repetition), and the targets of issues 7 and 16.
 """
 
 from __future__ import annotations
@@ -205,7 +205,7 @@ def _per_run_check(path: str, sides: dict[str, ActionBatch], limit: float, targe
     )
 
 
-def checks_table(checks: list[Check], title: str = "acceptance (issue 7)") -> Table:
+def checks_table(checks: list[Check], title: str = "targets (issues 7 and 16)") -> Table:
     """The acceptance checks, each PASS or MISS."""
     grid = Table(title=title, title_justify="left")
     for column in ("check", "measured", "target", "result"):

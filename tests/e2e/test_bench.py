@@ -101,7 +101,7 @@ def test_quick_bench_prints_table_and_checks(quick_report: tuple[dict[str, Any],
     """The printed report has the comparison table and the acceptance checks."""
     _, printed = quick_report
     assert "ours/baseline" in printed
-    assert "acceptance (issue 7)" in printed
+    assert "targets (issues 7 and 16)" in printed
     assert "runs lost or failed, all phases" in printed
 
 
@@ -155,7 +155,7 @@ def test_actions_phase_runs_alone(
     assert report["lost"] == report["failed"] == 0
     assert report["actions"]["k"] == 5
     assert printed.index("billable Temporal actions per run") < printed.index("cost per run")
-    assert printed.index("cost per run (issue 16)") < printed.index("acceptance (issue 7)")
+    assert printed.index("cost per run (issue 16)") < printed.index("targets (issues 7 and 16)")
 
 
 @pytest.mark.timeout(240)
