@@ -56,6 +56,9 @@ def inbound(raw: RawValue, model: type[M]) -> M:
 
 
 D = TypeVar("D", bound=BaseModel)
+# Signals held while a run is not yet admitted (a continued run's state is installed only once
+# its lineage is verified); beyond this, a flood in that moment is counted as refused.
+HELD_BEFORE_ADMISSION: Final = 64
 R = TypeVar("R")
 
 
@@ -86,9 +89,28 @@ class DecisionInbox(Generic[D, R]):
         self._reason = reason
         self.pending: D | None = None
         self.applied = 0
+        self._admitted = False
+        self._held: list[RawValue] = []
+
+    def admit(self) -> None:
+        """The run's state is in place: judge, in order, the signals that came before it.
+
+        Until then a decision would be judged against a blank state: a review sent in the
+        instant a run continues as new would be refused by the new run before the carried state
+        (its round, its reviewers) is installed."""
+        self._admitted = True
+        held, self._held = self._held, []
+        for raw in held:
+            self.signal(raw)
 
     def signal(self, raw: RawValue) -> None:
         """The signal: hold the decision, or count the refusal."""
+        if not self._admitted:
+            if len(self._held) < HELD_BEFORE_ADMISSION:
+                self._held.append(raw)
+            else:
+                self._count(self._invalid("too many sent while the run was resuming"))
+            return
         decision, refused = self._judged(raw)
         if refused is not None:
             self._count(refused)
@@ -99,8 +121,11 @@ class DecisionInbox(Generic[D, R]):
         """The update's validator.
 
         Raises:
-            ValueError: the rules refuse the decision (the update is rejected with the reason).
+            ValueError: the rules refuse the decision (the update is rejected with the reason),
+                or the run is not admitted yet (the sender may send it again in a moment).
         """
+        if not self._admitted:
+            raise ValueError("the run is resuming from the run it continued; send it again")
         _, refused = self._judged(raw)
         if refused is not None:
             raise ValueError(self._reason(refused))

@@ -332,6 +332,8 @@ class AiOrchestrator:
             raise ApplicationError(problem, type=errors.INVALID_REQUEST, non_retryable=True)
         if self._carried is None:
             self._run.started_at = workflow.info().workflow_start_time
+        self._reviews.admit()
+        self._budgets.admit()
         return self._request
 
     def _publish(self) -> None:

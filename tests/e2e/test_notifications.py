@@ -22,15 +22,23 @@ from workflows import contract
 pytestmark = pytest.mark.e2e
 
 INBOX_URL = "https://inbox.example.com"
-RECEIVER_PORT = free_port()
 
 
 @pytest.fixture(scope="module")
-def notifying_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+def receiver_port() -> int:
+    """The receiver's port, picked when the stack starts (a port picked at import could be
+    taken by the time the module's tests run)."""
+    return free_port()
+
+
+@pytest.fixture(scope="module")
+def notifying_stack(
+    tmp_path_factory: pytest.TempPathFactory, receiver_port: int
+) -> Iterator[LocalStack]:
     """A stack whose worker notifies the receiver's fixed address."""
     env = {
         **E2E_WORKER_ENV,
-        "REVIEW_WEBHOOK_URL": f"http://127.0.0.1:{RECEIVER_PORT}{HOOK_PATH}",
+        "REVIEW_WEBHOOK_URL": f"http://127.0.0.1:{receiver_port}{HOOK_PATH}",
         "INBOX_URL": INBOX_URL,
     }
     with LocalStack(
@@ -47,8 +55,8 @@ async def notify_client(notifying_stack: LocalStack) -> Client:
 
 
 @pytest.fixture
-async def receiver() -> AsyncIterator[Receiver]:
-    async with running_receiver(RECEIVER_PORT) as running:
+async def receiver(receiver_port: int) -> AsyncIterator[Receiver]:
+    async with running_receiver(receiver_port) as running:
         yield running
 
 
