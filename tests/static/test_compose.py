@@ -10,7 +10,8 @@ import re
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from aiorch.runtime.config import SECRET_FILE_FIELDS, Settings
+from aiorch.runtime.config import Settings
+from aiorch.runtime.config_sources import SECRET_FILE_FIELDS
 from tests.static.compose import (
     ADDRESS_OR_NAME_SUFFIXES,
     APP_DOCKERFILE,
