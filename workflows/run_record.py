@@ -33,6 +33,7 @@ from workflows.payloads import (
     HistoryEntry,
     PipelineRequest,
     PipelineResult,
+    RunProgress,
     RunState,
     RunStatus,
 )
@@ -168,17 +169,8 @@ def status(run: RunState) -> RunStatus:
         state=run.state.value,
         status=status_of(run.state).value,
         progress=progress_of(run.state),
-        attempts=run.attempts,
-        model=run.model,
-        last_error=run.last_error,
-        history=list(run.history),
-        review_round=run.review_round,
-        history_dropped=run.history_dropped,
-        reviews_refused=run.reviews_refused,
-        last_refusal=run.last_refusal,
-        cost_usd=run.cost_usd,
         tenant=run.plan.tenant if run.plan is not None else None,
-        budget_decisions_refused=run.budget_decisions_refused,
+        **{name: getattr(run, name) for name in RunProgress.model_fields},
     )
 
 

@@ -10,6 +10,31 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from workflows.graph import State
 
+__all__ = [
+    "DEFAULT_TENANT",
+    "MAX_FEEDBACK_CHARS",
+    "MAX_INLINE_MESSAGE_BYTES",
+    "MAX_METADATA_BYTES",
+    "MAX_METADATA_DEPTH",
+    "MAX_REVIEWER_CHARS",
+    "MAX_TOKEN_CHARS",
+    "NOTE_CONTINUED_AS_NEW",
+    "REFERENCE_SCHEMES",
+    "REQUEST_ID_PATTERN",
+    "RESUMABLE_STATES",
+    "TENANT_PATTERN",
+    "BudgetPolicy",
+    "BudgetVerdict",
+    "Decision",
+    "FinalState",
+    "NonBlank",
+    "ReviewMode",
+    "ReviewerName",
+    "Text",
+    "describe_validation_error",
+    "printable",
+]
+
 REQUEST_ID_PATTERN = r"^[a-f0-9]{24}$"
 # A tenant name: a key in the capacity store and a metric label, so short and plain.
 TENANT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"

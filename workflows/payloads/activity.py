@@ -21,10 +21,29 @@ from workflows.payloads.client import (
     ReviewKey,
 )
 
+__all__ = [
+    "CallOutcome",
+    "ContinuationCheck",
+    "ContinuationVerdict",
+    "DeadLetterInput",
+    "DeadLetterReceipt",
+    "EmbeddingInput",
+    "EmbeddingResult",
+    "LlmCallInput",
+    "LlmCallResult",
+    "NoticeReason",
+    "PromptInput",
+    "PromptPlan",
+    "ReviewNotice",
+    "TokenUsage",
+]
+
 # Activity payloads: internal to the worker but recorded in history, so also versioned by default.
 
 
 class PromptInput(_Open):
+    """Input of ``fetch_prompt``: the run's request."""
+
     request: PipelineRequest
 
 
@@ -92,6 +111,9 @@ class ReviewNotice(_Open):
 
 
 class LlmCallInput(_Open):
+    """Input of ``invoke_llm``: the prompt (or the reference the activity loads), the model and
+    attempt, reviewers' feedback for a re-edit, and what the budget check needs."""
+
     workflow_id: str
     system_prompt: str
     user_prompt: str
@@ -111,6 +133,8 @@ class LlmCallInput(_Open):
 
 
 class TokenUsage(_Open):
+    """The tokens one LLM call used, as the provider reported them."""
+
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
@@ -139,6 +163,9 @@ class LlmCallResult(_Open):
 
 
 class EmbeddingInput(_Open):
+    """Input of ``generate_embedding``: the approved reply, stored under an id derived from
+    ``workflow_id`` (a retry overwrites, never duplicates); ``model`` None: the worker's."""
+
     workflow_id: str
     request_id: str
     content: str
@@ -146,15 +173,21 @@ class EmbeddingInput(_Open):
 
 
 class EmbeddingResult(_Open):
+    """What ``generate_embedding`` stored: the vector's id and its length."""
+
     embedding_id: str
     dimensions: int
 
 
 class DeadLetterInput(_Open):
+    """Input of ``send_dead_letter``: the message for the dead-letter queue."""
+
     message: DeadLetterMessage
 
 
 class DeadLetterReceipt(_Open):
+    """The dead-letter queue's receipt: the message id it assigned, and the queue."""
+
     message_id: str
     queue_url: str
 

@@ -28,6 +28,22 @@ from workflows.payloads._base import (
     _Strict,
 )
 
+__all__ = [
+    "ALL_MODELS",
+    "BudgetDecision",
+    "DeadLetterMessage",
+    "HistoryEntry",
+    "LlmReply",
+    "OperatorRequest",
+    "PipelineRequest",
+    "PipelineResult",
+    "ReviewDecision",
+    "ReviewKey",
+    "RunOptions",
+    "RunProgress",
+    "RunStatus",
+]
+
 
 class RunOptions(_Strict):
     """Per-run overrides; anything left out comes from the worker's configuration."""
@@ -132,13 +148,11 @@ class HistoryEntry(_Open):
     review_round: int | None = None
 
 
-class RunStatus(_Open):
-    """Answer of the ``status`` query."""
+class RunProgress(BaseModel):
+    """What a run has done so far: declared once for the state the workflow holds
+    (``RunState``) and the ``status`` query's answer (``RunStatus``), which copies it."""
 
-    state: str
-    status: str
-    progress: int
-    attempts: int
+    attempts: int = 0
     model: str | None = None
     last_error: str | None = None
     history: list[HistoryEntry] = Field(default_factory=list)
@@ -148,11 +162,19 @@ class RunStatus(_Open):
     # Reviews the run refused (wrong state or round, reviewer not allowed, unsigned, ...).
     reviews_refused: int = 0
     last_refusal: str | None = None
-    # What the run's LLM calls cost so far (LLM_PRICE_TABLE), and its tenant.
+    # What the run's LLM calls cost so far (LLM_PRICE_TABLE).
     cost_usd: float = 0.0
-    tenant: str | None = None
     # Budget decisions the run refused (sent while it was not waiting for one).
     budget_decisions_refused: int = 0
+
+
+class RunStatus(RunProgress, _Open):
+    """Answer of the ``status`` query: the run's progress, where it is, and its tenant."""
+
+    state: str
+    status: str
+    progress: int
+    tenant: str | None = None
 
 
 class PipelineResult(_Open):

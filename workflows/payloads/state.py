@@ -17,48 +17,42 @@ from workflows.payloads.activity import (
     PromptPlan,
 )
 from workflows.payloads.client import (
-    HistoryEntry,
     PipelineRequest,
+    RunProgress,
 )
 
+__all__ = [
+    "ContinuedRun",
+    "RunState",
+]
 
-class RunState(_Mutable):
-    """Everything a run knows about itself: held by the workflow, changed by its handlers, and
-    carried whole to the run that continues it (continue-as-new)."""
+
+class RunState(RunProgress, _Mutable):
+    """Everything a run knows about itself (its progress and the rest): held by the workflow,
+    changed by its handlers, and carried whole to the run that continues it (continue-as-new)."""
 
     state: State = State.IDLE
     # When the current state began, and when the first run of this chain started.
     state_since: datetime | None = None
     started_at: datetime | None = None
-    history: list[HistoryEntry] = Field(default_factory=list)
     history_bytes: int = 0
-    history_dropped: int = 0
-    attempts: int = 0
     consecutive_failures: int = 0
     corrective_next: bool = False
     retry_after_s: float | None = None
-    model: str | None = None
-    last_error: str | None = None
     feedback: list[str] = Field(default_factory=list)
-    review_round: int = 0
     # When the current review wait (await_review or escalate) times out.
     review_deadline: datetime | None = None
-    reviews_refused: int = 0
-    last_refusal: str | None = None
     plan: PromptPlan | None = None
     reply: LlmCallResult | None = None
     embedding_id: str | None = None
     # Operator actions: expire_review ends one review wait, dead_letter every one until the end.
     forced_timeout: str | None = None
     dead_letter_requested: str | None = None
-    # Capacity and budgets: the wait before asking for capacity again, what the run's calls
-    # cost, when the budget decision times out, whether an operator approved crossing the
-    # budget, and budget decisions refused.
+    # Capacity and budgets: the wait before asking for capacity again, when the budget
+    # decision times out, and whether an operator approved crossing the budget.
     capacity_wait_s: float | None = None
-    cost_usd: float = 0.0
     budget_deadline: datetime | None = None
     budget_approved: bool = False
-    budget_decisions_refused: int = 0
 
 
 class ContinuedRun(_Strict):
