@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from temporalio import workflow
 from temporalio.common import RawValue
@@ -86,6 +86,8 @@ class AiOrchestrator:
             count=lambda reason: budget_desk.count_refusal(self._run, reason),
             reason=str,
         )
+        self._listen(self._reviews, contract.SIGNAL_REVIEW, contract.UPDATE_SUBMIT_REVIEW)
+        self._listen(self._budgets, contract.SIGNAL_BUDGET_DECISION, contract.UPDATE_DECIDE_BUDGET)
         self._rounds_this_run = 0
         self._after_reedit = False
         # What visibility holds: the AiState the run was started with (a starter sets the
@@ -107,6 +109,20 @@ class AiOrchestrator:
             has_retry_policy=info.retry_policy is not None,
             attempt=info.attempt,
         )
+
+    def _listen(self, inbox: DecisionInbox[Any, Any], signal: str, update: str) -> None:
+        """``inbox`` takes its decision by ``signal`` or by ``update`` (validated first; it
+        answers with the run's status once the decision is applied).
+
+        Registered here, before any signal or update is handled: the SDK holds a signal that
+        arrives first, and looks an update's handler up only when it runs, after this."""
+
+        async def decide(raw_decision: RawValue) -> RunStatus:
+            await inbox.submit(raw_decision)
+            return run_record.status(self._run)
+
+        workflow.set_signal_handler(signal, inbox.signal)
+        workflow.set_update_handler(update, decide, validator=inbox.validate)
 
     @workflow.run
     async def run(self, raw_input: RawValue) -> PipelineResult:
@@ -139,7 +155,8 @@ class AiOrchestrator:
         await workflow.wait_condition(workflow.all_handlers_finished)
         return run_record.finish(self._run, request)
 
-    # Queries, the review signal and update, operator signals: the contract's names.
+    # Queries and operator signals (reviews and budget decisions: see _listen): the contract's
+    # names.
 
     @workflow.query(name=contract.QUERY_STATE)
     def state(self) -> str:
@@ -148,32 +165,6 @@ class AiOrchestrator:
     @workflow.query(name=contract.QUERY_STATUS)
     def status(self) -> RunStatus:
         return run_record.status(self._run)
-
-    @workflow.signal(name=contract.SIGNAL_REVIEW)
-    def review(self, raw_decision: RawValue) -> None:
-        self._reviews.signal(raw_decision)
-
-    @workflow.update(name=contract.UPDATE_SUBMIT_REVIEW)
-    async def submit_review(self, raw_decision: RawValue) -> RunStatus:
-        await self._reviews.submit(raw_decision)
-        return run_record.status(self._run)
-
-    @submit_review.validator
-    def _validate_review(self, raw_decision: RawValue) -> None:
-        self._reviews.validate(raw_decision)
-
-    @workflow.signal(name=contract.SIGNAL_BUDGET_DECISION)
-    def budget_decision(self, raw_decision: RawValue) -> None:
-        self._budgets.signal(raw_decision)
-
-    @workflow.update(name=contract.UPDATE_DECIDE_BUDGET)
-    async def decide_budget(self, raw_decision: RawValue) -> RunStatus:
-        await self._budgets.submit(raw_decision)
-        return run_record.status(self._run)
-
-    @decide_budget.validator
-    def _validate_budget_decision(self, raw_decision: RawValue) -> None:
-        self._budgets.validate(raw_decision)
 
     @workflow.signal(name=contract.SIGNAL_EXPIRE_REVIEW)
     def expire_review(self, raw_request: RawValue = NO_ARGUMENT) -> None:
@@ -270,11 +261,9 @@ class AiOrchestrator:
         run_record.move(run, Event.BACKOFF_ELAPSED, detail=f"waited {delay.total_seconds():.2f}s")
 
     async def _await_review(self) -> None:
-        run, plan = self._run, self._require_plan()
-        decision = await self._wait_for_review("review timeout")
-        if decision is not None:
-            self._apply_review(decision)
+        if await self._reviewed("review timeout"):
             return
+        run, plan = self._run, self._require_plan()
         detail = review_desk.take_forced_reason(run) or f"no review in {plan.review_timeout_s:g}s"
         run.review_deadline = workflow.now() + timedelta(seconds=plan.escalation_timeout_s)
         run_record.move(run, Event.REVIEW_TIMEOUT, detail=detail)
@@ -282,11 +271,9 @@ class AiOrchestrator:
             steps.notify_reviewers(run, plan, "escalated")
 
     async def _escalate(self) -> None:
-        run, plan = self._run, self._require_plan()
-        decision = await self._wait_for_review("escalation timeout")
-        if decision is not None:
-            self._apply_review(decision)
+        if await self._reviewed("escalation timeout"):
             return
+        run, plan = self._run, self._require_plan()
         reason = review_desk.take_forced_reason(run)
         detail = run_record.set_error(
             run, reason or f"no review after escalation ({plan.escalation_timeout_s:g}s)"
@@ -381,17 +368,20 @@ class AiOrchestrator:
             return None
         return review_desk.operator_reason(self._run, request, action)
 
-    async def _wait_for_review(self, summary: str) -> ReviewDecision | None:
-        return await review_desk.wait_for_decision(
+    async def _reviewed(self, summary: str) -> bool:
+        """Wait for a review (``summary``: the wait's Web UI line): True once one came and was
+        applied, False when the wait timed out or an operator ended it."""
+        decision = await review_desk.wait_for_decision(
             self._run, self._require_request(), lambda: self._reviews.pending, summary
         )
-
-    def _apply_review(self, decision: ReviewDecision) -> None:
+        if decision is None:
+            return False
         if decision.decision == "reedit":
             self._rounds_this_run += 1
             self._after_reedit = True
         self._reviews.take()  # wakes the update that sent it, if one did
         review_desk.apply(self._run, decision)
+        return True
 
     async def _continue_as_new_if_due(self) -> None:
         """After a reedit, before the next LLM call: hand a long loop to a fresh run."""
