@@ -10,7 +10,7 @@ import math
 import struct
 import time
 from collections import Counter, deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -41,6 +41,7 @@ from aiorch.runtime.signals import stop_event
 
 DEFAULT_MODELS = ("sim-large", "sim-small", "sim-embed")
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _LOG_LIMIT = 100_000  # bounds memory of a long-running demo server; far above any benchmark
 # aiohttp waits this twice on shutdown; a hanging request must not hold SIGTERM for 2 x 60 s.
 _SHUTDOWN_GRACE_S = 0.5
@@ -64,20 +65,28 @@ class Simulator:
         self._models: set[str] = set(DEFAULT_MODELS)
 
     def routes(self) -> list[web.RouteDef]:
-        """The HTTP routes this simulator serves."""
+        """The HTTP routes this simulator serves: each path with its handler per method."""
+        resources: dict[str, dict[str, Handler]] = {
+            "/v1/chat/completions": {"POST": self.chat},
+            "/v1/embeddings": {"POST": self.embeddings},
+            "/v1/models": {"GET": self.models},
+            "/healthz": {"GET": self.healthz},
+            "/_sim/requests": {"GET": self.list_requests, "DELETE": self.clear_requests},
+            "/_sim/faults": {
+                "GET": self.list_faults,
+                "POST": self.add_fault,
+                "DELETE": self.clear_faults,
+            },
+            "/_sim/ratelimits": {
+                "GET": self.list_ratelimits,
+                "PUT": self.set_ratelimit,
+                "DELETE": self.clear_ratelimits,
+            },
+        }
         return [
-            web.post("/v1/chat/completions", self.chat),
-            web.post("/v1/embeddings", self.embeddings),
-            web.get("/v1/models", self.models),
-            web.get("/healthz", self.healthz),
-            web.get("/_sim/requests", self.list_requests),
-            web.delete("/_sim/requests", self.clear_requests),
-            web.get("/_sim/faults", self.list_faults),
-            web.post("/_sim/faults", self.add_fault),
-            web.delete("/_sim/faults", self.clear_faults),
-            web.get("/_sim/ratelimits", self.list_ratelimits),
-            web.put("/_sim/ratelimits", self.set_ratelimit),
-            web.delete("/_sim/ratelimits", self.clear_ratelimits),
+            web.route(method, path, handler)
+            for path, handlers in resources.items()
+            for method, handler in handlers.items()
         ]
 
     async def chat(self, request: web.Request) -> web.Response:
