@@ -10,14 +10,13 @@ from typing import Any
 
 import pytest
 from temporalio.api.common.v1 import Payload
-from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.common import RawValue, RetryPolicy
-from temporalio.exceptions import ApplicationError
 
 from tests.builders import attacker_plan
+from tests.history_events import refused_at_once
 from tests.workflows.conftest import Orchestration, new_request_id
-from workflows import contract, errors
+from workflows import contract
 from workflows.graph import State
 from workflows.payloads import ContinuedRun, PipelineRequest, RunState
 
@@ -31,15 +30,7 @@ async def refused(handle: WorkflowHandle[Any, Any]) -> str:
     a single failed workflow task or scheduled activity."""
     with pytest.raises(WorkflowFailureError) as info:
         await handle.result(follow_runs=False)
-    cause = info.value.cause
-    assert isinstance(cause, ApplicationError), repr(cause)
-    assert (cause.type, cause.non_retryable) == (errors.INVALID_REQUEST, True)
-    history = [event.event_type for event in (await handle.fetch_history()).events]
-    assert EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED not in history
-    assert EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED not in history
-    assert EventType.EVENT_TYPE_MARKER_RECORDED not in history
-    assert history[-1] == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED
-    return cause.message
+    return await refused_at_once(info.value, handle)
 
 
 def nested(depth: int) -> bytes:
