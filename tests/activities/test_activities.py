@@ -16,12 +16,13 @@ from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.testing import ActivityEnvironment
 
 from activities.llm import LlmActivities
-from activities.prompt import SYSTEM_PROMPT, InputLoader, PromptActivities
+from activities.prompt import InputLoader, PromptActivities
 from activities.vectors import VectorActivities, point_id
 from aiorch.devstack.llm_simulator import running_simulator
 from aiorch.runtime.config import Settings
+from tests.activities.llm_calls import call
 from workflows import errors
-from workflows.payloads import EmbeddingInput, LlmCallInput, PipelineRequest, PromptInput
+from workflows.payloads import EmbeddingInput, PipelineRequest, PromptInput
 
 RUN_ID = "0123456789abcdef01234567"
 
@@ -40,18 +41,6 @@ async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
     while not condition():
         assert asyncio.get_running_loop().time() < deadline, "condition never held"
         await asyncio.sleep(0.01)
-
-
-def call(message: str, **fields: object) -> LlmCallInput:
-    values: dict[str, object] = {
-        "workflow_id": f"w-{abs(hash(message))}",
-        "system_prompt": SYSTEM_PROMPT,
-        "user_prompt": message,
-        "model": "sim-large",
-        "attempt": 1,
-    }
-    values.update(fields)
-    return LlmCallInput.model_validate(values)
 
 
 async def test_fetch_prompt_resolves_defaults_and_options() -> None:
