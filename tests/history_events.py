@@ -5,7 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import WorkflowHandle
+from temporalio.client import WorkflowFailureError, WorkflowHandle
+from temporalio.exceptions import ApplicationError
+
+from workflows import errors
 
 
 def activity_types(history: Any) -> list[str]:
@@ -21,3 +24,17 @@ def activity_types(history: Any) -> list[str]:
 async def scheduled_activities(handle: WorkflowHandle[Any, Any]) -> list[str]:
     """``activity_types`` of the run's history as the server holds it now."""
     return activity_types(await handle.fetch_history())
+
+
+async def refused_at_once(failure: WorkflowFailureError, handle: WorkflowHandle[Any, Any]) -> str:
+    """The message of the run's ``failure``, checked to be a non-retryable InvalidRequest that
+    ended the run without a failed workflow task, a scheduled activity or a local one."""
+    cause = failure.cause
+    assert isinstance(cause, ApplicationError), repr(cause)
+    assert (cause.type, cause.non_retryable) == (errors.INVALID_REQUEST, True)
+    history = [event.event_type for event in (await handle.fetch_history()).events]
+    assert EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED not in history
+    assert EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED not in history
+    assert EventType.EVENT_TYPE_MARKER_RECORDED not in history
+    assert history[-1] == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED
+    return cause.message

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -16,12 +16,13 @@ from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.testing import ActivityEnvironment
 
 from activities.llm import LlmActivities
-from activities.prompt import SYSTEM_PROMPT, InputLoader, PromptActivities
+from activities.prompt import InputLoader, PromptActivities
 from activities.vectors import VectorActivities, point_id
 from aiorch.devstack.llm_simulator import running_simulator
 from aiorch.runtime.config import Settings
+from tests.activities.llm_calls import call
 from workflows import errors
-from workflows.payloads import EmbeddingInput, LlmCallInput, PipelineRequest, PromptInput
+from workflows.payloads import EmbeddingInput, PipelineRequest, PromptInput
 
 RUN_ID = "0123456789abcdef01234567"
 
@@ -42,16 +43,22 @@ async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
         await asyncio.sleep(0.01)
 
 
-def call(message: str, **fields: object) -> LlmCallInput:
-    values: dict[str, object] = {
-        "workflow_id": f"w-{abs(hash(message))}",
-        "system_prompt": SYSTEM_PROMPT,
-        "user_prompt": message,
-        "model": "sim-large",
-        "attempt": 1,
-    }
-    values.update(fields)
-    return LlmCallInput.model_validate(values)
+async def beats_until_cancelled(
+    run: Callable[[ActivityEnvironment], Awaitable[object]], first_beat: tuple[object, ...]
+) -> None:
+    """Run a hanging activity (``run`` starts it in the environment it is given), check that it
+    heartbeats, first with ``first_beat``, and that a cancel then ends it within 2 s."""
+    env = ActivityEnvironment()
+    beats: list[object] = []
+    env.on_heartbeat = lambda *details: beats.append(details)
+    task = asyncio.ensure_future(run(env))
+    await until(lambda: len(beats) >= 2)
+    assert beats[0] == first_beat
+    started = asyncio.get_running_loop().time()
+    env.cancel()
+    with pytest.raises((CancelledError, asyncio.CancelledError)):
+        await task
+    assert asyncio.get_running_loop().time() - started < 2
 
 
 async def test_fetch_prompt_resolves_defaults_and_options() -> None:
@@ -147,41 +154,27 @@ async def test_fenced_reply_is_unwrapped(llm: AsyncOpenAI) -> None:
 async def test_hanging_call_heartbeats_and_is_cancellable(llm: AsyncOpenAI) -> None:
     """A hanging LLM call heartbeats at its interval, so a cancel reaches it and ends it
     promptly."""
-    env = ActivityEnvironment()
-    beats: list[object] = []
-    env.on_heartbeat = lambda *details: beats.append(details)
     activity = LlmActivities(
         llm, InputLoader(), timeout_s=30, heartbeat_every=timedelta(milliseconds=20)
     )
-    task = asyncio.ensure_future(env.run(activity.invoke_llm, call("Hang [sim:hang]")))
-    await until(lambda: len(beats) >= 2)
-    assert beats[0] == ("waiting for sim-large",)
-    started = asyncio.get_running_loop().time()
-    env.cancel()
-    with pytest.raises((CancelledError, asyncio.CancelledError)):
-        await task
-    assert asyncio.get_running_loop().time() - started < 2
+    await beats_until_cancelled(
+        lambda env: env.run(activity.invoke_llm, call("Hang [sim:hang]")),
+        ("waiting for sim-large",),
+    )
 
 
 async def test_hanging_embeddings_call_heartbeats_and_is_cancellable(llm: AsyncOpenAI) -> None:
     """A hanging embeddings call heartbeats at its interval too, and a cancel ends it."""
-    env = ActivityEnvironment()
-    beats: list[object] = []
-    env.on_heartbeat = lambda *details: beats.append(details)
     store = AsyncQdrantClient(location=":memory:")
     activity = VectorActivities(
         llm, store, "runs", "sim-embed", heartbeat_every=timedelta(milliseconds=20)
     )
     content = "Hang [sim:hang:path=embeddings]"
     payload = EmbeddingInput(workflow_id="wf-hang", request_id=RUN_ID, content=content)
-    task = asyncio.ensure_future(env.run(activity.generate_embedding, payload))
-    await until(lambda: len(beats) >= 2)
-    assert beats[0] == ("waiting for the embeddings call",)
-    started = asyncio.get_running_loop().time()
-    env.cancel()
-    with pytest.raises((CancelledError, asyncio.CancelledError)):
-        await task
-    assert asyncio.get_running_loop().time() - started < 2
+    await beats_until_cancelled(
+        lambda env: env.run(activity.generate_embedding, payload),
+        ("waiting for the embeddings call",),
+    )
     assert await store.collection_exists("runs") is False
     await store.close()
 

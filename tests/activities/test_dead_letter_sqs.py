@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,8 +27,9 @@ from aiorch.devstack.processes import ManagedProcess, free_port
 from aiorch.devstack.servers import start_sqs_server
 from aiorch.ops.dead_letters import DeadLetterQueue
 from aiorch.runtime import aws
+from tests.builders import REQUEST_ID, dead_letter, history_entry, triage_fields
 from workflows import errors
-from workflows.payloads import DeadLetterInput, DeadLetterMessage, HistoryEntry
+from workflows.payloads import DeadLetterInput, DeadLetterMessage
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -77,22 +78,11 @@ def sqs(tmp_path: Path) -> Iterator[Sqs]:
 
 
 def message(workflow_id: str, run_id: str = "run-1", text: str = "hello") -> DeadLetterMessage:
-    return DeadLetterMessage(
+    return dead_letter(
+        text,
         workflow_id=workflow_id,
         run_id=run_id,
-        request={"request_id": "a" * 24, "user_message": text},
-        failed_state="invoke_llm",
-        attempts=3,
-        last_error="LlmRetryable: HTTP 503 from the LLM: overloaded",
-        history=[
-            HistoryEntry(
-                from_state="invoke_llm",
-                to_state="retry_llm",
-                event="retryable_error",
-                at=datetime(2026, 1, 1, tzinfo=UTC),
-                attempt=1,
-            )
-        ],
+        history=[history_entry("invoke_llm", "retry_llm", "retryable_error", attempt=1)],
     )
 
 
@@ -273,14 +263,9 @@ async def test_body_the_queue_refuses_is_sent_reduced(sqs: Sqs) -> None:
     assert len(body) <= SMALL_QUEUE_BYTES
     assert "private words" not in body
     reduced = DeadLetterMessage.model_validate_json(body)
-    assert (reduced.workflow_id, reduced.run_id, reduced.failed_state, reduced.attempts) == (
-        "wf-small",
-        "run-1",
-        "invoke_llm",
-        3,
-    )
+    assert triage_fields(reduced) == ("wf-small", "run-1", "invoke_llm", 3)
     assert reduced.last_error == "LlmRetryable"
-    assert reduced.request["request_id"] == "a" * 24
+    assert reduced.request["request_id"] == REQUEST_ID
     assert "InvalidParameterValue" in reduced.request["reduced"]
     assert raw["MessageAttributes"]["dedup_key"]["StringValue"] == "wf-small:run-1"
 

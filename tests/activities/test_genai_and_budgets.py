@@ -19,12 +19,12 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.capacity import CallGate, estimate_prompt_tokens
 from activities.llm import LlmActivities, build_messages
-from activities.prompt import SYSTEM_PROMPT, InputLoader
+from activities.prompt import InputLoader
 from aiorch.devstack.llm_simulator import running_simulator
 from aiorch.runtime.config import DEFAULT_PRICE_TABLE
 from aiorch.runtime.genai import CONTENT_ATTRIBUTES, GenAiTelemetry
+from tests.activities.llm_calls import call
 from workflows import errors
-from workflows.payloads import LlmCallInput
 
 MARKER = "violet-harbour-7"
 
@@ -40,18 +40,6 @@ async def llm(sim_root: str) -> AsyncIterator[AsyncOpenAI]:
     client = AsyncOpenAI(base_url=f"{sim_root}/v1", api_key="sim", max_retries=0, timeout=10)
     yield client
     await client.close()
-
-
-def call(message: str, **fields: object) -> LlmCallInput:
-    values: dict[str, object] = {
-        "workflow_id": "0123456789abcdef01234567",
-        "system_prompt": SYSTEM_PROMPT,
-        "user_prompt": message,
-        "model": "sim-large",
-        "attempt": 1,
-    }
-    values.update(fields)
-    return LlmCallInput.model_validate(values)
 
 
 class Recorded:

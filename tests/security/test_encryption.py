@@ -48,8 +48,9 @@ from tests.e2e.conftest import (
     status_of,
     wait_for_state,
 )
+from tests.history_events import refused_at_once
 from tests.reviewing import signed
-from workflows import contract, errors
+from workflows import contract
 from workflows.payloads import RunStatus
 
 pytestmark = pytest.mark.e2e
@@ -101,15 +102,7 @@ async def refused_start(client: Client, handle: WorkflowHandle[Any, Any], began:
             client.get_workflow_handle(handle.id).result(follow_runs=False), CLOSES_WITHIN_S
         )
     assert time.monotonic() - began < CLOSES_WITHIN_S
-    cause = info.value.cause
-    assert isinstance(cause, ApplicationError), repr(cause)
-    assert (cause.type, cause.non_retryable) == (errors.INVALID_REQUEST, True)
-    history = [event.event_type for event in (await handle.fetch_history()).events]
-    assert EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED not in history
-    assert EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED not in history
-    assert EventType.EVENT_TYPE_MARKER_RECORDED not in history
-    assert history[-1] == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED
-    return cause.message
+    return await refused_at_once(info.value, handle)
 
 
 async def refusals_reach(handle: WorkflowHandle[Any, Any], count: int) -> RunStatus:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 import pytest
 from pydantic import ValidationError
 
+from tests.builders import history_entry, prompt_plan
 from workflows.continuation import (
     CONTINUE_AT_BYTES,
     CONTINUE_AT_EVENTS,
@@ -16,25 +15,13 @@ from workflows.continuation import (
     start_problem,
 )
 from workflows.graph import State
-from workflows.payloads import ContinuedRun, HistoryEntry, PipelineRequest, PromptPlan, RunState
+from workflows.payloads import ContinuedRun, PipelineRequest, RunState
 
-AT = datetime(2026, 1, 1, tzinfo=UTC)
 REQUEST = {"request_id": "a" * 24, "user_message": "hello"}
 
 
-def plan() -> PromptPlan:
-    return PromptPlan(
-        system_prompt="s",
-        user_prompt="u",
-        review_timeout_s=1,
-        escalation_timeout_s=1,
-        llm_max_attempts=1,
-        model="m",
-    )
-
-
 def carried(state: State = State.INVOKE_LLM, **fields: object) -> dict[str, object]:
-    run = RunState(state=state, plan=plan(), review_round=4, **fields)
+    run = RunState(state=state, plan=prompt_plan(), review_round=4, **fields)
     return {"request": REQUEST, "carried": run.model_dump(mode="json")}
 
 
@@ -70,7 +57,7 @@ def test_plain_request_is_not_a_continuation() -> None:
 
 def test_continued_input_yields_request_and_whole_state() -> None:
     """A continued run's input yields the original request and the whole carried state."""
-    entry = HistoryEntry(from_state="await_review", to_state="invoke_llm", event="reedit", at=AT)
+    entry = history_entry("await_review", "invoke_llm", "reedit")
     raw = carried(history=[entry], feedback=["shorter"])
     request, state = parse_input(raw)
     assert request.request_id == REQUEST["request_id"]
@@ -85,7 +72,10 @@ def test_continued_input_yields_request_and_whole_state() -> None:
     "raw",
     [
         {"request": REQUEST, "carried": {"state": "invoke_llm"}},
-        {"request": REQUEST, "carried": {"state": "no_such_state", "plan": plan().model_dump()}},
+        {
+            "request": REQUEST,
+            "carried": {"state": "no_such_state", "plan": prompt_plan().model_dump()},
+        },
         carried(State.COMPLETED),
         carried(State.GENERATE_EMBEDDING),
         {**carried(), "extra": 1},
@@ -142,10 +132,7 @@ def test_history_is_bounded_at_append_and_counts_what_it_drops() -> None:
 
     run = RunState(state=State.AWAIT_REVIEW)
     entries = [
-        HistoryEntry(
-            from_state="await_review", to_state="invoke_llm", event="reedit", at=AT, detail=f"{n}"
-        )
-        for n in range(5000)
+        history_entry("await_review", "invoke_llm", "reedit", detail=f"{n}") for n in range(5000)
     ]
     for entry in entries:
         append(run, entry)

@@ -4,29 +4,16 @@ reduced."""
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 
 from activities.dead_letter import MAX_BODY_BYTES, dedup_key, fit_body, reduced_body
-from workflows.payloads import DeadLetterMessage, HistoryEntry
+from tests.builders import REQUEST_ID, dead_letter, history_entry, triage_fields
+from workflows.payloads import DeadLetterMessage
 
 
 def message(text_size: int, history: int, error_size: int = 10) -> DeadLetterMessage:
-    entry = HistoryEntry(
-        from_state="invoke_llm",
-        to_state="retry_llm",
-        event="retryable_error",
-        at=datetime(2026, 1, 1, tzinfo=UTC),
-        attempt=1,
-        detail="x" * 500,
-    )
-    return DeadLetterMessage(
-        workflow_id="w1",
-        run_id="r1",
-        request={"request_id": "a" * 24, "user_message": "m" * text_size},
-        failed_state="invoke_llm",
-        attempts=5,
-        last_error="e" * error_size,
-        history=[entry] * history,
+    entry = history_entry("invoke_llm", "retry_llm", "retryable_error", attempt=1, detail="x" * 500)
+    return dead_letter(
+        "m" * text_size, attempts=5, last_error="e" * error_size, history=[entry] * history
     )
 
 
@@ -58,22 +45,11 @@ ODD_TEXT = 'a\ufffeb\uffffc\x00\x01\x1f\x7f\U0001f600\U0001d11e\u2028\u2029\u200
 
 
 def odd_message(text: str = ODD_TEXT) -> DeadLetterMessage:
-    return DeadLetterMessage(
-        workflow_id="w1",
-        run_id="r1",
-        request={"request_id": "a" * 24, "user_message": text, "metadata": {text: [text]}},
-        failed_state="invoke_llm",
+    return dead_letter(
+        request={"request_id": REQUEST_ID, "user_message": text, "metadata": {text: [text]}},
         attempts=2,
         last_error=f"LlmMalformedReply: reply is not JSON: {text}",
-        history=[
-            HistoryEntry(
-                from_state="await_review",
-                to_state="invoke_llm",
-                event="reedit",
-                at=datetime(2026, 1, 1, tzinfo=UTC),
-                feedback=text,
-            )
-        ],
+        history=[history_entry("await_review", "invoke_llm", "reedit", feedback=text)],
     )
 
 
@@ -104,7 +80,7 @@ def test_size_is_measured_on_the_ascii_form() -> None:
     """60,000 emoji are 240 KB as UTF-8 (under the limit) but 720 KB escaped: the body is cut
     until its ASCII form fits, and says so."""
     message = odd_message("").model_copy(
-        update={"request": {"request_id": "a" * 24, "user_message": "\U0001f600" * 60_000}}
+        update={"request": {"request_id": REQUEST_ID, "user_message": "\U0001f600" * 60_000}}
     )
     assert len(message.model_dump_json().encode()) < MAX_BODY_BYTES
 
@@ -123,13 +99,8 @@ def test_reduced_body_keeps_ids_and_error_type_and_says_why() -> None:
     assert body.isascii()
     assert "secret text" not in body
     reduced = DeadLetterMessage.model_validate_json(body)
-    assert (reduced.workflow_id, reduced.run_id, reduced.failed_state, reduced.attempts) == (
-        "w1",
-        "r1",
-        "invoke_llm",
-        2,
-    )
+    assert triage_fields(reduced) == ("w1", "r1", "invoke_llm", 2)
     assert reduced.last_error == "LlmMalformedReply"
     assert reduced.history == []
-    assert reduced.request["request_id"] == "a" * 24
+    assert reduced.request["request_id"] == REQUEST_ID
     assert "InvalidMessageContents: bad char" in reduced.request["reduced"]

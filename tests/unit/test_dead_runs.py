@@ -2,25 +2,17 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.exceptions import ApplicationError, TerminatedError
 
 from aiorch.ops.dead_runs import final_result, start_request_id
-from workflows.payloads import HistoryEntry, PipelineResult
+from tests.builders import REQUEST_ID, history_entry
+from workflows.payloads import PipelineResult
 
 DEAD = PipelineResult(
-    request_id="a" * 24,
+    request_id=REQUEST_ID,
     state="dead_letter",
-    history=[
-        HistoryEntry(
-            from_state="retry_llm",
-            to_state="dead_letter",
-            event="exhausted",
-            at=datetime(2026, 1, 1, tzinfo=UTC),
-        )
-    ],
+    history=[history_entry("retry_llm", "dead_letter", "exhausted")],
 ).model_dump(mode="json")
 
 

@@ -20,11 +20,11 @@ from aiorch.ops.inbox import auth
 from aiorch.ops.inbox.app import Inbox, InboxOptions, create_app
 from aiorch.ops.inbox.runs import RunFacts, RunView, WaitingRun, earlier_feedback
 from aiorch.ops.reviews import ReviewOutcome, decision_for_round
+from tests.builders import prompt_plan
 from workflows.payloads import (
     HistoryEntry,
     LlmCallResult,
     PipelineRequest,
-    PromptPlan,
     ReviewDecision,
     RunStatus,
 )
@@ -50,9 +50,7 @@ FACTS = RunFacts(
     request=PipelineRequest(
         request_id=WORKFLOW_ID, user_message=f"Summarise {EVIL}", metadata={"note": EVIL}
     ),
-    plan=PromptPlan(
-        system_prompt="s",
-        user_prompt="u",
+    plan=prompt_plan(
         review_timeout_s=3600,
         escalation_timeout_s=7200,
         llm_max_attempts=3,

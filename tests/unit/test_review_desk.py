@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from pydantic import ValidationError
 
 from aiorch.ops.reviews import ReviewOutcome, decision_for_round, update_id
 from aiorch.ops.signing import SigningKey
+from tests.builders import AT, history_entry, prompt_plan
 from workflows.graph import State
 from workflows.payloads import (
     MAX_FEEDBACK_CHARS,
-    HistoryEntry,
     PromptPlan,
     ReviewDecision,
     RunOptions,
@@ -22,7 +22,6 @@ from workflows.payloads import (
 from workflows.review_desk import MAX_REFUSAL_CHARS, Refusal, count_refusal, refusal
 
 RUN = "0123456789abcdef01234567"
-AT = datetime(2026, 1, 1, tzinfo=UTC)
 KEY = SigningKey.generate("inbox")
 
 
@@ -32,13 +31,7 @@ def plan(
     requested_by: str | None = None,
     keys: bool = False,
 ) -> PromptPlan:
-    return PromptPlan(
-        system_prompt="s",
-        user_prompt="u",
-        review_timeout_s=1,
-        escalation_timeout_s=1,
-        llm_max_attempts=1,
-        model="m",
+    return prompt_plan(
         allowed_reviewers=allowed,
         max_feedback_chars=max_feedback,
         requested_by=requested_by,
@@ -199,13 +192,8 @@ def test_update_id_is_per_run_round_and_reviewer() -> None:
 
 def test_outcome_says_when_the_round_was_decided_by_someone_else() -> None:
     """When the round's recorded decision differs from the one sent, the CLI says so."""
-    recorded = HistoryEntry(
-        from_state="await_review",
-        to_state="generate_embedding",
-        event="approve",
-        at=AT,
-        reviewer="alice",
-        review_round=1,
+    recorded = history_entry(
+        "await_review", "generate_embedding", "approve", reviewer="alice", review_round=1
     )
     status = RunStatus(state="generate_embedding", status="Processing", progress=85, attempts=1)
     assert decision_for_round([recorded], 1) == recorded

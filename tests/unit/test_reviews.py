@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from aiorch.ops.reviews import ReviewOutcome, decision_for_round, for_each_round, update_id
+from tests.builders import history_entry
 from workflows.payloads import HistoryEntry, ReviewDecision, RunStatus
-
-AT = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def decided(event: str, reviewer: str, review_round: int) -> HistoryEntry:
-    return HistoryEntry(
-        from_state="await_review",
-        to_state="invoke_llm" if event == "reedit" else "generate_embedding",
-        event=event,
-        at=AT,
-        reviewer=reviewer,
-        review_round=review_round,
+    target = "invoke_llm" if event == "reedit" else "generate_embedding"
+    return history_entry(
+        "await_review", target, event, reviewer=reviewer, review_round=review_round
     )
 
 

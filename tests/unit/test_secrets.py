@@ -4,7 +4,6 @@ logs, prompts, history payloads or dead-letter bodies."""
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,8 @@ from activities.prompt import InputLoader, PromptActivities
 from activities.redaction import REDACTED, content_free_dead_letter, scrub, scrubbed_error
 from aiorch.runtime.codec import new_key
 from aiorch.runtime.config import ConfigError, Settings, load_settings
-from workflows.payloads import DeadLetterMessage, HistoryEntry, PipelineRequest, PromptPlan
+from tests.builders import REQUEST_ID, dead_letter, history_entry, triage_fields
+from workflows.payloads import DeadLetterMessage, PipelineRequest, PromptPlan
 
 API_KEY = "sk-canary-4c1d9e7f00aa11bb22cc33dd"
 
@@ -79,7 +79,7 @@ def test_missing_secrets_file_is_one_line(monkeypatch: pytest.MonkeyPatch) -> No
 async def test_prompt_plan_never_carries_the_key() -> None:
     """What fetch_prompt puts in history (the PromptPlan) holds no credential."""
     settings = Settings(openai_api_key=API_KEY)
-    request = PipelineRequest(request_id="a" * 24, user_message="hello")
+    request = PipelineRequest(request_id=REQUEST_ID, user_message="hello")
     plan: PromptPlan = PromptActivities(settings, InputLoader())._plan(request, "hello", None)
     assert API_KEY not in plan.model_dump_json()
 
@@ -106,21 +106,10 @@ def test_provider_errors_are_scrubbed_before_they_travel() -> None:
 def test_dead_letter_body_is_built_from_run_data_only() -> None:
     """A dead-letter body is the message model's fields (request, history, error): nothing
     from the worker's settings can enter it."""
-    message = DeadLetterMessage(
-        workflow_id="w",
-        run_id="r",
-        request={"request_id": "a" * 24, "user_message": "hi"},
-        failed_state="invoke_llm",
-        attempts=3,
+    message = dead_letter(
+        "hi",
         last_error=scrub(f"HTTP 401: Incorrect API key provided: {API_KEY}", [API_KEY]),
-        history=[
-            HistoryEntry(
-                from_state="invoke_llm",
-                to_state="failed",
-                event="permanent_error",
-                at=datetime(2026, 1, 1, tzinfo=UTC),
-            )
-        ],
+        history=[history_entry("invoke_llm", "failed", "permanent_error")],
     )
     assert API_KEY not in fit_body(message)
 
@@ -128,19 +117,14 @@ def test_dead_letter_body_is_built_from_run_data_only() -> None:
 def test_dead_letter_without_content_keeps_what_triage_and_redrive_need() -> None:
     """With encryption on, the SQS body keeps ids, failed state, attempts, the error's type and
     the states and events, and drops the message, metadata, error text and review details."""
-    message = DeadLetterMessage(
-        workflow_id="w",
-        run_id="r",
-        request={"request_id": "a" * 24, "user_message": "secret plan", "metadata": {"k": "v"}},
-        failed_state="invoke_llm",
-        attempts=3,
+    message = dead_letter(
+        request={"request_id": REQUEST_ID, "user_message": "secret plan", "metadata": {"k": "v"}},
         last_error="LlmMalformedReply: reply is not JSON: 'secret plan...'",
         history=[
-            HistoryEntry(
-                from_state="await_review",
-                to_state="invoke_llm",
-                event="reedit",
-                at=datetime(2026, 1, 1, tzinfo=UTC),
+            history_entry(
+                "await_review",
+                "invoke_llm",
+                "reedit",
                 detail="reedit by ann: secret plan",
                 reviewer="ann",
                 feedback="secret plan",
@@ -151,12 +135,7 @@ def test_dead_letter_without_content_keeps_what_triage_and_redrive_need() -> Non
     body = fit_body(content_free_dead_letter(message))
     assert "secret plan" not in body
     kept = DeadLetterMessage.model_validate_json(body)
-    assert (kept.workflow_id, kept.run_id, kept.failed_state, kept.attempts) == (
-        "w",
-        "r",
-        "invoke_llm",
-        3,
-    )
-    assert kept.request["request_id"] == "a" * 24
+    assert triage_fields(kept) == ("w1", "r1", "invoke_llm", 3)
+    assert kept.request["request_id"] == REQUEST_ID
     assert kept.last_error == f"LlmMalformedReply: {REDACTED}"
     assert [(e.event, e.reviewer, e.review_round) for e in kept.history] == [("reedit", "ann", 1)]

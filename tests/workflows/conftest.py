@@ -346,6 +346,11 @@ def path(history: Sequence[HistoryEntry]) -> list[str]:
     return [moves[0].from_state, *(entry.to_state for entry in moves)] if moves else []
 
 
+def step(entry: HistoryEntry) -> tuple[str, str, str, str | None]:
+    """``entry`` as (from_state, event, to_state, detail), so one assert checks a whole step."""
+    return (entry.from_state, entry.event, entry.to_state, entry.detail)
+
+
 def notes(history: Sequence[HistoryEntry], kind: str = NOTE_CONTINUED_AS_NEW) -> list[HistoryEntry]:
     return [entry for entry in history if entry.event == kind]
 
@@ -431,6 +436,18 @@ class Orchestration:
                 break
             await asyncio.sleep(POLL_INTERVAL_S)
         raise AssertionError(f"run never reached {wanted!r}; last status: {status}")
+
+    async def escalated(
+        self, review_timeout_s: int, reply: Reply | None = None
+    ) -> WorkflowHandle[Any, PipelineResult]:
+        """A run whose LLM ``reply`` (by default one that needs review) went unreviewed for
+        ``review_timeout_s``, crossed in skipped time: it is in escalate now."""
+        self.fakes.llm_script = [reply or Reply(needs_review=True)]
+        handle = await self.start(review="auto", options={"review_timeout_s": review_timeout_s})
+        await self.wait_for_state(handle, "await_review")
+        await self.env.sleep(timedelta(seconds=review_timeout_s + 1))
+        await self.wait_for_state(handle, "escalate")
+        return handle
 
     async def ai_state(self, handle: WorkflowHandle[Any, Any]) -> tuple[str | None, Any]:
         """The ``AiState`` and ``AiStateSince`` search attributes as the server holds them."""

@@ -10,7 +10,7 @@ from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError, Wor
 from temporalio.exceptions import ApplicationError
 
 from aiorch.ops.results import finished
-from tests.workflows.conftest import Orchestration, new_request_id
+from tests.workflows.conftest import Orchestration, new_request_id, step
 from workflows import errors
 from workflows.payloads import PipelineResult
 
@@ -76,52 +76,38 @@ async def test_invalid_request_fails_the_run_at_once(
     assert await orch.ai_state(handle) == (None, None)
 
 
-async def test_a_refused_inline_request_fails_in_fetch_prompt(orch: Orchestration) -> None:
-    """An inline request that fetch_prompt refuses (its local activity raises a permanent
-    InvalidRequest, e.g. reviewers the operator does not allow) ends the run in failed with
-    fetch_prompt -> failed in history, like a referenced input would, not as a crashed run."""
-    orch.fakes.prompt_error = ApplicationError(
-        "options.allowed_reviewers names nobody the operator allows",
-        type=errors.INVALID_REQUEST,
-        non_retryable=True,
-    )
-    handle = await orch.start(user_message="inline text")
+@pytest.mark.parametrize(
+    ("error_type", "problem", "user_message"),
+    [
+        (
+            errors.INVALID_REQUEST,
+            "options.allowed_reviewers names nobody the operator allows",
+            "inline text",
+        ),
+        (
+            errors.INPUT_UNAVAILABLE,
+            "cannot read /data/missing.txt: No such file or directory",
+            "file:///data/missing.txt",
+        ),
+    ],
+    ids=["refused-inline-request", "unavailable-input"],
+)
+async def test_a_permanent_fetch_prompt_error_fails_the_run(
+    orch: Orchestration, error_type: str, problem: str, user_message: str
+) -> None:
+    """A permanent fetch_prompt error ends the run in failed after one attempt, not as a
+    crashed run: fetch_prompt -> failed in history, the error as last_error, no LLM call and no
+    dead letter. An inline request it refuses (its local activity raises InvalidRequest, e.g.
+    for reviewers the operator does not allow) ends the way an unreadable input does."""
+    orch.fakes.prompt_error = ApplicationError(problem, type=error_type, non_retryable=True)
+    handle = await orch.start(user_message=user_message)
 
     result = await finished(handle)
 
     assert result.state == "failed"
-    last = result.history[-1]
-    assert (last.from_state, last.event) == ("fetch_prompt", "permanent_error")
-    assert (
-        last.detail == "InvalidRequest: options.allowed_reviewers names nobody the operator allows"
-    )
-    assert orch.fakes.llm_calls == []
-    await orch.check_finished(handle, result)
-
-
-async def test_unavailable_input_fails_in_fetch_prompt(orch: Orchestration) -> None:
-    """A permanent fetch_prompt error (InputUnavailable) ends the run in failed after one
-    attempt, with fetch_prompt -> failed in history and the error as last_error; no LLM call."""
-    orch.fakes.prompt_error = ApplicationError(
-        "cannot read /data/missing.txt: No such file or directory",
-        type=errors.INPUT_UNAVAILABLE,
-        non_retryable=True,
-    )
-    handle = await orch.start(user_message="file:///data/missing.txt")
-
-    result = await finished(handle)
-
-    assert result.state == "failed"
-    assert len(orch.fakes.prompt_inputs) == 1
-    assert orch.fakes.prompt_inputs[0].request.user_message == "file:///data/missing.txt"
-    last = result.history[-1]
-    assert (last.from_state, last.event, last.to_state) == (
-        "fetch_prompt",
-        "permanent_error",
-        "failed",
-    )
-    expected = "InputUnavailable: cannot read /data/missing.txt: No such file or directory"
-    assert last.detail == expected
+    assert [sent.request.user_message for sent in orch.fakes.prompt_inputs] == [user_message]
+    expected = f"{error_type}: {problem}"
+    assert step(result.history[-1]) == ("fetch_prompt", "permanent_error", "failed", expected)
     status = await orch.status(handle)
     assert (status.last_error, status.attempts) == (expected, 0)
     assert orch.fakes.llm_calls == [] and orch.fakes.dead_letters == []

@@ -7,7 +7,7 @@ from datetime import timedelta
 from temporalio.exceptions import ApplicationError
 
 from aiorch.ops.results import finished
-from tests.workflows.conftest import Orchestration, Reply, path, server_error
+from tests.workflows.conftest import Orchestration, Reply, path, server_error, step
 from workflows import errors
 
 
@@ -29,14 +29,13 @@ async def test_non_retryable_embedding_failure_dead_letters(orch: Orchestration)
     assert result.state == "dead_letter"
     assert (result.content, result.embedding_id) == ("to embed", None)
     assert orch.fakes.embedding_attempts == [1]
-    last = result.history[-1]
-    assert (last.from_state, last.event, last.to_state) == (
+    expected_error = "EmbeddingFailed: HTTP 400 from the LLM: input too long"
+    assert step(result.history[-1]) == (
         "generate_embedding",
         "exhausted",
         "dead_letter",
+        expected_error,
     )
-    expected_error = "EmbeddingFailed: HTTP 400 from the LLM: input too long"
-    assert last.detail == expected_error
     [dead_letter] = orch.fakes.dead_letters
     message = dead_letter.message
     assert (message.workflow_id, message.failed_state, message.attempts) == (

@@ -20,6 +20,7 @@ from tests.workflows.conftest import (
     path,
     rate_limited,
     server_error,
+    step,
 )
 from workflows import errors
 
@@ -164,15 +165,10 @@ async def test_permanent_error_fails_after_one_call(orch: Orchestration) -> None
 
     assert result.state == "failed"
     assert len(orch.fakes.llm_calls) == 1
-    last = result.history[-1]
-    assert (last.from_state, last.event, last.to_state) == (
-        "invoke_llm",
-        "permanent_error",
-        "failed",
-    )
-    assert last.detail == "LlmPermanent: HTTP 401 from the LLM: bad key"
+    expected = "LlmPermanent: HTTP 401 from the LLM: bad key"
+    assert step(result.history[-1]) == ("invoke_llm", "permanent_error", "failed", expected)
     status = await orch.status(handle)
-    assert (status.attempts, status.last_error) == (1, last.detail)
+    assert (status.attempts, status.last_error) == (1, expected)
     assert orch.fakes.dead_letters == [] and orch.fakes.embedding_calls == []
     assert (result.content, result.model, result.embedding_id) == (None, None, None)
     await orch.check_finished(handle, result)

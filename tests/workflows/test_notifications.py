@@ -75,11 +75,7 @@ async def test_each_review_round_notifies_again(orch: Orchestration) -> None:
 async def test_notifications_off_schedule_nothing(orch: Orchestration) -> None:
     """Without notify in the plan (the default) no notify_reviewers activity is ever scheduled,
     through review and escalation: the feature costs nothing unless configured."""
-    orch.fakes.llm_script = [Reply(needs_review=True)]
-    handle = await orch.start(review="auto", options={"review_timeout_s": 60})
-    await orch.wait_for_state(handle, "await_review")
-    await orch.env.sleep(timedelta(seconds=61))
-    await orch.wait_for_state(handle, "escalate")
+    handle = await orch.escalated(review_timeout_s=60)
     await handle.signal(contract.SIGNAL_REVIEW, {"decision": "approve", "reviewer": "bob"})
     assert (await finished(handle)).state == "completed"
 
@@ -95,12 +91,8 @@ async def test_a_failing_notification_never_fails_or_holds_the_run(orch: Orchest
     refused = ApplicationError("HTTP 404", type=errors.NOTIFICATION_REJECTED, non_retryable=True)
     down = ApplicationError("unreachable", type=errors.NOTIFICATION_FAILED)
     orch.fakes.notify_script = [refused, *([down] * 6)]
-    orch.fakes.llm_script = [Reply(needs_review=True)]
-    handle = await orch.start(review="auto", options={"review_timeout_s": 60})
 
-    await orch.wait_for_state(handle, "await_review")
-    await orch.env.sleep(timedelta(seconds=61))
-    await orch.wait_for_state(handle, "escalate")
+    handle = await orch.escalated(review_timeout_s=60)
     await orch.env.sleep(timedelta(minutes=5))  # the escalation notice's retries play out
     await handle.signal(contract.SIGNAL_REVIEW, {"decision": "approve", "reviewer": "bob"})
     result = await finished(handle)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 from temporalio.client import WorkflowHandle
 
 from aiorch.ops.results import finished
-from tests.workflows.conftest import Orchestration, Reply, entry_for, events, path
+from tests.workflows.conftest import Orchestration, Reply, entry_for, events, path, step
 from workflows import contract
 from workflows.payloads import Decision, PipelineResult, ReviewDecision, RunStatus
 
@@ -30,11 +29,7 @@ async def submit(
 async def test_approve_during_escalation_completes(orch: Orchestration) -> None:
     """A run escalated by the review timeout still takes an approval: escalate -> approve ->
     generate_embedding -> completed, storing the reviewed content, with no dead letter."""
-    orch.fakes.llm_script = [Reply(content="needs a look", needs_review=True)]
-    handle = await orch.start(review="auto", options={"review_timeout_s": 60})
-    await orch.wait_for_state(handle, "await_review")
-    await orch.env.sleep(timedelta(seconds=61))
-    await orch.wait_for_state(handle, "escalate")
+    handle = await orch.escalated(60, Reply(content="needs a look", needs_review=True))
 
     await handle.signal(contract.SIGNAL_REVIEW, {"decision": "approve", "reviewer": "bob"})
     result = await finished(handle)
@@ -104,13 +99,12 @@ async def test_reject_fails_the_run_naming_the_reviewer(orch: Orchestration) -> 
     assert result.state == "failed"
     assert result.content == "dubious"
     assert result.embedding_id is None
-    rejection = result.history[-1]
-    assert (rejection.from_state, rejection.event, rejection.to_state) == (
+    assert step(result.history[-1]) == (
         "await_review",
         "reject",
         "failed",
+        "reject by carol: Made up numbers.",
     )
-    assert rejection.detail == "reject by carol: Made up numbers."
     assert orch.fakes.embedding_calls == [] and orch.fakes.dead_letters == []
     assert (await orch.status(handle)).last_error == "rejected by carol"
     await orch.check_finished(handle, result)
@@ -118,11 +112,7 @@ async def test_reject_fails_the_run_naming_the_reviewer(orch: Orchestration) -> 
 
 async def test_reject_during_escalation_fails(orch: Orchestration) -> None:
     """The same decisions apply after escalation: reject there ends in failed, not dead_letter."""
-    orch.fakes.llm_script = [Reply(needs_review=True)]
-    handle = await orch.start(review="auto", options={"review_timeout_s": 5})
-    await orch.wait_for_state(handle, "await_review")
-    await orch.env.sleep(timedelta(seconds=6))
-    await orch.wait_for_state(handle, "escalate")
+    handle = await orch.escalated(review_timeout_s=5)
 
     status = await submit(handle, "reject", reviewer="dave")
     result = await finished(handle)

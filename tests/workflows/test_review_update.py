@@ -11,7 +11,15 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from aiorch.ops.results import finished
-from tests.workflows.conftest import Gate, Orchestration, Reply, entry_for, events, transitions
+from tests.workflows.conftest import (
+    Gate,
+    Orchestration,
+    Reply,
+    entry_for,
+    events,
+    step,
+    transitions,
+)
 from workflows import contract
 from workflows.payloads import PipelineResult, RunStatus
 
@@ -64,13 +72,12 @@ async def test_update_in_await_review_returns_status_after_the_decision(
         85,
     )
     assert status.history[: len(before.history)] == before.history
-    approval = status.history[-1]
-    assert (approval.from_state, approval.event, approval.to_state) == (
+    assert step(status.history[-1]) == (
         "await_review",
         "approve",
         "generate_embedding",
+        "approve by alice",
     )
-    assert approval.detail == "approve by alice"
     orch.fakes.embedding_gate.release.set()
     result = await finished(handle)
     assert result.state == "completed"
