@@ -33,7 +33,8 @@ from aiorch.ops.results import finished
 from aiorch.runtime.capacity import CapacityStore, scope_name
 from aiorch.runtime.config import Settings
 from aiorch.runtime.temporal import DATA_CONVERTER
-from tests.e2e.conftest import E2E_WORKER_ENV, Simulator, request, start
+from tests.e2e.conftest import Simulator, request, start
+from tests.live import E2E_WORKER_ENV
 
 pytestmark = pytest.mark.e2e
 

@@ -41,8 +41,9 @@ from aiorch.devstack.stack import LocalStack
 from aiorch.ops.results import finished
 from aiorch.runtime.config import DEFAULT_PRICE_TABLE
 from aiorch.runtime.temporal import DATA_CONVERTER
-from tests.e2e.conftest import E2E_WORKER_ENV, Simulator, request, start, visible_state
+from tests.e2e.conftest import Simulator, request, start, visible_state
 from tests.history_events import scheduled_activities
+from tests.live import E2E_WORKER_ENV
 from tests.reviewing import signed
 from workflows import contract
 from workflows.observability import error_reason
