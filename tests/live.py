@@ -4,9 +4,12 @@ command lines run as an operator or an attacker runs them."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -46,6 +49,24 @@ def stack_with_worker(
 
 async def connect(stack: LocalStack, data_converter: DataConverter = DATA_CONVERTER) -> Client:
     return await Client.connect(stack.addresses.temporal_address, data_converter=data_converter)
+
+
+def post_json(
+    url: str, body: Mapping[str, Any], headers: Mapping[str, str]
+) -> tuple[int, dict[str, str], dict[str, Any]]:
+    """POST ``body`` as JSON: the status, headers and JSON reply, for an error status too (whose
+    empty body reads as ``{}``), since tests check what a refused caller is told."""
+    http = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json", **headers},
+    )
+    try:
+        with urllib.request.urlopen(http, timeout=10) as response:
+            return response.status, dict(response.headers), json.load(response)
+    except urllib.error.HTTPError as err:
+        return err.code, dict(err.headers), json.loads(err.read() or b"{}")
 
 
 def run_script(

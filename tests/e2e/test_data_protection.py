@@ -42,7 +42,7 @@ from aiorch.runtime.codec import METADATA_KEY_ID, KeyRing, PayloadUnreadable, ne
 from aiorch.runtime.temporal import DATA_CONVERTER, encrypted_converter
 from tests.e2e.conftest import Simulator, new_id, request, start, wait_for_state
 from tests.e2e.test_observability import OtlpReceiver
-from tests.live import E2E_WORKER_ENV, run_script
+from tests.live import E2E_WORKER_ENV, post_json, run_script
 from tests.reviewing import signed
 from workflows import contract
 from workflows.orchestrator import AiOrchestrator
@@ -177,17 +177,7 @@ def dead_letter_bodies(protected: Protected) -> list[str]:
 def codec_post(
     protected: Protected, path: str, body: dict[str, Any], headers: dict[str, str]
 ) -> tuple[int, dict[str, str], dict[str, Any]]:
-    http = urllib.request.Request(
-        f"{protected.codec_url}{path}",
-        data=json.dumps(body).encode(),
-        method="POST",
-        headers={"Content-Type": "application/json", **headers},
-    )
-    try:
-        with urllib.request.urlopen(http, timeout=10) as response:
-            return response.status, dict(response.headers), json.load(response)
-    except urllib.error.HTTPError as err:
-        return err.code, dict(err.headers), json.loads(err.read() or b"{}")
+    return post_json(f"{protected.codec_url}{path}", body, headers)
 
 
 def as_json_payloads(payloads: list[Payload]) -> dict[str, Any]:

@@ -14,8 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-import urllib.error
-import urllib.request
 from typing import Any
 
 import pytest
@@ -37,7 +35,7 @@ from aiorch.ops.results import finished
 from aiorch.runtime.codec import Binding, EncryptionCodec, KeyRing, new_key
 from aiorch.runtime.temporal import encrypted_converter
 from tests.e2e.conftest import new_id, request, start, status_of, wait_for_state
-from tests.live import CLOSES_WITHIN_S, E2E_WORKER_ENV, connect, run_script
+from tests.live import CLOSES_WITHIN_S, E2E_WORKER_ENV, connect, post_json, run_script
 from tests.reviewing import signed
 from workflows import contract, errors
 from workflows.payloads import RunStatus
@@ -215,17 +213,8 @@ def codec_post(
     url = stack.addresses.codec_server_url
     assert url is not None
     body = {"payloads": [json_format.MessageToDict(p) for p in payloads]}
-    http = urllib.request.Request(
-        f"{url}/{endpoint}",
-        data=json.dumps(body).encode(),
-        method="POST",
-        headers={"Content-Type": "application/json", **headers},
-    )
-    try:
-        with urllib.request.urlopen(http, timeout=10) as response:
-            return response.status, json.load(response)
-    except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read() or b"{}")
+    status, _, reply = post_json(f"{url}/{endpoint}", body, headers)
+    return status, reply
 
 
 async def test_codec_server_needs_the_namespace_and_refuses_another(
