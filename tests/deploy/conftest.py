@@ -15,23 +15,16 @@ import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 
 import pytest
 
 from aiorch.devstack.processes import READY_TIMEOUT_S, ManagedProcess
 from aiorch.devstack.servers import WORKER_READY_LINE
 from aiorch.devstack.stack import LocalStack
+from tests.live import E2E_WORKER_ENV, ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
-# Retry paths play out in seconds; several workers share one host, so no fixed ports.
-WORKER_ENV = {
-    "LLM_BACKOFF_INITIAL_S": "0.2",
-    "LLM_BACKOFF_MAX_S": "1",
-    "LLM_TIMEOUT_S": "20",
-    "METRICS_PORT": "0",
-    "HEALTH_PORT": "0",
-}
+# Several workers share one host: no fixed health port either.
+WORKER_ENV = {**E2E_WORKER_ENV, "HEALTH_PORT": "0"}
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 

@@ -19,33 +19,19 @@ from temporalio.client import Client, WorkflowHandle
 
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops.signing import SigningKey
-from aiorch.runtime.temporal import DATA_CONVERTER
+from tests.live import connect, stack_with_worker
 from workflows import contract
 from workflows.payloads import RunStatus
-
-# Short timings so retry paths play out in seconds; review timeouts are per-run options.
-E2E_WORKER_ENV = {
-    "LLM_BACKOFF_INITIAL_S": "0.2",
-    "LLM_BACKOFF_MAX_S": "1",
-    "LLM_TIMEOUT_S": "20",
-    # Several workers run at once (and maybe `make dev`): no fixed metrics port; tests that
-    # scrape metrics pick a free one.
-    "METRICS_PORT": "0",
-}
 
 
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    with LocalStack(
-        tmp_path_factory.mktemp("stack"), with_worker=True, worker_env=E2E_WORKER_ENV
-    ) as running:
-        yield running
+    yield from stack_with_worker(tmp_path_factory.mktemp("stack"))
 
 
 @pytest.fixture
 def private_stack(tmp_path: Path) -> Iterator[LocalStack]:
-    with LocalStack(tmp_path / "stack", with_worker=True, worker_env=E2E_WORKER_ENV) as running:
-        yield running
+    yield from stack_with_worker(tmp_path / "stack")
 
 
 @pytest.fixture(scope="session")
@@ -56,7 +42,7 @@ def reviewer_key(stack: LocalStack) -> SigningKey:
 
 @pytest.fixture(scope="session")
 async def client(stack: LocalStack) -> Client:
-    return await Client.connect(stack.addresses.temporal_address, data_converter=DATA_CONVERTER)
+    return await connect(stack)
 
 
 class Simulator:
@@ -74,12 +60,12 @@ class Simulator:
         return [r for r in self.requests(run_id) if r["path"] == "chat"]
 
     def set_fault(self, fault: dict[str, Any]) -> None:
-        self._send("POST", "/_sim/faults", fault)
+        self.send("POST", "/_sim/faults", fault)
 
     def clear_faults(self) -> None:
-        self._send("DELETE", "/_sim/faults", None)
+        self.send("DELETE", "/_sim/faults", None)
 
-    def _send(self, method: str, path: str, body: dict[str, Any] | None) -> None:
+    def send(self, method: str, path: str, body: dict[str, Any] | None) -> None:
         data = json.dumps(body).encode() if body is not None else None
         request = urllib.request.Request(
             f"{self.root}{path}",

@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.live import ROOT
+
 FIGURE_KEYS = {
     "runs_per_s",
     "p50_s",

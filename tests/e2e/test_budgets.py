@@ -5,24 +5,19 @@ the budget allows. Real dev server, worker process, simulator, SQS and capacity 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from temporalio.client import Client
 
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops.results import finished
-from aiorch.runtime.temporal import DATA_CONVERTER
-from tests.e2e.conftest import E2E_WORKER_ENV, request, start, wait_for_state
+from tests.e2e.conftest import request, start, wait_for_state
+from tests.live import E2E_WORKER_ENV, connect, stack_with_worker, starter
 from workflows import contract
 
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parents[2]
 # A short message's call here may cost up to $0.00215 (130 prompt tokens estimated at $0.005/1K
 # + 100 reply tokens at $0.015/1K); answered, it costs about $0.0005 (the simulator's words). So
 # acme's $0.0022 admits its first run, and the second run's worst case on top of the first
@@ -36,27 +31,14 @@ BUDGET_ENV = {
 
 @pytest.fixture(scope="module")
 def budgeted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    with LocalStack(
-        tmp_path_factory.mktemp("budgets"),
-        with_worker=True,
-        with_capacity_store=True,
-        worker_env=BUDGET_ENV,
-    ) as stack:
-        yield stack
+    yield from stack_with_worker(
+        tmp_path_factory.mktemp("budgets"), BUDGET_ENV, with_capacity_store=True
+    )
 
 
 def aiorch(stack: LocalStack, *args: str) -> subprocess.CompletedProcess[str]:
-    """``python starter.py ARGS`` against the stack, as an operator runs it."""
-    env = {**os.environ, **stack.addresses.env(), **stack.worker_env, "COLUMNS": "200"}
-    return subprocess.run(
-        [sys.executable, "starter.py", *args],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    """``python starter.py ARGS`` with the worker's budgets, as the operator's shell has them."""
+    return starter(stack, *args, env=stack.worker_env)
 
 
 async def test_a_tenant_out_of_budget_waits_for_an_approval_others_go_on(
@@ -65,9 +47,7 @@ async def test_a_tenant_out_of_budget_waits_for_an_approval_others_go_on(
     """acme's first run completes and spends; its second waits in await_budget (no LLM call,
     AiState shows it) while another tenant's run completes; `starter.py budget ... approve`
     lets it finish; `starter.py spend` shows acme's spend against its budget."""
-    client = await Client.connect(
-        budgeted.addresses.temporal_address, data_converter=DATA_CONVERTER
-    )
+    client = await connect(budgeted)
     first = await start(client, request("First report please", tenant="acme"))
     assert (await finished(first)).state == "completed"
 
@@ -106,9 +86,7 @@ async def test_policy_fail_dead_letters_and_redrive_completes_once_the_budget_al
     """With BUDGET_POLICY=fail a run whose call would cross RUN_BUDGET_USD is dead-lettered at
     once with BudgetExceeded, before any LLM call; once the operator raises the ceiling,
     `dlq redrive` starts it again (same id, from its own history) and it completes."""
-    client = await Client.connect(
-        budgeted.addresses.temporal_address, data_converter=DATA_CONVERTER
-    )
+    client = await connect(budgeted)
     budgeted.stop_worker()
     budgeted.worker_env.update({"BUDGET_POLICY": "fail", "RUN_BUDGET_USD": "0.001"})
     budgeted.start_worker()

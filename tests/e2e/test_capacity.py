@@ -17,7 +17,6 @@ import asyncio
 import json
 import os
 import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -33,7 +32,8 @@ from aiorch.ops.results import finished
 from aiorch.runtime.capacity import CapacityStore, scope_name
 from aiorch.runtime.config import Settings
 from aiorch.runtime.temporal import DATA_CONVERTER
-from tests.e2e.conftest import E2E_WORKER_ENV, Simulator, request, start
+from tests.e2e.conftest import Simulator, request, start
+from tests.live import E2E_WORKER_ENV
 
 pytestmark = pytest.mark.e2e
 
@@ -116,22 +116,10 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
             running.stop_workers()
 
 
-def sim_put(simulator: Simulator, path: str, body: dict[str, Any] | None, method: str) -> None:
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(
-        f"{simulator.root}{path}",
-        data=data,
-        method=method,
-        headers={"Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(req, timeout=10):
-        pass
-
-
 def reset_simulator(simulator: Simulator) -> None:
     """Fresh log, and the model's limit set anew (its buckets start full)."""
-    sim_put(simulator, "/_sim/requests", None, "DELETE")
-    sim_put(simulator, "/_sim/ratelimits", {"tpm": TPM, "model": MODEL}, "PUT")
+    simulator.send("DELETE", "/_sim/requests", None)
+    simulator.send("PUT", "/_sim/ratelimits", {"tpm": TPM, "model": MODEL})
 
 
 def machine() -> str:
@@ -196,6 +184,21 @@ def record(tmp_path_factory: pytest.TempPathFactory, figures: Figures) -> None:
     path.write_text(json.dumps(known, indent=2) + "\n")
 
 
+async def load_on_workers(
+    fleet: Fleet, env: dict[str, str], mode: str, tmp_path_factory: pytest.TempPathFactory
+) -> Figures:
+    """The load of ``run_load`` on WORKERS fresh workers with ``env``, against a fresh simulator
+    limit; the workers stop afterwards and the figures are recorded for the report."""
+    reset_simulator(Simulator(fleet.stack.addresses.openai_base_url))
+    fleet.start_workers(env, WORKERS, mode.replace(" ", "-"))
+    try:
+        figures = await run_load(fleet, mode)
+    finally:
+        fleet.stop_workers()
+    record(tmp_path_factory, figures)
+    return figures
+
+
 @pytest.mark.timeout(600)
 async def test_shared_limit_keeps_429s_rare_and_uses_the_capacity(
     fleet: Fleet, tmp_path_factory: pytest.TempPathFactory
@@ -203,13 +206,7 @@ async def test_shared_limit_keeps_429s_rare_and_uses_the_capacity(
     """With LLM_RATE_LIMITS on three workers, 300 runs started at once all complete, at most
     1% of LLM calls get a 429, and once the provider's burst is spent the fleet's completed
     tokens per minute are at least 85% of the limit; waiting runs show await_capacity."""
-    reset_simulator(Simulator(fleet.stack.addresses.openai_base_url))
-    fleet.start_workers(LIMITED_ENV, WORKERS, "limited")
-    try:
-        figures = await run_load(fleet, "shared limit")
-    finally:
-        fleet.stop_workers()
-    record(tmp_path_factory, figures)
+    figures = await load_on_workers(fleet, LIMITED_ENV, "shared limit", tmp_path_factory)
     assert figures.completed == RUNS
     assert figures.share_429 <= 0.01, figures
     assert figures.throughput_share >= 0.85, figures
@@ -222,14 +219,8 @@ async def test_without_the_shared_limit_workers_storm_the_provider(
     """The same load with LLM_RATE_LIMITS switched off: each worker finds the limit alone, and
     far more than 1% of LLM calls are answered 429 (every run still completes through
     retry_llm)."""
-    reset_simulator(Simulator(fleet.stack.addresses.openai_base_url))
     env = {key: value for key, value in LIMITED_ENV.items() if key != "LLM_RATE_LIMITS"}
-    fleet.start_workers(env, WORKERS, "unlimited")
-    try:
-        figures = await run_load(fleet, "no shared limit")
-    finally:
-        fleet.stop_workers()
-    record(tmp_path_factory, figures)
+    figures = await load_on_workers(fleet, env, "no shared limit", tmp_path_factory)
     assert figures.completed == RUNS
     assert figures.share_429 > 0.2, figures
 
@@ -240,7 +231,7 @@ async def test_a_killed_workers_reservation_returns_within_the_lease(fleet: Flee
     back once the lease (3 s) ran out, long before the bucket would have refilled on its own
     (50 s at 600 tokens/minute), and a run started then is called at once."""
     simulator = Simulator(fleet.stack.addresses.openai_base_url)
-    sim_put(simulator, "/_sim/ratelimits", None, "DELETE")
+    simulator.send("DELETE", "/_sim/ratelimits", None)
     env = {
         **LIMITED_ENV,
         "LLM_RATE_LIMITS": json.dumps({MODEL: {"tpm": 600}}),
@@ -292,7 +283,7 @@ async def test_runs_complete_while_the_capacity_store_is_down(fleet: Fleet) -> N
     budgets still starts, and runs complete: calls go ahead without the shared limit (fail
     open), and the worker logs why; with the store back, limits apply again."""
     simulator = Simulator(fleet.stack.addresses.openai_base_url)
-    sim_put(simulator, "/_sim/ratelimits", None, "DELETE")
+    simulator.send("DELETE", "/_sim/ratelimits", None)
     env = {**LIMITED_ENV, "TENANT_BUDGETS_USD": json.dumps({"acme": 10})}
     client = await Client.connect(
         fleet.stack.addresses.temporal_address, data_converter=DATA_CONVERTER

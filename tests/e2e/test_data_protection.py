@@ -16,7 +16,6 @@ import binascii
 import contextlib
 import json
 import subprocess
-import sys
 import urllib.error
 import urllib.request
 import uuid
@@ -41,15 +40,9 @@ from aiorch.ops.results import finished
 from aiorch.ops.signing import SigningKey
 from aiorch.runtime.codec import METADATA_KEY_ID, KeyRing, PayloadUnreadable, new_key
 from aiorch.runtime.temporal import DATA_CONVERTER, encrypted_converter
-from tests.e2e.conftest import (
-    E2E_WORKER_ENV,
-    Simulator,
-    new_id,
-    request,
-    start,
-    wait_for_state,
-)
+from tests.e2e.conftest import Simulator, new_id, request, start, wait_for_state
 from tests.e2e.test_observability import OtlpReceiver
+from tests.live import E2E_WORKER_ENV, post_json, run_script
 from tests.reviewing import signed
 from workflows import contract
 from workflows.orchestrator import AiOrchestrator
@@ -60,7 +53,6 @@ from workflows.payloads import (
 
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parents[2]
 CANARY = f"canary-{uuid.uuid4().hex[:12]}"
 API_KEY = f"sk-canary-{uuid.uuid4().hex}"
 KEY_1, KEY_2 = new_key(), new_key()
@@ -185,17 +177,7 @@ def dead_letter_bodies(protected: Protected) -> list[str]:
 def codec_post(
     protected: Protected, path: str, body: dict[str, Any], headers: dict[str, str]
 ) -> tuple[int, dict[str, str], dict[str, Any]]:
-    http = urllib.request.Request(
-        f"{protected.codec_url}{path}",
-        data=json.dumps(body).encode(),
-        method="POST",
-        headers={"Content-Type": "application/json", **headers},
-    )
-    try:
-        with urllib.request.urlopen(http, timeout=10) as response:
-            return response.status, dict(response.headers), json.load(response)
-    except urllib.error.HTTPError as err:
-        return err.code, dict(err.headers), json.loads(err.read() or b"{}")
+    return post_json(f"{protected.codec_url}{path}", body, headers)
 
 
 def as_json_payloads(payloads: list[Payload]) -> dict[str, Any]:
@@ -215,15 +197,23 @@ async def canary_run(client: Client, key: SigningKey) -> WorkflowHandle[Any, Any
         client,
         request(f"{CANARY} explain durable execution", review="always", metadata={"n": CANARY}),
     )
-    await wait_for_state(handle, "await_review")
-    await handle.execute_update(
-        contract.UPDATE_SUBMIT_REVIEW,
-        await signed(handle, key, "reedit", "ann", f"mention {CANARY}"),
-        result_type=RunStatus,
-    )
+    await reedit_then_approve(handle, key, f"mention {CANARY}")
+    return handle
+
+
+async def reedit_then_approve(
+    handle: WorkflowHandle[Any, Any], key: SigningKey, *feedback: str
+) -> None:
+    """One reedit round (through the update) per ``feedback``, then an approval (a signal)."""
+    for text in feedback:
+        await wait_for_state(handle, "await_review")
+        await handle.execute_update(
+            contract.UPDATE_SUBMIT_REVIEW,
+            await signed(handle, key, "reedit", "ann", text),
+            result_type=RunStatus,
+        )
     await wait_for_state(handle, "await_review")
     await handle.signal(contract.SIGNAL_REVIEW, await signed(handle, key, "approve", "ann"))
-    return handle
 
 
 async def test_canary_is_unreadable_in_history_dead_letters_spans_and_logs(
@@ -404,15 +394,7 @@ async def test_replay_with_encryption_passes(protected: Protected, client: Clien
     deterministically through the Replayer with the encrypting converter, in their namespace."""
     key = protected.stack.reviewer_key
     handle = await start(client, request("replay me", review="always"))
-    for n in (1, 2):
-        await wait_for_state(handle, "await_review")
-        await handle.execute_update(
-            contract.UPDATE_SUBMIT_REVIEW,
-            await signed(handle, key, "reedit", "ann", f"{n}"),
-            result_type=RunStatus,
-        )
-    await wait_for_state(handle, "await_review")
-    await handle.signal(contract.SIGNAL_REVIEW, await signed(handle, key, "approve", "ann"))
+    await reedit_then_approve(handle, key, "1", "2")
     await handle.result()
 
     histories = []
@@ -449,14 +431,16 @@ def test_five_mb_document_runs_through_the_claim_check(
     doc.write_text(f"{CANARY} big document. {filler} MIDDLE-OF-THE-DOCUMENT {filler}")
     assert doc.stat().st_size > 5_000_000
     run_id = new_id()
-    done = subprocess.run(
-        [sys.executable, "starter.py", "start", "--file", str(doc), "--id", run_id, "--wait"],
-        cwd=ROOT,
+    done = run_script(
+        "starter.py",
+        "start",
+        "--file",
+        str(doc),
+        "--id",
+        run_id,
+        "--wait",
         env=protected.env(),
-        capture_output=True,
-        text=True,
         timeout=90,
-        check=False,
     )
     assert done.returncode == 0, done.stderr
     assert f"as s3://ai-orchestrator-inputs/inputs/{run_id}/" in done.stdout

@@ -12,9 +12,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -34,6 +31,7 @@ from aiorch.runtime.config import load_settings
 from aiorch.runtime.temporal import DATA_CONVERTER
 from tests.e2e.conftest import Simulator, request, start, status_of, wait_for_state
 from tests.history_events import scheduled_activities
+from tests.live import starter
 from tests.reviewing import signed
 from workflows import contract
 from workflows.payloads import DeadLetterMessage, RunStatus
@@ -82,19 +80,6 @@ def cut_request_in_message(stack: LocalStack, queue: DeadLetterQueue, workflow_i
     sqs.send_message(QueueUrl=url, MessageBody=cut.model_dump_json())
     queue.delete(letter)
     queue.release([x for x in letters if x is not letter])
-
-
-def starter(stack: LocalStack, *args: str) -> subprocess.CompletedProcess[str]:
-    """``python starter.py ARGS`` against the stack, as an operator runs it."""
-    env = {**os.environ, **stack.addresses.env(), "COLUMNS": "200"}
-    return subprocess.run(
-        [sys.executable, "starter.py", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
 
 
 async def wait_until(check: Callable[[], bool], what: str, timeout: float = 20.0) -> None:

@@ -23,14 +23,8 @@ from temporalio.client import Client, WorkflowHandle
 from aiorch.devstack.stack import LocalStack
 from aiorch.runtime.codec import KeyRing, new_key
 from aiorch.runtime.temporal import DATA_CONVERTER, encrypted_converter
-from tests.e2e.conftest import (
-    E2E_WORKER_ENV,
-    Simulator,
-    new_id,
-    request,
-    start,
-    wait_for_state,
-)
+from tests.e2e.conftest import Simulator, new_id, request, start, wait_for_state
+from tests.live import E2E_WORKER_ENV
 
 pytestmark = pytest.mark.e2e
 

@@ -33,10 +33,9 @@ from aiorch.devstack.processes import (
 )
 from aiorch.devstack.servers import start_sqs_server, start_temporal_dev_server
 from aiorch.devstack.stack import LocalStack
+from tests.live import ROOT
 
 pytestmark = pytest.mark.e2e
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _gone(pid: int, within: float = 5.0) -> bool:

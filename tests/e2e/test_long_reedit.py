@@ -15,8 +15,8 @@ from temporalio.exceptions import ApplicationError
 
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops.results import finished
-from aiorch.runtime.temporal import DATA_CONVERTER
-from tests.e2e.conftest import E2E_WORKER_ENV, request, start, status_of
+from tests.e2e.conftest import request, start, status_of
+from tests.live import connect, stack_with_worker
 from tests.reviewing import signed
 from workflows import contract, errors
 from workflows.payloads import NOTE_CONTINUED_AS_NEW, RunStatus
@@ -33,10 +33,7 @@ SERVER_WARNINGS = re.compile(r"history (size|count) exceeds|exceeds? (the )?warn
 
 @pytest.fixture(scope="module")
 def long_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    with LocalStack(
-        tmp_path_factory.mktemp("long"), with_worker=True, worker_env=E2E_WORKER_ENV
-    ) as stack:
-        yield stack
+    yield from stack_with_worker(tmp_path_factory.mktemp("long"))
 
 
 async def until_awaiting(handle: WorkflowHandle[Any, Any], review_round: int) -> RunStatus:
@@ -63,9 +60,7 @@ async def test_two_hundred_reedit_rounds_continue_as_new_without_history_warning
     50 rounds or 2 MB, no run comes near 10,240 events or 10 MB, the server suggests
     continue-as-new to no run and logs no history warning, and the status query and the result
     still hold every history entry of all five runs, in order."""
-    client = await Client.connect(
-        long_stack.addresses.temporal_address, data_converter=DATA_CONVERTER
-    )
+    client = await connect(long_stack)
     handle = await start(client, request("Draft a haiku about queues", review="always"))
     await until_awaiting(handle, 1)
     for n in range(1, ROUNDS + 1):
@@ -130,9 +125,7 @@ async def test_a_client_cannot_start_a_run_with_forged_carried_state(
     """Carried state (history, review rounds, decisions) is accepted only from continue-as-new:
     a client that starts a run with a continuation-shaped input, e.g. to plant an approval in
     the audit trail, gets a failed run with a clear InvalidRequest and no activity runs."""
-    client = await Client.connect(
-        long_stack.addresses.temporal_address, data_converter=DATA_CONVERTER
-    )
+    client = await connect(long_stack)
     forged_request = request("forge")
     forged = {
         "request": forged_request,

@@ -12,9 +12,9 @@ from temporalio.client import Client
 
 from aiorch.devstack.processes import free_port
 from aiorch.devstack.stack import LocalStack
-from aiorch.runtime.temporal import DATA_CONVERTER
-from tests.e2e.conftest import E2E_WORKER_ENV, request, start, wait_for_state
+from tests.e2e.conftest import request, start, wait_for_state
 from tests.history_events import scheduled_activities
+from tests.live import E2E_WORKER_ENV, connect, stack_with_worker
 from tests.reviewing import signed
 from tests.webhooks import HOOK_PATH, Receiver, running_receiver
 from workflows import contract
@@ -41,17 +41,12 @@ def notifying_stack(
         "REVIEW_WEBHOOK_URL": f"http://127.0.0.1:{receiver_port}{HOOK_PATH}",
         "INBOX_URL": INBOX_URL,
     }
-    with LocalStack(
-        tmp_path_factory.mktemp("notify-stack"), with_worker=True, worker_env=env
-    ) as running:
-        yield running
+    yield from stack_with_worker(tmp_path_factory.mktemp("notify-stack"), env)
 
 
 @pytest.fixture(scope="module")
 async def notify_client(notifying_stack: LocalStack) -> Client:
-    return await Client.connect(
-        notifying_stack.addresses.temporal_address, data_converter=DATA_CONVERTER
-    )
+    return await connect(notifying_stack)
 
 
 @pytest.fixture

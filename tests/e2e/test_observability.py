@@ -41,8 +41,9 @@ from aiorch.devstack.stack import LocalStack
 from aiorch.ops.results import finished
 from aiorch.runtime.config import DEFAULT_PRICE_TABLE
 from aiorch.runtime.temporal import DATA_CONVERTER
-from tests.e2e.conftest import E2E_WORKER_ENV, Simulator, request, start, visible_state
+from tests.e2e.conftest import Simulator, request, start, visible_state
 from tests.history_events import scheduled_activities
+from tests.live import E2E_WORKER_ENV
 from tests.reviewing import signed
 from workflows import contract
 from workflows.observability import error_reason
@@ -75,6 +76,14 @@ def _value(value: AnyValue) -> Any:
     return getattr(value, kind) if kind else None
 
 
+async def _export_body(request: web.Request) -> bytes:
+    """An OTLP/HTTP export's protobuf, which exporters may send gzipped."""
+    body = await request.read()
+    if request.headers.get("Content-Encoding") == "gzip":
+        return gzip.decompress(body)
+    return body
+
+
 @dataclass(frozen=True)
 class MetricPoint:
     """One received histogram data point: metric name, unit, attributes, count and sum."""
@@ -102,10 +111,7 @@ class OtlpReceiver:
         return f"http://127.0.0.1:{self.port}"
 
     async def _traces(self, request: web.Request) -> web.Response:
-        body = await request.read()
-        if request.headers.get("Content-Encoding") == "gzip":
-            body = gzip.decompress(body)
-        export = ExportTraceServiceRequest.FromString(body)
+        export = ExportTraceServiceRequest.FromString(await _export_body(request))
         received = []
         for resource_spans in export.resource_spans:
             resource = {a.key: _value(a.value) for a in resource_spans.resource.attributes}
@@ -132,10 +138,7 @@ class OtlpReceiver:
         )
 
     async def _metrics(self, request: web.Request) -> web.Response:
-        body = await request.read()
-        if request.headers.get("Content-Encoding") == "gzip":
-            body = gzip.decompress(body)
-        export = ExportMetricsServiceRequest.FromString(body)
+        export = ExportMetricsServiceRequest.FromString(await _export_body(request))
         received = []
         for resource_metrics in export.resource_metrics:
             for scope_metrics in resource_metrics.scope_metrics:

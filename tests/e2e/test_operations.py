@@ -8,7 +8,6 @@ import asyncio
 import json
 import sys
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,13 +18,12 @@ from aiorch.ops.results import finished
 from aiorch.ops.stuck import find_stuck
 from aiorch.runtime.temporal import DATA_CONVERTER
 from tests.e2e.conftest import request, start, status_of, visible_state
+from tests.live import ROOT
 from tests.reviewing import signed
 from workflows import contract
 from workflows.payloads import PipelineResult
 
 pytestmark = pytest.mark.e2e
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 async def starter(stack: LocalStack, *args: str, stdin: str | None = None, expect: int = 0) -> str:

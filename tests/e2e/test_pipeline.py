@@ -5,13 +5,11 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import sys
 
 import pytest
 from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 
-from aiorch.devstack.processes import temporal_cli_path
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops.results import finished
 from aiorch.ops.signing import SigningKey
@@ -24,6 +22,7 @@ from tests.e2e.conftest import (
     visible_state,
     wait_for_state,
 )
+from tests.live import run_script, temporal_workflow_start
 from tests.reviewing import signed
 from workflows import contract
 from workflows.graph import TRANSITIONS
@@ -167,47 +166,21 @@ def test_starter_cli_start_status_and_refused_review(stack: LocalStack) -> None:
     """starter.py start prints the id and a UI link; a refused review is one clear line."""
     env = {**stack.addresses.env(), "TEMPORAL_UI_URL": "http://ui.example"}
     run_id = new_id()
-    started = subprocess.run(
-        [sys.executable, "starter.py", "start", "Hello from the CLI", "--id", run_id, "--wait"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    started = run_script(
+        "starter.py", "start", "Hello from the CLI", "--id", run_id, "--wait", env=env
     )
     assert started.returncode == 0, started.stderr
     assert f"started {run_id}" in started.stdout
     assert f"http://ui.example/namespaces/default/workflows/{run_id}" in started.stdout
-    again = subprocess.run(
-        [sys.executable, "starter.py", "start", "again", "--id", run_id],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    again = run_script("starter.py", "start", "again", "--id", run_id, env=env)
     assert again.returncode == 1
     assert "already started" in again.stderr
     assert "Traceback" not in again.stderr
-    refused = subprocess.run(
-        [sys.executable, "starter.py", "review", run_id, "approve"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    refused = run_script("starter.py", "review", run_id, "approve", env=env)
     assert refused.returncode == 1
     assert "Traceback" not in refused.stderr
     assert run_id in refused.stderr
-    history = subprocess.run(
-        [sys.executable, "starter.py", "history", run_id],
-        env={**env, "COLUMNS": "200"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    history = run_script("starter.py", "history", run_id, env={**env, "COLUMNS": "200"})
     assert history.returncode == 0, history.stderr
     for event in ("start", "prompt_ready", "llm_ok", "embedded"):
         assert event in history.stdout
@@ -218,26 +191,9 @@ async def test_bad_request_from_the_temporal_cli_fails_at_once(
 ) -> None:
     """A bad request_id sent by the plain Temporal CLI fails the run within seconds, naming it."""
     workflow_id = f"cli-bad-{new_id()}"
-    subprocess.run(
-        [
-            str(temporal_cli_path()),
-            "workflow",
-            "start",
-            "--address",
-            stack.addresses.temporal_address,
-            "--type",
-            contract.WORKFLOW_TYPE,
-            "--task-queue",
-            contract.DEFAULT_TASK_QUEUE,
-            "--workflow-id",
-            workflow_id,
-            "--input",
-            json.dumps({"request_id": "NOT-HEX", "user_message": "hi"}),
-        ],
-        check=True,
-        capture_output=True,
-        timeout=30,
-    )
+    raw_input = json.dumps({"request_id": "NOT-HEX", "user_message": "hi"})
+    started = temporal_workflow_start(stack, workflow_id, raw_input)
+    assert started.returncode == 0, started.stderr
     handle = client.get_workflow_handle(workflow_id)
     with pytest.raises(WorkflowFailureError) as info:
         await asyncio.wait_for(handle.result(), 10)
@@ -252,14 +208,7 @@ def test_second_worker_on_one_embedded_store_says_so(stack: LocalStack) -> None:
     """A second worker pointed at the running worker's embedded vector store stops at once with
     one line naming the store and what to do, not a claim that Temporal is unreachable."""
     env = {**stack.addresses.env(), "METRICS_PORT": "0", "OTEL_EXPORTER_OTLP_ENDPOINT": ""}
-    second = subprocess.run(
-        [sys.executable, "worker.py"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    second = run_script("worker.py", env=env)
     assert second.returncode == 1
     assert "Traceback" not in second.stderr
     assert second.stderr.strip().splitlines()[-1] == (
@@ -272,14 +221,7 @@ def test_second_worker_on_one_embedded_store_says_so(stack: LocalStack) -> None:
 
 
 def starter(stack: LocalStack, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "starter.py", *args],
-        env={**stack.addresses.env(), **env},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return run_script("starter.py", *args, env={**stack.addresses.env(), **env})
 
 
 async def test_starter_shows_results_and_lists_whole_ids(stack: LocalStack, client: Client) -> None:

@@ -14,7 +14,6 @@ import os
 import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import boto3
@@ -31,7 +30,8 @@ from aiorch.ops.redrive import redrive, summarize
 from aiorch.ops.results import finished
 from aiorch.runtime.codec import KeyRing, new_key
 from aiorch.runtime.temporal import encrypted_converter
-from tests.e2e.conftest import E2E_WORKER_ENV, Simulator, request, start, status_of
+from tests.e2e.conftest import Simulator, request, start, status_of
+from tests.live import E2E_WORKER_ENV, ROOT
 from workflows import contract
 from workflows.payloads import PipelineRequest, ReviewDecision
 
@@ -40,7 +40,6 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parents[2]
 QUEUE_NAME = "ai-orchestrator-dlq"  # DLQ_QUEUE_NAME's default, which the stack's worker uses
 KEYS = f"k1:{new_key()}"
 

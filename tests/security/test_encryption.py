@@ -13,13 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -39,49 +33,36 @@ from temporalio.exceptions import ApplicationError
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops.results import finished
 from aiorch.runtime.codec import Binding, EncryptionCodec, KeyRing, new_key
-from aiorch.runtime.temporal import DATA_CONVERTER, encrypted_converter
-from tests.e2e.conftest import (
-    E2E_WORKER_ENV,
-    new_id,
-    request,
-    start,
-    status_of,
-    wait_for_state,
-)
+from aiorch.runtime.temporal import encrypted_converter
+from tests.e2e.conftest import new_id, request, start, status_of, wait_for_state
 from tests.history_events import refused_at_once
+from tests.live import CLOSES_WITHIN_S, E2E_WORKER_ENV, connect, post_json, run_script
 from tests.reviewing import signed
 from workflows import contract
 from workflows.payloads import RunStatus
 
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parents[2]
-# The issue's bar: every refused input closes its run within 10 s.
-CLOSES_WITHIN_S = 10.0
 KEYS = f"k1:{new_key()}"
 WORKER_ENV = {**E2E_WORKER_ENV, "PAYLOAD_KEYS": KEYS, "REQUIRE_ENCRYPTION": "true"}
 NAMESPACE = "default"
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    with LocalStack(
-        tmp_path_factory.mktemp("encryption"), with_worker=True, worker_env=WORKER_ENV
-    ) as running:
-        yield running
+def worker_env() -> dict[str, str]:
+    return WORKER_ENV
 
 
 @pytest.fixture(scope="module")
 async def client(stack: LocalStack) -> Client:
     """The deployment's own client: same keys, same rules as the worker."""
-    converter = encrypted_converter(KeyRing.parse(KEYS), require_encryption=True)
-    return await Client.connect(stack.addresses.temporal_address, data_converter=converter)
+    return await connect(stack, encrypted_converter(KeyRing.parse(KEYS), require_encryption=True))
 
 
 @pytest.fixture(scope="module")
 async def attacker(stack: LocalStack) -> Client:
     """A client with namespace access and no keys: sends what it likes, as it is."""
-    return await Client.connect(stack.addresses.temporal_address, data_converter=DATA_CONVERTER)
+    return await connect(stack)
 
 
 async def start_payload(attacker: Client, workflow_id: str) -> Payload:
@@ -114,6 +95,19 @@ async def refusals_reach(handle: WorkflowHandle[Any, Any], count: int) -> RunSta
     return status
 
 
+async def refused_raw_start(client: Client, attacker: Client, payload: Payload) -> str:
+    """Start a run with ``payload`` sent as it is (not re-encoded), as the attacker can, and
+    return its failure message, checked by ``refused_start``."""
+    began = time.monotonic()
+    handle = await attacker.start_workflow(
+        contract.WORKFLOW_TYPE,
+        RawValue(payload),
+        id=new_id(),
+        task_queue=contract.DEFAULT_TASK_QUEUE,
+    )
+    return await refused_start(client, handle, began)
+
+
 async def test_a_start_payload_copied_from_another_run_fails_the_run(
     client: Client, attacker: Client
 ) -> None:
@@ -126,14 +120,7 @@ async def test_a_start_payload_copied_from_another_run_fails_the_run(
     copied = await start_payload(attacker, run_a.id)
     assert copied.metadata["encoding"] == b"binary/encrypted"
 
-    began = time.monotonic()
-    run_b = await attacker.start_workflow(
-        contract.WORKFLOW_TYPE,
-        RawValue(copied),
-        id=new_id(),
-        task_queue=contract.DEFAULT_TASK_QUEUE,
-    )
-    message = await refused_start(client, run_b, began)
+    message = await refused_raw_start(client, attacker, copied)
 
     assert message.startswith("invalid request: payload refused: ")
     assert "encrypted for another workflow id" in message
@@ -219,17 +206,8 @@ def codec_post(
     url = stack.addresses.codec_server_url
     assert url is not None
     body = {"payloads": [json_format.MessageToDict(p) for p in payloads]}
-    http = urllib.request.Request(
-        f"{url}/{endpoint}",
-        data=json.dumps(body).encode(),
-        method="POST",
-        headers={"Content-Type": "application/json", **headers},
-    )
-    try:
-        with urllib.request.urlopen(http, timeout=10) as response:
-            return response.status, json.load(response)
-    except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read() or b"{}")
+    status, _, reply = post_json(f"{url}/{endpoint}", body, headers)
+    return status, reply
 
 
 async def test_codec_server_needs_the_namespace_and_refuses_another(
@@ -271,14 +249,7 @@ async def test_codec_server_encodings_are_no_runs_input(
     assert status == 200
     encoded = json_format.ParseDict(reply["payloads"][0], Payload())
 
-    began = time.monotonic()
-    handle = await attacker.start_workflow(
-        contract.WORKFLOW_TYPE,
-        RawValue(encoded),
-        id=new_id(),
-        task_queue=contract.DEFAULT_TASK_QUEUE,
-    )
-    message = await refused_start(client, handle, began)
+    message = await refused_raw_start(client, attacker, encoded)
     assert "encrypted for no run" in message and "starter.py" in message
 
 
@@ -289,15 +260,7 @@ async def test_cli_without_keys_says_which_keys_to_set(stack: LocalStack, client
     await wait_for_state(handle, "await_review")
     env = {**stack.addresses.env(), "COLUMNS": "200"}
     for command in ("status", "history"):
-        done = subprocess.run(
-            [sys.executable, "starter.py", command, handle.id],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        done = run_script("starter.py", command, handle.id, env=env)
         assert done.returncode == 1, done
         lines = done.stderr.strip().splitlines()
         assert len(lines) == 1, done.stderr

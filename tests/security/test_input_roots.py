@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import time
 import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,14 +21,12 @@ from temporalio.client import Client
 
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops.results import finished
-from aiorch.runtime.temporal import DATA_CONVERTER
-from tests.e2e.conftest import E2E_WORKER_ENV, Simulator, request, start
+from tests.e2e.conftest import Simulator, request, start
+from tests.live import CLOSES_WITHIN_S
 from workflows.payloads import PipelineResult
 
 pytestmark = pytest.mark.e2e
 
-# The bar: every refused input closes its run within 10 s.
-CLOSES_WITHIN_S = 10.0
 CLAIM_CHECK_BUCKET = "ai-orchestrator-inputs"  # CLAIM_CHECK_BUCKET's default
 REFUSED = "InputUnavailable: input {ref} is not available (missing or not allowed)"
 
@@ -49,15 +46,9 @@ class Target:
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    with LocalStack(
-        tmp_path_factory.mktemp("security-stack"), with_worker=True, worker_env=E2E_WORKER_ENV
-    ) as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-async def target(stack: LocalStack, tmp_path_factory: pytest.TempPathFactory) -> Target:
+async def target(
+    stack: LocalStack, client: Client, tmp_path_factory: pytest.TempPathFactory
+) -> Target:
     outside = tmp_path_factory.mktemp("outside")
     secret = outside / "secret.txt"
     secret.write_text("TOP SECRET: the launch codes")
@@ -72,7 +63,6 @@ async def target(stack: LocalStack, tmp_path_factory: pytest.TempPathFactory) ->
         s3.create_bucket(Bucket=bucket)
     s3.put_object(Bucket="some-other-bucket", Key="x", Body=b"other team's data")
     s3.put_object(Bucket=CLAIM_CHECK_BUCKET, Key="private/x", Body=b"not an input")
-    client = await Client.connect(stack.addresses.temporal_address, data_converter=DATA_CONVERTER)
     return Target(stack, client, Simulator(stack.addresses.openai_base_url), secret)
 
 

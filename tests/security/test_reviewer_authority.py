@@ -11,10 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import sys
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,20 +28,19 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
-from aiorch.devstack.processes import temporal_cli_path
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops.results import finished
 from aiorch.ops.signing import SigningKey
 from aiorch.runtime.temporal import DATA_CONVERTER
 from tests.builders import attacker_plan
-from tests.e2e.conftest import (
+from tests.e2e.conftest import Simulator, new_id, request, start, status_of, wait_for_state
+from tests.live import (
+    CLOSES_WITHIN_S,
     E2E_WORKER_ENV,
-    Simulator,
-    new_id,
-    request,
-    start,
-    status_of,
-    wait_for_state,
+    connect,
+    run_script,
+    temporal_cli,
+    temporal_workflow_start,
 )
 from tests.reviewing import signed
 from workflows import contract, errors
@@ -53,22 +49,12 @@ from workflows.payloads import ContinuedRun, PipelineRequest, RunState, RunStatu
 
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parents[2]
-CLOSES_WITHIN_S = 10.0
 WORKER_ENV = {**E2E_WORKER_ENV, "ALLOWED_REVIEWERS": "alice,bob"}
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    with LocalStack(
-        tmp_path_factory.mktemp("authority"), with_worker=True, worker_env=WORKER_ENV
-    ) as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-async def client(stack: LocalStack) -> Client:
-    return await Client.connect(stack.addresses.temporal_address, data_converter=DATA_CONVERTER)
+def worker_env() -> dict[str, str]:
+    return WORKER_ENV
 
 
 @pytest.fixture(scope="module")
@@ -156,15 +142,7 @@ def status_last_error(status: RunStatus) -> str:
 
 
 def cli(stack: LocalStack, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "starter.py", *args],
-        cwd=ROOT,
-        env={**stack.addresses.env(), **env},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return run_script("starter.py", *args, env={**stack.addresses.env(), **env})
 
 
 async def test_the_cli_signs_with_its_key_and_without_one_is_refused(
@@ -178,24 +156,17 @@ async def test_the_cli_signs_with_its_key_and_without_one_is_refused(
     )
     assert keyless.returncode == 1 and "review is not signed" in keyless.stderr
     assert "Traceback" not in keyless.stderr
-    temporal = subprocess.run(
-        [
-            str(temporal_cli_path()),
-            "workflow",
-            "signal",
-            "--address",
-            stack.addresses.temporal_address,
-            "--workflow-id",
-            handle.id,
-            "--name",
-            contract.SIGNAL_REVIEW,
-            "--input",
-            json.dumps({"decision": "approve", "reviewer": "alice"}),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
+    temporal = temporal_cli(
+        "workflow",
+        "signal",
+        "--address",
+        stack.addresses.temporal_address,
+        "--workflow-id",
+        handle.id,
+        "--name",
+        contract.SIGNAL_REVIEW,
+        "--input",
+        json.dumps({"decision": "approve", "reviewer": "alice"}),
     )
     assert temporal.returncode == 0, temporal.stderr
     for _ in range(50):
@@ -363,27 +334,7 @@ async def test_forged_continuations_never_reach_an_activity(
     attempts.append((into_ours, "it continues a run of another workflow type (Evil)"))
     by_cli = forged_continuation()
     workflow_id = by_cli["request"]["request_id"]
-    started = subprocess.run(
-        [
-            str(temporal_cli_path()),
-            "workflow",
-            "start",
-            "--address",
-            stack.addresses.temporal_address,
-            "--type",
-            contract.WORKFLOW_TYPE,
-            "--task-queue",
-            contract.DEFAULT_TASK_QUEUE,
-            "--workflow-id",
-            workflow_id,
-            "--input",
-            json.dumps(by_cli),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    started = temporal_workflow_start(stack, workflow_id, json.dumps(by_cli))
     assert started.returncode == 0, started.stderr
     attempts.append((client.get_workflow_handle(workflow_id), "accepted only from"))
 
@@ -426,32 +377,12 @@ async def test_bad_shapes_from_the_temporal_cli_close_the_run(stack: LocalStack)
     }
     for words, raw_input in inputs.items():
         workflow_id = new_id()
-        done = subprocess.run(
-            [
-                str(temporal_cli_path()),
-                "workflow",
-                "start",
-                "--address",
-                stack.addresses.temporal_address,
-                "--type",
-                contract.WORKFLOW_TYPE,
-                "--task-queue",
-                contract.DEFAULT_TASK_QUEUE,
-                "--workflow-id",
-                workflow_id,
-                "--input",
-                raw_input,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
+        done = temporal_workflow_start(stack, workflow_id, raw_input)
         assert done.returncode == 0, done.stderr
         await closes_failed(client, client.get_workflow_handle(workflow_id), words)
     # The worker is still serving: a plain run completes.
     plain = await start(
-        await Client.connect(stack.addresses.temporal_address, data_converter=DATA_CONVERTER),
+        await connect(stack),
         request("still here"),
     )
     assert (await finished(plain)).state == "completed"
