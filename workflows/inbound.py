@@ -57,9 +57,44 @@ def inbound(raw: RawValue, model: type[M]) -> M:
 
 D = TypeVar("D", bound=BaseModel)
 # Signals held while a run is not yet admitted (a continued run's state is installed only once
-# its lineage is verified); beyond this, a flood in that moment is counted as refused.
+# its lineage is verified); beyond this, a flood in that moment is refused or dropped.
 HELD_BEFORE_ADMISSION: Final = 64
 R = TypeVar("R")
+
+
+class Admission:
+    """Whether the run's state is in place. Until it is, every signal is held, in the order the
+    signals came (reviews, budget decisions and operator actions alike), and delivered once it is.
+
+    Until then a signal would be judged against a blank state: a review or an operator's
+    action sent in the instant a run continues as new would be refused or dropped by the new
+    run before the carried state (its round, its reviewers, its review wait) is installed.
+    """
+
+    def __init__(self) -> None:
+        self.admitted = False
+        self._held: list[Callable[[], None]] = []
+
+    def defer(
+        self, deliver: Callable[[], None], overflow: Callable[[], None] | None = None
+    ) -> bool:
+        """Before admission: hold ``deliver`` until then, or, with ``HELD_BEFORE_ADMISSION``
+        signals already held, call ``overflow`` instead (None: drop it); True either way.
+        Once admitted: False, and the caller handles its signal now."""
+        if self.admitted:
+            return False
+        if len(self._held) < HELD_BEFORE_ADMISSION:
+            self._held.append(deliver)
+        elif overflow is not None:
+            overflow()
+        return True
+
+    def admit(self) -> None:
+        """The run's state is in place: deliver the held signals, in order."""
+        self.admitted = True
+        held, self._held = self._held, []
+        for deliver in held:
+            deliver()
 
 
 class DecisionInbox(Generic[D, R]):
@@ -73,13 +108,15 @@ class DecisionInbox(Generic[D, R]):
     def __init__(
         self,
         model: type[D],
+        admission: Admission,
         *,
         refusal: Callable[[D, D | None], R | None],
         invalid: Callable[[str], R],
         count: Callable[[R], None],
         reason: Callable[[R], str],
     ) -> None:
-        """``refusal(decision, pending)``: why the rules refuse it now (None: they do not);
+        """``admission``: the run's, which holds signals until its state is in place;
+        ``refusal(decision, pending)``: why the rules refuse it now (None: they do not);
         ``invalid``: the refusal of a payload that does not decode or validate; ``count``:
         record a refused signal; ``reason``: a refusal's sentence, for the update's caller."""
         self._model = model
@@ -87,29 +124,16 @@ class DecisionInbox(Generic[D, R]):
         self._invalid = invalid
         self._count = count
         self._reason = reason
+        self._admission = admission
         self.pending: D | None = None
         self.applied = 0
-        self._admitted = False
-        self._held: list[RawValue] = []
-
-    def admit(self) -> None:
-        """The run's state is in place: judge, in order, the signals that came before it.
-
-        Until then a decision would be judged against a blank state: a review sent in the
-        instant a run continues as new would be refused by the new run before the carried state
-        (its round, its reviewers) is installed."""
-        self._admitted = True
-        held, self._held = self._held, []
-        for raw in held:
-            self.signal(raw)
 
     def signal(self, raw: RawValue) -> None:
         """The signal: hold the decision, or count the refusal."""
-        if not self._admitted:
-            if len(self._held) < HELD_BEFORE_ADMISSION:
-                self._held.append(raw)
-            else:
-                self._count(self._invalid("too many sent while the run was resuming"))
+        if self._admission.defer(
+            lambda: self.signal(raw),
+            overflow=lambda: self._count(self._invalid("too many sent while the run was resuming")),
+        ):
             return
         decision, refused = self._judged(raw)
         if refused is not None:
@@ -124,7 +148,7 @@ class DecisionInbox(Generic[D, R]):
             ValueError: the rules refuse the decision (the update is rejected with the reason),
                 or the run is not admitted yet (the sender may send it again in a moment).
         """
-        if not self._admitted:
+        if not self._admission.admitted:
             raise ValueError("the run is resuming from the run it continued; send it again")
         _, refused = self._judged(raw)
         if refused is not None:

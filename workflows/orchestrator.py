@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import Any, NoReturn
+from typing import Any, Literal, NoReturn
 
 from temporalio import workflow
 from temporalio.common import RawValue
@@ -41,7 +41,7 @@ with workflow.unsafe.imports_passed_through():
     import workflows.steps as steps
     from workflows.backoff import full_jitter_delay
     from workflows.graph import Event, State, is_terminal
-    from workflows.inbound import NO_ARGUMENT, DecisionInbox, decoded, inbound
+    from workflows.inbound import NO_ARGUMENT, Admission, DecisionInbox, decoded, inbound
     from workflows.payloads import (
         BudgetDecision,
         OperatorRequest,
@@ -71,9 +71,12 @@ class AiOrchestrator:
         # A continued run's state, installed only once verify_continuation vouches for it.
         self._carried: RunState | None = None
         self._input_problem: str | None = None
-        # Reviews and budget decisions, each by signal or update under one set of rules.
+        # Signals wait for the run's state (see _admit); reviews and budget decisions come by
+        # signal or update, each under one set of rules.
+        self._admission = Admission()
         self._reviews = DecisionInbox(
             ReviewDecision,
+            self._admission,
             refusal=self._refusal,
             invalid=review_desk.invalid,
             count=self._count_refusal,
@@ -81,6 +84,7 @@ class AiOrchestrator:
         )
         self._budgets = DecisionInbox(
             BudgetDecision,
+            self._admission,
             refusal=lambda _, pending: budget_desk.refusal(self._run, pending),
             invalid=lambda problem: f"invalid budget decision: {problem}",
             count=lambda reason: budget_desk.count_refusal(self._run, reason),
@@ -169,17 +173,13 @@ class AiOrchestrator:
     @workflow.signal(name=contract.SIGNAL_EXPIRE_REVIEW)
     def expire_review(self, raw_request: RawValue = NO_ARGUMENT) -> None:
         """Operator action: end the current review wait now, exactly as its timeout would."""
-        reason = self._operator_reason(raw_request, "review timeout forced")
-        if reason:
-            self._run.forced_timeout = reason
+        self._operator_action(raw_request, "review timeout forced", "forced_timeout")
 
     @workflow.signal(name=contract.SIGNAL_DEAD_LETTER)
     def request_dead_letter(self, raw_request: RawValue = NO_ARGUMENT) -> None:
         """Operator action: time out every review wait now, so the run takes its normal
         escalate -> dead_letter path (and sends its dead-letter message)."""
-        reason = self._operator_reason(raw_request, "dead-lettered")
-        if reason:
-            self._run.dead_letter_requested = reason
+        self._operator_action(raw_request, "dead-lettered", "dead_letter_requested")
 
     # State handlers: each does its state's work and reports one event.
 
@@ -319,8 +319,7 @@ class AiOrchestrator:
             raise ApplicationError(problem, type=errors.INVALID_REQUEST, non_retryable=True)
         if self._carried is None:
             self._run.started_at = workflow.info().workflow_start_time
-        self._reviews.admit()
-        self._budgets.admit()
+        self._admission.admit()
         return self._request
 
     def _publish(self) -> None:
@@ -360,13 +359,24 @@ class AiOrchestrator:
         review_desk.count_refusal(self._run, refused)
         observability.count_refused_review(refused.code)
 
-    def _operator_reason(self, raw_request: RawValue, action: str) -> str | None:
-        # Signals cannot be refused: an invalid or untimely one is dropped (state unchanged).
+    def _operator_action(
+        self,
+        raw_request: RawValue,
+        action: str,
+        field: Literal["forced_timeout", "dead_letter_requested"],
+    ) -> None:
+        """An operator signal: once the run is admitted, record its reason in ``field`` of the
+        run's state. Signals cannot be refused: an invalid or untimely one (the run is not
+        waiting for review) is dropped, the state unchanged."""
+        if self._admission.defer(lambda: self._operator_action(raw_request, action, field)):
+            return
         try:
             request = inbound(raw_request, OperatorRequest) if raw_request else OperatorRequest()
         except errors.InvalidRequest:
-            return None
-        return review_desk.operator_reason(self._run, request, action)
+            return
+        reason = review_desk.operator_reason(self._run, request, action)
+        if reason:
+            setattr(self._run, field, reason)
 
     async def _reviewed(self, summary: str) -> bool:
         """Wait for a review (``summary``: the wait's Web UI line): True once one came and was

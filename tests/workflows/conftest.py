@@ -57,6 +57,8 @@ from workflows.graph import TRANSITIONS, State, is_terminal
 from workflows.orchestrator import AiOrchestrator
 from workflows.payloads import (
     NOTE_CONTINUED_AS_NEW,
+    ContinuationCheck,
+    ContinuationVerdict,
     DeadLetterInput,
     DeadLetterReceipt,
     EmbeddingInput,
@@ -368,6 +370,23 @@ def entry_for(history: Sequence[HistoryEntry], event: str, nth: int = 0) -> Hist
     return matching[nth]
 
 
+class HeldLineage:
+    """The real lineage check, which a test can hold open (``hold``) to act in the moment a
+    continued run waits for it: the run's state is not in place yet."""
+
+    def __init__(self, client: Client) -> None:
+        self._lineage = LineageActivities(client)
+        self.hold: asyncio.Event | None = None
+        self.entered = asyncio.Event()
+
+    @activity.defn(name=contract.ACTIVITY_VERIFY_CONTINUATION)
+    async def verify_continuation(self, check: ContinuationCheck) -> ContinuationVerdict:
+        if self.hold is not None:
+            self.entered.set()
+            await self.hold.wait()
+        return await self._lineage.verify_continuation(check)
+
+
 @dataclass
 class Orchestration:
     """One test's worker, fakes and runs on the shared time-skipping server."""
@@ -375,6 +394,7 @@ class Orchestration:
     env: WorkflowEnvironment
     task_queue: str
     fakes: FakeActivities
+    lineage: HeldLineage
     handles: list[WorkflowHandle[Any, PipelineResult]] = field(default_factory=list)
 
     @property
@@ -390,9 +410,11 @@ class Orchestration:
         raw: Any = VALID_REQUEST,
         workflow_id: str | None = None,
         initial_ai_state: str | None = None,
+        task_timeout: timedelta | None = None,
     ) -> WorkflowHandle[Any, PipelineResult]:
         """Start a run; ``raw`` sends that input verbatim instead of a valid request;
-        ``initial_ai_state`` sets AiState at start, as the project's starters do."""
+        ``initial_ai_state`` sets AiState at start, as the project's starters do;
+        ``task_timeout``: its workflow task timeout (the server's default: 10 s)."""
         request_id = new_request_id()
         payload: Any = raw
         if raw is VALID_REQUEST:
@@ -405,6 +427,7 @@ class Orchestration:
             id=workflow_id or request_id,
             task_queue=self.task_queue,
             result_type=PipelineResult,
+            task_timeout=task_timeout,
             search_attributes=TypedSearchAttributes(
                 [SearchAttributePair(AI_STATE, initial_ai_state)] if initial_ai_state else []
             ),
@@ -520,16 +543,18 @@ async def running_orchestration(
     env: WorkflowEnvironment, *, check_time_skips: bool = True
 ) -> AsyncIterator[Orchestration]:
     """A worker on a fresh task queue with fresh fakes; open runs are terminated afterwards."""
-    orchestration = Orchestration(env=env, task_queue=f"wf-{uuid.uuid4()}", fakes=FakeActivities())
+    orchestration = Orchestration(
+        env=env,
+        task_queue=f"wf-{uuid.uuid4()}",
+        fakes=FakeActivities(),
+        lineage=HeldLineage(env.client),
+    )
     async with Worker(
         env.client,
         task_queue=orchestration.task_queue,
         workflows=[AiOrchestrator],
         # The real lineage check: it only asks the server, which the test server answers.
-        activities=[
-            *orchestration.fakes.activities,
-            LineageActivities(env.client).verify_continuation,
-        ],
+        activities=[*orchestration.fakes.activities, orchestration.lineage.verify_continuation],
         # Heartbeat at once, so a cancel reaches a held fake activity in milliseconds.
         max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
         default_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
