@@ -11,12 +11,18 @@ import subprocess
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import pytest
+
 from aiorch.ops.inbox.auth import TokenBook
 from aiorch.ops.signing import SigningKey
 from aiorch.runtime.codec import KeyRing
 from tests.static.compose import WRAPPER_SCRIPT
 from tests.static.secret_volumes import SECRET_FILES, run_secrets_sh, secret_volumes
 from workflows.identity import parse_review_keys
+
+# Each script run starts the CLI in processes of its own (`python -m aiorch keys ...`): the
+# end-to-end tier, as the README's test tiers put it, not the inner loop.
+pytestmark = pytest.mark.e2e
 
 
 def _secret_values(root: Path) -> dict[str, str]:
