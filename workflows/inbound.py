@@ -12,6 +12,7 @@ Workflow code, passed through the sandbox.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass
 from typing import Any, Final, Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -97,6 +98,7 @@ class Admission:
             deliver()
 
 
+@dataclass(eq=False)
 class DecisionInbox(Generic[D, R]):
     """A decision a client sends as a signal or as an update (a review, a budget decision),
     judged by one set of rules for both, and held until the run applies it.
@@ -105,39 +107,31 @@ class DecisionInbox(Generic[D, R]):
     which cannot be refused, counts it and does not act on it. ``R`` is the desk's refusal.
     """
 
-    def __init__(
-        self,
-        model: type[D],
-        admission: Admission,
-        *,
-        refusal: Callable[[D, D | None], R | None],
-        invalid: Callable[[str], R],
-        count: Callable[[R], None],
-        reason: Callable[[R], str],
-    ) -> None:
-        """``admission``: the run's, which holds signals until its state is in place;
-        ``refusal(decision, pending)``: why the rules refuse it now (None: they do not);
-        ``invalid``: the refusal of a payload that does not decode or validate; ``count``:
-        record a refused signal; ``reason``: a refusal's sentence, for the update's caller."""
-        self._model = model
-        self._refusal = refusal
-        self._invalid = invalid
-        self._count = count
-        self._reason = reason
-        self._admission = admission
-        self.pending: D | None = None
-        self.applied = 0
+    model: type[D]
+    # The run's, which holds signals until its state is in place.
+    admission: Admission
+    _: KW_ONLY
+    # Why the rules refuse a decision now, given the one pending (None: they do not).
+    refusal: Callable[[D, D | None], R | None]
+    # The refusal of a payload that does not decode or validate.
+    invalid: Callable[[str], R]
+    # Record a refused signal.
+    count: Callable[[R], None]
+    # A refusal's sentence, for the update's caller.
+    reason: Callable[[R], str]
+    pending: D | None = None
+    applied: int = 0
 
     def signal(self, raw: RawValue) -> None:
         """The signal: hold the decision, or count the refusal."""
-        if self._admission.defer(
+        if self.admission.defer(
             lambda: self.signal(raw),
-            overflow=lambda: self._count(self._invalid("too many sent while the run was resuming")),
+            overflow=lambda: self.count(self.invalid("too many sent while the run was resuming")),
         ):
             return
         decision, refused = self._judged(raw)
         if refused is not None:
-            self._count(refused)
+            self.count(refused)
             return
         self.pending = decision
 
@@ -148,15 +142,15 @@ class DecisionInbox(Generic[D, R]):
             ValueError: the rules refuse the decision (the update is rejected with the reason),
                 or the run is not admitted yet (the sender may send it again in a moment).
         """
-        if not self._admission.admitted:
+        if not self.admission.admitted:
             raise ValueError("the run is resuming from the run it continued; send it again")
         _, refused = self._judged(raw)
         if refused is not None:
-            raise ValueError(self._reason(refused))
+            raise ValueError(self.reason(refused))
 
     async def submit(self, raw: RawValue) -> None:
         """The update (once validated): hold the decision, and return once it is applied."""
-        decision = inbound(raw, self._model)
+        decision = inbound(raw, self.model)
         applied_before = self.applied
         self.pending = decision
         await workflow.wait_condition(lambda: self.applied > applied_before)
@@ -170,7 +164,7 @@ class DecisionInbox(Generic[D, R]):
 
     def _judged(self, raw: RawValue) -> tuple[D | None, R | None]:
         try:
-            decision = inbound(raw, self._model)
+            decision = inbound(raw, self.model)
         except errors.InvalidRequest as err:
-            return None, self._invalid(str(err))
-        return decision, self._refusal(decision, self.pending)
+            return None, self.invalid(str(err))
+        return decision, self.refusal(decision, self.pending)
