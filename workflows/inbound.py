@@ -24,17 +24,25 @@ import workflows.errors as errors
 from workflows.payloads import describe_validation_error, printable
 
 M = TypeVar("M", bound=BaseModel)
-# The operator signals' argument is optional; this stands for "sent without one".
+# What a handler or the run gets when the client sent no argument: the SDK calls them with
+# none, and a required parameter would fail the workflow task on every retry (a stuck run).
 NO_ARGUMENT: Final = RawValue(Payload())
+
+
+def sent(raw: RawValue) -> bool:
+    """Whether the client sent an argument at all."""
+    return raw.payload != NO_ARGUMENT.payload
 
 
 def decoded(raw: RawValue) -> Any:
     """A client's payload, decoded (JSON values, not yet validated).
 
     Raises:
-        errors.InvalidRequest: it does not decode: an unknown or refused encoding, invalid
-            JSON or Unicode, nesting past the decoder's limit.
+        errors.InvalidRequest: none was sent, or it does not decode: an unknown or refused
+            encoding, invalid JSON or Unicode, nesting past the decoder's limit.
     """
+    if not sent(raw):
+        raise errors.InvalidRequest("nothing was sent")
     try:
         return workflow.payload_converter().from_payload(raw.payload)
     except ValidationError as err:
@@ -122,7 +130,7 @@ class DecisionInbox(Generic[D, R]):
     pending: D | None = None
     applied: int = 0
 
-    def signal(self, raw: RawValue) -> None:
+    def signal(self, raw: RawValue = NO_ARGUMENT) -> None:
         """The signal: hold the decision, or count the refusal."""
         if self.admission.defer(
             lambda: self.signal(raw),
@@ -135,7 +143,7 @@ class DecisionInbox(Generic[D, R]):
             return
         self.pending = decision
 
-    def validate(self, raw: RawValue) -> None:
+    def validate(self, raw: RawValue = NO_ARGUMENT) -> None:
         """The update's validator.
 
         Raises:
@@ -148,7 +156,7 @@ class DecisionInbox(Generic[D, R]):
         if refused is not None:
             raise ValueError(self.reason(refused))
 
-    async def submit(self, raw: RawValue) -> None:
+    async def submit(self, raw: RawValue = NO_ARGUMENT) -> None:
         """The update (once validated): hold the decision, and return once it is applied."""
         decision = inbound(raw, self.model)
         applied_before = self.applied

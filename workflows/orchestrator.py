@@ -41,7 +41,7 @@ with workflow.unsafe.imports_passed_through():
     import workflows.steps as steps
     from workflows.backoff import full_jitter_delay
     from workflows.graph import Event, State, is_terminal
-    from workflows.inbound import NO_ARGUMENT, Admission, DecisionInbox, decoded, inbound
+    from workflows.inbound import NO_ARGUMENT, Admission, DecisionInbox, decoded, inbound, sent
     from workflows.payloads import (
         BudgetDecision,
         OperatorRequest,
@@ -65,7 +65,7 @@ class AiOrchestrator:
     """Runs one request through fetch -> LLM -> (review) -> embed, with retries and escalation."""
 
     @workflow.init
-    def __init__(self, raw_input: RawValue) -> None:
+    def __init__(self, raw_input: RawValue = NO_ARGUMENT) -> None:
         self._run = RunState()
         self._request: PipelineRequest | None = None
         # A continued run's state, installed only once verify_continuation vouches for it.
@@ -121,7 +121,7 @@ class AiOrchestrator:
         Registered here, before any signal or update is handled: the SDK holds a signal that
         arrives first, and looks an update's handler up only when it runs, after this."""
 
-        async def decide(raw_decision: RawValue) -> RunStatus:
+        async def decide(raw_decision: RawValue = NO_ARGUMENT) -> RunStatus:
             await inbox.submit(raw_decision)
             return run_record.status(self._run)
 
@@ -129,7 +129,7 @@ class AiOrchestrator:
         workflow.set_update_handler(update, decide, validator=inbox.validate)
 
     @workflow.run
-    async def run(self, raw_input: RawValue) -> PipelineResult:
+    async def run(self, raw_input: RawValue = NO_ARGUMENT) -> PipelineResult:
         request = await self._admit()
         handlers: dict[State, Callable[[], Awaitable[None]]] = {
             State.IDLE: self._start,
@@ -370,10 +370,12 @@ class AiOrchestrator:
         waiting for review) is dropped, the state unchanged."""
         if self._admission.defer(lambda: self._operator_action(raw_request, action, field)):
             return
-        try:
-            request = inbound(raw_request, OperatorRequest) if raw_request else OperatorRequest()
-        except errors.InvalidRequest:
-            return
+        request = OperatorRequest()
+        if sent(raw_request):
+            try:
+                request = inbound(raw_request, OperatorRequest)
+            except errors.InvalidRequest:
+                return
         reason = review_desk.operator_reason(self._run, request, action)
         if reason:
             setattr(self._run, field, reason)

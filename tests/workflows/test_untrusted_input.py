@@ -10,12 +10,18 @@ from typing import Any
 
 import pytest
 from temporalio.api.common.v1 import Payload
-from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
+from temporalio.client import (
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
 from temporalio.common import RawValue, RetryPolicy
 
+from aiorch.ops.results import finished
 from tests.builders import attacker_plan
 from tests.history_events import refused_at_once
-from tests.workflows.conftest import Orchestration, new_request_id
+from tests.workflows.conftest import Orchestration, Reply, new_request_id
 from workflows import contract
 from workflows.graph import State
 from workflows.payloads import ContinuedRun, PipelineRequest, RunState
@@ -131,3 +137,41 @@ async def test_a_workflow_retry_policy_is_refused(orch: Orchestration) -> None:
     description = await handle.describe()
     assert description.status == WorkflowExecutionStatus.FAILED
     assert description.run_id == handle.result_run_id
+
+
+async def test_a_start_without_input_fails_the_run_not_the_task(orch: Orchestration) -> None:
+    """`temporal workflow start` without --input: the run fails with one line, at once (a
+    required argument would fail its workflow task on every retry and leave it stuck)."""
+    workflow_id = new_request_id()
+    handle = await orch.client.start_workflow(
+        contract.WORKFLOW_TYPE, id=workflow_id, task_queue=orch.task_queue
+    )
+    orch.handles.append(handle)
+    assert await refused(handle) == "invalid request: nothing was sent"
+
+
+async def test_signals_and_updates_without_an_argument_never_stall_a_run(
+    orch: Orchestration,
+) -> None:
+    """Anyone who can signal may send no argument at all: a review or budget decision without
+    one is refused (counted, or the update rejected) and the run keeps waiting; an operator
+    signal without one acts with its defaults, as the contract says."""
+    orch.fakes.llm_script = [Reply(needs_review=True)]
+    handle = await orch.start(review="auto")
+    await orch.wait_for_state(handle, "await_review")
+
+    await handle.signal(contract.SIGNAL_REVIEW)
+    await handle.signal(contract.SIGNAL_BUDGET_DECISION)
+    with pytest.raises(WorkflowUpdateFailedError) as rejected:
+        await handle.execute_update(contract.UPDATE_SUBMIT_REVIEW)
+    assert "nothing was sent" in str(rejected.value.cause)
+    status = await orch.status(handle)
+    assert status.state == "await_review"
+    assert (status.reviews_refused, status.budget_decisions_refused) == (1, 1)
+
+    await handle.signal(contract.SIGNAL_DEAD_LETTER)
+    result = await finished(handle)
+    assert result.state == "dead_letter"
+    [dead_letter] = orch.fakes.dead_letters
+    assert dead_letter.message.last_error == "dead-lettered by operator"
+    await orch.check_finished(handle, result)
