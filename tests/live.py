@@ -10,7 +10,7 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -105,21 +105,40 @@ def temporal_cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def temporal_workflow_start(
-    stack: LocalStack, workflow_id: str, raw_input: str
+def temporal_workflow(
+    stack: LocalStack, action: str, workflow_id: str, *options: str, inputs: Sequence[str]
 ) -> subprocess.CompletedProcess[str]:
-    """Start the orchestrator through the Temporal CLI with ``raw_input`` sent as it is."""
+    """``temporal workflow ACTION`` on run ``workflow_id``, ``inputs`` sent as they are."""
     return temporal_cli(
         "workflow",
-        "start",
+        action,
         "--address",
         stack.addresses.temporal_address,
+        "--workflow-id",
+        workflow_id,
+        *options,
+        *(part for raw_input in inputs for part in ("--input", raw_input)),
+    )
+
+
+def temporal_workflow_start(
+    stack: LocalStack, workflow_id: str, *raw_inputs: str
+) -> subprocess.CompletedProcess[str]:
+    """Start the orchestrator through the Temporal CLI with ``raw_inputs`` sent as they are."""
+    return temporal_workflow(
+        stack,
+        "start",
+        workflow_id,
         "--type",
         contract.WORKFLOW_TYPE,
         "--task-queue",
         contract.DEFAULT_TASK_QUEUE,
-        "--workflow-id",
-        workflow_id,
-        "--input",
-        raw_input,
+        inputs=raw_inputs,
     )
+
+
+def temporal_workflow_signal(
+    stack: LocalStack, workflow_id: str, name: str, *raw_inputs: str
+) -> subprocess.CompletedProcess[str]:
+    """Signal a run through the Temporal CLI with ``raw_inputs`` sent as they are."""
+    return temporal_workflow(stack, "signal", workflow_id, "--name", name, inputs=raw_inputs)

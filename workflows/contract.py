@@ -18,6 +18,9 @@ SIGNAL_DEAD_LETTER: Final = "dead_letter"
 # An operator's decision on a run waiting in await_budget (approve the overspend or reject).
 SIGNAL_BUDGET_DECISION: Final = "budget_decision"
 UPDATE_DECIDE_BUDGET: Final = "decide_budget"
+# Every signal and update the workflow takes (what the Web UI lists for them).
+SIGNALS: Final = (SIGNAL_REVIEW, SIGNAL_BUDGET_DECISION, SIGNAL_EXPIRE_REVIEW, SIGNAL_DEAD_LETTER)
+UPDATES: Final = (UPDATE_SUBMIT_REVIEW, UPDATE_DECIDE_BUDGET)
 QUERY_STATE: Final = "state"
 QUERY_STATUS: Final = "status"
 

@@ -1,63 +1,58 @@
 """What clients send, decoded inside the workflow: the start input, reviews, operator requests.
 
-Every such payload reaches the workflow undecoded (``RawValue``) and is decoded here, so no
-input of any shape, encoding or size can fail the workflow task (which Temporal would retry
-forever): whatever does not decode or validate raises ``InvalidRequest`` with one printable
-line, and the caller fails the run, refuses the update or counts the signal
-(``DecisionInbox`` does the last two for decisions sent both ways).
+Every such payload reaches the workflow undecoded (``RawValue``), as many arguments as the
+client sent, and is decoded here, so no input of any shape, encoding, size or number can fail
+the workflow task (which Temporal would retry forever): whatever is not exactly one argument
+that decodes and validates raises ``InvalidRequest`` with one printable line, and the caller
+fails the run, refuses the update or counts the signal (``DecisionInbox`` does the last two for
+decisions sent both ways).
 
 Workflow code, passed through the sandbox.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import KW_ONLY, dataclass
 from typing import Any, Final, Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from temporalio import workflow
-from temporalio.api.common.v1 import Payload
 from temporalio.common import RawValue
 
 import workflows.errors as errors
 from workflows.payloads import describe_validation_error, printable
 
 M = TypeVar("M", bound=BaseModel)
-# What a handler or the run gets when the client sent no argument: the SDK calls them with
-# none, and a required parameter would fail the workflow task on every retry (a stuck run).
-NO_ARGUMENT: Final = RawValue(Payload())
 
 
-def sent(raw: RawValue) -> bool:
-    """Whether the client sent an argument at all."""
-    return raw.payload != NO_ARGUMENT.payload
-
-
-def decoded(raw: RawValue) -> Any:
-    """A client's payload, decoded (JSON values, not yet validated).
+def decoded(args: Sequence[RawValue]) -> Any:
+    """A client's one argument, decoded (JSON values, not yet validated).
 
     Raises:
-        errors.InvalidRequest: none was sent, or it does not decode: an unknown or refused
-            encoding, invalid JSON or Unicode, nesting past the decoder's limit.
+        errors.InvalidRequest: none was sent, or more than one, or it does not decode: an
+            unknown or refused encoding, invalid JSON or Unicode, nesting past the decoder's
+            limit.
     """
-    if not sent(raw):
+    if not args:
         raise errors.InvalidRequest("nothing was sent")
+    if len(args) > 1:
+        raise errors.InvalidRequest(f"{len(args)} arguments were sent, not one")
     try:
-        return workflow.payload_converter().from_payload(raw.payload)
+        return workflow.payload_converter().from_payload(args[0].payload)
     except ValidationError as err:
         raise errors.InvalidRequest(describe_validation_error(err)) from None
     except Exception as err:  # whatever a decoder raises, the client gets one line, no loop
         raise errors.InvalidRequest(printable(str(err) or type(err).__name__)) from None
 
 
-def inbound(raw: RawValue, model: type[M]) -> M:
-    """A client's payload, decoded and validated as ``model``.
+def inbound(args: Sequence[RawValue], model: type[M]) -> M:
+    """A client's one argument, decoded and validated as ``model``.
 
     Raises:
-        errors.InvalidRequest: it does not decode, or does not validate.
+        errors.InvalidRequest: not one was sent, or it does not decode, or does not validate.
     """
-    value = decoded(raw)
+    value = decoded(args)
     try:
         return model.model_validate(value)
     except ValidationError as err:
@@ -130,20 +125,20 @@ class DecisionInbox(Generic[D, R]):
     pending: D | None = None
     applied: int = 0
 
-    def signal(self, raw: RawValue = NO_ARGUMENT) -> None:
+    def signal(self, args: Sequence[RawValue]) -> None:
         """The signal: hold the decision, or count the refusal."""
         if self.admission.defer(
-            lambda: self.signal(raw),
+            lambda: self.signal(args),
             overflow=lambda: self.count(self.invalid("too many sent while the run was resuming")),
         ):
             return
-        decision, refused = self._judged(raw)
+        decision, refused = self._judged(args)
         if refused is not None:
             self.count(refused)
             return
         self.pending = decision
 
-    def validate(self, raw: RawValue = NO_ARGUMENT) -> None:
+    def validate(self, args: Sequence[RawValue]) -> None:
         """The update's validator.
 
         Raises:
@@ -152,13 +147,13 @@ class DecisionInbox(Generic[D, R]):
         """
         if not self.admission.admitted:
             raise ValueError("the run is resuming from the run it continued; send it again")
-        _, refused = self._judged(raw)
+        _, refused = self._judged(args)
         if refused is not None:
             raise ValueError(self.reason(refused))
 
-    async def submit(self, raw: RawValue = NO_ARGUMENT) -> None:
+    async def submit(self, args: Sequence[RawValue]) -> None:
         """The update (once validated): hold the decision, and return once it is applied."""
-        decision = inbound(raw, self.model)
+        decision = inbound(args, self.model)
         applied_before = self.applied
         self.pending = decision
         await workflow.wait_condition(lambda: self.applied > applied_before)
@@ -170,9 +165,9 @@ class DecisionInbox(Generic[D, R]):
             self.applied += 1
         return decision
 
-    def _judged(self, raw: RawValue) -> tuple[D | None, R | None]:
+    def _judged(self, args: Sequence[RawValue]) -> tuple[D | None, R | None]:
         try:
-            decision = inbound(raw, self.model)
+            decision = inbound(args, self.model)
         except errors.InvalidRequest as err:
             return None, self.invalid(str(err))
         return decision, self.refusal(decision, self.pending)

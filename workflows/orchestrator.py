@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import Any, Literal, NoReturn
 
@@ -41,7 +41,7 @@ with workflow.unsafe.imports_passed_through():
     import workflows.steps as steps
     from workflows.backoff import full_jitter_delay
     from workflows.graph import Event, State, is_terminal
-    from workflows.inbound import NO_ARGUMENT, Admission, DecisionInbox, decoded, inbound, sent
+    from workflows.inbound import Admission, DecisionInbox, decoded, inbound
     from workflows.payloads import (
         BudgetDecision,
         OperatorRequest,
@@ -52,20 +52,22 @@ with workflow.unsafe.imports_passed_through():
         RunState,
         RunStatus,
         describe_validation_error,
+        printable,
     )
 
 
-@workflow.defn(
-    name=contract.WORKFLOW_TYPE,
-    # A graph violation is a bug in this workflow; fail the run loudly instead of retrying the
-    # workflow task forever.
-    failure_exception_types=[errors.InvalidTransition],
-)
+@workflow.defn(dynamic=True)
 class AiOrchestrator:
-    """Runs one request through fetch -> LLM -> (review) -> embed, with retries and escalation."""
+    """Runs one request through fetch -> LLM -> (review) -> embed, with retries and escalation.
+
+    Dynamic, as its signal and update handlers are: the SDK hands a dynamic workflow its start's
+    arguments raw, however many came, where a named one would fail the workflow task on every
+    retry when they are not exactly as many as it takes (a stuck run). It runs the contract's
+    workflow type only, and fails any other started on its task queue at once.
+    """
 
     @workflow.init
-    def __init__(self, raw_input: RawValue = NO_ARGUMENT) -> None:
+    def __init__(self, raw_inputs: Sequence[RawValue]) -> None:
         self._run = RunState()
         self._request: PipelineRequest | None = None
         # A continued run's state, installed only once verify_continuation vouches for it.
@@ -90,22 +92,25 @@ class AiOrchestrator:
             count=lambda reason: budget_desk.count_refusal(self._run, reason),
             reason=str,
         )
-        self._listen(self._reviews, contract.SIGNAL_REVIEW, contract.UPDATE_SUBMIT_REVIEW)
-        self._listen(self._budgets, contract.SIGNAL_BUDGET_DECISION, contract.UPDATE_DECIDE_BUDGET)
         self._rounds_this_run = 0
         self._after_reedit = False
         # What visibility holds: the AiState the run was started with (a starter sets the
         # state it will first rest in, for free), or a continued run's own (see _admit).
         self._published = run_record.published_at_start()
+        info = workflow.info()
         try:
-            self._request, self._carried = continuation.parse_input(decoded(raw_input))
+            if info.workflow_type != contract.WORKFLOW_TYPE:
+                started = printable(info.workflow_type)
+                raise errors.InvalidRequest(
+                    f"this worker runs {contract.WORKFLOW_TYPE}, not {started}"
+                )
+            self._request, self._carried = continuation.parse_input(decoded(raw_inputs))
         except errors.InvalidRequest as err:
             self._input_problem = f"invalid request: {err}"
             return
         except ValidationError as err:
             self._input_problem = f"invalid request: {describe_validation_error(err)}"
             return
-        info = workflow.info()
         self._input_problem = continuation.start_problem(
             carried=self._carried is not None,
             continued_run_id=info.continued_run_id,
@@ -114,22 +119,14 @@ class AiOrchestrator:
             attempt=info.attempt,
         )
 
-    def _listen(self, inbox: DecisionInbox[Any, Any], signal: str, update: str) -> None:
-        """``inbox`` takes its decision by ``signal`` or by ``update`` (validated first; it
-        answers with the run's status once the decision is applied).
-
-        Registered here, before any signal or update is handled: the SDK holds a signal that
-        arrives first, and looks an update's handler up only when it runs, after this."""
-
-        async def decide(raw_decision: RawValue = NO_ARGUMENT) -> RunStatus:
-            await inbox.submit(raw_decision)
-            return run_record.status(self._run)
-
-        workflow.set_signal_handler(signal, inbox.signal)
-        workflow.set_update_handler(update, decide, validator=inbox.validate)
+    @workflow.dynamic_config
+    def _config(self) -> workflow.DynamicWorkflowConfig:
+        # A graph violation is a bug in this workflow; fail the run loudly instead of retrying
+        # the workflow task forever.
+        return workflow.DynamicWorkflowConfig(failure_exception_types=[errors.InvalidTransition])
 
     @workflow.run
-    async def run(self, raw_input: RawValue = NO_ARGUMENT) -> PipelineResult:
+    async def run(self, raw_inputs: Sequence[RawValue]) -> PipelineResult:
         request = await self._admit()
         handlers: dict[State, Callable[[], Awaitable[None]]] = {
             State.IDLE: self._start,
@@ -159,8 +156,7 @@ class AiOrchestrator:
         await workflow.wait_condition(workflow.all_handlers_finished)
         return run_record.finish(self._run, request)
 
-    # Queries and operator signals (reviews and budget decisions: see _listen): the contract's
-    # names.
+    # Queries, signals and updates: the contract's names.
 
     @workflow.query(name=contract.QUERY_STATE)
     def state(self) -> str:
@@ -170,16 +166,52 @@ class AiOrchestrator:
     def status(self) -> RunStatus:
         return run_record.status(self._run)
 
-    @workflow.signal(name=contract.SIGNAL_EXPIRE_REVIEW)
-    def expire_review(self, raw_request: RawValue = NO_ARGUMENT) -> None:
-        """Operator action: end the current review wait now, exactly as its timeout would."""
-        self._operator_action(raw_request, "review timeout forced", "forced_timeout")
+    # Signals and updates come to one dynamic handler each, which the SDK hands the arguments
+    # raw, however many the client sent. A named handler it would call with all of them, and any
+    # number but the one it takes would fail the workflow task on every retry: a stuck run, which
+    # anyone who can signal could cause.
 
-    @workflow.signal(name=contract.SIGNAL_DEAD_LETTER)
-    def request_dead_letter(self, raw_request: RawValue = NO_ARGUMENT) -> None:
-        """Operator action: time out every review wait now, so the run takes its normal
-        escalate -> dead_letter path (and sends its dead-letter message)."""
-        self._operator_action(raw_request, "dead-lettered", "dead_letter_requested")
+    @workflow.signal(dynamic=True, description=", ".join(contract.SIGNALS))
+    def _signal(self, name: str, args: Sequence[RawValue]) -> None:
+        match name:
+            case contract.SIGNAL_REVIEW:
+                self._reviews.signal(args)
+            case contract.SIGNAL_BUDGET_DECISION:
+                self._budgets.signal(args)
+            case contract.SIGNAL_EXPIRE_REVIEW:
+                # End the current review wait now, exactly as its timeout would.
+                self._operator_action(args, "review timeout forced", "forced_timeout")
+            case contract.SIGNAL_DEAD_LETTER:
+                # Time out every review wait now, so the run takes its normal
+                # escalate -> dead_letter path (and sends its dead-letter message).
+                self._operator_action(args, "dead-lettered", "dead_letter_requested")
+            case _:
+                # Not the contract's: ignored (the name is the sender's text, kept out of logs;
+                # the history shows it).
+                pass
+
+    @workflow.update(dynamic=True, description=", ".join(contract.UPDATES))
+    async def _update(self, name: str, args: Sequence[RawValue]) -> RunStatus:
+        """A review or budget decision (validated first): answers with the run's status once
+        the decision is applied."""
+        await self._inbox(name).submit(args)
+        return run_record.status(self._run)
+
+    @_update.validator
+    def _validate_update(self, name: str, args: Sequence[RawValue]) -> None:
+        self._inbox(name).validate(args)
+
+    def _inbox(self, update: str) -> DecisionInbox[Any, Any]:
+        """The inbox an update's decision goes to.
+
+        Raises:
+            ValueError: the contract has no update of that name (the update is rejected).
+        """
+        if update == contract.UPDATE_SUBMIT_REVIEW:
+            return self._reviews
+        if update == contract.UPDATE_DECIDE_BUDGET:
+            return self._budgets
+        raise ValueError(f"no update named {printable(update)!r}")
 
     # State handlers: each does its state's work and reports one event.
 
@@ -361,19 +393,19 @@ class AiOrchestrator:
 
     def _operator_action(
         self,
-        raw_request: RawValue,
+        args: Sequence[RawValue],
         action: str,
         field: Literal["forced_timeout", "dead_letter_requested"],
     ) -> None:
         """An operator signal: once the run is admitted, record its reason in ``field`` of the
         run's state. Signals cannot be refused: an invalid or untimely one (the run is not
         waiting for review) is dropped, the state unchanged."""
-        if self._admission.defer(lambda: self._operator_action(raw_request, action, field)):
+        if self._admission.defer(lambda: self._operator_action(args, action, field)):
             return
         request = OperatorRequest()
-        if sent(raw_request):
+        if args:
             try:
-                request = inbound(raw_request, OperatorRequest)
+                request = inbound(args, OperatorRequest)
             except errors.InvalidRequest:
                 return
         reason = review_desk.operator_reason(self._run, request, action)

@@ -39,7 +39,7 @@ from tests.live import (
     E2E_WORKER_ENV,
     connect,
     run_script,
-    temporal_cli,
+    temporal_workflow_signal,
     temporal_workflow_start,
 )
 from tests.reviewing import signed
@@ -156,16 +156,10 @@ async def test_the_cli_signs_with_its_key_and_without_one_is_refused(
     )
     assert keyless.returncode == 1 and "review is not signed" in keyless.stderr
     assert "Traceback" not in keyless.stderr
-    temporal = temporal_cli(
-        "workflow",
-        "signal",
-        "--address",
-        stack.addresses.temporal_address,
-        "--workflow-id",
+    temporal = temporal_workflow_signal(
+        stack,
         handle.id,
-        "--name",
         contract.SIGNAL_REVIEW,
-        "--input",
         json.dumps({"decision": "approve", "reviewer": "alice"}),
     )
     assert temporal.returncode == 0, temporal.stderr
@@ -361,23 +355,26 @@ async def start_raw(
 
 
 async def test_bad_shapes_from_the_temporal_cli_close_the_run(stack: LocalStack) -> None:
-    """Whatever the Temporal CLI sends (deep nesting, a lone surrogate, a list, wrong types),
-    the run ends Failed within 10 s, naming the problem; no workflow task loops."""
+    """Whatever the Temporal CLI starts a run with (deep nesting, a lone surrogate, a list,
+    wrong types, two inputs), the run ends Failed within 10 s, naming the problem; no workflow
+    task loops."""
     client = await Client.connect(stack.addresses.temporal_address)
     nested = "[" * 300 + "]" * 300
+    valid = f'{{"request_id": "{new_id()}", "user_message": "hi"}}'
     inputs = {
         "recursion limit exceeded": (
-            f'{{"request_id": "{new_id()}", "metadata": {{"a": {nested}}}}}'
+            f'{{"request_id": "{new_id()}", "metadata": {{"a": {nested}}}}}',
         ),
-        "Invalid JSON": f'{{"request_id": "{new_id()}", "user_message": "\\ud800"}}',
-        "valid dictionary": "[1, 2, 3]",
+        "Invalid JSON": (f'{{"request_id": "{new_id()}", "user_message": "\\ud800"}}',),
+        "valid dictionary": ("[1, 2, 3]",),
         "user_message: Input should be a valid string": (
-            f'{{"request_id": "{new_id()}", "user_message": 42}}'
+            f'{{"request_id": "{new_id()}", "user_message": 42}}',
         ),
+        "2 arguments were sent, not one": (valid, valid),
     }
-    for words, raw_input in inputs.items():
+    for words, raw_inputs in inputs.items():
         workflow_id = new_id()
-        done = temporal_workflow_start(stack, workflow_id, raw_input)
+        done = temporal_workflow_start(stack, workflow_id, *raw_inputs)
         assert done.returncode == 0, done.stderr
         await closes_failed(client, client.get_workflow_handle(workflow_id), words)
     # The worker is still serving: a plain run completes.
@@ -386,6 +383,25 @@ async def test_bad_shapes_from_the_temporal_cli_close_the_run(stack: LocalStack)
         request("still here"),
     )
     assert (await finished(plain)).state == "completed"
+
+
+async def test_signals_with_two_arguments_from_the_temporal_cli_never_stall_a_run(
+    stack: LocalStack, client: Client, key: SigningKey
+) -> None:
+    """`temporal workflow signal --input a --input b` to a waiting run, on every signal of the
+    contract and one it does not have: the run keeps answering and keeps waiting (the review
+    counted as refused), and a signed approval still completes it."""
+    handle = await waiting(client)
+    for signal in (*contract.SIGNALS, "reveiw"):
+        sent = temporal_workflow_signal(
+            stack, handle.id, signal, '{"decision": "approve", "reviewer": "alice"}', "{}"
+        )
+        assert sent.returncode == 0, sent.stderr
+    status = await wait_for_state(handle, "await_review")
+    assert (status.reviews_refused, status.budget_decisions_refused) == (1, 1)
+    assert status.last_refusal is not None and "2 arguments were sent" in status.last_refusal
+    await handle.signal(contract.SIGNAL_REVIEW, await signed(handle, key, "approve", "alice"))
+    assert (await finished(handle)).state == "completed"
 
 
 async def test_no_content_reaches_the_worker_log(

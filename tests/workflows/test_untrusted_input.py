@@ -150,6 +150,26 @@ async def test_a_start_without_input_fails_the_run_not_the_task(orch: Orchestrat
     assert await refused(handle) == "invalid request: nothing was sent"
 
 
+@pytest.mark.parametrize(
+    ("workflow_type", "inputs", "problem"),
+    [
+        (contract.WORKFLOW_TYPE, 2, "2 arguments were sent, not one"),
+        ("Evil", 1, "this worker runs AiOrchestrator, not Evil"),
+    ],
+)
+async def test_a_start_with_two_inputs_or_of_another_type_fails_the_run_not_the_task(
+    orch: Orchestration, workflow_type: str, inputs: int, problem: str
+) -> None:
+    """`temporal workflow start --input a --input b`, or a workflow type this worker does not
+    run started on its task queue: the run fails with one line, at once."""
+    start = request()
+    handle = await orch.client.start_workflow(
+        workflow_type, args=[start] * inputs, id=start["request_id"], task_queue=orch.task_queue
+    )
+    orch.handles.append(handle)
+    assert await refused(handle) == f"invalid request: {problem}"
+
+
 async def test_signals_and_updates_without_an_argument_never_stall_a_run(
     orch: Orchestration,
 ) -> None:
@@ -174,4 +194,40 @@ async def test_signals_and_updates_without_an_argument_never_stall_a_run(
     assert result.state == "dead_letter"
     [dead_letter] = orch.fakes.dead_letters
     assert dead_letter.message.last_error == "dead-lettered by operator"
+    await orch.check_finished(handle, result)
+
+
+async def test_signals_and_updates_with_extra_arguments_or_unknown_names_never_stall_a_run(
+    orch: Orchestration,
+) -> None:
+    """Anyone who can signal may send two arguments, or a name the contract does not have: a
+    decision with two is refused (counted, or the update rejected), an operator signal with two
+    is dropped, an unknown signal is ignored and an unknown update rejected; the run keeps
+    waiting and an approval still completes it."""
+    orch.fakes.llm_script = [Reply(needs_review=True)]
+    handle = await orch.start(review="auto")
+    await orch.wait_for_state(handle, "await_review")
+    approval = {"decision": "approve", "reviewer": "bob"}
+
+    for signal in (contract.SIGNAL_REVIEW, contract.SIGNAL_BUDGET_DECISION):
+        await handle.signal(signal, args=[approval, approval])
+    for signal in (contract.SIGNAL_DEAD_LETTER, contract.SIGNAL_EXPIRE_REVIEW):
+        await handle.signal(signal, args=[{"operator": "eve"}, {}])
+    await handle.signal("reveiw", approval)
+    with pytest.raises(WorkflowUpdateFailedError) as two:
+        await handle.execute_update(contract.UPDATE_SUBMIT_REVIEW, args=[approval, approval])
+    assert "2 arguments were sent, not one" in str(two.value.cause)
+    with pytest.raises(WorkflowUpdateFailedError) as unknown:
+        await handle.execute_update("submit_reveiw", approval)
+    assert "no update named 'submit_reveiw'" in str(unknown.value.cause)
+    status = await orch.status(handle)
+    assert (status.state, status.reviews_refused, status.budget_decisions_refused) == (
+        "await_review",
+        1,
+        1,
+    )
+
+    await handle.signal(contract.SIGNAL_REVIEW, approval)
+    result = await finished(handle)
+    assert result.state == "completed"
     await orch.check_finished(handle, result)
