@@ -460,14 +460,24 @@ class Orchestration:
             await asyncio.sleep(POLL_INTERVAL_S)
         raise AssertionError(f"run never reached {wanted!r}; last status: {status}")
 
+    async def awaiting_review(
+        self, *replies: Reply, **start: Any
+    ) -> WorkflowHandle[Any, PipelineResult]:
+        """A run (review ``auto``, ``start``'s other options) whose LLM answers with ``replies``
+        (by default one that needs review): it waits in await_review now."""
+        self.fakes.llm_script = list(replies or [Reply(needs_review=True)])
+        handle = await self.start(review="auto", **start)
+        await self.wait_for_state(handle, "await_review")
+        return handle
+
     async def escalated(
         self, review_timeout_s: int, reply: Reply | None = None
     ) -> WorkflowHandle[Any, PipelineResult]:
         """A run whose LLM ``reply`` (by default one that needs review) went unreviewed for
         ``review_timeout_s``, crossed in skipped time: it is in escalate now."""
-        self.fakes.llm_script = [reply or Reply(needs_review=True)]
-        handle = await self.start(review="auto", options={"review_timeout_s": review_timeout_s})
-        await self.wait_for_state(handle, "await_review")
+        handle = await self.awaiting_review(
+            reply or Reply(needs_review=True), options={"review_timeout_s": review_timeout_s}
+        )
         await self.env.sleep(timedelta(seconds=review_timeout_s + 1))
         await self.wait_for_state(handle, "escalate")
         return handle

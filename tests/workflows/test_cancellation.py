@@ -11,7 +11,7 @@ from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError, Wor
 from temporalio.exceptions import CancelledError
 
 from tests.history_events import scheduled_activities
-from tests.workflows.conftest import Gate, Orchestration, Reply, rate_limited, step
+from tests.workflows.conftest import Gate, Orchestration, rate_limited, step
 from workflows import contract
 from workflows.payloads import PipelineResult, RunStatus
 
@@ -35,9 +35,7 @@ async def cancel_and_wait(
 async def test_cancel_in_await_review_needs_no_compensation(orch: Orchestration) -> None:
     """Cancelling a run that waits for review ends it Cancelled with an await_review -> cancelled
     entry; nothing was embedded, so delete_embedding is not called."""
-    orch.fakes.llm_script = [Reply(needs_review=True)]
-    handle = await orch.start(review="auto")
-    await orch.wait_for_state(handle, "await_review")
+    handle = await orch.awaiting_review()
 
     status = await cancel_and_wait(orch, handle)
 

@@ -103,9 +103,7 @@ async def test_the_state_a_starter_set_at_start_is_not_published_again(
 async def test_the_review_round_is_published_with_the_review_state(orch: Orchestration) -> None:
     """Waiting for review, the run's AiReviewRound says which round to sign a review for, in
     the same upsert as AiState (one action), so a reviewer needs no query."""
-    orch.fakes.llm_script = [Reply(needs_review=True), Reply(needs_review=True)]
-    handle = await orch.start(review="auto")
-    await orch.wait_for_state(handle, "await_review")
+    handle = await orch.awaiting_review(Reply(needs_review=True), Reply(needs_review=True))
     first = (await handle.describe()).typed_search_attributes.get(contract.AI_REVIEW_ROUND)
     await handle.execute_update(
         contract.UPDATE_SUBMIT_REVIEW,

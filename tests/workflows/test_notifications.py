@@ -108,9 +108,7 @@ async def test_an_operators_dead_letter_tells_no_reviewer(orch: Orchestration) -
     """The operator's dead_letter signal sends the run through escalate to dead_letter; that is
     no escalation for reviewers to hear about, so only the review wait was notified."""
     orch.fakes.plan_overrides = {"notify": True}
-    orch.fakes.llm_script = [Reply(needs_review=True)]
-    handle = await orch.start(review="auto")
-    await orch.wait_for_state(handle, "await_review")
+    handle = await orch.awaiting_review()
     await handle.signal(contract.SIGNAL_DEAD_LETTER, {"operator": "oncall"})
 
     assert (await finished(handle)).state == "dead_letter"

@@ -39,9 +39,7 @@ async def test_dead_letter_signal_sends_the_run_to_the_dead_letter_queue(
 ) -> None:
     """dead_letter in await_review walks await_review -> escalate -> dead_letter at once and
     sends one dead letter whose last_error names the operator."""
-    orch.fakes.llm_script = [Reply(needs_review=True)]
-    handle = await orch.start(review="auto")
-    await orch.wait_for_state(handle, "await_review")
+    handle = await orch.awaiting_review()
 
     await handle.signal(contract.SIGNAL_DEAD_LETTER, {"operator": "oncall"})
     result = await finished(handle)

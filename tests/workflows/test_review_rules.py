@@ -70,9 +70,7 @@ async def test_decision_for_another_round_is_refused(orch: Orchestration) -> Non
 async def test_only_allowed_reviewers_decide(orch: Orchestration) -> None:
     """With options.allowed_reviewers, anyone else is refused by the update and counted (not
     applied) for the signal; an allowed reviewer's decision is applied."""
-    orch.fakes.llm_script = [Reply(needs_review=True)]
-    handle = await orch.start(review="auto", options={"allowed_reviewers": ["alice", "bob"]})
-    await orch.wait_for_state(handle, "await_review")
+    handle = await orch.awaiting_review(options={"allowed_reviewers": ["alice", "bob"]})
 
     message = await refusal(handle, {"decision": "approve", "reviewer": "mallory"})
     assert message == f"reviewer 'mallory' is not allowed to review run {handle.id}"

@@ -166,9 +166,7 @@ async def test_update_validator_names_the_invalid_field(
 ) -> None:
     """An invalid review payload is refused by the validator with 'invalid review: <field>: ...'
     before it reaches the workflow; the run keeps waiting for a valid review."""
-    orch.fakes.llm_script = [Reply(needs_review=True)]
-    handle = await orch.start(review="auto")
-    await orch.wait_for_state(handle, "await_review")
+    handle = await orch.awaiting_review()
 
     message = await refusal(handle, review)
 

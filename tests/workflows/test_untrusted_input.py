@@ -21,7 +21,7 @@ from temporalio.common import RawValue, RetryPolicy
 from aiorch.ops.results import finished
 from tests.builders import attacker_plan
 from tests.history_events import refused_at_once
-from tests.workflows.conftest import Orchestration, Reply, new_request_id
+from tests.workflows.conftest import Orchestration, new_request_id
 from workflows import contract
 from workflows.graph import State
 from workflows.payloads import ContinuedRun, PipelineRequest, RunState
@@ -176,9 +176,7 @@ async def test_signals_and_updates_without_an_argument_never_stall_a_run(
     """Anyone who can signal may send no argument at all: a review or budget decision without
     one is refused (counted, or the update rejected) and the run keeps waiting; an operator
     signal without one acts with its defaults, as the contract says."""
-    orch.fakes.llm_script = [Reply(needs_review=True)]
-    handle = await orch.start(review="auto")
-    await orch.wait_for_state(handle, "await_review")
+    handle = await orch.awaiting_review()
 
     await handle.signal(contract.SIGNAL_REVIEW)
     await handle.signal(contract.SIGNAL_BUDGET_DECISION)
@@ -204,9 +202,7 @@ async def test_signals_and_updates_with_extra_arguments_or_unknown_names_never_s
     decision with two is refused (counted, or the update rejected), an operator signal with two
     is dropped, an unknown signal is ignored and an unknown update rejected; the run keeps
     waiting and an approval still completes it."""
-    orch.fakes.llm_script = [Reply(needs_review=True)]
-    handle = await orch.start(review="auto")
-    await orch.wait_for_state(handle, "await_review")
+    handle = await orch.awaiting_review()
     approval = {"decision": "approve", "reviewer": "bob"}
 
     for signal in (contract.SIGNAL_REVIEW, contract.SIGNAL_BUDGET_DECISION):
