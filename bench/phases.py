@@ -2,6 +2,7 @@
 
 - ``unloaded``: one run at a time, baseline and ours alternating;
 - ``load``: N runs started at once, baseline and ours alternating, for each N;
+- ``profile``: one such batch per side with py-spy on its worker (``bench.profile``);
 - ``sqlite``: baseline and ours on the WAL server and on a default-SQLite server, alternating;
 - ``parked``: runs waiting in ``await_review``, the worker's peak RSS, then a batch approval;
 - ``fault``: a worker SIGKILL and a server crash-restart while a batch runs;
@@ -16,6 +17,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -25,6 +27,7 @@ from temporalio.client import Client
 
 from aiorch.ops.batch import review_all_with_progress, waiting_runs
 from aiorch.ops.visibility import CLOSED, state_is
+from bench import profile as spy
 from bench.load import (
     BASELINE,
     OURS,
@@ -119,6 +122,37 @@ async def load(
                 f"lost {figures.lost}, failed {figures.failed}"
             )
     return batches
+
+
+async def profile(
+    client: Client, stack: BenchStack, n: int, timeout_s: float, data_dir: Path, log: Log
+) -> dict[str, Any]:
+    """One batch of ``n`` per side with py-spy on that side's worker: GIL-held milliseconds per
+    run by component (``bench.profile``), or why it was skipped."""
+    executable = spy.py_spy()
+    if executable is None:
+        return {"skipped": "py-spy is not installed (pip install -e '.[bench]')"}
+    by_side: dict[str, Counter[str]] = {}
+    failed = 0
+    for target in (BASELINE, OURS):
+        await settle()
+        pids = _pids(stack, target)
+        output = data_dir / f"profile-{target.name}.txt"
+        try:
+            with spy.sampling(executable, pids["worker"], output):
+                figures = await run_batch(client, target, n, pids, timeout_s=timeout_s)
+        except spy.ProfilerFailed as err:
+            log(f"profile skipped: {err}")
+            skipped = f"py-spy could not sample the {target.name} worker: {err}"
+            return {"skipped": skipped, "lost_or_failed": failed}
+        failed += figures.lost + figures.failed
+        with output.open() as raw:
+            by_side[target.name] = spy.samples_by_component(raw)
+        log(
+            f"profile N={n} {target.name}: {sum(by_side[target.name].values())} samples, "
+            f"{figures.runs_per_s:.1f} runs/s with the profiler attached"
+        )
+    return {**spy.report_json(n, by_side), "lost_or_failed": failed}
 
 
 async def sqlite_settings(

@@ -112,6 +112,33 @@ def table(
     return grid
 
 
+def profile_table(profiled: dict[str, Any]) -> Table:
+    """The profile phase (``bench.profile``): GIL-held ms per run by component, per side."""
+    grid = Table(
+        title=f"where each worker's Python time goes (py-spy --gil, N={profiled['n']}, ms per run)",
+        title_justify="left",
+    )
+    for column in ("component", "baseline", "ours", "ours - baseline"):
+        grid.add_column(column)
+    sides = profiled["gil_ms_per_run"]
+    for label, excess in profiled["ours_minus_baseline_ms_per_run"].items():
+        grid.add_row(
+            label,
+            _fmt(sides["baseline"].get(label, 0.0)),
+            _fmt(sides["ours"].get(label, 0.0)),
+            f"{excess:+.2f}",
+        )
+    totals = {name: sum(figures.values()) for name, figures in sides.items()}
+    grid.add_section()
+    grid.add_row(
+        "total",
+        _fmt(totals["baseline"]),
+        _fmt(totals["ours"]),
+        f"{totals['ours'] - totals['baseline']:+.2f}",
+    )
+    return grid
+
+
 def has_rows(grid: Table) -> bool:
     """Whether a table has anything to show."""
     return grid.row_count > 0

@@ -8,6 +8,8 @@ embedded default runs), the LLM simulator answering at once, and these phases in
    at ``--price-per-million-actions`` (``bench.actions``); first, while nothing else has run;
 2. unloaded single-run latency, baseline and ours alternating;
 3. for each N: N runs started at once, baseline and ours alternating, ``--reps`` times;
+3a. one batch of the largest N per side with py-spy on its worker, when installed: where each
+   worker's Python time goes, in milliseconds per run by component (``bench.profile``);
 4. the same dev server with SQLite's default settings against the WAL default (baseline and
    ours, N = ``--sqlite-n``), alternating;
 5. ``--parked`` runs waiting in ``await_review``: the worker's peak RSS, then all approved through
@@ -60,13 +62,14 @@ from bench.report import (
     compare_batches,
     figure_json,
     print_report,
+    profile_table,
     show,
     table,
 )
 from bench.stack import PROJECT_ROOT, BenchStack
 from bench.stats import Figure, ratio
 
-PHASES = ("actions", "unloaded", "load", "sqlite", "parked", "fault", "peer")
+PHASES = ("actions", "unloaded", "load", "profile", "sqlite", "parked", "fault", "peer")
 
 
 @dataclass(frozen=True)
@@ -185,6 +188,7 @@ async def _bench(options: Options, data_dir: Path, console: Console) -> dict[str
     checks: list[Check] = []
     cost_checks: list[Check] = []
     cost_tables: list[Table] = []
+    profile_tables: list[Table] = []
     with BenchStack(data_dir) as stack:
         log(f"stack up: dev server {stack.address} (WAL), workers for baseline and ours")
         client = await Client.connect(stack.address, plugins=[AiOrchestratorPlugin(settings)])
@@ -239,6 +243,16 @@ async def _bench(options: Options, data_dir: Path, console: Console) -> dict[str
                     throughput.median >= MIN_THROUGHPUT_RATIO,
                 )
             )
+
+        if "profile" not in options.skip:
+            top = max(options.ns)
+            profiled = await phases.profile(client, stack, top, options.timeout_s, data_dir, log)
+            report["profile"] = profiled
+            failed += profiled.get("lost_or_failed", 0)
+            if "skipped" in profiled:
+                extra.append(("worker profile (py-spy)", "skipped", profiled["skipped"][:60], ""))
+            else:
+                profile_tables.append(profile_table(profiled))
 
         if "sqlite" not in options.skip:
             sqlite = await phases.sqlite_settings(
@@ -379,6 +393,7 @@ async def _bench(options: Options, data_dir: Path, console: Console) -> dict[str
             *cost_tables,
             checks_table(cost_checks, "cost per run (issue 16)"),
             table(title, unloaded, loads, extra),
+            *profile_tables,
             checks_table(checks),
         ],
     )

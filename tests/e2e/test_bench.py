@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from bench.profile import py_spy
 from tests.live import ROOT
 
 FIGURE_KEYS = {
@@ -28,7 +29,7 @@ FIGURE_KEYS = {
     "history_events",
 }
 RANGE_KEYS = {"median", "min", "max", "values"}
-TIMED_PHASES = ("unloaded", "load", "sqlite", "parked", "fault", "peer")
+TIMED_PHASES = ("unloaded", "load", "profile", "sqlite", "parked", "fault", "peer")
 PATHS = ("happy", "review", "retry")
 ACTIONS_KS = (5, 10)  # two batch sizes: exact counts per run must not depend on it
 PRICE = 25.0  # not the default (50), to see that the price given is the one used
@@ -82,6 +83,12 @@ def test_quick_bench_reports_every_figure(quick_report: tuple[dict[str, Any], st
         assert parked[key] > 0
     assert report["fault"]["n"] == 10
     assert "runs_per_s" in report["peer_langgraph"] or "skipped" in report["peer_langgraph"]
+    profiled = report["profile"]
+    if py_spy() is None:  # the bench extra is not installed here: the phase says so
+        assert profiled == {"skipped": "py-spy is not installed (pip install -e '.[bench]')"}
+    else:
+        assert profiled["n"] == 10 and profiled["lost_or_failed"] == 0
+        assert sum(profiled["gil_ms_per_run"]["ours"].values()) > 0
     machine = report["machine"]
     assert machine["cores"] >= 1 and len(machine["load_average"]) == 3
     assert machine["versions"]["temporalio"]
@@ -151,7 +158,7 @@ def test_actions_phase_runs_alone(
     the actions per run and the cost checks before anything else."""
     report, printed = actions_reports[5]
     assert set(report["options"]["skipped"]) == set(TIMED_PHASES)
-    for phase in ("unloaded_ms", "load", "sqlite", "parked", "fault", "peer_langgraph"):
+    for phase in ("unloaded_ms", "load", "profile", "sqlite", "parked", "fault", "peer_langgraph"):
         assert phase not in report
     assert report["lost"] == report["failed"] == 0
     assert report["actions"]["k"] == 5
