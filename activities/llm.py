@@ -40,6 +40,7 @@ from workflows.payloads import DEFAULT_TENANT, LlmCallInput, LlmCallResult, LlmR
 
 _FENCE = re.compile(r"^\s*```(?:json)?\s*\n(?P<body>.*?)\n\s*```\s*$", re.DOTALL)
 PERMANENT_STATUSES = frozenset({400, 401, 403, 404, 422})
+REFUSAL_DETAIL_CHARS = 1000  # a refusal is a sentence or two; the details are bounded anyway
 
 
 def idempotency_key(call: LlmCallInput) -> str:
@@ -157,9 +158,12 @@ def reply_from_completion(completion: ChatCompletion) -> LlmReply:
             type=errors.LLM_REFUSED,
             non_retryable=True,
         )
-    if choice.message.refusal:
+    if refusal := choice.message.refusal:
+        # The refusal is the model's text, like a reply: never in the message (worker logs),
+        # only in the details, a payload that payload encryption covers.
         raise ApplicationError(
-            f"the model refused: {choice.message.refusal[:200]}",
+            f"the model refused ({len(refusal)} characters; the text is in the details)",
+            refusal[:REFUSAL_DETAIL_CHARS],
             type=errors.LLM_REFUSED,
             non_retryable=True,
         )

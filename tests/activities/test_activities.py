@@ -19,6 +19,7 @@ from activities.llm import LlmActivities
 from activities.prompt import InputLoader, PromptActivities
 from activities.vectors import VectorActivities, point_id
 from aiorch.devstack.llm_simulator import running_simulator
+from aiorch.devstack.llm_simulator.replies import REFUSAL_TEXT
 from aiorch.runtime.config import Settings
 from tests.activities.llm_calls import call
 from workflows import errors
@@ -142,6 +143,20 @@ async def test_invoke_llm_classifies_provider_failures(
     assert info.value.non_retryable is permanent
     if "retry_after=2" in directive:
         assert info.value.next_retry_delay == timedelta(seconds=2)
+
+
+async def test_a_refusal_is_in_the_details_never_in_the_message(llm: AsyncOpenAI) -> None:
+    """The model's refusal is its own text, which may quote the request: the message (what the
+    SDK logs in plain text when the activity fails) only counts it; the details, a payload the
+    codec encrypts, carry it."""
+    activity = LlmActivities(llm, InputLoader(), timeout_s=10)
+    with pytest.raises(ApplicationError) as info:
+        await ActivityEnvironment().run(activity.invoke_llm, call("Q [sim:refusal]"))
+    assert REFUSAL_TEXT not in str(info.value)
+    assert info.value.message == (
+        f"the model refused ({len(REFUSAL_TEXT)} characters; the text is in the details)"
+    )
+    assert info.value.details == (REFUSAL_TEXT,)
 
 
 async def test_fenced_reply_is_unwrapped(llm: AsyncOpenAI) -> None:

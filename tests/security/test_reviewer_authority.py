@@ -28,6 +28,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
+from aiorch.devstack.llm_simulator.replies import REFUSAL_TEXT
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops.results import finished
 from aiorch.ops.signing import SigningKey
@@ -409,13 +410,26 @@ async def test_no_content_reaches_the_worker_log(
 ) -> None:
     """Payload encryption does not cover logs, so with content capture off the worker logs
     neither model output (a malformed reply that quotes the request is retried, and its error
-    says only how long it was) nor text a signal sender chose (refused reviews are counted)."""
+    says only how long it was; a refusal's text is only in the failure's details) nor text a
+    signal sender chose (refused reviews are counted)."""
     canary = f"canary-{new_id()}"
     malformed = await start(client, request(f"{canary} [sim:malformed:times=1]"))
     assert (await finished(malformed)).state == "completed"
     status = await status_of(malformed)
     retry = next(e for e in status.history if e.event == "retryable_error")
     assert canary not in (retry.detail or "") and "characters" in (retry.detail or "")
+
+    refused = await start(client, request(f"{canary} [sim:refusal]"))
+    assert (await finished(refused)).state == "failed"
+    assert REFUSAL_TEXT not in (await status_of(refused)).model_dump_json()
+    failure = next(
+        e.activity_task_failed_event_attributes.failure
+        for e in (await refused.fetch_history()).events
+        if e.HasField("activity_task_failed_event_attributes")
+    )
+    assert REFUSAL_TEXT not in failure.message
+    details = failure.application_failure_info.details.payloads
+    assert await DATA_CONVERTER.decode(details) == [REFUSAL_TEXT]
 
     handle = await waiting(client)
     await handle.signal(
@@ -425,4 +439,5 @@ async def test_no_content_reaches_the_worker_log(
     assert (await wait_until_refused(handle, 2)).last_refusal is not None
     await handle.signal(contract.SIGNAL_REVIEW, await signed(handle, key, "approve", "alice"))
     await handle.result()
-    assert canary not in stack.processes["worker"].log_text()
+    log = stack.processes["worker"].log_text()
+    assert canary not in log and REFUSAL_TEXT not in log
