@@ -32,15 +32,15 @@ ATTACH_S = 0.5  # py-spy refuses a process it may not trace within this
 
 @dataclass(frozen=True)
 class Component:
-    """Samples whose stack has every frame text in ``all_of`` and, if given, one of ``any_of``."""
+    """Samples whose stack has one of the frame texts in ``any_of`` and every one in ``all_of``."""
 
     label: str
     any_of: tuple[str, ...]
     all_of: tuple[str, ...] = ()
 
     def matches(self, stack: str) -> bool:
-        return all(text in stack for text in self.all_of) and (
-            not self.any_of or any(text in stack for text in self.any_of)
+        return any(text in stack for text in self.any_of) and all(
+            text in stack for text in self.all_of
         )
 
 
@@ -137,7 +137,8 @@ def _why(err: str | None, returncode: int | None) -> str:
 
 
 def report_json(runs: int, by_side: dict[str, Counter[str]]) -> dict[str, Any]:
-    """The phase's JSON: per side the samples and ms per run by component, and ours' excess."""
+    """The phase's JSON: per side (``baseline``, ``ours``) the samples and ms per run by
+    component, and ours' excess."""
     sides = {name: ms_per_run(counts, runs) for name, counts in by_side.items()}
     labels = [label for label in ORDER if any(label in figures for figures in sides.values())]
     return {
@@ -146,7 +147,7 @@ def report_json(runs: int, by_side: dict[str, Counter[str]]) -> dict[str, Any]:
         "samples": {name: sum(counts.values()) for name, counts in by_side.items()},
         "gil_ms_per_run": sides,
         "ours_minus_baseline_ms_per_run": {
-            label: sides.get("ours", {}).get(label, 0.0) - sides.get("baseline", {}).get(label, 0.0)
+            label: sides["ours"].get(label, 0.0) - sides["baseline"].get(label, 0.0)
             for label in labels
         },
     }
