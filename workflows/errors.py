@@ -38,6 +38,8 @@ class InvalidRequest(OrchestratorError):
 
 # Stable ApplicationError type names (wire contract: never rename).
 INVALID_REQUEST = "InvalidRequest"
+# A review or budget decision the run refused (the update fails with the reason).
+DECISION_REFUSED = "DecisionRefused"
 INPUT_UNAVAILABLE = "InputUnavailable"
 # A referenced input could not be fetched for a passing reason (S3 throttling, 5xx, timeouts).
 INPUT_FETCH_FAILED = "InputFetchFailed"

@@ -19,6 +19,7 @@ from typing import Any, Final, Generic, TypeVar
 from pydantic import BaseModel, ValidationError
 from temporalio import workflow
 from temporalio.common import RawValue
+from temporalio.exceptions import ApplicationError
 
 import workflows.errors as errors
 from workflows.payloads import describe_validation_error, printable
@@ -67,10 +68,10 @@ R = TypeVar("R")
 
 
 class Admission:
-    """Whether the run's state is in place. Until it is, every signal is held, in the order the
-    signals came (reviews, budget decisions and operator actions alike), and delivered once it is.
+    """Whether the run's state is in place. Until it is, every decision and operator action is
+    held, in the order it came (signals and updates alike), and delivered once it is.
 
-    Until then a signal would be judged against a blank state: a review or an operator's
+    Until then a decision would be judged against a blank state: a review or an operator's
     action sent in the instant a run continues as new would be refused or dropped by the new
     run before the carried state (its round, its reviewers, its review wait) is installed.
     """
@@ -79,26 +80,35 @@ class Admission:
         self.admitted = False
         self._held: list[Callable[[], None]] = []
 
+    @property
+    def full(self) -> bool:
+        """True when nothing more can be held (``HELD_BEFORE_ADMISSION`` are)."""
+        return not self.admitted and len(self._held) >= HELD_BEFORE_ADMISSION
+
     def defer(
         self, deliver: Callable[[], None], overflow: Callable[[], None] | None = None
     ) -> bool:
         """Before admission: hold ``deliver`` until then, or, with ``HELD_BEFORE_ADMISSION``
-        signals already held, call ``overflow`` instead (None: drop it); True either way.
-        Once admitted: False, and the caller handles its signal now."""
+        already held, call ``overflow`` instead (None: drop it); True either way.
+        Once admitted: False, and the caller handles its decision now."""
         if self.admitted:
             return False
-        if len(self._held) < HELD_BEFORE_ADMISSION:
+        if not self.full:
             self._held.append(deliver)
         elif overflow is not None:
             overflow()
         return True
 
     def admit(self) -> None:
-        """The run's state is in place: deliver the held signals, in order."""
+        """The run's state is in place (or the run will not start): deliver what was held, in
+        order."""
         self.admitted = True
         held, self._held = self._held, []
         for deliver in held:
             deliver()
+
+
+OVERFLOW: Final = "too many sent while the run was resuming"
 
 
 @dataclass(eq=False)
@@ -107,11 +117,14 @@ class DecisionInbox(Generic[D, R]):
     judged by one set of rules for both, and held until the run applies it.
 
     The update's validator refuses what the rules refuse (nothing enters history); the signal,
-    which cannot be refused, counts it and does not act on it. ``R`` is the desk's refusal.
+    which cannot be refused, counts it and does not act on it. Before the run is admitted, both
+    wait: the validator refuses only what does not decode, and the decision is judged, in the
+    order it came, once the run's state is in place; an update the rules refuse then fails
+    with the same reason. ``R`` is the desk's refusal.
     """
 
     model: type[D]
-    # The run's, which holds signals until its state is in place.
+    # The run's, which holds decisions until its state is in place.
     admission: Admission
     _: KW_ONLY
     # Why the rules refuse a decision now, given the one pending (None: they do not).
@@ -123,40 +136,65 @@ class DecisionInbox(Generic[D, R]):
     # A refusal's sentence, for the update's caller.
     reason: Callable[[R], str]
     pending: D | None = None
+    # Decisions accepted and applied so far: an update waits until its own is applied.
+    accepted: int = 0
     applied: int = 0
 
     def signal(self, args: Sequence[RawValue]) -> None:
         """The signal: hold the decision, or count the refusal."""
         if self.admission.defer(
             lambda: self.signal(args),
-            overflow=lambda: self.count(self.invalid("too many sent while the run was resuming")),
+            overflow=lambda: self.count(self.invalid(OVERFLOW)),
         ):
             return
-        decision, refused = self._judged(args)
+        _, refused = self._accept(args)
         if refused is not None:
             self.count(refused)
-            return
-        self.pending = decision
 
     def validate(self, args: Sequence[RawValue]) -> None:
         """The update's validator.
 
         Raises:
-            ValueError: the rules refuse the decision (the update is rejected with the reason),
-                or the run is not admitted yet (the sender may send it again in a moment).
+            ApplicationError: ``DecisionRefused`` (non-retryable): the rules refuse the
+                decision (the update is rejected with the reason); before admission, only a
+                decision that does not decode, or one too many held.
         """
-        if not self.admission.admitted:
-            raise ValueError("the run is resuming from the run it continued; send it again")
-        _, refused = self._judged(args)
+        if self.admission.admitted:
+            _, refused = self._judged(args)
+        else:
+            refused = self._undecodable(args)
+            if refused is None and self.admission.full:
+                refused = self.invalid(OVERFLOW)
         if refused is not None:
-            raise ValueError(self.reason(refused))
+            raise self._refused(refused)
 
     async def submit(self, args: Sequence[RawValue]) -> None:
-        """The update (once validated): hold the decision, and return once it is applied."""
-        decision = inbound(args, self.model)
-        applied_before = self.applied
-        self.pending = decision
-        await workflow.wait_condition(lambda: self.applied > applied_before)
+        """The update (once validated): judge the decision (once the run is admitted), hold it,
+        and return once it is applied.
+
+        Raises:
+            ApplicationError: ``DecisionRefused`` (non-retryable): the rules refused it once
+                the run's state was in place.
+        """
+        if self.admission.admitted:
+            # The validator judged it a moment ago, against this state (its verdict is not
+            # asked again: it is not replayed). Unless another update validated in the same
+            # moment got here first, it is held at once, with no await before.
+            if self.pending is None:
+                ticket, refused = self._hold(inbound(args, self.model)), None
+            else:
+                ticket, refused = self._accept(args)
+        else:
+            verdicts: list[tuple[int, R | None]] = []
+            self.admission.defer(
+                lambda: verdicts.append(self._accept(args)),
+                overflow=lambda: verdicts.append((0, self.invalid(OVERFLOW))),
+            )
+            await workflow.wait_condition(lambda: bool(verdicts))
+            [(ticket, refused)] = verdicts
+        if refused is not None:
+            raise self._refused(refused)
+        await workflow.wait_condition(lambda: self.applied >= ticket)
 
     def take(self) -> D | None:
         """The held decision, if any, now being applied (it wakes the update that sent it)."""
@@ -165,9 +203,36 @@ class DecisionInbox(Generic[D, R]):
             self.applied += 1
         return decision
 
+    def _accept(self, args: Sequence[RawValue]) -> tuple[int, R | None]:
+        """Judge a decision now: hold it and return its ticket (see `_hold`), or return its
+        refusal."""
+        decision, refused = self._judged(args)
+        if refused is not None or decision is None:
+            return 0, refused
+        return self._hold(decision), None
+
+    def _hold(self, decision: D) -> int:
+        """Hold a decision the rules accept; its ticket: the count of decisions accepted, which
+        the count applied reaches once it is applied."""
+        self.pending = decision
+        self.accepted += 1
+        return self.accepted
+
     def _judged(self, args: Sequence[RawValue]) -> tuple[D | None, R | None]:
         try:
             decision = inbound(args, self.model)
         except errors.InvalidRequest as err:
             return None, self.invalid(str(err))
         return decision, self.refusal(decision, self.pending)
+
+    def _undecodable(self, args: Sequence[RawValue]) -> R | None:
+        try:
+            inbound(args, self.model)
+        except errors.InvalidRequest as err:
+            return self.invalid(str(err))
+        return None
+
+    def _refused(self, refused: R) -> ApplicationError:
+        return ApplicationError(
+            self.reason(refused), type=errors.DECISION_REFUSED, non_retryable=True
+        )

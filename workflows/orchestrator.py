@@ -73,8 +73,8 @@ class AiOrchestrator:
         # A continued run's state, installed only once verify_continuation vouches for it.
         self._carried: RunState | None = None
         self._input_problem: str | None = None
-        # Signals wait for the run's state (see _admit); reviews and budget decisions come by
-        # signal or update, each under one set of rules.
+        # Signals and updates wait for the run's state (see _admit); reviews and budget
+        # decisions come by signal or update, each under one set of rules.
         self._admission = Admission()
         self._reviews = DecisionInbox(
             ReviewDecision,
@@ -347,6 +347,9 @@ class AiOrchestrator:
             else:
                 self._input_problem = f"carried state refused: {verdict.reason}"
         if self._input_problem is not None or self._request is None:
+            # What was held is judged against the blank state, so no update waits on a run
+            # that will not start.
+            self._admission.admit()
             problem = self._input_problem or "invalid request"
             raise ApplicationError(problem, type=errors.INVALID_REQUEST, non_retryable=True)
         if self._carried is None:

@@ -7,6 +7,7 @@ time), and with the worker's pass-through of the ``workflows`` package
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -35,12 +36,20 @@ def test_histories_are_recorded() -> None:
     } <= names
 
 
+def recorded(path: Path) -> WorkflowHistory:
+    """The history at ``path``, under the workflow id it ran with (rules that name the run, such
+    as a signed review's, judge it as they did)."""
+    text = path.read_text(encoding="utf-8")
+    started = json.loads(text)["events"][0]["workflowExecutionStartedEventAttributes"]
+    return WorkflowHistory.from_json(started["workflowId"], text)
+
+
 @pytest.mark.parametrize("runner", RUNNERS)
 @pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])
 async def test_history_replays_without_nondeterminism(path: Path, runner: str) -> None:
     """Replaying a recorded run raises no nondeterminism error (nor a sandbox restriction): the
     code still issues the same commands in the same order."""
-    history = WorkflowHistory.from_json(path.stem, path.read_text(encoding="utf-8"))
+    history = recorded(path)
     replayer = Replayer(
         workflows=[AiOrchestrator],
         plugins=[AiOrchestratorPlugin(pass_workflows=RUNNERS[runner])],
