@@ -35,7 +35,7 @@ from aiorch.runtime.capacity import ProviderSignal
 from aiorch.runtime.config import PriceTable
 from aiorch.runtime.genai import OPERATION_CHAT, CallRecord, GenAiTelemetry, text_messages
 from workflows import contract, errors
-from workflows.observability import METRIC_LLM_COST, METRIC_LLM_TOKENS
+from workflows.engine.observability import METRIC_LLM_COST, METRIC_LLM_TOKENS
 from workflows.payloads import DEFAULT_TENANT, LlmCallInput, LlmCallResult, LlmReply, TokenUsage
 
 _FENCE = re.compile(r"^\s*```(?:json)?\s*\n(?P<body>.*?)\n\s*```\s*$", re.DOTALL)

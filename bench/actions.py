@@ -55,7 +55,7 @@ from bench.baseline import BASELINE_APPROVE_UPDATE
 from bench.load import BASELINE, OURS, Batch, BenchError, Target, retrying
 from bench.server_metrics import difference, settled_actions
 from workflows import contract
-from workflows.graph import State
+from workflows.llm.graph import State
 from workflows.payloads import ReviewDecision
 
 Log = Callable[[str], None]
@@ -130,7 +130,7 @@ async def _waits_for_review(client: Client, target: Target, run_id: str) -> bool
     if target is OURS:
         # Describe reads the run's current search attributes, the AiState visibility shows.
         described = await retrying(handle.describe)
-        return described.typed_search_attributes.get(contract.AI_STATE) == State.AWAIT_REVIEW.value
+        return bool(described.typed_search_attributes.get(contract.AI_STATE) == State.AWAIT_REVIEW)
     # The baseline has no state to show: it waits once its LLM step (the second activity)
     # has completed and its worker has nothing left to do.
     history = await retrying(handle.fetch_history)

@@ -46,7 +46,7 @@ from bench.load import (
 )
 from bench.procstat import busy_fraction, peak_rss_mib, reset_peak_rss, rss_mib
 from bench.stack import PROJECT_ROOT, BenchStack
-from workflows.graph import State
+from workflows.llm.graph import State
 from workflows.payloads import ReviewDecision
 
 Log = Callable[[str], None]

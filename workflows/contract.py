@@ -23,6 +23,8 @@ SIGNALS: Final = (SIGNAL_REVIEW, SIGNAL_BUDGET_DECISION, SIGNAL_EXPIRE_REVIEW, S
 UPDATES: Final = (UPDATE_SUBMIT_REVIEW, UPDATE_DECIDE_BUDGET)
 QUERY_STATE: Final = "state"
 QUERY_STATUS: Final = "status"
+# What a reviewer sees of a run, as its pipeline shows it (the review inbox asks it).
+QUERY_REVIEW_VIEW: Final = "review_view"
 
 SEARCH_ATTRIBUTE_STATE: Final = "AiState"
 SEARCH_ATTRIBUTE_STATE_SINCE: Final = "AiStateSince"

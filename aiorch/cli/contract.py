@@ -1,4 +1,5 @@
-"""The contract, printed from code: the state graph and the payloads' JSON schemas."""
+"""The contract, printed from code: each pipeline's state graph and the payloads' JSON
+schemas."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Annotated
 import typer
 
 from aiorch.cli.output import print_error
-from workflows.graph import to_dot, to_mermaid
+from aiorch.ops import pipelines
 from workflows.payloads import ALL_MODELS
 
 
@@ -20,9 +21,17 @@ class GraphFormat(StrEnum):
 
 def graph(
     fmt: Annotated[GraphFormat, typer.Option("--format", help="output format")] = GraphFormat.DOT,
+    pipeline: Annotated[
+        str, typer.Option(help=f"the pipeline ({', '.join(pipelines.names())})")
+    ] = pipelines.DEFAULT_PIPELINE,
 ) -> None:
-    """Print the state graph as Graphviz DOT or Mermaid (generated from workflows/graph.py)."""
-    typer.echo(to_dot() if fmt is GraphFormat.DOT else to_mermaid(), nl=False)
+    """Print a pipeline's state graph as Graphviz DOT or Mermaid (generated from its code)."""
+    try:
+        chosen = pipelines.named(pipeline).graph
+    except pipelines.UnknownPipeline as err:
+        print_error(str(err))
+        raise typer.Exit(1) from None
+    typer.echo(chosen.to_dot() if fmt is GraphFormat.DOT else chosen.to_mermaid(), nl=False)
 
 
 def schema(

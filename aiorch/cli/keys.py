@@ -13,7 +13,7 @@ import typer
 from aiorch.cli.output import CliError, command_group, one_line_errors
 from aiorch.ops.signing import SigningKey
 from aiorch.runtime.codec import new_key
-from workflows.identity import KeySpecError, parse_review_keys
+from workflows.engine.identity import KeySpecError, parse_review_keys
 
 keys_app = command_group("Make keys: a payload encryption key, or a reviewer's signing key pair.")
 

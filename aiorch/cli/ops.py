@@ -13,14 +13,14 @@ from rich.progress import Progress
 from rich.table import Table
 from temporalio.client import Client
 
+from aiorch.cli import choices
 from aiorch.cli.output import CliError, one_line_errors, out
 from aiorch.cli.session import run_async
-from aiorch.ops import codec_server
+from aiorch.ops import codec_server, pipelines
 from aiorch.ops.durations import format_duration, parse_duration
 from aiorch.ops.stats import DurationSummary, RunStats, collect_stats
 from aiorch.ops.stuck import StuckAction, StuckRun, applies, apply_action, find_stuck
 from aiorch.runtime.config import Settings, load_settings
-from workflows.graph import TERMINAL_STATES, State
 
 # --before: a date, or a date and time with or without fractions and a UTC offset (or Z).
 ISO_8601 = [
@@ -45,10 +45,18 @@ def _mean_text(value: DurationSummary, what: str) -> str:
 
 
 def _stats_json(result: RunStats) -> str:
+    states: dict[str, dict[str, int]] = {}
+    by_pipeline: dict[str, dict[str, dict[str, int]]] = {}
+    for c in result.states:
+        total = states.setdefault(c.state, {"open": 0, "closed": 0})
+        total["open"] += c.open
+        total["closed"] += c.closed
+        by_pipeline.setdefault(c.pipeline, {})[c.state] = {"open": c.open, "closed": c.closed}
     return json.dumps(
         {
             "total": result.total,
-            "states": {c.state: {"open": c.open, "closed": c.closed} for c in result.states},
+            "states": states,
+            "pipelines": by_pipeline,
             "processing_s": {k: _seconds(v) for k, v in result.processing.items()},
             "approval_delay_s": _seconds(result.approval_delay),
             "approvals": result.approval_delay.samples,
@@ -69,15 +77,15 @@ def stats(
         out.print_json(_stats_json(result))
         return
     table = Table(title=f"{result.total} run(s) by state")
-    for column in ("state", "open", "closed", "total"):
-        table.add_column(column, justify="left" if column == "state" else "right")
+    for column in ("pipeline", "state", "open", "closed", "total"):
+        table.add_column(column, justify="left" if column in ("pipeline", "state") else "right")
     for row in result.states:
-        table.add_row(row.state, str(row.open), str(row.closed), str(row.total))
+        table.add_row(row.pipeline, row.state, str(row.open), str(row.closed), str(row.total))
     if result.without_state:
-        table.add_row("(no AiState)", "", "", str(result.without_state))
+        table.add_row("", "(no AiState)", "", "", str(result.without_state))
     out.print(table)
-    outcomes = [s for s in State if s in TERMINAL_STATES]  # in the graph's order
-    out.print("  ".join(f"{s.value}: {result.count(s)}" for s in outcomes))
+    ends = sorted(pipelines.terminal_states())
+    out.print("  ".join(f"{state}: {result.count(state)}" for state in ends))
     overall = result.processing.get("all", DurationSummary(None, 0))
     out.print(f"average processing time: {_mean_text(overall, 'finished runs')}")
     out.print(f"average approval delay: {_mean_text(result.approval_delay, 'approvals')}")
@@ -124,7 +132,9 @@ def stuck(
             "(ISO 8601, UTC unless it says otherwise; e.g. when an incident began)",
         ),
     ] = None,
-    state: Annotated[State | None, typer.Option(help="only runs in this state")] = None,
+    state: Annotated[
+        str | None, typer.Option(callback=choices.state, help=choices.STATE_HELP)
+    ] = None,
     action: Annotated[StuckAction, typer.Option(help="what to do with them")] = StuckAction.NONE,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="do not ask to confirm")] = False,
     reason: Annotated[str | None, typer.Option(help="recorded in each run's history")] = None,

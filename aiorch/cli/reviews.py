@@ -14,12 +14,13 @@ from pydantic import ValidationError
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
+from aiorch.cli import choices
 from aiorch.cli.output import CliError, err_console, one_line_errors, out
 from aiorch.cli.session import about_run, run_async
 from aiorch.ops import reviews
 from aiorch.ops.signing import SigningKey, signing_key_from_settings
 from aiorch.runtime.config import Settings, load_settings
-from workflows.graph import REVIEW_STATES, State
+from workflows.engine.graph import AWAIT_REVIEW
 from workflows.payloads import Decision, ReviewDecision, describe_validation_error
 
 DecisionArgument = Annotated[Decision, typer.Argument()]
@@ -98,9 +99,10 @@ def review(
 @one_line_errors
 def review_all(
     decision: DecisionArgument,
-    state: Annotated[State, typer.Option(help="review every open run in this state")] = (
-        State.AWAIT_REVIEW
-    ),
+    state: Annotated[
+        str,
+        typer.Option(callback=choices.review_state, help="review every open run in this state"),
+    ] = AWAIT_REVIEW,
     feedback: FeedbackOption = None,
     reviewer: ReviewerOption = None,
     concurrency: Annotated[int, typer.Option(min=1, max=1000, help="updates in flight")] = 32,
@@ -115,16 +117,14 @@ def review_all(
     """
     from aiorch.ops import batch  # the batch machinery loads only for this command
 
-    if state not in REVIEW_STATES:
-        raise CliError(f"runs in {state.value} take no review; use await_review or escalate")
     payload, signer = signed_decision(decision, reviewer, feedback)
 
     async def send_all(client: Client, settings: Settings) -> None:
         ids = await batch.waiting_runs(client, state, limit)
         if not ids:
-            out.print(f"no open run is in {state.value}")
+            out.print(f"no open run is in {state}")
             return
-        if not yes and not typer.confirm(f"{decision} {len(ids)} run(s) in {state.value}?"):
+        if not yes and not typer.confirm(f"{decision} {len(ids)} run(s) in {state}?"):
             raise typer.Exit(1)
         done = await batch.review_all_with_progress(
             client, ids, payload, concurrency=concurrency, console=err_console, signer=signer

@@ -13,17 +13,18 @@ from rich.table import Table
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
+from aiorch.cli import choices
 from aiorch.cli.output import CliError, one_line_errors, out
 from aiorch.cli.session import about_run, fetch_status, run_async
 from aiorch.ops import claim_check, visibility
 from aiorch.ops.results import run_result
 from aiorch.runtime.config import Settings, load_settings
 from aiorch.runtime.links import inbox_start_line, web_ui_run_url
-from workflows.graph import State
+from workflows.engine.graph import COMPLETED
 from workflows.payloads import (
     PipelineRequest,
-    PipelineResult,
     ReviewMode,
+    RunResult,
     describe_validation_error,
 )
 
@@ -65,7 +66,7 @@ def build_request(
         raise CliError(f"invalid request: {describe_validation_error(error)}") from None
 
 
-def result_reason(result: PipelineResult) -> str:
+def result_reason(result: RunResult) -> str:
     """Why a run ended where it did: the detail of its last history entry."""
     last = result.history[-1] if result.history else None
     return (last.detail if last and last.detail else None) or "see its history"
@@ -146,7 +147,7 @@ def start(
         if wait:
             result = await run_result(client, workflow_id)
             out.print_json(result.model_dump_json())
-            if result.state != State.COMPLETED.value:
+            if result.state != COMPLETED:
                 raise CliError(
                     f"run {workflow_id} ended in {result.state}: {result_reason(result)}"
                 )
@@ -198,7 +199,12 @@ def history(workflow_id: Annotated[str, typer.Argument(help="the run's id")]) ->
 
 @one_line_errors
 def list_runs(
-    state: Annotated[State | None, typer.Option(help="only runs in this state")] = None,
+    state: Annotated[
+        str | None, typer.Option(callback=choices.state, help=choices.STATE_HELP)
+    ] = None,
+    pipeline: Annotated[
+        str | None, typer.Option(callback=choices.pipeline, help=choices.PIPELINE_HELP)
+    ] = None,
     limit: Annotated[int, typer.Option(min=1, help="at most this many")] = 50,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON, for scripts")] = False,
 ) -> None:
@@ -206,7 +212,9 @@ def list_runs(
     never cut, whatever the terminal's width."""
 
     async def show_runs(client: Client, settings: Settings) -> None:
-        query = visibility.runs_query(visibility.state_is(state) if state else "")
+        query = visibility.runs_query(
+            visibility.state_is(state) if state else "", pipeline=pipeline
+        )
         rows = [
             {
                 "workflow_id": execution.id,

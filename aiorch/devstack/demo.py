@@ -25,6 +25,7 @@ from temporalio.service import RPCError
 
 from aiorch.devstack.processes import port_or_free
 from aiorch.devstack.stack import LocalStack
+from aiorch.ops import pipelines
 from aiorch.ops.signing import SigningKey
 from aiorch.ops.visibility import start_run
 from aiorch.runtime.config import (
@@ -36,7 +37,7 @@ from aiorch.runtime.config import (
 from aiorch.runtime.signals import interrupt_on_stop
 from aiorch.runtime.temporal import AiOrchestratorPlugin
 from workflows import contract
-from workflows.graph import REVIEW_STATES, State, is_terminal
+from workflows.llm.graph import State
 from workflows.payloads import PipelineRequest, ReviewDecision, ReviewMode, RunStatus
 
 POLL_S = 0.4
@@ -124,7 +125,7 @@ async def advance(client: Client, run: Scenario, key: SigningKey) -> None:
     decision with the stack's key, as the review inbox signs for the reviewer it knows)."""
     handle: WorkflowHandle[object, object] = client.get_workflow_handle(run.workflow_id)
     run.status = await handle.query(contract.QUERY_STATUS, result_type=RunStatus)
-    if run.status.state in REVIEW_STATES and run.decisions:
+    if run.status.state in pipelines.review_states() and run.decisions:
         decision = key.sign(
             run.decisions.pop(0),
             workflow_id=run.workflow_id,
@@ -163,13 +164,13 @@ async def drive(stack: LocalStack, console: Console) -> bool:
     with Live(render(runs, 0), console=console, refresh_per_second=8) as live:
         while time.monotonic() - started < DEMO_TIMEOUT_S:
             for run in runs:
-                if run.status is None or not is_terminal(run.status.state):
+                if run.status is None or run.status.state not in pipelines.terminal_states():
                     try:
                         await advance(client, run, stack.reviewer_key)
                     except RPCError as error:
                         console.print(f"[yellow]{run.name}: {error.message}[/yellow]")
             live.update(render(runs, time.monotonic() - started))
-            if all(r.status and is_terminal(r.status.state) for r in runs):
+            if all(r.status and r.status.state in pipelines.terminal_states() for r in runs):
                 break
             await asyncio.sleep(POLL_S)
     console.print()

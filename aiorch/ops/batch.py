@@ -33,7 +33,6 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from aiorch.ops import reviews, visibility
-from workflows.graph import State
 from workflows.payloads import ReviewDecision
 
 DEFAULT_CONCURRENCY = 32
@@ -60,12 +59,12 @@ class BatchReviewOutcome:
         return self.applied / self.seconds if self.seconds > 0 else 0.0
 
 
-def waiting_query(state: State) -> str:
+def waiting_query(state: str) -> str:
     """The visibility query for open runs waiting in ``state``."""
     return visibility.runs_query(visibility.OPEN, visibility.state_is(state))
 
 
-async def waiting_runs(client: Client, state: State, limit: int | None = None) -> list[str]:
+async def waiting_runs(client: Client, state: str, limit: int | None = None) -> list[str]:
     """Ids of the open runs that visibility shows in ``state`` (at most ``limit``)."""
     ids: list[str] = []
     async for execution in client.list_workflows(waiting_query(state), page_size=1000):

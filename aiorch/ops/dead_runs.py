@@ -1,9 +1,9 @@
 """What Temporal says about a dead-lettered run, and starting it again at most once.
 
 `aiorch.ops.redrive` trusts a dead-letter message only as a pointer to a run; this module asks
-Temporal about that exact run (`verify_dead_run`). It must exist, be of this project's workflow
-type and be closed, and its own result must say ``dead_letter``: a run closed Completed with a
-``PipelineResult``, or closed Failed with the ``PipelineResult`` in its failure's details
+Temporal about that exact run (`verify_dead_run`). It must exist, be of one of this project's
+pipelines (its workflow type) and be closed, and its own result must say ``dead_letter``: a run
+closed Completed with its ``RunResult``, or closed Failed with the result in its failure's details
 (`final_result` reads both forms). The request to start again is the run's own (`run_request`):
 the input of its WorkflowExecutionStarted event, decoded with the client's data converter in the
 workflow's serialization context, so it works with payload encryption on. A run that continued
@@ -47,12 +47,14 @@ from temporalio.converter import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
+from aiorch.ops import pipelines
 from aiorch.ops.results import result_in, result_of_failure
 from aiorch.ops.visibility import initial_search_attributes
-from workflows import contract
-from workflows.continuation import parse_input
+from workflows import errors
+from workflows.engine.continuation import parse_input
+from workflows.engine.pipeline import Pipeline
 from workflows.errors import OrchestratorError
-from workflows.payloads import PipelineRequest, PipelineResult, describe_validation_error
+from workflows.payloads import RequestBase, RunResult, describe_validation_error
 
 # Namespace of the uuid5 start request ids (fixed: changing it would let an old and a new
 # version of the tool start the same dead run twice).
@@ -79,8 +81,9 @@ class DeadRun:
 
     workflow_id: str
     run_id: str
-    request: PipelineRequest
-    result: PipelineResult
+    pipeline: Pipeline[Any, Any]
+    request: RequestBase
+    result: RunResult
     # Closed as Temporal Failed (with the result in the failure's details), not Completed.
     closed_failed: bool
 
@@ -99,8 +102,8 @@ def _converter(client: Client, workflow_id: str) -> DataConverter:
 
 def final_result(
     status: WorkflowExecutionStatus | None, outcome: Any | BaseException
-) -> PipelineResult | None:
-    """The ``PipelineResult`` a closed run ended with, in either form it may take.
+) -> RunResult | None:
+    """The ``RunResult`` a closed run ended with, in either form it may take.
 
     ``outcome`` is what ``result(follow_runs=False)`` gave: the value of a Completed run, or the
     exception of a Failed one, whose ``ApplicationError`` details may carry the result (a
@@ -137,7 +140,8 @@ async def verify_dead_run(client: Client, workflow_id: str, run_id: str) -> Dead
                 f"no run {run_id} of {workflow_id} (never existed, or past retention)",
             ) from None
         raise
-    if description.run_id != run_id or description.workflow_type != contract.WORKFLOW_TYPE:
+    pipeline = pipelines.of_type(description.workflow_type)
+    if description.run_id != run_id or pipeline is None:
         raise NotRedrivable(
             "refused", f"run {run_id} is a {description.workflow_type}, not a pipeline run"
         )
@@ -164,18 +168,22 @@ async def verify_dead_run(client: Client, workflow_id: str, run_id: str) -> Dead
     if result is None or result.state != "dead_letter":
         ended = f"ended in {result.state}" if result else f"closed {status.name.lower()}"
         raise NotRedrivable("refused", f"run {run_id} {ended}, not in dead_letter")
-    request = await run_request(client, workflow_id, run_id)
+    request = await run_request(client, workflow_id, run_id, pipeline)
     return DeadRun(
         workflow_id=workflow_id,
         run_id=run_id,
+        pipeline=pipeline,
         request=request,
         result=result,
         closed_failed=status == WorkflowExecutionStatus.FAILED,
     )
 
 
-async def run_request(client: Client, workflow_id: str, run_id: str) -> PipelineRequest:
-    """The request a run was started with, from its own WorkflowExecutionStarted event.
+async def run_request(
+    client: Client, workflow_id: str, run_id: str, pipeline: Pipeline[Any, Any]
+) -> RequestBase:
+    """The request a run of ``pipeline`` was started with, from its own
+    WorkflowExecutionStarted event.
 
     A continued run's input (``ContinuedRun``) yields the chain's original request, but only
     when the event shows the workflow's own continue-as-new started it.
@@ -200,11 +208,15 @@ async def run_request(client: Client, workflow_id: str, run_id: str) -> Pipeline
     if len(values) != 1:
         raise NotRedrivable("refused", f"run {run_id} was started with {len(values)} inputs")
     try:
-        request, carried = parse_input(values[0])
+        request, carried = parse_input(
+            values[0], pipeline.graph, pipeline.request, pipeline.continued
+        )
     except ValidationError as err:
         raise NotRedrivable(
             "refused", f"run {run_id}'s input is not a request: {describe_validation_error(err)}"
         ) from None
+    except errors.InvalidRequest as err:
+        raise NotRedrivable("refused", f"run {run_id}'s input is not a request: {err}") from None
     if carried is not None and not (
         started.initiator == ContinueAsNewInitiator.CONTINUE_AS_NEW_INITIATOR_WORKFLOW
         and started.continued_execution_run_id
@@ -238,7 +250,7 @@ async def start_again(client: Client, dead: DeadRun, *, task_queue: str, identit
     converter = _converter(client, dead.workflow_id)
     summary, details = await converter.encode(
         [
-            f"AI pipeline run (review: {dead.request.review}), redriven",
+            f"{dead.pipeline.name} pipeline run (review: {dead.request.review}), redriven",
             f"redrive of run {dead.run_id}, dead-lettered in {dead.failed_state}",
         ]
     )
@@ -252,7 +264,7 @@ async def start_again(client: Client, dead: DeadRun, *, task_queue: str, identit
     request = StartWorkflowExecutionRequest(
         namespace=client.namespace,
         workflow_id=dead.workflow_id,
-        workflow_type=WorkflowType(name=contract.WORKFLOW_TYPE),
+        workflow_type=WorkflowType(name=dead.pipeline.workflow_type),
         task_queue=TaskQueue(name=task_queue),
         input=Payloads(payloads=await converter.encode([dead.request.model_dump(mode="json")])),
         identity=identity,
@@ -261,7 +273,9 @@ async def start_again(client: Client, dead: DeadRun, *, task_queue: str, identit
         workflow_id_conflict_policy=WorkflowIdConflictPolicy.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
         user_metadata=UserMetadata(summary=summary, details=details),
     )
-    encode_search_attributes(initial_search_attributes(dead.request), request.search_attributes)
+    encode_search_attributes(
+        initial_search_attributes(dead.pipeline, dead.request), request.search_attributes
+    )
     response = await client.workflow_service.start_workflow_execution(request, retry=True)
     return response.run_id
 

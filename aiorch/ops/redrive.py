@@ -53,7 +53,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from aiorch.ops import dead_runs
 from aiorch.ops.dead_letters import DeadLetter, DeadLetterQueue, DeadLetterQueueError
 from workflows.errors import OrchestratorError
-from workflows.payloads import PipelineRequest
+from workflows.payloads import RequestBase
 
 # Received messages stay hidden this long from other consumers; renewed while redrive works.
 REDRIVE_HOLD = timedelta(minutes=5)
@@ -206,11 +206,11 @@ async def _redrive_one(
     return RedriveOutcome(letter.message_id, wid, "started", f"started{note}", new_run)
 
 
-def _differs(copy: dict[str, Any], request: PipelineRequest) -> bool:
+def _differs(copy: dict[str, Any], request: RequestBase) -> bool:
     """True when the message holds a whole request that is not the run's own (a cut or
     content-free copy is no request and proves nothing)."""
     try:
-        return PipelineRequest.model_validate(copy) != request
+        return type(request).model_validate(copy) != request
     except ValidationError:
         return False
 

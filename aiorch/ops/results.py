@@ -1,63 +1,79 @@
 """A finished run's result, whichever way it closed.
 
-A run that ends ``completed`` returns its ``PipelineResult``; one that ends ``failed`` or
-``dead_letter`` closes as a failed Temporal run whose ``RunFailed`` error carries the same
-``PipelineResult`` in its details (so the Web UI's failure views and ``ExecutionStatus='Failed'``
-see it). The CLI, redrive and stats read both forms through this module.
+A run that ends ``completed`` returns its pipeline's result (a ``RunResult``); one that ends
+``failed`` or ``dead_letter`` closes as a failed Temporal run whose ``RunFailed`` error carries
+the same result in its details (so the Web UI's failure views and ``ExecutionStatus='Failed'``
+see it). The CLI, redrive and stats read both forms through this module, each as the result of
+the run's own pipeline (its fields kept).
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from pydantic import ValidationError
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 
+from aiorch.ops import pipelines
 from workflows import errors
 from workflows.errors import OrchestratorError
-from workflows.payloads import PipelineResult
+from workflows.payloads import RunResult
+
+R = TypeVar("R")
 
 
 class NoResult(OrchestratorError):
     """The run ended without a result (cancelled, terminated, timed out): the message says how."""
 
 
-def result_in(details: Sequence[Any]) -> PipelineResult | None:
-    """The ``PipelineResult`` among a failure's details, if one is there."""
+def result_in(details: Sequence[Any], model: type[RunResult] = RunResult) -> RunResult | None:
+    """The result (a ``model``) among a failure's details, if one is there."""
     for candidate in details:
         with contextlib.suppress(ValidationError):
-            return PipelineResult.model_validate(candidate)
+            return model.model_validate(candidate)
     return None
 
 
-def result_of_failure(error: WorkflowFailureError) -> PipelineResult | None:
+def result_of_failure(
+    error: WorkflowFailureError, model: type[RunResult] = RunResult
+) -> RunResult | None:
     """The result a failed run carries: only a ``RunFailed`` error of the workflow has one."""
     cause = error.cause
     if isinstance(cause, ApplicationError) and cause.type == errors.RUN_FAILED:
-        return result_in(cause.details)
+        return result_in(cause.details, model)
     return None
 
 
-async def finished(handle: WorkflowHandle[Any, Any]) -> PipelineResult:
-    """Wait for the run behind ``handle`` and return its result, completed or failed.
+async def finished(handle: WorkflowHandle[Any, R]) -> R:
+    """Wait for the run behind ``handle`` and return its result, completed or failed: its
+    pipeline's result model (what the handle's type says the run returns).
 
     Raises:
         NoResult: it ended without one (cancelled, terminated, timed out).
         temporalio.service.RPCError: no such run, or the server is unreachable.
     """
+    model = await result_model(handle)
     try:
         value = await handle.result()
     except WorkflowFailureError as error:
-        found = result_of_failure(error)
+        found = result_of_failure(error, model)
         if found is None:
             raise NoResult(f"run {handle.id} ended without a result: {error.cause}") from None
-        return found
-    return value if isinstance(value, PipelineResult) else PipelineResult.model_validate(value)
+        return cast(R, found)
+    return cast(R, value if isinstance(value, model) else model.model_validate(value))
 
 
-async def run_result(client: Client, workflow_id: str, run_id: str | None = None) -> PipelineResult:
+async def result_model(handle: WorkflowHandle[Any, Any]) -> type[RunResult]:
+    """The result model of the run's pipeline (the generic ``RunResult`` for a workflow type
+    no pipeline has)."""
+    pipeline = pipelines.of_type((await handle.describe()).workflow_type)
+    return pipeline.result_model if pipeline is not None else RunResult
+
+
+async def run_result(client: Client, workflow_id: str, run_id: str | None = None) -> RunResult:
     """`finished` for the run (the latest of its id unless ``run_id``)."""
-    return await finished(client.get_workflow_handle(workflow_id, run_id=run_id))
+    handle: WorkflowHandle[Any, RunResult] = client.get_workflow_handle(workflow_id, run_id=run_id)
+    return await finished(handle)

@@ -1,4 +1,4 @@
-"""Signing reviews: the operator's half of ``workflows.identity``.
+"""Signing reviews: the operator's half of ``workflows.engine.identity``.
 
 A reviewer (or a tool that authenticates reviewers, such as the review inbox) holds an Ed25519
 private key; the workers know its public key (``REVIEW_PUBLIC_KEYS``). ``starter.py keys reviewer
@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from aiorch.runtime.config import ConfigError, Settings
-from workflows.identity import ALGORITHM, ANY_REVIEWER, KEY_BYTES, claims_for
+from workflows.engine.identity import ALGORITHM, ANY_REVIEWER, KEY_BYTES, claims_for
 from workflows.payloads import ReviewDecision
 
 

@@ -13,17 +13,17 @@ from datetime import datetime, timedelta
 
 from temporalio.client import Client, WorkflowExecution
 
-from aiorch.ops import visibility
+from aiorch.ops import pipelines, visibility
 from aiorch.ops.results import NoResult, run_result
-from workflows.graph import STATES, Event, State
-from workflows.observability import GRAPH_EVENTS
-from workflows.payloads import HistoryEntry
+from workflows.engine.graph import Event
+from workflows.payloads import NOTE_CONTINUED_AS_NEW, HistoryEntry
 
 
 @dataclass(frozen=True)
 class StateCount:
-    """How many runs carry ``AiState = state``, open and closed."""
+    """How many runs of ``pipeline`` carry ``AiState = state``, open and closed."""
 
+    pipeline: str
     state: str
     open: int
     closed: int
@@ -51,8 +51,13 @@ class RunStats:
     approval_delay: DurationSummary
     runs_sampled: int
 
-    def count(self, state: State | str) -> int:
-        return next((c.total for c in self.states if c.state == str(state)), 0)
+    def count(self, state: str, pipeline: str | None = None) -> int:
+        """Runs in ``state`` (of ``pipeline``, or of every pipeline)."""
+        return sum(
+            c.total
+            for c in self.states
+            if c.state == state and (pipeline is None or c.pipeline == pipeline)
+        )
 
     @property
     def without_state(self) -> int:
@@ -68,43 +73,46 @@ def mean_duration(values: Iterable[timedelta]) -> DurationSummary:
 
 
 def approval_delays(history: Sequence[HistoryEntry]) -> list[timedelta]:
-    """For each approval, the time since the run asked for that review (entered await_review).
+    """For each approval, the time since the run asked for that review (entered a review
+    state from outside one).
 
     An escalation in between counts toward the delay; a reedit starts a new round.
     """
+    waiting = pipelines.review_states()
     delays: list[timedelta] = []
     asked: datetime | None = None
     for entry in history:
-        if entry.event not in GRAPH_EVENTS:
-            continue  # a note (refused review, continue-as-new), not a transition
-        if entry.to_state == State.AWAIT_REVIEW.value:
+        if entry.event == NOTE_CONTINUED_AS_NEW:
+            continue  # a note, not a transition
+        if entry.to_state in waiting and entry.from_state not in waiting:
             asked = entry.at
-        elif entry.event == Event.APPROVE.value and asked is not None:
+        elif entry.event in (Event.APPROVE, Event.CORRECT) and asked is not None:
             delays.append(entry.at - asked)
             asked = None
     return delays
 
 
 async def count_by_state(client: Client) -> tuple[list[StateCount], int]:
-    """Runs per ``AiState`` value, open and closed, plus the total.
+    """Runs per pipeline and ``AiState`` value, open and closed, plus the total.
 
     The dev server's visibility cannot ``GROUP BY`` a custom search attribute, so this asks
-    one count per state and status, all at once: exact, and no listing of runs.
+    one count per pipeline, state and status, all at once: exact, and no listing of runs.
     """
 
-    async def count(*clauses: str) -> int:
-        return (await client.count_workflows(visibility.runs_query(*clauses))).count
+    async def count(*clauses: str, pipeline: str | None = None) -> int:
+        query = visibility.runs_query(*clauses, pipeline=pipeline)
+        return (await client.count_workflows(query)).count
 
-    states = list(STATES)
+    cells = [(p.name, state) for p in pipelines.PIPELINES for state in p.graph.states]
     counts = await asyncio.gather(
         count(),
-        *(count(visibility.state_is(s), visibility.OPEN) for s in states),
-        *(count(visibility.state_is(s), visibility.CLOSED) for s in states),
+        *(count(visibility.state_is(s), visibility.OPEN, pipeline=p) for p, s in cells),
+        *(count(visibility.state_is(s), visibility.CLOSED, pipeline=p) for p, s in cells),
     )
-    total, opened, closed = counts[0], counts[1 : len(states) + 1], counts[len(states) + 1 :]
+    total, opened, closed = counts[0], counts[1 : len(cells) + 1], counts[len(cells) + 1 :]
     rows = [
-        StateCount(state.value, o, c)
-        for state, o, c in zip(states, opened, closed, strict=True)
+        StateCount(pipeline, state, o, c)
+        for (pipeline, state), o, c in zip(cells, opened, closed, strict=True)
         if o or c
     ]
     return rows, total

@@ -25,9 +25,8 @@ from enum import StrEnum
 from temporalio.client import Client, WorkflowExecution
 from temporalio.service import RPCError, RPCStatusCode
 
-from aiorch.ops import visibility
+from aiorch.ops import pipelines, visibility
 from workflows import contract
-from workflows.graph import REVIEW_STATES, State
 from workflows.payloads import OperatorRequest
 
 
@@ -43,13 +42,13 @@ class StuckAction(StrEnum):
 # The states each action can act on; None = any state.
 ACTION_STATES: dict[StuckAction, frozenset[str] | None] = {
     StuckAction.NONE: frozenset(),
-    StuckAction.TIMEOUT: REVIEW_STATES,
-    StuckAction.DEAD_LETTER: REVIEW_STATES,
+    StuckAction.TIMEOUT: pipelines.review_states(),
+    StuckAction.DEAD_LETTER: pipelines.review_states(),
     StuckAction.CANCEL: None,
 }
 
 
-def stuck_query(cutoff: datetime, state: State | None = None) -> str:
+def stuck_query(cutoff: datetime, state: str | None = None) -> str:
     """Open runs that entered their current state before ``cutoff`` (or never left idle)."""
     return visibility.runs_query(
         visibility.OPEN,
@@ -82,7 +81,7 @@ async def find_stuck(
     client: Client,
     cutoff: datetime,
     *,
-    state: State | None = None,
+    state: str | None = None,
     limit: int | None = None,
 ) -> list[StuckRun]:
     """Open runs that entered their state before ``cutoff``, oldest first."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from types import MappingProxyType
-from typing import get_args
+from typing import Any, get_args
 
 from temporalio.client import Client, WorkflowExecution
 from temporalio.common import (
@@ -24,13 +24,14 @@ from temporalio.common import (
     WorkflowIDReusePolicy,
 )
 
+from aiorch.ops import pipelines
 from workflows import contract
-from workflows.graph import State, first_shown_state
-from workflows.payloads import FinalState, PipelineRequest
+from workflows.engine.pipeline import Pipeline
+from workflows.payloads import FinalState, RequestBase
 
 SEARCH_ATTRIBUTE_KEYS = (contract.AI_STATE, contract.AI_STATE_SINCE, contract.AI_REVIEW_ROUND)
-# The states a run's result can name (`PipelineResult.state`): it returned in one of them.
-FINAL_STATES: frozenset[State] = frozenset(State(name) for name in get_args(FinalState))
+# The states a run's result can name (`RunResult.state`): it returned in one of them.
+FINAL_STATES: frozenset[str] = frozenset(get_args(FinalState))
 
 OPEN = "ExecutionStatus = 'Running'"
 CLOSED = "ExecutionStatus != 'Running'"
@@ -58,20 +59,34 @@ def visibility_time(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
-def runs_query(*clauses: str) -> str:
-    """The project's runs, narrowed by every non-empty clause (joined with AND)."""
-    return " AND ".join([f"WorkflowType = '{contract.WORKFLOW_TYPE}'", *filter(None, clauses)])
+def runs_query(*clauses: str, pipeline: str | None = None) -> str:
+    """The project's runs (of every pipeline, or of the one named ``pipeline``), narrowed by
+    every non-empty clause (joined with AND)."""
+    types = [pipelines.named(pipeline).workflow_type] if pipeline else pipelines.workflow_types()
+    listed = ", ".join(f"'{name}'" for name in types)
+    return " AND ".join([f"WorkflowType IN ({listed})", *filter(None, clauses)])
 
 
-def state_is(state: State | str) -> str:
+def state_is(state: str) -> str:
     """Runs whose ``AiState`` is ``state``."""
-    return f"{contract.AI_STATE.name} = '{State(state).value}'"
+    return f"{contract.AI_STATE.name} = '{_known(state)}'"
 
 
-def state_in(states: Iterable[State]) -> str:
+def state_in(states: Iterable[str]) -> str:
     """Runs whose ``AiState`` is one of ``states``."""
-    listed = ", ".join(f"'{state.value}'" for state in sorted(states))
+    listed = ", ".join(f"'{_known(state)}'" for state in sorted(states))
     return f"{contract.AI_STATE.name} IN ({listed})"
+
+
+def _known(state: str) -> str:
+    """``state``, once it is a state of some pipeline (so it is safe in a query).
+
+    Raises:
+        ValueError: no pipeline has that state.
+    """
+    if state not in pipelines.all_states():
+        raise ValueError(f"no pipeline has a state {state[:64]!r}")
+    return str(state)
 
 
 def since_before(cutoff: datetime) -> str:
@@ -93,32 +108,41 @@ def since_of(execution: WorkflowExecution) -> datetime:
     return attributes.get(contract.AI_STATE_SINCE) or execution.start_time
 
 
-def initial_search_attributes(request: PipelineRequest) -> TypedSearchAttributes:
+def initial_search_attributes(
+    pipeline: Pipeline[Any, Any], request: RequestBase
+) -> TypedSearchAttributes:
     """What a run is started with: ``AiState`` set to the state it will first rest in, so
     visibility shows it at once and its first workflow task need not publish it (a billable
     upsert)."""
-    first = first_shown_state(by_reference=request.is_reference)
-    return TypedSearchAttributes([SearchAttributePair(contract.AI_STATE, first.value)])
+    first = pipeline.first_state(request)
+    return TypedSearchAttributes([SearchAttributePair(contract.AI_STATE, str(first))])
 
 
 async def start_run(
-    client: Client, request: PipelineRequest, *, task_queue: str, summary: str | None = None
+    client: Client,
+    request: RequestBase,
+    *,
+    task_queue: str,
+    pipeline: Pipeline[Any, Any] | None = None,
+    summary: str | None = None,
 ) -> str:
-    """Start ``request`` as a run with its request id as workflow id; returns that id.
+    """Start ``request`` as a run of ``pipeline`` (default: the LLM pipeline) with its request
+    id as workflow id; returns that id.
 
     The same request id twice is refused by the server, never run twice.
 
     Raises:
         temporalio.exceptions.WorkflowAlreadyStartedError: a run with this id was started before.
     """
+    chosen = pipeline or pipelines.named(pipelines.DEFAULT_PIPELINE)
     handle = await client.start_workflow(
-        contract.WORKFLOW_TYPE,
+        chosen.workflow_type,
         request.model_dump(mode="json"),
         id=request.request_id,
         task_queue=task_queue,
         id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-        search_attributes=initial_search_attributes(request),
-        static_summary=summary or f"AI pipeline run (review: {request.review})",
-        static_details=f"request {request.request_id}: {request.user_message[:200]}",
+        search_attributes=initial_search_attributes(chosen, request),
+        static_summary=summary or f"{chosen.name} pipeline run (review: {request.review})",
+        static_details=request.describe(),
     )
     return handle.id

@@ -44,7 +44,7 @@ from aiorch.runtime.config_sources import (
 )
 from aiorch.runtime.errors import ConfigError as ConfigError
 from aiorch.runtime.temporal_profile import TemporalTls
-from workflows.identity import KeySpecError, parse_review_keys
+from workflows.engine.identity import KeySpecError, parse_review_keys
 from workflows.payloads import TENANT_PATTERN, ReviewKey
 
 DEFAULT_LLM_PORT = 8700

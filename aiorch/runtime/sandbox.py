@@ -7,7 +7,7 @@ Passed through (imported once per process, shared by every run, not re-imported 
   ``cryptography`` extension imports its exception types lazily, the first time a signature
   fails; inside the sandbox that import would go through the sandbox's importer and crash the
   extension, so the whole package passes through;
-- ``opentelemetry``: the workflow's transition spans (``workflows.observability``) must reach
+- ``opentelemetry``: the workflow's transition spans (``workflows.engine.observability``) must reach
   the process's tracer provider, which lives in the API module's globals; a copy re-imported in
   the sandbox would hold none and drop every span (the SDK's own OpenTelemetry plugin passes it
   through for the same reason);

@@ -14,9 +14,9 @@ Unset: no provider, no interceptor, nothing exported and no error.
 
 Metrics: `worker_runtime` gives the worker a Temporal ``Runtime`` whose Prometheus endpoint
 (``http://0.0.0.0:METRICS_PORT/metrics``) serves the SDK's own metrics (``temporal_*``) and the
-project's (``aiorch_*``, see ``workflows.observability``). The SDK's runtime exports metrics to
-Prometheus *or* OTLP, not both, so Prometheus is the path: a collector that wants them over OTLP
-scrapes this endpoint with its ``prometheus`` receiver.
+project's (``aiorch_*``, see ``workflows.engine.observability``). The SDK's runtime exports
+metrics to Prometheus *or* OTLP, not both, so Prometheus is the path: a collector that wants
+them over OTLP scrapes this endpoint with its ``prometheus`` receiver.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from temporalio.contrib.opentelemetry import (
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
 from aiorch.runtime.config import Settings
-from workflows.observability import (
+from workflows.engine.observability import (
     METRIC_LLM_COST,
     METRIC_REVIEW_WAIT,
     METRIC_RUN_DURATION,

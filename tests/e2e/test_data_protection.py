@@ -32,6 +32,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Replayer
 from typer.testing import CliRunner
 
+import workflows.llm.pipeline as llm
 from aiorch.cli import build_app
 from aiorch.devstack.processes import free_port, temporal_cli_path
 from aiorch.devstack.stack import LocalStack
@@ -48,6 +49,7 @@ from workflows import contract
 from workflows.orchestrator import AiOrchestrator
 from workflows.payloads import (
     DeadLetterMessage,
+    PipelineRequest,
     RunStatus,
 )
 
@@ -364,11 +366,12 @@ async def test_redrive_reads_the_request_from_encrypted_history(
     letter = DeadLetterMessage.model_validate_json(body)
     assert CANARY not in body
 
-    recovered = await run_request(client, letter.workflow_id, letter.run_id)
+    recovered = await run_request(client, letter.workflow_id, letter.run_id, llm.PIPELINE)
+    assert isinstance(recovered, PipelineRequest)
     assert recovered.request_id == dead.id
     assert recovered.user_message.startswith(CANARY)
     with pytest.raises(RedriveError, match="PAYLOAD_KEYS"):
-        await run_request(plain_client, letter.workflow_id, letter.run_id)
+        await run_request(plain_client, letter.workflow_id, letter.run_id, llm.PIPELINE)
 
 
 def _payloads(event: Any) -> list[Payload]:

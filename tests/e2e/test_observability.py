@@ -46,7 +46,7 @@ from tests.history_events import scheduled_activities
 from tests.live import E2E_WORKER_ENV
 from tests.reviewing import signed
 from workflows import contract
-from workflows.observability import error_reason
+from workflows.engine.observability import error_reason
 
 pytestmark = pytest.mark.e2e
 

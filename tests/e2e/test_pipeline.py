@@ -25,12 +25,12 @@ from tests.e2e.conftest import (
 from tests.live import run_script, temporal_workflow_start
 from tests.reviewing import signed
 from workflows import contract
-from workflows.graph import TRANSITIONS
+from workflows.llm.graph import GRAPH
 from workflows.payloads import PipelineResult, RunStatus
 
 pytestmark = pytest.mark.e2e
 
-EDGES = {(t.source.value, t.event.value, t.target.value) for t in TRANSITIONS}
+EDGES = {(t.source, t.event, t.target) for t in GRAPH.transitions}
 
 
 def assert_walks_the_graph(result: PipelineResult) -> None:

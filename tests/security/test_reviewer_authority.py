@@ -45,7 +45,7 @@ from tests.live import (
 )
 from tests.reviewing import signed
 from workflows import contract, errors
-from workflows.graph import State
+from workflows.llm.graph import State
 from workflows.payloads import ContinuedRun, PipelineRequest, RunState, RunStatus
 
 pytestmark = pytest.mark.e2e

@@ -18,7 +18,7 @@ from aiorch.ops.signing import SigningKey
 from aiorch.runtime.codec import KeyRing
 from tests.static.compose import WRAPPER_SCRIPT
 from tests.static.secret_volumes import SECRET_FILES, run_secrets_sh, secret_volumes
-from workflows.identity import parse_review_keys
+from workflows.engine.identity import parse_review_keys
 
 # Each script run starts the CLI in processes of its own (`python -m aiorch keys ...`): the
 # end-to-end tier, as the README's test tiers put it, not the inner loop.

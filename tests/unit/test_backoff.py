@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from workflows.backoff import full_jitter_delay
+from workflows.engine.backoff import full_jitter_delay
 
 INITIAL = timedelta(seconds=1)
 CAP = timedelta(seconds=30)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+import workflows.llm.pipeline as llm
 from tests.builders import history_entry, prompt_plan
-from workflows.continuation import (
+from workflows.engine.continuation import (
     CONTINUE_AT_BYTES,
     CONTINUE_AT_EVENTS,
     bounded_feedback,
@@ -14,10 +15,18 @@ from workflows.continuation import (
     parse_input,
     start_problem,
 )
-from workflows.graph import State
-from workflows.payloads import ContinuedRun, PipelineRequest, RunState
+from workflows.errors import InvalidRequest
+from workflows.llm.graph import GRAPH, State
+from workflows.payloads import PipelineRequest, RunState
 
 REQUEST = {"request_id": "a" * 24, "user_message": "hello"}
+
+
+def parse(raw: object) -> tuple[object, RunState | None]:
+    """``parse_input`` as the engine calls it for the LLM pipeline."""
+    request, state = parse_input(raw, GRAPH, PipelineRequest, llm.PIPELINE.continued)
+    assert state is None or isinstance(state, RunState)
+    return request, state
 
 
 def carried(state: State = State.INVOKE_LLM, **fields: object) -> dict[str, object]:
@@ -49,22 +58,23 @@ def test_feedback_window_keeps_the_newest() -> None:
 
 def test_plain_request_is_not_a_continuation() -> None:
     """A client's request is validated as a request, with no carried state."""
-    request, state = parse_input(REQUEST)
+    request, state = parse(REQUEST)
     assert request == PipelineRequest.model_validate(REQUEST) and state is None
     with pytest.raises(ValidationError):
-        parse_input("not even a dict")
+        parse("not even a dict")
 
 
 def test_continued_input_yields_request_and_whole_state() -> None:
     """A continued run's input yields the original request and the whole carried state."""
     entry = history_entry("await_review", "invoke_llm", "reedit")
     raw = carried(history=[entry], feedback=["shorter"])
-    request, state = parse_input(raw)
+    request, state = parse(raw)
+    assert isinstance(request, PipelineRequest)
     assert request.request_id == REQUEST["request_id"]
     assert state is not None
     assert (state.state, state.review_round, state.feedback) == (State.INVOKE_LLM, 4, ["shorter"])
     assert state.history == [entry]
-    again = ContinuedRun(request=request, carried=state).model_dump(mode="json")
+    again = llm.PIPELINE.continued(request=request, carried=state).model_dump(mode="json")
     assert again["carried"] == raw["carried"]
 
 
@@ -82,15 +92,17 @@ def test_continued_input_yields_request_and_whole_state() -> None:
     ],
     ids=["no-plan", "unknown-state", "terminal-state", "not-a-resume-point", "extra-field"],
 )
-def test_malformed_continuation_is_a_validation_error(raw: object) -> None:
+def test_malformed_continuation_is_refused(raw: object) -> None:
     """Something that claims to carry state but is malformed, names a state that does not
-    exist, or one a run never continues in, is refused as a whole, never half-read."""
-    with pytest.raises(ValidationError):
-        parse_input(raw)
+    exist, or one a run never continues in, is refused as a whole (a validation error or an
+    InvalidRequest naming the problem), never half-read."""
+    with pytest.raises((ValidationError, InvalidRequest)):
+        parse(raw)
 
 
 def start(**overrides: object) -> str | None:
     fields: dict[str, object] = {
+        "pipeline": "AiOrchestrator",
         "carried": False,
         "continued_run_id": None,
         "cron_schedule": None,
@@ -128,7 +140,7 @@ def test_client_chosen_continuations_are_refused(overrides: dict[str, object], w
 def test_history_is_bounded_at_append_and_counts_what_it_drops() -> None:
     """However many entries a run records, it keeps the newest within HISTORY_MAX_BYTES, in
     order, and counts the dropped ones: status, result and carried state stay small."""
-    from workflows.run_record import HISTORY_MAX_BYTES, append
+    from workflows.engine.record import HISTORY_MAX_BYTES, append
 
     run = RunState(state=State.AWAIT_REVIEW)
     entries = [

@@ -5,7 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from aiorch.devstack.docs import ROOT, stale_documents
+from aiorch.devstack.docs import PIPELINE_DOCS, ROOT, stale_documents
+from aiorch.ops import pipelines
 
 
 def test_generated_documents_are_current() -> None:
@@ -14,14 +15,19 @@ def test_generated_documents_are_current() -> None:
 
 
 def test_checked_in_diagrams_match_starter_graph() -> None:
-    """`starter.py graph` prints exactly the checked-in DOT and Mermaid files."""
-    for fmt, path in (("dot", "docs/state-graph.dot"), ("mermaid", "docs/state-graph.mmd")):
+    """`starter.py graph --pipeline NAME` prints exactly the checked-in DOT and Mermaid files of
+    every pipeline."""
+    for name, fmt, suffix in (
+        (name, fmt, suffix)
+        for name in pipelines.names()
+        for fmt, suffix in (("dot", "dot"), ("mermaid", "mmd"))
+    ):
         printed = subprocess.run(
-            [sys.executable, "starter.py", "graph", "--format", fmt],
+            [sys.executable, "starter.py", "graph", "--format", fmt, "--pipeline", name],
             cwd=ROOT,
             capture_output=True,
             text=True,
             check=True,
             timeout=60,
         ).stdout
-        assert printed == (ROOT / path).read_text(encoding="utf-8")
+        assert printed == (PIPELINE_DOCS / f"{name}.{suffix}").read_text(encoding="utf-8")

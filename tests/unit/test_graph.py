@@ -1,4 +1,4 @@
-"""The state graph: structure, validator and diagram exports."""
+"""The LLM pipeline's state graph: structure, validator and diagram exports."""
 
 from __future__ import annotations
 
@@ -9,23 +9,20 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from workflows.engine.graph import Event, Status
 from workflows.errors import InvalidTransition
-from workflows.graph import (
-    REVIEW_STATES,
-    SHOWN_STATES,
-    STATES,
-    TERMINAL_STATES,
-    TRANSITIONS,
-    Event,
-    State,
-    Status,
-    allowed_events,
-    is_terminal,
-    next_state,
-    reachable_from,
-    to_dot,
-    to_mermaid,
-)
+from workflows.llm.graph import GRAPH, LlmEvent, State
+
+REVIEW_STATES = GRAPH.review_states
+SHOWN_STATES = GRAPH.shown_states
+STATES = GRAPH.states
+TERMINAL_STATES = GRAPH.terminal_states
+TRANSITIONS = GRAPH.transitions
+EVENTS = [*Event, *LlmEvent]
+allowed_events = GRAPH.allowed_events
+is_terminal = GRAPH.is_terminal
+next_state = GRAPH.next_state
+reachable_from = GRAPH.reachable_from
 
 
 def test_review_states_are_the_states_waiting_for_a_reviewer() -> None:
@@ -66,13 +63,13 @@ def test_transitions_are_unique_per_state_and_event() -> None:
     assert len(keys) == len(set(keys))
 
 
-def test_design_edges_exist() -> None:
-    """The edges DESIGN.md names are all in the graph."""
+def test_contract_edges_exist() -> None:
+    """The edges docs/contract.md names are all in the graph."""
     expected = {
         (State.IDLE, Event.START): State.FETCH_PROMPT,
-        (State.FETCH_PROMPT, Event.PROMPT_READY): State.INVOKE_LLM,
-        (State.INVOKE_LLM, Event.LLM_OK): State.GENERATE_EMBEDDING,
-        (State.INVOKE_LLM, Event.NEEDS_REVIEW): State.AWAIT_REVIEW,
+        (State.FETCH_PROMPT, LlmEvent.PROMPT_READY): State.INVOKE_LLM,
+        (State.INVOKE_LLM, LlmEvent.LLM_OK): State.GENERATE_EMBEDDING,
+        (State.INVOKE_LLM, LlmEvent.NEEDS_REVIEW): State.AWAIT_REVIEW,
         (State.INVOKE_LLM, Event.RETRYABLE_ERROR): State.RETRY_LLM,
         (State.INVOKE_LLM, Event.PERMANENT_ERROR): State.FAILED,
         (State.RETRY_LLM, Event.BACKOFF_ELAPSED): State.INVOKE_LLM,
@@ -85,22 +82,22 @@ def test_design_edges_exist() -> None:
         (State.ESCALATE, Event.REEDIT): State.INVOKE_LLM,
         (State.ESCALATE, Event.REJECT): State.FAILED,
         (State.ESCALATE, Event.ESCALATION_TIMEOUT): State.DEAD_LETTER,
-        (State.GENERATE_EMBEDDING, Event.EMBEDDED): State.COMPLETED,
+        (State.GENERATE_EMBEDDING, LlmEvent.EMBEDDED): State.COMPLETED,
         (State.GENERATE_EMBEDDING, Event.EXHAUSTED): State.DEAD_LETTER,
     }
     for (state, event), target in expected.items():
-        assert next_state(state, event) is target
+        assert next_state(state, event) == target
     for state in State:
         if not is_terminal(state):
-            assert next_state(state, Event.CANCEL) is State.CANCELLED
+            assert next_state(state, Event.CANCEL) == State.CANCELLED
 
 
 def test_every_pair_is_either_an_edge_or_invalid() -> None:
     """Exhaustively: every (state, event) pair not in the graph raises InvalidTransition."""
     edges = {(t.source, t.event): t.target for t in TRANSITIONS}
-    for state, event in itertools.product(State, Event):
+    for state, event in itertools.product(State, EVENTS):
         if (state, event) in edges:
-            assert next_state(state, event) is edges[(state, event)]
+            assert next_state(state, event) == edges[(state, event)]
         else:
             with pytest.raises(InvalidTransition) as info:
                 next_state(state, event)
@@ -115,14 +112,12 @@ def test_unknown_names_raise_invalid_transition(state: str, event: str) -> None:
         target = next_state(state, event)
     except InvalidTransition:
         return
-    assert (State(state), Event(event), target) in {
-        (t.source, t.event, t.target) for t in TRANSITIONS
-    }
+    assert (state, event, target) in {(t.source, t.event, t.target) for t in TRANSITIONS}
 
 
 def test_dot_parses_with_one_edge_per_transition() -> None:
     """The DOT export is valid Graphviz (parsed by pydot) with every state and transition."""
-    graphs = pydot.graph_from_dot_data(to_dot())
+    graphs = pydot.graph_from_dot_data(GRAPH.to_dot())
     assert graphs is not None and len(graphs) == 1
     graph = graphs[0]
     assert {node.get_name() for node in graph.get_nodes()} >= {s.value for s in State}
@@ -131,17 +126,17 @@ def test_dot_parses_with_one_edge_per_transition() -> None:
         for e in graph.get_edges()
     }
     assert len(graph.get_edges()) == len(TRANSITIONS)
-    assert edges == {(t.source.value, t.target.value, t.event.value) for t in TRANSITIONS}
+    assert edges == {(t.source, t.target, t.event) for t in TRANSITIONS}
 
 
 def test_mermaid_has_one_edge_per_transition() -> None:
     """The Mermaid export lists each transition exactly once, labelled with its event."""
-    lines = to_mermaid().splitlines()
+    lines = GRAPH.to_mermaid().splitlines()
     assert lines[0] == "stateDiagram-v2"
     edge_lines = [line.strip() for line in lines if ": " in line]
     assert len(edge_lines) == len(TRANSITIONS)
     for t in TRANSITIONS:
-        assert f"{t.source.value} --> {t.target.value}: {t.event.value}" in edge_lines
+        assert f"{t.source} --> {t.target}: {t.event}" in edge_lines
 
 
 def test_waiting_for_capacity_or_budget_is_shown_and_leads_back_or_out() -> None:
@@ -153,11 +148,11 @@ def test_waiting_for_capacity_or_budget_is_shown_and_leads_back_or_out() -> None
     assert STATES[State.AWAIT_CAPACITY].status is Status.PENDING
     assert STATES[State.AWAIT_BUDGET].status is Status.WAITING_FOR_INPUT
     assert set(allowed_events(State.AWAIT_CAPACITY)) == {Event.CAPACITY_READY, Event.CANCEL}
-    assert next_state(State.INVOKE_LLM, Event.CAPACITY_WAIT) is State.AWAIT_CAPACITY
-    assert next_state(State.AWAIT_CAPACITY, Event.CAPACITY_READY) is State.INVOKE_LLM
-    assert next_state(State.INVOKE_LLM, Event.OVER_BUDGET) is State.AWAIT_BUDGET
-    assert next_state(State.INVOKE_LLM, Event.BUDGET_EXCEEDED) is State.DEAD_LETTER
-    assert next_state(State.AWAIT_BUDGET, Event.OVERSPEND_APPROVED) is State.INVOKE_LLM
-    assert next_state(State.AWAIT_BUDGET, Event.OVERSPEND_REJECTED) is State.FAILED
-    assert next_state(State.AWAIT_BUDGET, Event.BUDGET_TIMEOUT) is State.DEAD_LETTER
-    assert next_state(State.AWAIT_BUDGET, Event.CANCEL) is State.CANCELLED
+    assert next_state(State.INVOKE_LLM, Event.CAPACITY_WAIT) == State.AWAIT_CAPACITY
+    assert next_state(State.AWAIT_CAPACITY, Event.CAPACITY_READY) == State.INVOKE_LLM
+    assert next_state(State.INVOKE_LLM, Event.OVER_BUDGET) == State.AWAIT_BUDGET
+    assert next_state(State.INVOKE_LLM, Event.BUDGET_EXCEEDED) == State.DEAD_LETTER
+    assert next_state(State.AWAIT_BUDGET, Event.OVERSPEND_APPROVED) == State.INVOKE_LLM
+    assert next_state(State.AWAIT_BUDGET, Event.OVERSPEND_REJECTED) == State.FAILED
+    assert next_state(State.AWAIT_BUDGET, Event.BUDGET_TIMEOUT) == State.DEAD_LETTER
+    assert next_state(State.AWAIT_BUDGET, Event.CANCEL) == State.CANCELLED

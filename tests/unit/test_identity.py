@@ -9,7 +9,7 @@ import pytest
 
 from aiorch.ops.signing import SigningKey
 from aiorch.runtime.config import ConfigError, Settings
-from workflows.identity import (
+from workflows.engine.identity import (
     AUDIENCE,
     KeySpecError,
     feedback_digest,

@@ -18,14 +18,13 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from aiorch.ops.inbox import auth
 from aiorch.ops.inbox.app import Inbox, InboxOptions, create_app
-from aiorch.ops.inbox.runs import RunFacts, RunView, WaitingRun, earlier_feedback
+from aiorch.ops.inbox.runs import RunView, WaitingRun, earlier_feedback
 from aiorch.ops.reviews import ReviewOutcome, decision_for_round
-from tests.builders import prompt_plan
 from workflows.payloads import (
     HistoryEntry,
-    LlmCallResult,
-    PipelineRequest,
     ReviewDecision,
+    ReviewSection,
+    ReviewView,
     RunStatus,
 )
 
@@ -46,18 +45,23 @@ HISTORY = [
     entry("reedit", "await_review", "invoke_llm", reviewer="bob", feedback=EVIL, review_round=1),
     entry("needs_review", "invoke_llm", "await_review", review_round=2),
 ]
-FACTS = RunFacts(
-    request=PipelineRequest(
-        request_id=WORKFLOW_ID, user_message=f"Summarise {EVIL}", metadata={"note": EVIL}
-    ),
-    plan=prompt_plan(
-        review_timeout_s=3600,
-        escalation_timeout_s=7200,
-        llm_max_attempts=3,
-        model="sim-large",
-        allowed_reviewers=["alice", "bob"],
-    ),
-    reply=LlmCallResult(content=f"Answer {EVIL}", needs_review=True, model="sim-large"),
+VIEW = ReviewView(
+    pipeline="AiOrchestrator",
+    state="await_review",
+    status="WaitingForInput",
+    review_round=2,
+    waiting=True,
+    deadline=SINCE + timedelta(seconds=3600),
+    title=f"Summarise {EVIL}",
+    headline=f"Answer {EVIL}",
+    sections=[
+        ReviewSection(title="Request", text=f"Summarise {EVIL}", key="request"),
+        ReviewSection(title="Metadata", text=f'{{"note": "{EVIL}"}}', key="metadata"),
+        ReviewSection(title="The model's reply", text=f"Answer {EVIL}", key="reply"),
+    ],
+    allowed_reviewers=["alice", "bob"],
+    model="sim-large",
+    history=HISTORY,
 )
 STATUS = RunStatus(
     state="await_review",
@@ -79,12 +83,12 @@ class PinnedRuns:
     async def waiting(self) -> list[WaitingRun]:
         if self.failure:
             raise self.failure
-        return [WaitingRun(WORKFLOW_ID, "run-1", "await_review", SINCE, 2, FACTS)]
+        return [WaitingRun(WORKFLOW_ID, "run-1", "await_review", SINCE, 2, VIEW)]
 
     async def view(self, workflow_id: str) -> RunView:
         if workflow_id != WORKFLOW_ID:
             raise RPCError("not found", RPCStatusCode.NOT_FOUND, b"")
-        return RunView(WORKFLOW_ID, "run-1", STATUS, SINCE, FACTS, earlier_feedback(HISTORY))
+        return RunView(WORKFLOW_ID, "run-1", VIEW, earlier_feedback(HISTORY))
 
 
 class Decisions:

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from aiorch.cli import build_app
 from aiorch.ops.inbox import auth
 from aiorch.ops.signing import SigningKey
-from workflows.identity import parse_review_keys
+from workflows.engine.identity import parse_review_keys
 
 
 def inbox(*args: str) -> tuple[int, str]:

@@ -1,4 +1,4 @@
-"""Transition span attributes and metric labels: pure helpers of workflows.observability."""
+"""Transition span attributes and metric labels: pure helpers of workflows.engine.observability."""
 
 from __future__ import annotations
 
@@ -6,14 +6,15 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from workflows.observability import (
+from workflows.engine.observability import (
     UNKNOWN_REASON,
     error_reason,
     failed_state,
     span_name,
     transition_attributes,
 )
-from workflows.payloads import HistoryEntry, LlmCallResult, PromptPlan, TokenUsage
+from workflows.llm.graph import GRAPH
+from workflows.payloads import HistoryEntry, LlmCallResult, TokenUsage
 
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 PROMPT = "my private question"
@@ -40,18 +41,6 @@ def entry(
     )
 
 
-def plan(capture: bool) -> PromptPlan:
-    return PromptPlan(
-        system_prompt="system",
-        user_prompt=PROMPT,
-        review_timeout_s=60,
-        escalation_timeout_s=60,
-        llm_max_attempts=3,
-        model="sim-large",
-        capture_content=capture,
-    )
-
-
 @pytest.mark.parametrize(
     ("last_error", "reason"),
     [
@@ -70,8 +59,10 @@ def test_error_reason_is_the_type_prefix(last_error: str | None, reason: str) ->
 
 def test_failed_state_names_invoke_llm_for_exhausted_retries() -> None:
     """Dead letters are labelled like the dead-letter message: retry_llm counts as invoke_llm."""
-    assert failed_state(entry("retry_llm", "dead_letter", "exhausted")) == "invoke_llm"
-    assert failed_state(entry("escalate", "dead_letter", "escalation_timeout")) == "escalate"
+    assert failed_state(GRAPH, entry("retry_llm", "dead_letter", "exhausted")) == "invoke_llm"
+    assert failed_state(GRAPH, entry("escalate", "dead_letter", "escalation_timeout")) == (
+        "escalate"
+    )
 
 
 def test_span_name_shows_the_edge() -> None:
@@ -86,7 +77,13 @@ def test_answer_transition_carries_model_and_tokens_but_no_text_by_default() -> 
     detail text unless the plan captures content."""
     move = entry("invoke_llm", "await_review", "needs_review", detail="answered by sim-small")
     attributes = transition_attributes(
-        "wf1", move, model=None, reply=REPLY, plan=plan(capture=False), last_error=None
+        "wf1",
+        move,
+        model=None,
+        answer=REPLY,
+        prompt=PROMPT,
+        capture_content=False,
+        last_error=None,
     )
     assert attributes == {
         "aiorch.workflow_id": "wf1",
@@ -105,7 +102,13 @@ def test_capture_content_adds_prompt_reply_and_detail() -> None:
     """With capture_content the answer's span also holds the prompt, reply and detail."""
     move = entry("invoke_llm", "generate_embedding", "llm_ok", detail="answered by sim-small")
     attributes = transition_attributes(
-        "wf1", move, model="sim-large", reply=REPLY, plan=plan(capture=True), last_error=None
+        "wf1",
+        move,
+        model="sim-large",
+        answer=REPLY,
+        prompt=PROMPT,
+        capture_content=True,
+        last_error=None,
     )
     assert attributes["aiorch.prompt"] == PROMPT
     assert attributes["aiorch.reply"] == "a private answer"
@@ -113,17 +116,19 @@ def test_capture_content_adds_prompt_reply_and_detail() -> None:
 
 
 def test_other_transitions_carry_no_tokens_and_errors_carry_their_type() -> None:
-    """A stale reply is not reported on later edges; error edges name the error type."""
+    """An edge that reports no answer carries no tokens (even with content captured);
+    error edges name the error type."""
     move = entry("invoke_llm", "retry_llm", "retryable_error", detail="LlmRetryable: HTTP 503")
     attributes = transition_attributes(
         "wf1",
         move,
         model="sim-large",
-        reply=REPLY,
-        plan=plan(capture=False),
+        answer=None,
+        prompt=None,
+        capture_content=True,
         last_error="LlmRetryable: HTTP 503",
     )
     assert "gen_ai.usage.input_tokens" not in attributes
     assert attributes["gen_ai.response.model"] == "sim-large"
     assert attributes["aiorch.error_type"] == "LlmRetryable"
-    assert "aiorch.detail" not in attributes
+    assert "aiorch.reply" not in attributes and "aiorch.prompt" not in attributes

@@ -10,7 +10,8 @@ from pydantic import ValidationError
 from aiorch.ops.reviews import ReviewOutcome, decision_for_round, update_id
 from aiorch.ops.signing import SigningKey
 from tests.builders import AT, history_entry, prompt_plan
-from workflows.graph import State
+from workflows.engine.reviews import MAX_REFUSAL_CHARS, Refusal, count_refusal, refusal
+from workflows.llm.graph import GRAPH, State
 from workflows.payloads import (
     MAX_FEEDBACK_CHARS,
     PromptPlan,
@@ -19,7 +20,6 @@ from workflows.payloads import (
     RunState,
     RunStatus,
 )
-from workflows.review_desk import MAX_REFUSAL_CHARS, Refusal, count_refusal, refusal
 
 RUN = "0123456789abcdef01234567"
 KEY = SigningKey.generate("inbox")
@@ -40,7 +40,7 @@ def plan(
 
 
 def _keys() -> list[object]:
-    from workflows.identity import parse_review_keys
+    from workflows.engine.identity import parse_review_keys
 
     return list(parse_review_keys(KEY.public_entry()))
 
@@ -59,7 +59,7 @@ def why(
     now: datetime = AT,
 ) -> str | None:
     run = RunState(state=state, review_round=review_round, plan=run_plan or plan())
-    found = refusal(run, decision, workflow_id=RUN, pending=pending, now=now)
+    found = refusal(GRAPH, run, decision, workflow_id=RUN, pending=pending, now=now)
     return found.reason if found else None
 
 
@@ -145,7 +145,7 @@ def test_with_keys_only_a_valid_signature_for_this_decision_is_accepted() -> Non
 
 def test_a_personal_key_signs_only_for_its_reviewer() -> None:
     """A key configured without a reviewer list signs only for the reviewer named like it."""
-    from workflows.identity import parse_review_keys
+    from workflows.engine.identity import parse_review_keys
 
     alice = SigningKey.generate("alice")
     keyed = plan().model_copy(

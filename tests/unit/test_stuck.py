@@ -6,17 +6,19 @@ from datetime import UTC, datetime
 
 import pytest
 
+from aiorch.ops import pipelines
 from aiorch.ops.stuck import StuckAction, StuckRun, applies, stuck_query
-from workflows.graph import State
+from workflows.llm.graph import State
 
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+TYPES = ", ".join(f"'{name}'" for name in pipelines.workflow_types())
 
 
 def test_stuck_query_covers_runs_never_picked_up() -> None:
     """Open runs older than the cutoff in their state, or started before it and never moved."""
     query = stuck_query(T0, State.AWAIT_REVIEW)
     assert query == (
-        "WorkflowType = 'AiOrchestrator' AND ExecutionStatus = 'Running' AND "
+        f"WorkflowType IN ({TYPES}) AND ExecutionStatus = 'Running' AND "
         "(AiStateSince < '2026-11-01T12:00:00Z' OR "
         "(AiStateSince IS NULL AND StartTime < '2026-11-01T12:00:00Z')) "
         "AND AiState = 'await_review'"

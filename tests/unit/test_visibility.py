@@ -6,6 +6,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta, timezone
 from typing import get_args
 
+import pytest
+
+import workflows.llm.pipeline as llm
+from aiorch.ops import pipelines
 from aiorch.ops.visibility import (
     FINAL_STATES,
     initial_search_attributes,
@@ -17,7 +21,7 @@ from aiorch.ops.visibility import (
 )
 from aiorch.runtime.temporal import SEARCH_ATTRIBUTES
 from workflows import contract
-from workflows.graph import TERMINAL_STATES, State
+from workflows.llm.graph import State
 from workflows.payloads import FinalState, PipelineRequest
 
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
@@ -29,19 +33,25 @@ def test_visibility_time_is_utc() -> None:
     assert visibility_time(plus_two) == "2026-11-01T12:00:00Z"
 
 
-def test_queries_name_the_workflow_type_and_skip_empty_clauses() -> None:
-    """Every query is narrowed to the project's runs; clauses join with AND, empty ones drop."""
-    assert runs_query() == "WorkflowType = 'AiOrchestrator'"
+def test_queries_name_the_workflow_types_and_skip_empty_clauses() -> None:
+    """Every query is narrowed to the project's runs (of every pipeline, or of the one named);
+    clauses join with AND, empty ones drop; a state no pipeline has is refused."""
+    every = ", ".join(f"'{name}'" for name in pipelines.workflow_types())
+    assert "'AiOrchestrator'" in every
+    assert runs_query() == f"WorkflowType IN ({every})"
     assert runs_query(state_is(State.ESCALATE), "") == (
-        "WorkflowType = 'AiOrchestrator' AND AiState = 'escalate'"
+        f"WorkflowType IN ({every}) AND AiState = 'escalate'"
     )
+    assert runs_query(pipeline="llm") == "WorkflowType IN ('AiOrchestrator')"
     assert state_in([State.FAILED, State.COMPLETED]) == "AiState IN ('completed', 'failed')"
+    with pytest.raises(ValueError, match="no pipeline has a state"):
+        state_is("x' OR WorkflowType != '")
 
 
 def test_final_states_are_the_results_states() -> None:
     """The states a run's result can name are the terminal states a run returns in."""
-    assert {state.value for state in FINAL_STATES} == set(get_args(FinalState))
-    assert TERMINAL_STATES - {State.CANCELLED} == FINAL_STATES
+    assert set(FINAL_STATES) == set(get_args(FinalState))
+    assert pipelines.terminal_states() - {State.CANCELLED} == FINAL_STATES
 
 
 def test_search_attributes_match_what_the_worker_registers() -> None:
@@ -60,5 +70,6 @@ def test_a_run_starts_visible_in_its_first_resting_state() -> None:
     message, fetch_prompt for a document by reference), so visibility lists it at once."""
     inline = PipelineRequest(request_id="a" * 24, user_message="hi")
     document = PipelineRequest(request_id="a" * 24, user_message="s3://docs/a.txt")
-    assert initial_search_attributes(inline).get(contract.AI_STATE) == "invoke_llm"
-    assert initial_search_attributes(document).get(contract.AI_STATE) == "fetch_prompt"
+    first = initial_search_attributes
+    assert first(llm.PIPELINE, inline).get(contract.AI_STATE) == "invoke_llm"
+    assert first(llm.PIPELINE, document).get(contract.AI_STATE) == "fetch_prompt"

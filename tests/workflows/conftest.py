@@ -24,8 +24,9 @@ Shared here:
   runs are terminated at teardown so no test leaves work behind for the shared server.
   ``private_orch``: the same on a server of its own.
 * ``assert_follows_graph`` / ``Orchestration.check_history`` / ``check_finished``: every
-  transition is an edge of ``workflows.graph.TRANSITIONS``, notes keep the state, and the
-  ``AiState`` / ``AiStateSince`` search attributes publish the last transition.
+  transition is an edge of the LLM pipeline's graph (``workflows.llm.graph.GRAPH``), notes keep
+  the state, and the ``AiState`` / ``AiStateSince`` search attributes publish the last
+  transition.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ from temporalio.worker import Worker
 from activities.lineage import LineageActivities
 from aiorch.runtime.temporal import SEARCH_ATTRIBUTES, AiOrchestratorPlugin
 from workflows import contract, errors
-from workflows.graph import TRANSITIONS, State, is_terminal
+from workflows.llm.graph import GRAPH, State
 from workflows.orchestrator import AiOrchestrator
 from workflows.payloads import (
     NOTE_CONTINUED_AS_NEW,
@@ -85,7 +86,7 @@ HAPPY_PATH = ["idle", "fetch_prompt", "invoke_llm", "generate_embedding", "compl
 FALLBACK_MODEL = "fallback-model"
 DLQ_URL = "fake://sqs/ai-orchestrator-dlq"
 
-GRAPH_EDGES = frozenset((t.source.value, t.event.value, t.target.value) for t in TRANSITIONS)
+GRAPH_EDGES = frozenset((t.source, t.event, t.target) for t in GRAPH.transitions)
 # History entries that record something without moving the run (see workflows.payloads).
 NOTES = frozenset({NOTE_CONTINUED_AS_NEW})
 
@@ -455,7 +456,7 @@ class Orchestration:
             status = await self.status(handle)
             if status.state == wanted:
                 return status
-            if is_terminal(status.state):
+            if GRAPH.is_terminal(status.state):
                 break
             await asyncio.sleep(POLL_INTERVAL_S)
         raise AssertionError(f"run never reached {wanted!r}; last status: {status}")

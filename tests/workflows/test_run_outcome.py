@@ -12,7 +12,7 @@ from temporalio.exceptions import ApplicationError
 from aiorch.ops.results import finished, result_of_failure
 from tests.workflows.conftest import Orchestration, Reply, server_error
 from workflows import contract, errors
-from workflows.payloads import RunStatus
+from workflows.payloads import PipelineResult, RunStatus
 
 
 async def test_a_rejected_run_closes_failed_with_its_result(orch: Orchestration) -> None:
@@ -34,8 +34,8 @@ async def test_a_rejected_run_closes_failed_with_its_result(orch: Orchestration)
     assert isinstance(cause, ApplicationError)
     assert (cause.type, cause.non_retryable) == (errors.RUN_FAILED, True)
     assert cause.message == "run ended in failed" and "secret" not in cause.message
-    result = result_of_failure(info.value)
-    assert result is not None and result.state == "failed"
+    result = result_of_failure(info.value, PipelineResult)
+    assert isinstance(result, PipelineResult) and result.state == "failed"
     assert result.content == "secret draft"
     assert (await handle.describe()).status == WorkflowExecutionStatus.FAILED
     await orch.check_finished(handle, result)

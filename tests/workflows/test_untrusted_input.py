@@ -23,7 +23,7 @@ from tests.builders import attacker_plan
 from tests.history_events import refused_at_once
 from tests.workflows.conftest import Orchestration, new_request_id
 from workflows import contract
-from workflows.graph import State
+from workflows.llm.graph import State
 from workflows.payloads import ContinuedRun, PipelineRequest, RunState
 
 
@@ -117,7 +117,7 @@ async def test_bogus_carried_state_fails_the_run_not_the_task(orch: Orchestratio
     payload = forged()
     payload["carried"]["state"] = "hacked"
     handle = await orch.start(raw=payload, workflow_id=payload["request"]["request_id"])
-    assert "carried.state: Input should be" in await refused(handle)
+    assert "carried: a continued run cannot resume in 'hacked'" in await refused(handle)
 
 
 async def test_a_workflow_retry_policy_is_refused(orch: Orchestration) -> None:

@@ -8,8 +8,6 @@ from typing import Annotated, Any, Final, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
-from workflows.graph import State
-
 __all__ = [
     "DEFAULT_TENANT",
     "MAX_FEEDBACK_CHARS",
@@ -21,7 +19,6 @@ __all__ = [
     "NOTE_CONTINUED_AS_NEW",
     "REFERENCE_SCHEMES",
     "REQUEST_ID_PATTERN",
-    "RESUMABLE_STATES",
     "TENANT_PATTERN",
     "BudgetPolicy",
     "BudgetVerdict",
@@ -55,8 +52,6 @@ MAX_REVIEWER_CHARS: Final = 200
 MAX_METADATA_DEPTH: Final = 16
 MAX_TOKEN_CHARS: Final = 8192
 NOTE_CONTINUED_AS_NEW: Final = "continued_as_new"
-# The states a continued run may resume in: the safe points where a run continues as new.
-RESUMABLE_STATES: Final = frozenset({State.INVOKE_LLM, State.AWAIT_REVIEW, State.ESCALATE})
 
 
 def _unicode(value: str) -> str:

@@ -4,7 +4,7 @@ like the rest of the contract: new fields get defaults)."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -31,10 +31,13 @@ __all__ = [
     "EmbeddingResult",
     "LlmCallInput",
     "LlmCallResult",
+    "ModelSettings",
     "NoticeReason",
     "PromptInput",
     "PromptPlan",
+    "PromptSpec",
     "ReviewNotice",
+    "RunPolicy",
     "TokenUsage",
 ]
 
@@ -47,49 +50,64 @@ class PromptInput(_Open):
     request: PipelineRequest
 
 
-class PromptPlan(_Open):
-    """What ``fetch_prompt`` resolves once: the prompt and every setting the run will use.
+class RunPolicy(_Open):
+    """What every run settles once, when it is planned, and the engine then applies: review,
+    retries, continue-as-new, notifications and budgets. A pipeline's plan extends it.
 
-    A request given by reference keeps only the reference here (``input_ref``); the LLM activity
-    loads the document itself, so large inputs never enter workflow history.
+    Review policy, resolved from the request and the worker's floor (``REVIEW_MIN``,
+    ``ALLOWED_REVIEWERS``, ``REVIEW_PUBLIC_KEYS``): who may review, whether review is required,
+    and the public keys that authenticate reviewers (none = authentication off). Capacity and
+    budgets, resolved from the request and the worker's settings: whose daily budget the run
+    spends, its cost ceiling (``RUN_BUDGET_USD`` lowered by ``options.max_cost_usd``; None =
+    none), what a call that would cross a budget does, and how long an operator has to decide.
     """
 
-    system_prompt: str
-    user_prompt: str
-    input_ref: str | None = None
-    llm_timeout_s: float = 60.0
     review_timeout_s: float
     escalation_timeout_s: float
     llm_max_attempts: int
-    model: str
-    fallback_model: str | None = None
-    fallback_after: int = 2
-    temperature: float = 0.2
     backoff_initial_s: float = 1.0
     backoff_max_s: float = 60.0
     # OTEL_CAPTURE_CONTENT of the worker that built the plan: prompt/reply text in spans.
     capture_content: bool = False
-    # Review policy, resolved once from the request and the worker's floor (REVIEW_MIN,
-    # ALLOWED_REVIEWERS, REVIEW_PUBLIC_KEYS): who may review, whether review is required, and
-    # the public keys that authenticate reviewers (none = authentication off).
     review: ReviewMode = "auto"
     allowed_reviewers: list[str] | None = None
     requested_by: str | None = None
     review_keys: list[ReviewKey] = Field(default_factory=list)
     max_feedback_chars: int = MAX_FEEDBACK_CHARS
-    max_reply_chars: int | None = None
     reedit_rounds_per_run: int = 50
     # REVIEW_WEBHOOK_URL is set on the worker that built the plan: tell reviewers (by webhook)
     # when the run starts waiting for review and when it escalates. Off = no extra activity.
     notify: bool = False
-    # Capacity and budgets, resolved once from the request and the worker's settings: whose
-    # daily budget the run spends, its cost ceiling (RUN_BUDGET_USD lowered by
-    # options.max_cost_usd; None = none), what a call that would cross a budget does, and how
-    # long an operator has to decide.
     tenant: str = DEFAULT_TENANT
     budget_usd: float | None = None
     budget_policy: BudgetPolicy = "wait"
     budget_timeout_s: float = 86400.0
+
+
+class ModelSettings(_Open):
+    """How a run calls its model: the model, its fallback after ``fallback_after`` failures in
+    a row, the sampling temperature, each call's timeout and the longest reply taken."""
+
+    model: str
+    fallback_model: str | None = None
+    fallback_after: int = 2
+    temperature: float = 0.2
+    llm_timeout_s: float = 60.0
+    max_reply_chars: int | None = None
+
+
+class PromptSpec(_Open):
+    """What a model is asked: the system prompt, the user's prompt, and the document the LLM
+    activity loads and puts before it (a reference, so large inputs never enter history)."""
+
+    system_prompt: str
+    user_prompt: str
+    input_ref: str | None = None
+
+
+class PromptPlan(RunPolicy, ModelSettings, PromptSpec):
+    """What a run that calls a model settles once (``fetch_prompt`` in the LLM pipeline): the
+    prompt and every setting the run will use."""
 
 
 NoticeReason = Literal["review_needed", "escalated"]
@@ -124,6 +142,9 @@ class LlmCallInput(_Open):
     feedback: list[str] = Field(default_factory=list)
     corrective: bool = False
     max_reply_chars: int | None = None
+    # The JSON Schema of the object the reply must be (a pipeline's extraction schema); None:
+    # the contract's LlmReply, {"content", "needs_review"}.
+    output_schema: dict[str, Any] | None = None
     # Budgets (docs/capacity.md): whose daily budget the call spends, the run's ceiling and
     # spend so far, and whether an operator let the run cross a budget.
     tenant: str = DEFAULT_TENANT
@@ -154,6 +175,8 @@ class LlmCallResult(_Open):
 
     content: str = ""
     needs_review: bool = False
+    # The reply's JSON object, when the call asked for one (LlmCallInput.output_schema).
+    data: dict[str, Any] | None = None
     model: str
     usage: TokenUsage = Field(default_factory=TokenUsage)
     outcome: CallOutcome = "answered"

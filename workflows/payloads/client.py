@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, Field
 
+from workflows.contract import WORKFLOW_TYPE
 from workflows.payloads._base import (
     DEFAULT_TENANT,
     MAX_FEEDBACK_CHARS,
@@ -37,10 +38,15 @@ __all__ = [
     "OperatorRequest",
     "PipelineRequest",
     "PipelineResult",
+    "RequestBase",
+    "ReviewContent",
     "ReviewDecision",
     "ReviewKey",
+    "ReviewSection",
+    "ReviewView",
     "RunOptions",
     "RunProgress",
+    "RunResult",
     "RunStatus",
 ]
 
@@ -67,13 +73,12 @@ class RunOptions(_Strict):
     )
 
 
-class PipelineRequest(_Strict):
-    """The workflow's input. ``request_id`` is also the workflow id."""
+class RequestBase(_Strict):
+    """What every pipeline's start input holds besides its own content: the request id (also
+    the workflow id), the review level asked for, context, per-run options, who asked and whose
+    budget the run spends."""
 
     request_id: str = Field(pattern=REQUEST_ID_PATTERN)
-    user_message: Annotated[NonBlank, AfterValidator(_inline_size)] = Field(
-        description="The message, or a reference to it: file:///path or s3://bucket/key"
-    )
     review: ReviewMode = Field(
         default="auto",
         description="May raise the operator's REVIEW_MIN (never < auto < always), never lower it",
@@ -92,10 +97,27 @@ class PipelineRequest(_Strict):
         f"{DEFAULT_TENANT!r}",
     )
 
+    def describe(self) -> str:
+        """One line about what the run works on, for its Web UI details (content stays short)."""
+        return f"request {self.request_id}"
+
+
+class PipelineRequest(RequestBase):
+    """The LLM pipeline's input: a message for the model. ``request_id`` is also the workflow
+    id."""
+
+    user_message: Annotated[NonBlank, AfterValidator(_inline_size)] = Field(
+        description="The message, or a reference to it: file:///path or s3://bucket/key"
+    )
+
     @property
     def is_reference(self) -> bool:
         """True when ``user_message`` names a document (loaded by activities), not the text."""
         return self.user_message.startswith(REFERENCE_SCHEMES)
+
+    def describe(self) -> str:
+        """The request id and the start of its message (or its reference)."""
+        return f"request {self.request_id}: {self.user_message[:200]}"
 
 
 class ReviewDecision(_Strict):
@@ -109,6 +131,11 @@ class ReviewDecision(_Strict):
         ge=1,
         description="The round decided (RunStatus.review_round); a decision for any other "
         "round is refused, so a re-sent decision never lands on a later round",
+    )
+    fields: Annotated[dict[str, Any], AfterValidator(_metadata_bounds)] | None = Field(
+        default=None,
+        description="With approve, where the pipeline takes them (the document pipeline): the "
+        "corrected fields, which replace the result's and are validated again",
     )
     token: str | None = Field(
         default=None,
@@ -169,23 +196,71 @@ class RunProgress(BaseModel):
 
 
 class RunStatus(RunProgress, _Open):
-    """Answer of the ``status`` query: the run's progress, where it is, and its tenant."""
+    """Answer of the ``status`` query: the run's progress, where it is, its tenant, and the
+    pipeline (workflow type) it runs."""
 
     state: str
     status: str
     progress: int
     tenant: str | None = None
+    pipeline: str | None = None
 
 
-class PipelineResult(_Open):
-    """The workflow's result."""
+class ReviewSection(_Open):
+    """One titled block of text a reviewer reads (the prompt, the reply, the document);
+    ``key`` names it for pages and scripts (``request``, ``reply``, ...)."""
+
+    title: str
+    text: str
+    key: str = ""
+
+
+class ReviewContent(_Open):
+    """What a pipeline shows a reviewer of a run: a ``title`` (what the run works on), a
+    ``headline`` (the result under review, short), titled ``sections`` of text, the result's
+    ``fields`` a reviewer may correct (approving with corrected fields, where ``corrections``
+    is true) and the ``problems`` validation found."""
+
+    title: str = ""
+    headline: str = ""
+    sections: list[ReviewSection] = Field(default_factory=list)
+    fields: dict[str, Any] | None = None
+    problems: list[str] = Field(default_factory=list)
+    corrections: bool = False
+
+
+class ReviewView(ReviewContent):
+    """Answer of the ``review_view`` query: a run as a reviewer sees it, its pipeline's
+    content with where the run is, until when it waits, who may decide and its history."""
+
+    pipeline: str
+    state: str
+    status: str
+    review_round: int = 0
+    waiting: bool = False
+    deadline: datetime | None = None
+    requested_by: str | None = None
+    allowed_reviewers: list[str] | None = None
+    model: str | None = None
+    history: list[HistoryEntry] = Field(default_factory=list)
+    history_dropped: int = 0
+
+
+class RunResult(_Open):
+    """What every pipeline's run returns: the request, the final state and the history (a
+    pipeline's result adds its own fields)."""
 
     request_id: str
     state: FinalState
+    history: list[HistoryEntry] = Field(default_factory=list)
+
+
+class PipelineResult(RunResult):
+    """The LLM pipeline's result: the answer, the model that gave it, the stored vector."""
+
     content: str | None = None
     model: str | None = None
     embedding_id: str | None = None
-    history: list[HistoryEntry] = Field(default_factory=list)
 
 
 class DeadLetterMessage(_Open):
@@ -193,6 +268,9 @@ class DeadLetterMessage(_Open):
 
     workflow_id: str
     run_id: str
+    # The pipeline the run ran (its workflow type); messages written before pipelines had
+    # names came from the LLM pipeline.
+    workflow_type: str = WORKFLOW_TYPE
     request: dict[str, Any]
     failed_state: str
     attempts: int
@@ -208,7 +286,7 @@ class LlmReply(_Strict):
 
 
 class ReviewKey(_Open):
-    """A public key that may sign reviews (see ``workflows.identity``)."""
+    """A public key that may sign reviews (see ``workflows.engine.identity``)."""
 
     key_id: str
     public_key: str = Field(description="the raw 32-byte Ed25519 public key, base64")

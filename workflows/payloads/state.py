@@ -1,50 +1,47 @@
-"""The workflow's own state, and what a continued run is handed."""
+"""The workflow's own state, and what a continued run is handed.
+
+``RunCore`` is what the engine keeps for every run of every pipeline; a pipeline's state extends
+it (``RunState`` is the LLM pipeline's), so what a continued run carries is one flat JSON object
+whatever the pipeline.
+"""
 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any, Generic, TypeVar
 
-from pydantic import Field, model_validator
+from pydantic import BaseModel, Field
 
-from workflows.graph import State
-from workflows.payloads._base import (
-    RESUMABLE_STATES,
-    _Mutable,
-    _Strict,
-)
-from workflows.payloads.activity import (
-    LlmCallResult,
-    PromptPlan,
-)
-from workflows.payloads.client import (
-    PipelineRequest,
-    RunProgress,
-)
+from workflows.payloads._base import _Mutable, _Strict
+from workflows.payloads.activity import LlmCallResult, PromptPlan, RunPolicy
+from workflows.payloads.client import RequestBase, RunProgress
 
 __all__ = [
     "ContinuedRun",
+    "RunCore",
     "RunState",
 ]
 
+PlanT = TypeVar("PlanT", bound=RunPolicy)
+RequestT = TypeVar("RequestT", bound=RequestBase)
+StateT = TypeVar("StateT", bound=BaseModel)
 
-class RunState(RunProgress, _Mutable):
-    """Everything a run knows about itself (its progress and the rest): held by the workflow,
-    changed by its handlers, and carried whole to the run that continues it (continue-as-new)."""
 
-    state: State = State.IDLE
+class RunCore(RunProgress, _Mutable, Generic[PlanT]):
+    """Everything the engine knows about a run (its progress and the rest): held by the
+    workflow, changed by its handlers, and carried whole to the run that continues it."""
+
+    state: str
     # When the current state began, and when the first run of this chain started.
     state_since: datetime | None = None
     started_at: datetime | None = None
     history_bytes: int = 0
     consecutive_failures: int = 0
-    corrective_next: bool = False
     retry_after_s: float | None = None
     feedback: list[str] = Field(default_factory=list)
-    # When the current review wait (await_review or escalate) times out.
+    # When the current review wait (a review or escalation state) times out.
     review_deadline: datetime | None = None
-    plan: PromptPlan | None = None
-    reply: LlmCallResult | None = None
-    embedding_id: str | None = None
+    plan: PlanT | None = None
     # Operator actions: expire_review ends one review wait, dead_letter every one until the end.
     forced_timeout: str | None = None
     dead_letter_requested: str | None = None
@@ -53,20 +50,23 @@ class RunState(RunProgress, _Mutable):
     capacity_wait_s: float | None = None
     budget_deadline: datetime | None = None
     budget_approved: bool = False
+    # The next model call asks again for a well-formed reply (the last one was malformed).
+    corrective_next: bool = False
+    # Fields a reviewer corrected with an approval, for the state the correction leads to.
+    corrected: dict[str, Any] | None = None
 
 
-class ContinuedRun(_Strict):
+class RunState(RunCore[PromptPlan]):
+    """The LLM pipeline's run: the engine's state, the model's reply and the stored vector."""
+
+    reply: LlmCallResult | None = None
+    embedding_id: str | None = None
+
+
+class ContinuedRun(_Strict, Generic[RequestT, StateT]):
     """Input of a continued run: the original request plus the carried state. Accepted only
-    from this workflow's own continue-as-new (the workflow checks how the run was started),
-    never from a client."""
+    from this workflow's own continue-as-new (the workflow checks how the run was started and
+    that the state is one a run may resume in), never from a client."""
 
-    request: PipelineRequest
-    carried: RunState
-
-    @model_validator(mode="after")
-    def _resumable(self) -> ContinuedRun:
-        if self.carried.state not in RESUMABLE_STATES:
-            raise ValueError(f"a continued run cannot resume in {self.carried.state.value!r}")
-        if self.carried.plan is None:
-            raise ValueError("a continued run must carry its plan")
-        return self
+    request: RequestT
+    carried: StateT

@@ -12,11 +12,13 @@ whose claims bind it to one decision on one round of one run:
 ``round``  the review round decided (``RunStatus.review_round``)
 ``dec``    ``approve``, ``reedit`` or ``reject``
 ``fb``     SHA-256 (hex) of the feedback, or the empty string when there is none
+``fd``     SHA-256 (hex) of the corrected fields (canonical JSON), or absent/empty when none
 ``iat``    issued at (seconds since the epoch)
 ``exp``    expires at; checked against workflow time, never the wall clock
 ========== ==========================================================================
 
-So a token cannot be replayed on another run, round or decision, nor carry other feedback.
+So a token cannot be replayed on another run, round or decision, nor carry other feedback or
+other corrected fields.
 
 Public keys are plain data (``ReviewKey``: key id, the raw 32-byte key in base64, and whom it
 may sign for: one reviewer, a list, or anyone for an identity provider such as the review inbox).
@@ -31,9 +33,11 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import json
 import re
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 import jwt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -61,6 +65,7 @@ class ReviewClaims(BaseModel):
     round: int
     dec: str
     fb: str
+    fd: str = ""
     iat: int
     exp: int
 
@@ -74,6 +79,15 @@ def feedback_digest(feedback: str | None) -> str:
     return hashlib.sha256(feedback.encode("utf-8")).hexdigest() if feedback else ""
 
 
+def fields_digest(fields: dict[str, Any] | None) -> str:
+    """The ``fd`` claim: SHA-256 of the corrected fields as canonical JSON (sorted keys, no
+    spaces, UTF-8), or ``""`` without corrections."""
+    if fields is None:
+        return ""
+    canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
 def claims_for(
     decision: ReviewDecision,
     *,
@@ -84,7 +98,7 @@ def claims_for(
 ) -> dict[str, object]:
     """The claims a signer puts in the token for ``decision`` (the verifier checks the same)."""
     issued_s = int(issued.timestamp())
-    return {
+    claims: dict[str, object] = {
         "aud": AUDIENCE,
         "sub": decision.reviewer,
         "wid": workflow_id,
@@ -94,6 +108,9 @@ def claims_for(
         "iat": issued_s,
         "exp": issued_s + max(1, int(ttl.total_seconds())),
     }
+    if decision.fields is not None:
+        claims["fd"] = fields_digest(decision.fields)
+    return claims
 
 
 def parse_review_keys(spec: str) -> list[ReviewKey]:
@@ -201,6 +218,8 @@ def _claims_problem(
         return "review token was issued for another decision"
     if claims.fb != feedback_digest(decision.feedback):
         return "review token was issued for other feedback"
+    if claims.fd != fields_digest(decision.fields):
+        return "review token was issued for other corrected fields"
     now_s = now.timestamp()
     if claims.exp <= now_s:
         return "review token has expired"

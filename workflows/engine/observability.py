@@ -1,6 +1,6 @@
 """Spans and metrics for state transitions: deterministic-safe, called from the workflow.
 
-``record_transition`` runs inside ``AiOrchestrator._move`` for every graph edge a run takes. It
+``record_transition`` runs inside ``record.move`` for every graph edge a run takes. It
 sends no commands, so it cannot change what the workflow does, and it is replay-safe:
 
 - spans come from the global OpenTelemetry tracer, which the worker makes replay-safe
@@ -12,7 +12,7 @@ sends no commands, so it cannot change what the workflow does, and it is replay-
 
 Prompt and reply text (and the history entry's ``detail``, which can quote a reviewer or a
 malformed reply) stay out of spans unless the run's plan says ``capture_content``
-(``OTEL_CAPTURE_CONTENT`` on the worker that fetched the prompt).
+(``OTEL_CAPTURE_CONTENT`` on the worker that planned the run).
 
 The metric names are the project's catalogue; the activity side (tokens, cost) and the worker's
 histogram buckets use the same constants.
@@ -23,14 +23,15 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from datetime import datetime
+from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 from temporalio import workflow
 
-from workflows.graph import REVIEW_STATES, Event, State, is_terminal
-from workflows.payloads import HistoryEntry, LlmCallResult, PromptPlan, RunState
+from workflows.engine.graph import DEAD_LETTER, FAILED, Event, Graph, Role
+from workflows.payloads import HistoryEntry, LlmCallResult, RunCore
 
 # Workflow side (workflow.metric_meter(): replay-safe).
 METRIC_TRANSITIONS = "aiorch_transitions"
@@ -47,8 +48,6 @@ TRACER_NAME = "ai-orchestrator.workflow"
 ERROR_EVENTS = frozenset(
     {Event.RETRYABLE_ERROR.value, Event.PERMANENT_ERROR.value, Event.EXHAUSTED.value}
 )
-GRAPH_EVENTS = frozenset(event.value for event in Event)
-ANSWER_EVENTS = frozenset({Event.LLM_OK.value, Event.NEEDS_REVIEW.value})
 UNKNOWN_REASON = "Unknown"
 # The workflow writes errors as "Type: message" (ApplicationError type or "Timeout").
 _ERROR_TYPE = re.compile(r"^([A-Za-z][A-Za-z0-9_.]{0,63}): ")
@@ -60,13 +59,14 @@ def error_reason(last_error: str | None) -> str:
     return match.group(1) if match else UNKNOWN_REASON
 
 
-def failed_state(entry: HistoryEntry) -> str:
+def failed_state(graph: Graph, entry: HistoryEntry) -> str:
     """The state a dead-lettered run failed in, as its dead-letter message names it.
 
-    Exhausted LLM retries leave from ``retry_llm`` but failed in ``invoke_llm``.
+    Exhausted retries leave from the retry state (``retry_llm``) but failed in the step it
+    retries (``invoke_llm``).
     """
-    if entry.from_state == State.RETRY_LLM.value:
-        return State.INVOKE_LLM.value
+    if graph.info(entry.from_state).role is Role.RETRY:
+        return graph.target_of(entry.from_state, Event.BACKOFF_ELAPSED) or entry.from_state
     return entry.from_state
 
 
@@ -75,23 +75,18 @@ def span_name(entry: HistoryEntry) -> str:
     return f"transition {entry.from_state}->{entry.to_state}"
 
 
-def answered(entry: HistoryEntry, reply: LlmCallResult | None) -> LlmCallResult | None:
-    """The LLM reply this transition reports, if it is the one leaving invoke_llm with an answer."""
-    if entry.from_state == State.INVOKE_LLM.value and entry.event in ANSWER_EVENTS:
-        return reply
-    return None
-
-
 def transition_attributes(
     workflow_id: str,
     entry: HistoryEntry,
     *,
     model: str | None,
-    reply: LlmCallResult | None,
-    plan: PromptPlan | None,
+    answer: LlmCallResult | None,
+    prompt: str | None,
+    capture_content: bool,
     last_error: str | None,
 ) -> dict[str, AttributeValue]:
-    """The span attributes of one transition; text content only when the plan allows it."""
+    """The span attributes of one transition (``answer``: the model's reply it reports, with
+    the ``prompt`` it answered); text content only when ``capture_content`` allows it."""
     attributes: dict[str, AttributeValue] = {
         "aiorch.workflow_id": workflow_id,
         "aiorch.from_state": entry.from_state,
@@ -99,7 +94,6 @@ def transition_attributes(
         "aiorch.event": entry.event,
         "aiorch.attempt": entry.attempt,
     }
-    answer = answered(entry, reply)
     if answer is not None:
         model = answer.model
         attributes["gen_ai.usage.input_tokens"] = answer.usage.prompt_tokens
@@ -109,11 +103,12 @@ def transition_attributes(
         attributes["gen_ai.response.model"] = model
     if entry.event in ERROR_EVENTS:
         attributes["aiorch.error_type"] = error_reason(last_error)
-    if plan is not None and plan.capture_content:
+    if capture_content:
         if entry.detail:
             attributes["aiorch.detail"] = entry.detail
         if answer is not None:
-            attributes["aiorch.prompt"] = plan.user_prompt
+            if prompt is not None:
+                attributes["aiorch.prompt"] = prompt
             attributes["aiorch.reply"] = answer.content
     return attributes
 
@@ -122,8 +117,17 @@ def _ns(moment: datetime) -> int:
     return int(moment.timestamp() * 1_000_000_000)
 
 
-def record_transition(run: RunState, entry: HistoryEntry, *, entered_at: datetime) -> None:
-    """Emit the span and metrics for ``entry``, the transition ``run`` just took.
+def record_transition(
+    graph: Graph,
+    run: RunCore[Any],
+    entry: HistoryEntry,
+    *,
+    entered_at: datetime,
+    answer: LlmCallResult | None = None,
+    prompt: str | None = None,
+) -> None:
+    """Emit the span and metrics for ``entry``, the transition ``run`` just took (``answer``:
+    the model's reply it reports, answering ``prompt``).
 
     The span covers the time spent in the state being left: from ``entered_at`` (when the run
     entered ``from_state``) to the transition.
@@ -135,21 +139,26 @@ def record_transition(run: RunState, entry: HistoryEntry, *, entered_at: datetim
         info.workflow_id,
         entry,
         model=run.model,
-        reply=run.reply,
-        plan=run.plan,
+        answer=answer,
+        prompt=prompt,
+        capture_content=run.plan is not None and run.plan.capture_content,
         last_error=run.last_error,
     )
     span = trace.get_tracer(TRACER_NAME).start_span(
         span_name(entry), attributes=attributes, start_time=_ns(entered_at)
     )
-    if entry.to_state in (State.FAILED.value, State.DEAD_LETTER.value):
+    if entry.to_state in (FAILED, DEAD_LETTER):
         span.set_status(Status(StatusCode.ERROR, f"{entry.event}: {error_reason(run.last_error)}"))
     span.end(end_time=_ns(entry.at))
-    _record_metrics(entry, entered_at, started_at, run.last_error)
+    _record_metrics(graph, entry, entered_at, started_at, run.last_error)
 
 
 def _record_metrics(
-    entry: HistoryEntry, entered_at: datetime, started_at: datetime, last_error: str | None
+    graph: Graph,
+    entry: HistoryEntry,
+    entered_at: datetime,
+    started_at: datetime,
+    last_error: str | None,
 ) -> None:
     meter = workflow.metric_meter()
     edge: Mapping[str, str] = {
@@ -164,18 +173,18 @@ def _record_metrics(
         meter.create_counter(
             METRIC_LLM_RETRIES, "LLM attempts that failed retryably (each goes to retry_llm)"
         ).add(1, {"reason": error_reason(last_error)})
-    if entry.to_state == State.DEAD_LETTER.value:
+    if entry.to_state == DEAD_LETTER:
         meter.create_counter(METRIC_DEAD_LETTERS, "Runs sent to the dead-letter queue").add(
-            1, {"failed_state": failed_state(entry)}
+            1, {"failed_state": failed_state(graph, entry)}
         )
-    if entry.from_state in REVIEW_STATES:
+    if entry.from_state in graph.review_states:
         meter.create_histogram_float(
             METRIC_REVIEW_WAIT, "Time a run waited in a review state", "s"
         ).record(
             (entry.at - entered_at).total_seconds(),
             {"state": entry.from_state, "outcome": entry.event},
         )
-    if is_terminal(entry.to_state):
+    if graph.is_terminal(entry.to_state):
         meter.create_histogram_float(
             METRIC_RUN_DURATION, "Run duration from start to its final state", "s"
         ).record((entry.at - started_at).total_seconds(), {"final_state": entry.to_state})

@@ -1,17 +1,20 @@
-"""Reviews and operator actions, as functions over ``RunState``: one set of rules for the
-``submit_review`` update and the ``review`` signal, and how an accepted decision moves the run.
+"""Reviews and operator actions, as functions over a run's graph and ``RunCore``: one set of
+rules for the ``submit_review`` update and the ``review`` signal, and how an accepted decision
+moves the run.
 
-A review is taken only while the run awaits one (``await_review`` or ``escalate``), for the
-round it is at, once per round, from a reviewer the run's plan allows (the operator's
-``ALLOWED_REVIEWERS``, possibly narrowed by the request) who is not the run's requester, with
-feedback within the limit, and, when the operator turned reviewer authentication on, with a
-token that proves who sent it (``workflows.identity``). The update's validator refuses anything
-else with the reason (nothing enters history); the signal, which cannot be refused, counts the
-refusal (``RunState.reviews_refused`` and ``last_refusal``) and does not act on it. Refusals are
-never stored one by one, so a flood of junk signals cannot grow the run.
+A review is taken only while the run awaits one (a review state: ``await_review`` or
+``escalate``), for the round it is at, once per round, from a reviewer the run's plan allows
+(the operator's ``ALLOWED_REVIEWERS``, possibly narrowed by the request) who is not the run's
+requester, with feedback within the limit, and, when the operator turned reviewer authentication
+on, with a token that proves who sent it (``workflows.engine.identity``). The update's validator
+refuses anything else with the reason (nothing enters history); the signal, which cannot be
+refused, counts the refusal (``RunCore.reviews_refused`` and ``last_refusal``) and does not act
+on it. Refusals are never stored one by one, so a flood of junk signals cannot grow the run.
 
-A *review round* is one LLM answer waiting for a decision: it starts when the run enters
-``await_review`` and ends with the decision (an escalation stays in the same round).
+A *review round* is one result waiting for a decision: it starts when the run enters a review
+state and ends with the decision (an escalation stays in the same round). A decision approves,
+asks for another try with feedback (reedit), rejects, or, where the pipeline takes them,
+approves with corrected fields (``ReviewDecision.fields``: the ``correct`` event).
 
 Operator actions (``expire_review``, ``dead_letter`` signals) end review waits early; they have
 the power of a cancel, which Temporal's namespace permissions govern (docs/security.md).
@@ -21,17 +24,18 @@ Workflow code, passed through the sandbox; deterministic (``now`` is workflow ti
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any, NoReturn
 
 from temporalio import workflow
 
-import workflows.continuation as continuation
-import workflows.identity as identity
-import workflows.run_record as run_record
-from workflows.graph import REVIEW_STATES, Event
-from workflows.payloads import OperatorRequest, PipelineRequest, ReviewDecision, RunState
+import workflows.engine.continuation as continuation
+import workflows.engine.identity as identity
+import workflows.engine.record as record
+from workflows.engine.graph import Event, Graph
+from workflows.payloads import OperatorRequest, ReviewDecision, RunCore
 
 MAX_REFUSAL_CHARS = 300
 
@@ -45,7 +49,8 @@ class Refusal:
 
 
 def refusal(
-    run: RunState,
+    graph: Graph,
+    run: RunCore[Any],
     decision: ReviewDecision,
     *,
     workflow_id: str,
@@ -53,10 +58,8 @@ def refusal(
     now: datetime,
 ) -> Refusal | None:
     """Why ``decision`` may not be applied now, or None when it may."""
-    if run.state not in REVIEW_STATES:
-        return Refusal(
-            "not_awaiting_review", f"run is not awaiting review (state: {run.state.value})"
-        )
+    if run.state not in graph.review_states:
+        return Refusal("not_awaiting_review", f"run is not awaiting review (state: {run.state})")
     if decision.review_round is not None and decision.review_round != run.review_round:
         return Refusal(
             "wrong_round",
@@ -85,6 +88,15 @@ def refusal(
             f"feedback is {len(decision.feedback)} characters; run {workflow_id} accepts at "
             f"most {plan.max_feedback_chars}",
         )
+    if decision.fields is not None and (
+        decision.decision != "approve" or graph.target_of(run.state, Event.CORRECT) is None
+    ):
+        return Refusal(
+            "no_corrections",
+            f"run {workflow_id} takes no corrected fields"
+            if decision.decision == "approve"
+            else "corrected fields come with an approval only",
+        )
     if plan.review_keys:
         problem = identity.review_token_problem(
             decision,
@@ -103,23 +115,35 @@ def invalid(reason: str) -> Refusal:
     return Refusal("invalid_payload", f"invalid review: {reason}")
 
 
-def count_refusal(run: RunState, refused: Refusal) -> None:
+def count_refusal(run: RunCore[Any], refused: Refusal) -> None:
     """A refused review signal is counted, never stored: the run's state stays bounded."""
     run.reviews_refused += 1
-    run.last_refusal = run_record.bounded_text(refused.reason, MAX_REFUSAL_CHARS)
+    run.last_refusal = record.bounded_text(refused.reason, MAX_REFUSAL_CHARS)
 
 
-def apply(run: RunState, decision: ReviewDecision) -> None:
-    """Move the run on an accepted decision: approve, reedit (with feedback) or reject."""
+def event_of(decision: ReviewDecision) -> Event:
+    """The graph event an accepted decision takes: its own, or ``correct`` for an approval
+    with corrected fields."""
+    if decision.fields is not None:
+        return Event.CORRECT
+    return Event(decision.decision)
+
+
+def apply(graph: Graph, run: RunCore[Any], decision: ReviewDecision) -> None:
+    """Move the run on an accepted decision: approve (with corrected fields, kept in
+    ``run.corrected`` for the state the correction leads to), reedit (with feedback) or
+    reject."""
     if decision.decision == "reedit":
         run.feedback.append(decision.feedback or "Please revise the answer.")
         run.feedback = continuation.bounded_feedback(run.feedback)
     elif decision.decision == "reject":
-        run_record.set_error(run, f"rejected by {decision.reviewer}")
+        record.set_error(run, f"rejected by {decision.reviewer}")
+    run.corrected = decision.fields
     run.review_deadline = None
-    run_record.move(
+    record.move(
+        graph,
         run,
-        Event(decision.decision),
+        event_of(decision),
         detail=decision_detail(decision),
         reviewer=decision.reviewer,
         feedback=decision.feedback,
@@ -130,20 +154,24 @@ def apply(run: RunState, decision: ReviewDecision) -> None:
 def decision_detail(decision: ReviewDecision) -> str:
     """The one-line detail of an accepted decision: ``approve by alice: looks good``."""
     detail = f"{decision.decision} by {decision.reviewer}"
+    if decision.fields is not None:
+        detail += f" with {len(decision.fields)} corrected field(s)"
     if decision.feedback:
         detail += f": {decision.feedback}"
     return detail
 
 
-def operator_reason(run: RunState, request: OperatorRequest, action: str) -> str | None:
+def operator_reason(
+    graph: Graph, run: RunCore[Any], request: OperatorRequest, action: str
+) -> str | None:
     """The reason an operator action records, or None when the run is not in a review state."""
-    if run.state not in REVIEW_STATES:
+    if run.state not in graph.review_states:
         return None
     reason = f"{action} by {request.operator}"
     return f"{reason}: {request.reason}" if request.reason else reason
 
 
-def take_forced_reason(run: RunState) -> str | None:
+def take_forced_reason(run: RunCore[Any]) -> str | None:
     """The operator's reason for ending this review wait now, if any (consumed, except a
     dead-letter request, which ends every wait until the run is dead-lettered)."""
     reason = run.forced_timeout or run.dead_letter_requested
@@ -152,17 +180,17 @@ def take_forced_reason(run: RunState) -> str | None:
 
 
 async def wait_for_decision(
-    run: RunState,
-    request: PipelineRequest,
+    run: RunCore[Any],
     pending: Callable[[], ReviewDecision | None],
     summary: str,
+    hand_over: Callable[[str], Awaitable[NoReturn]],
 ) -> ReviewDecision | None:
     """The decision for this review wait (``pending`` reads it), or None when the wait timed
     out at ``run.review_deadline`` or an operator ended it.
 
     A flood of signals cannot make the wait outlive Temporal's history limits: when the history
     grows large (and no update is in flight, which must finish on this run) the run continues
-    as new, and the new run resumes this wait with the same deadline.
+    as new (``hand_over``), and the new run resumes this wait with the same deadline.
     """
     deadline = run.review_deadline or workflow.now()
     while True:
@@ -188,4 +216,4 @@ async def wait_for_decision(
             return decision
         if run.forced_timeout is not None or run.dead_letter_requested is not None:
             return None
-        await continuation.hand_over(run, request, "while waiting for review")
+        await hand_over("while waiting for review")

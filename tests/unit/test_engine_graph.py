@@ -1,0 +1,188 @@
+"""The engine's graph value and pipeline registration: every rule a graph must keep is checked
+when it is built, the shared sub-graphs give the edges they promise, and a pipeline whose
+handlers do not cover its working states is refused when it is built."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from workflows.engine.graph import (
+    AWAIT_REVIEW,
+    CANCELLED,
+    COMPLETED,
+    DEAD_LETTER,
+    ESCALATE,
+    FAILED,
+    IDLE,
+    Event,
+    Graph,
+    GraphError,
+    Role,
+    StateInfo,
+    Status,
+    Transition,
+    budget_edges,
+    cancel_edges,
+    capacity_edges,
+    retry_edges,
+    review_edges,
+    review_states,
+)
+from workflows.engine.pipeline import Context, Pipeline
+from workflows.payloads import PipelineRequest, PipelineResult, ReviewContent, RunState
+
+WORK = StateInfo(Status.PROCESSING, 50, "working")
+
+
+def tiny(*edges: Transition, states: dict[str, StateInfo] | None = None) -> Graph:
+    """idle -> work -> completed, with cancel from both, plus ``edges``."""
+    return Graph.of(
+        "Tiny",
+        states if states is not None else {"work": WORK},
+        (Transition(IDLE, Event.START, "work"), Transition("work", "done", COMPLETED)),
+        edges,
+        cancel_edges([IDLE, "work"]),
+    )
+
+
+def test_a_valid_graph_adds_the_engine_states_and_answers_what_next() -> None:
+    """Graph.of adds idle and the terminal states its edges lead to; next_state follows the
+    edges and refuses any other pair with the events the state allows."""
+    graph = tiny()
+    assert set(graph.states) == {IDLE, "work", COMPLETED, CANCELLED}
+    assert graph.next_state(IDLE, "start") == "work"
+    assert graph.next_state("work", "done") == COMPLETED
+    with pytest.raises(Exception, match="allowed events: cancel, done"):
+        graph.next_state("work", "approve")
+    assert graph.working_states == {"work"}
+    assert graph.terminal_states == {COMPLETED, CANCELLED}
+    assert graph.info(IDLE).role is Role.START
+
+
+@pytest.mark.parametrize(
+    ("build", "problem"),
+    [
+        (
+            lambda: tiny(Transition("work", "oops", "nowhere")),
+            "edge work -oops-> nowhere: no 'nowhere'",
+        ),
+        (
+            lambda: tiny(Transition("work", "done", FAILED)),
+            "work -done-> leads to two states",
+        ),
+        (
+            lambda: tiny(states={"work": WORK, "orphan": WORK}),
+            "orphan is not reachable from idle",
+        ),
+        (
+            lambda: tiny(
+                Transition("work", "loop", "spin"),
+                Transition("spin", "again", "spin"),
+                Transition("spin", Event.CANCEL, "stuck"),
+                states={"work": WORK, "spin": WORK, "stuck": WORK},
+            ),
+            "stuck reaches no terminal state",
+        ),
+        (
+            lambda: tiny(
+                Transition("work", "aside", "side"),
+                Transition("side", "back", COMPLETED),
+                states={"work": WORK, "side": WORK},
+            ),
+            "side cannot be cancelled",
+        ),
+        (
+            lambda: tiny(
+                Transition("work", "back", "early"),
+                Transition("early", "on", "work"),
+                Transition("early", Event.CANCEL, CANCELLED),
+                states={"work": WORK, "early": StateInfo(Status.PROCESSING, 20, "earlier")},
+            ),
+            "progress goes down along work -back-> early (50% to 20%)",
+        ),
+        (
+            lambda: tiny(Transition(COMPLETED, "again", "work")),
+            "terminal state completed has edges out",
+        ),
+    ],
+)
+def test_a_graph_that_breaks_a_rule_is_refused_naming_it(build: Any, problem: str) -> None:
+    """Each rule, broken alone, makes Graph.of raise GraphError with a sentence naming the
+    state or edge at fault."""
+    with pytest.raises(GraphError) as info:
+        build()
+    assert problem in str(info.value)
+
+
+def test_shared_sub_graphs_give_their_edges() -> None:
+    """review_edges, retry_edges, capacity_edges and budget_edges give the engine's edges for
+    a step; review states and escalation are engine roles, and the resumable states are the
+    review waits and the state a reedit leads to."""
+    states = {
+        "call": StateInfo(Status.PROCESSING, 60, "calling"),
+        "call_retry": StateInfo(Status.PROCESSING, 60, "backing off", Role.RETRY),
+        "await_capacity": StateInfo(Status.PENDING, 60, "queued", Role.CAPACITY),
+        "await_budget": StateInfo(Status.WAITING_FOR_INPUT, 60, "over budget", Role.BUDGET),
+        **review_states(60),
+    }
+    graph = Graph.of(
+        "Calls",
+        states,
+        (
+            Transition(IDLE, Event.START, "call"),
+            Transition("call", "answered", AWAIT_REVIEW),
+        ),
+        retry_edges("call", "call_retry"),
+        capacity_edges("call"),
+        budget_edges("call"),
+        review_edges(approve=COMPLETED, reedit="call", correct=COMPLETED),
+        cancel_edges([IDLE, *states]),
+    )
+    assert graph.next_state("call", Event.RETRYABLE_ERROR) == "call_retry"
+    assert graph.next_state("call_retry", Event.BACKOFF_ELAPSED) == "call"
+    assert graph.next_state("call_retry", Event.EXHAUSTED) == DEAD_LETTER
+    assert graph.next_state("await_capacity", Event.CAPACITY_READY) == "call"
+    assert graph.next_state("await_budget", Event.OVERSPEND_REJECTED) == FAILED
+    for waiting in (AWAIT_REVIEW, ESCALATE):
+        assert graph.next_state(waiting, Event.CORRECT) == COMPLETED
+        assert graph.next_state(waiting, Event.REJECT) == FAILED
+    assert graph.next_state(ESCALATE, Event.ESCALATION_TIMEOUT) == DEAD_LETTER
+    assert graph.review_states == {AWAIT_REVIEW, ESCALATE}
+    assert graph.resumable_states == {AWAIT_REVIEW, ESCALATE, "call"}
+    assert graph.working_states == {"call"}
+
+
+async def _work(ctx: Context[Any, Any]) -> None:
+    ctx.move("done")
+
+
+def _result(ctx: Context[Any, Any]) -> Any:
+    raise NotImplementedError
+
+
+def _view(ctx: Context[Any, Any]) -> ReviewContent:
+    raise NotImplementedError
+
+
+def test_a_pipeline_without_a_handler_for_a_working_state_is_refused() -> None:
+    """Building a Pipeline checks its handlers cover exactly its graph's working states: a
+    missing handler and a handler for a state the graph has no work in are both named."""
+    graph = tiny()
+    Pipeline(
+        "tiny", graph, PipelineRequest, RunState, {"work": _work}, PipelineResult, _result, _view
+    )
+    with pytest.raises(GraphError, match="no handler for work"):
+        Pipeline("tiny", graph, PipelineRequest, RunState, {}, PipelineResult, _result, _view)
+    with pytest.raises(GraphError, match="await_review is not a working state"):
+        Pipeline(
+            "tiny",
+            graph,
+            PipelineRequest,
+            RunState,
+            {"work": _work, AWAIT_REVIEW: _work},
+            PipelineResult,
+            _result,
+            _view,
+        )

@@ -1,0 +1,165 @@
+"""The activities the engine runs for every pipeline: how each is started, with its timeouts,
+retry policy and Web UI summary.
+
+``execute`` starts any regular activity the way every step does; the rest are the engine's
+own: the dead-letter message, the lineage check of a continued run, and the reviewers'
+notification. Plain functions that only start activities and return what came back, so every
+decision stays with the handler and the graph. Failures surface as the SDK raises them
+(``ActivityError``; a local activity's failure as the ``ApplicationError`` itself).
+
+Workflow code, passed through the sandbox.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
+
+import workflows.contract as contract
+import workflows.engine.activity_policy as activity_policy
+from workflows.payloads import (
+    ContinuationCheck,
+    ContinuationVerdict,
+    DeadLetterInput,
+    DeadLetterMessage,
+    DeadLetterReceipt,
+    NoticeReason,
+    RequestBase,
+    ReviewNotice,
+    RunCore,
+    RunPolicy,
+)
+
+R = TypeVar("R")
+
+
+async def execute(
+    activity: str,
+    arg: object,
+    result_type: type[R],
+    *,
+    timeout: timedelta,
+    retry: RetryPolicy,
+    summary: str,
+    heartbeat: timedelta | None = None,
+    cancellation: workflow.ActivityCancellationType = (
+        workflow.ActivityCancellationType.TRY_CANCEL
+    ),
+) -> R:
+    """Run ``activity`` (a regular one) with ``arg`` and return its result: ``timeout`` is its
+    start-to-close timeout, ``heartbeat`` its heartbeat timeout, ``summary`` its Web UI line."""
+    result: R = await workflow.execute_activity(
+        activity,
+        arg,
+        result_type=result_type,
+        start_to_close_timeout=timeout,
+        retry_policy=retry,
+        heartbeat_timeout=heartbeat,
+        cancellation_type=cancellation,
+        summary=summary,
+    )
+    return result
+
+
+def dead_letter_message(
+    run: RunCore[Any], request: RequestBase, failed_state: str
+) -> DeadLetterMessage:
+    """The message the dead-letter queue gets: the run, its request, where and why it failed."""
+    info = workflow.info()
+    return DeadLetterMessage(
+        workflow_id=info.workflow_id,
+        run_id=info.run_id,
+        workflow_type=info.workflow_type,
+        request=request.model_dump(mode="json"),
+        failed_state=failed_state,
+        attempts=run.attempts,
+        last_error=run.last_error,
+        history=list(run.history),
+    )
+
+
+async def send_dead_letter(
+    run: RunCore[Any], request: RequestBase, failed_state: str
+) -> DeadLetterReceipt:
+    """``send_dead_letter``: retried until the queue accepts it, unless it refuses for good."""
+    return await execute(
+        contract.ACTIVITY_SEND_DEAD_LETTER,
+        DeadLetterInput(message=dead_letter_message(run, request, failed_state)),
+        DeadLetterReceipt,
+        timeout=timedelta(seconds=30),
+        retry=activity_policy.DEAD_LETTER_RETRY,
+        summary=f"send_dead_letter: {failed_state}",
+    )
+
+
+async def dead_letter(run: RunCore[Any], request: RequestBase, failed_state: str) -> str:
+    """Send the run's dead-letter message; returns a note for history when the queue refused
+    it for good (the run still ends dead_letter: nothing retries forever)."""
+    try:
+        await send_dead_letter(run, request, failed_state)
+    except ActivityError as err:
+        if activity_policy.cancelled(err):
+            raise
+        return f"; the dead-letter queue refused the message ({activity_policy.error_text(err)})"
+    return ""
+
+
+async def verify_continuation() -> ContinuationVerdict:
+    """``verify_continuation`` (local): whether this run came from our own continue-as-new."""
+    info = workflow.info()
+    result: ContinuationVerdict = await workflow.execute_local_activity(
+        contract.ACTIVITY_VERIFY_CONTINUATION,
+        ContinuationCheck(
+            workflow_id=info.workflow_id,
+            run_id=info.run_id,
+            previous_run_id=info.continued_run_id or "",
+        ),
+        result_type=ContinuationVerdict,
+        start_to_close_timeout=activity_policy.LOCAL_FETCH_TIMEOUT,
+        retry_policy=activity_policy.VERIFY_RETRY,
+        summary="verify_continuation",
+    )
+    return result
+
+
+def notify_reviewers(run: RunCore[Any], plan: RunPolicy, reason: NoticeReason) -> None:
+    """``notify_reviewers``: tell reviewers (by webhook) that the run waits for them, when the
+    plan says notifications are on (``REVIEW_WEBHOOK_URL`` on the worker that built it).
+
+    Started and never awaited: the run goes on at once, and however the notification ends
+    (delivered, retried, refused, the receiver down) it neither blocks nor fails the run. With
+    notifications off nothing is scheduled, so the run's commands (and billed actions) are
+    those of a run without this feature.
+    """
+    if not plan.notify:
+        return
+    info = workflow.info()
+    handle = workflow.start_activity(
+        contract.ACTIVITY_NOTIFY_REVIEWERS,
+        ReviewNotice(
+            workflow_id=info.workflow_id,
+            run_id=info.run_id,
+            reason=reason,
+            state=run.state,
+            review_round=run.review_round,
+            deadline=run.review_deadline,
+        ),
+        result_type=int,
+        start_to_close_timeout=activity_policy.NOTIFY_TIMEOUT,
+        schedule_to_close_timeout=activity_policy.NOTIFY_SCHEDULE_TO_CLOSE,
+        retry_policy=activity_policy.NOTIFY_RETRY,
+        summary=f"notify_reviewers: {reason} (round {run.review_round})",
+    )
+    handle.add_done_callback(_outcome_seen)
+
+
+def _outcome_seen(task: asyncio.Task[int]) -> None:
+    # Nobody awaits a notification: take its failure here, so the event loop does not report
+    # it as "never retrieved". The failure itself is in the run's event history.
+    if not task.cancelled():
+        task.exception()

@@ -1,0 +1,159 @@
+"""A pipeline, as the engine runs it: its graph, a handler for each working state, its request
+and state models, its result, what a reviewer sees, and how a cancel is compensated.
+
+A handler does its state's work (usually one activity) and reports one event through
+``Context.move``; the graph says where the event leads. The engine handles every other state
+(start, reviews, retries, capacity and budget waits, the ends). Building a ``Pipeline`` checks
+that its handlers cover exactly its working states, so a pipeline with a missing handler is
+refused when its module is imported, never when a run reaches the state.
+
+Workflow code, passed through the sandbox.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel
+
+import workflows.engine.commands as commands
+import workflows.engine.record as record
+import workflows.errors as errors
+from workflows.engine.graph import Event, Graph, GraphError
+from workflows.payloads import (
+    ContinuedRun,
+    LlmCallResult,
+    RequestBase,
+    ReviewContent,
+    RunCore,
+    RunPolicy,
+    RunResult,
+)
+
+RequestT = TypeVar("RequestT", bound=RequestBase)
+StateT = TypeVar("StateT", bound=RunCore[Any])
+
+
+@dataclass(eq=False)
+class Context(Generic[RequestT, StateT]):
+    """A run as its handlers see it: the pipeline's graph, the request and the run's state."""
+
+    graph: Graph
+    request: RequestT
+    run: StateT
+
+    @property
+    def plan(self) -> Any:
+        """The run's plan (the pipeline's ``RunPolicy``), once it is planned.
+
+        Raises:
+            errors.InvalidTransition: the run has no plan yet (a bug in the pipeline).
+        """
+        if self.run.plan is None:
+            raise errors.InvalidTransition(self.run.state, "(no plan)", "the run is not planned")
+        return self.run.plan
+
+    @property
+    def policy(self) -> RunPolicy:
+        """The run's plan, as the engine reads it."""
+        plan: RunPolicy = self.plan
+        return plan
+
+    def move(
+        self,
+        event: str,
+        *,
+        detail: str | None = None,
+        at: Any = None,
+        reviewer: str | None = None,
+        feedback: str | None = None,
+        review_round: int | None = None,
+        answer: LlmCallResult | None = None,
+        prompt: str | None = None,
+    ) -> None:
+        """Take the graph's edge for ``event`` from the current state (``record.move``)."""
+        record.move(
+            self.graph,
+            self.run,
+            event,
+            detail=detail,
+            at=at,
+            reviewer=reviewer,
+            feedback=feedback,
+            review_round=review_round,
+            answer=answer,
+            prompt=prompt,
+        )
+
+    def set_error(self, text: str) -> str:
+        """Record ``text`` as the run's last error (bounded); returns what was recorded."""
+        return record.set_error(self.run, text)
+
+    async def dead_letter(self, failed_state: str) -> str:
+        """Send the run's dead-letter message (``commands.dead_letter``): a note for history
+        when the queue refused it for good, else nothing."""
+        return await commands.dead_letter(self.run, self.request, failed_state)
+
+
+Handler = Callable[[Context[RequestT, StateT]], Awaitable[None]]
+
+
+async def nothing_to_undo(ctx: Context[Any, Any]) -> str:
+    """The compensation of a pipeline whose steps leave nothing behind."""
+    return "no side effects to undo"
+
+
+def never_in_task(ctx: Context[Any, Any]) -> bool:
+    """Every working state waits on the server (the default)."""
+    return False
+
+
+@dataclass(frozen=True, eq=False)
+class Pipeline(Generic[RequestT, StateT]):
+    """One pipeline the engine runs; its workflow type is its graph's name.
+
+    ``handlers``: one per working state of ``graph``. ``result``: the run's result once it ends
+    (completed, failed or dead-lettered), a ``result_model``. ``review_view``: what a reviewer
+    sees of a run waiting for review (the ``review_view`` query; the inbox asks it).
+    ``compensate``: undo the run's side effects on cancel; returns the history entry's detail.
+    ``in_task``: True when the current state's work finishes inside the workflow task (a local
+    activity), so visibility need not show it. ``first_shown``: the state a new run of a request
+    will first rest in (a starter sets it as the run's initial ``AiState``, for free; default:
+    the state the start leads to). ``name``: the short name operators type (``--pipeline``).
+    """
+
+    name: str
+    graph: Graph
+    request: type[RequestT]
+    state: type[StateT]
+    handlers: Mapping[str, Handler[RequestT, StateT]]
+    result_model: type[RunResult]
+    result: Callable[[Context[RequestT, StateT]], RunResult]
+    review_view: Callable[[Context[RequestT, StateT]], ReviewContent]
+    compensate: Callable[[Context[RequestT, StateT]], Awaitable[str]] = nothing_to_undo
+    in_task: Callable[[Context[RequestT, StateT]], bool] = never_in_task
+    first_shown: Callable[[RequestT], str] | None = None
+    continued: type[BaseModel] = field(init=False)
+
+    def __post_init__(self) -> None:
+        working = self.graph.working_states
+        missing = sorted(working - set(self.handlers))
+        extra = sorted(set(self.handlers) - working)
+        if missing or extra:
+            problems = [f"no handler for {name}" for name in missing]
+            problems += [f"{name} is not a working state of the graph" for name in extra]
+            raise GraphError(f"pipeline {self.graph.name!r}: " + "; ".join(problems))
+        object.__setattr__(self, "continued", ContinuedRun[self.request, self.state])  # type: ignore[name-defined]
+
+    @property
+    def workflow_type(self) -> str:
+        """The Temporal workflow type its runs are started with."""
+        return self.graph.name
+
+    def first_state(self, request: RequestT) -> str:
+        """The state a new run of ``request`` will first rest in (see ``first_shown``)."""
+        if self.first_shown is not None:
+            return self.first_shown(request)
+        return self.graph.next_state(self.graph.initial, Event.START)

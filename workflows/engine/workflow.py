@@ -1,0 +1,439 @@
+"""The engine's workflow: one dynamic workflow that walks the graph of whichever registered
+pipeline a run was started as (its workflow type).
+
+The workflow never decides a transition on its own: each state's handler does that state's work
+and reports an event, and the pipeline's graph says where that event leads and refuses what it
+does not allow. The pipeline's handlers do its working states; the engine does the rest
+(``Role``): the start, review waits and escalation (``workflows.engine.reviews``), retries with
+backoff, capacity and budget waits (``workflows.engine.budgets``), compensation on cancel, and
+continue-as-new (``workflows.engine.continuation``), with every move recorded and shown
+(``workflows.engine.record``).
+
+Everything a client sends arrives undecoded (``RawValue``) and is decoded by
+``workflows.engine.inbound``: a bad start fails the run at once, a bad review is refused or
+counted. Signals and updates go to one dynamic handler each, which the SDK hands the arguments
+raw, however many the client sent: a named handler it would call with all of them, and any
+number but the one it takes would fail the workflow task on every retry (a stuck run, which
+anyone who can signal could cause).
+
+A worker registers one subclass, naming its pipelines in ``pipelines`` (the SDK wants the run
+method defined on the registered class itself, so the subclass defines ``run`` as
+``return await self.walk()``).
+
+Deterministic code only: time, randomness and I/O come from ``workflow.*`` or activities.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import timedelta
+from typing import Any, ClassVar, Literal, NoReturn
+
+from pydantic import ValidationError
+from temporalio import workflow
+from temporalio.common import RawValue
+from temporalio.exceptions import ActivityError, ApplicationError
+
+import workflows.contract as contract
+import workflows.engine.activity_policy as activity_policy
+import workflows.engine.budgets as budgets
+import workflows.engine.commands as commands
+import workflows.engine.continuation as continuation
+import workflows.engine.observability as observability
+import workflows.engine.record as record
+import workflows.engine.reviews as reviews
+import workflows.errors as errors
+from workflows.engine.backoff import full_jitter_delay
+from workflows.engine.graph import Event, Role
+from workflows.engine.inbound import Admission, DecisionInbox, decoded, inbound
+from workflows.engine.pipeline import Context, Pipeline
+from workflows.payloads import (
+    BudgetDecision,
+    OperatorRequest,
+    RequestBase,
+    ReviewDecision,
+    ReviewView,
+    RunResult,
+    RunStatus,
+    describe_validation_error,
+    printable,
+)
+
+Handler = Callable[[Context[Any, Any]], Awaitable[None]]
+NOT_STARTED = "run did not start: its input was refused"
+NOT_STARTED_CODE = "not_awaiting_review"
+
+
+class PipelineWorkflow:
+    """Walks a registered pipeline's graph for one request, from start to a terminal state."""
+
+    pipelines: ClassVar[Sequence[Pipeline[Any, Any]]] = ()
+
+    @workflow.init
+    def __init__(self, raw_inputs: Sequence[RawValue]) -> None:
+        info = workflow.info()
+        self._pipeline = next(
+            (p for p in self.pipelines if p.workflow_type == info.workflow_type), None
+        )
+        self._ctx: Context[Any, Any] | None = None
+        # A continued run's state, installed only once verify_continuation vouches for it.
+        self._carried: Any = None
+        self._input_problem: str | None = None
+        # Signals and updates wait for the run's state (see _admit); reviews and budget
+        # decisions come by signal or update, each under one set of rules.
+        self._admission = Admission()
+        self._reviews = DecisionInbox(
+            ReviewDecision,
+            self._admission,
+            refusal=self._review_refusal,
+            invalid=reviews.invalid,
+            count=self._count_refused_review,
+            reason=lambda refused: refused.reason,
+        )
+        self._budgets = DecisionInbox(
+            BudgetDecision,
+            self._admission,
+            refusal=self._budget_refusal,
+            invalid=lambda problem: f"invalid budget decision: {problem}",
+            count=self._count_refused_budget_decision,
+            reason=str,
+        )
+        self._rounds_this_run = 0
+        self._after_reedit = False
+        self._published: str | None = None
+        pipeline = self._pipeline
+        if pipeline is None:
+            known = ", ".join(p.workflow_type for p in self.pipelines)
+            started = printable(info.workflow_type)
+            self._input_problem = f"invalid request: this worker runs {known}, not {started}"
+            return
+        graph = pipeline.graph
+        # What visibility holds: the AiState the run was started with (a starter sets the
+        # state it will first rest in, for free), or a continued run's own (see _admit).
+        self._published = record.published_at_start(graph)
+        try:
+            request, self._carried = continuation.parse_input(
+                decoded(raw_inputs), graph, pipeline.request, pipeline.continued
+            )
+        except errors.InvalidRequest as err:
+            self._input_problem = f"invalid request: {err}"
+            return
+        except ValidationError as err:
+            self._input_problem = f"invalid request: {describe_validation_error(err)}"
+            return
+        self._ctx = Context(graph, request, pipeline.state(state=graph.initial))
+        self._input_problem = continuation.start_problem(
+            pipeline=graph.name,
+            carried=self._carried is not None,
+            continued_run_id=info.continued_run_id,
+            cron_schedule=info.cron_schedule,
+            has_retry_policy=info.retry_policy is not None,
+            attempt=info.attempt,
+        )
+
+    @workflow.dynamic_config
+    def _config(self) -> workflow.DynamicWorkflowConfig:
+        # A graph violation is a bug in this workflow; fail the run loudly instead of retrying
+        # the workflow task forever.
+        return workflow.DynamicWorkflowConfig(failure_exception_types=[errors.InvalidTransition])
+
+    async def walk(self) -> RunResult:
+        """The run: admit it, walk its graph to a terminal state, return its result."""
+        ctx = await self._admit()
+        pipeline, graph, run = self._require_pipeline(), ctx.graph, ctx.run
+        try:
+            while not graph.is_terminal(run.state):
+                if not pipeline.in_task(ctx):
+                    self._publish()
+                await self._continue_as_new_if_due()
+                self._after_reedit = False
+                await self._handler(run.state)(ctx)
+        except (asyncio.CancelledError, ActivityError) as err:
+            # Any ActivityError that is not this run's cancel is a bug: let it fail the task.
+            if isinstance(err, ActivityError) and not activity_policy.cancelled(err):
+                raise
+            detail = await pipeline.compensate(ctx)
+            ctx.move(Event.CANCEL, detail=detail)
+            self._publish()
+            raise
+        self._publish()
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        return record.finish(run, pipeline.result(ctx))
+
+    # Queries, signals and updates: the contract's names.
+
+    @workflow.query(name=contract.QUERY_STATE)
+    def state(self) -> str:
+        return self._ctx.run.state if self._ctx is not None else "idle"
+
+    @workflow.query(name=contract.QUERY_STATUS)
+    def status(self) -> RunStatus:
+        if self._ctx is None:
+            return RunStatus(state="idle", status="Pending", progress=0)
+        return record.status(self._ctx.graph, self._ctx.run)
+
+    @workflow.query(name=contract.QUERY_REVIEW_VIEW)
+    def review_view(self) -> ReviewView:
+        if self._ctx is None or not self._admission.admitted:
+            return ReviewView(
+                pipeline=workflow.info().workflow_type, state="idle", status="Pending"
+            )
+        return record.review_view(
+            self._ctx.graph, self._ctx.run, self._require_pipeline().review_view(self._ctx)
+        )
+
+    @workflow.signal(dynamic=True, description=", ".join(contract.SIGNALS))
+    def _signal(self, name: str, args: Sequence[RawValue]) -> None:
+        match name:
+            case contract.SIGNAL_REVIEW:
+                self._reviews.signal(args)
+            case contract.SIGNAL_BUDGET_DECISION:
+                self._budgets.signal(args)
+            case contract.SIGNAL_EXPIRE_REVIEW:
+                # End the current review wait now, exactly as its timeout would.
+                self._operator_action(args, "review timeout forced", "forced_timeout")
+            case contract.SIGNAL_DEAD_LETTER:
+                # Time out every review wait now, so the run takes its normal
+                # escalate -> dead_letter path (and sends its dead-letter message).
+                self._operator_action(args, "dead-lettered", "dead_letter_requested")
+            case _:
+                # Not the contract's: ignored (the name is the sender's text, kept out of logs;
+                # the history shows it).
+                pass
+
+    @workflow.update(dynamic=True, description=", ".join(contract.UPDATES))
+    async def _update(self, name: str, args: Sequence[RawValue]) -> RunStatus:
+        """A review or budget decision (validated first): answers with the run's status once
+        the decision is applied."""
+        await self._inbox(name).submit(args)
+        return self.status()
+
+    @_update.validator
+    def _validate_update(self, name: str, args: Sequence[RawValue]) -> None:
+        self._inbox(name).validate(args)
+
+    def _inbox(self, update: str) -> DecisionInbox[Any, Any]:
+        """The inbox an update's decision goes to.
+
+        Raises:
+            ValueError: the contract has no update of that name (the update is rejected).
+        """
+        if update == contract.UPDATE_SUBMIT_REVIEW:
+            return self._reviews
+        if update == contract.UPDATE_DECIDE_BUDGET:
+            return self._budgets
+        raise ValueError(f"no update named {printable(update)!r}")
+
+    # The engine's states.
+
+    def _handler(self, state: str) -> Handler:
+        role = self._context().graph.info(state).role
+        if role is Role.WORK:
+            return self._require_pipeline().handlers[state]
+        engine: dict[Role, Handler] = {
+            Role.START: self._start,
+            Role.REVIEW: self._await_review,
+            Role.ESCALATION: self._escalate,
+            Role.RETRY: self._retry,
+            Role.CAPACITY: self._await_capacity,
+            Role.BUDGET: self._await_budget,
+        }
+        return engine[role]
+
+    async def _start(self, ctx: Context[Any, Any]) -> None:
+        # The run's start time, not the task's: the first task's time is not stable across
+        # replays when the server splits it around a local activity in it.
+        ctx.move(Event.START, at=workflow.info().workflow_start_time)
+
+    async def _await_capacity(self, ctx: Context[Any, Any]) -> None:
+        """Wait on a timer (no call, no attempt, no activity slot) until the model's shared
+        capacity should cover the call, then ask again."""
+        run = ctx.run
+        delay = timedelta(seconds=run.capacity_wait_s or 0.0)
+        await workflow.sleep(delay, summary=f"{run.state} {delay.total_seconds():.1f}s")
+        run.capacity_wait_s = None
+        ctx.move(Event.CAPACITY_READY, detail=f"waited {delay.total_seconds():.2f}s for capacity")
+
+    async def _await_budget(self, ctx: Context[Any, Any]) -> None:
+        """Wait for an operator's budget decision until the plan's timeout (then dead-letter)."""
+        run = ctx.run
+        remaining = (run.budget_deadline or workflow.now()) - workflow.now()
+        if remaining > timedelta(0):
+            with contextlib.suppress(TimeoutError):
+                await workflow.wait_condition(
+                    lambda: self._budgets.pending is not None,
+                    timeout=remaining,
+                    timeout_summary="budget decision timeout",
+                )
+        decision = self._budgets.take()
+        if decision is not None:
+            budgets.apply(ctx, decision)
+            return
+        await budgets.timed_out(ctx)
+
+    async def _retry(self, ctx: Context[Any, Any]) -> None:
+        """Back off before the step tries again, or dead-letter the run once the plan's
+        attempts are spent."""
+        run, plan = ctx.run, ctx.policy
+        if run.consecutive_failures >= plan.llm_max_attempts:
+            step = ctx.graph.target_of(run.state, Event.BACKOFF_ELAPSED) or run.state
+            refused = await ctx.dead_letter(step)
+            ctx.move(Event.EXHAUSTED, detail=f"gave up after {run.attempts} attempts{refused}")
+            return
+        delay = full_jitter_delay(
+            run.consecutive_failures,
+            initial=timedelta(seconds=plan.backoff_initial_s),
+            cap=timedelta(seconds=plan.backoff_max_s),
+            unit_random=workflow.random().random(),
+            at_least=timedelta(seconds=run.retry_after_s) if run.retry_after_s else None,
+        )
+        await workflow.sleep(delay, summary=f"{run.state} backoff {delay.total_seconds():.1f}s")
+        ctx.move(Event.BACKOFF_ELAPSED, detail=f"waited {delay.total_seconds():.2f}s")
+
+    async def _await_review(self, ctx: Context[Any, Any]) -> None:
+        if await self._reviewed(ctx, "review timeout"):
+            return
+        run, plan = ctx.run, ctx.policy
+        detail = reviews.take_forced_reason(run) or f"no review in {plan.review_timeout_s:g}s"
+        run.review_deadline = workflow.now() + timedelta(seconds=plan.escalation_timeout_s)
+        ctx.move(Event.REVIEW_TIMEOUT, detail=detail)
+        if run.dead_letter_requested is None:  # an operator's dead-letter is no news to reviewers
+            commands.notify_reviewers(run, plan, "escalated")
+
+    async def _escalate(self, ctx: Context[Any, Any]) -> None:
+        if await self._reviewed(ctx, "escalation timeout"):
+            return
+        run, plan = ctx.run, ctx.policy
+        reason = reviews.take_forced_reason(run)
+        detail = ctx.set_error(
+            reason or f"no review after escalation ({plan.escalation_timeout_s:g}s)"
+        )
+        run.review_deadline = None
+        refused = await ctx.dead_letter(run.state)
+        ctx.move(Event.ESCALATION_TIMEOUT, detail=detail + refused)
+
+    # Helpers.
+
+    async def _admit(self) -> Context[Any, Any]:
+        """Fail the run on a bad start; install a continued run's state once it is vouched for.
+
+        Raises:
+            ApplicationError: ``InvalidRequest`` (non-retryable): the run fails at once.
+        """
+        if self._input_problem is None and self._carried is not None:
+            verdict = await commands.verify_continuation()
+            if verdict.accepted:
+                assert self._ctx is not None
+                self._ctx.run, self._published = self._carried, self._carried.state
+            else:
+                self._input_problem = f"carried state refused: {verdict.reason}"
+        if self._input_problem is not None or self._ctx is None:
+            # What was held is judged against the blank state, so no update waits on a run
+            # that will not start.
+            self._admission.admit()
+            problem = self._input_problem or "invalid request"
+            raise ApplicationError(problem, type=errors.INVALID_REQUEST, non_retryable=True)
+        if self._carried is None:
+            self._ctx.run.started_at = workflow.info().workflow_start_time
+        self._admission.admit()
+        return self._ctx
+
+    def _publish(self) -> None:
+        ctx = self._context()
+        self._published = record.publish_state(ctx.graph, ctx.run, self._published)
+
+    def _context(self) -> Context[Any, Any]:
+        if self._ctx is None:
+            raise errors.InvalidTransition("idle", "(no request)", "input not admitted")
+        return self._ctx
+
+    def _require_pipeline(self) -> Pipeline[Any, Any]:
+        if self._pipeline is None:
+            raise errors.InvalidTransition("idle", "(no pipeline)", "input not admitted")
+        return self._pipeline
+
+    # Decisions held for a run that never started (its input was refused) are judged here
+    # with no run to judge them against: refused, and counted nowhere.
+
+    def _review_refusal(
+        self, decision: ReviewDecision, pending: ReviewDecision | None
+    ) -> reviews.Refusal | None:
+        if self._ctx is None:
+            return reviews.Refusal(NOT_STARTED_CODE, NOT_STARTED)
+        return reviews.refusal(
+            self._ctx.graph,
+            self._ctx.run,
+            decision,
+            workflow_id=workflow.info().workflow_id,
+            pending=pending,
+            now=workflow.now(),
+        )
+
+    def _count_refused_review(self, refused: reviews.Refusal) -> None:
+        if self._ctx is not None:
+            reviews.count_refusal(self._ctx.run, refused)
+        observability.count_refused_review(refused.code)
+
+    def _budget_refusal(self, _: BudgetDecision, pending: BudgetDecision | None) -> str | None:
+        if self._ctx is None:
+            return NOT_STARTED
+        return budgets.refusal(self._ctx, pending)
+
+    def _count_refused_budget_decision(self, reason: str) -> None:
+        if self._ctx is not None:
+            budgets.count_refusal(self._ctx.run, reason)
+
+    def _operator_action(
+        self,
+        args: Sequence[RawValue],
+        action: str,
+        field: Literal["forced_timeout", "dead_letter_requested"],
+    ) -> None:
+        """An operator signal: once the run is admitted, record its reason in ``field`` of the
+        run's state. Signals cannot be refused: an invalid or untimely one (the run is not
+        waiting for review) is dropped, the state unchanged."""
+        if self._admission.defer(lambda: self._operator_action(args, action, field)):
+            return
+        if self._ctx is None:
+            return
+        request = OperatorRequest()
+        if args:
+            try:
+                request = inbound(args, OperatorRequest)
+            except errors.InvalidRequest:
+                return
+        reason = reviews.operator_reason(self._ctx.graph, self._ctx.run, request, action)
+        if reason:
+            setattr(self._ctx.run, field, reason)
+
+    async def _reviewed(self, ctx: Context[Any, Any], summary: str) -> bool:
+        """Wait for a review (``summary``: the wait's Web UI line): True once one came and was
+        applied, False when the wait timed out or an operator ended it."""
+        decision = await reviews.wait_for_decision(
+            ctx.run, lambda: self._reviews.pending, summary, self._hand_over
+        )
+        if decision is None:
+            return False
+        if decision.decision == "reedit":
+            self._rounds_this_run += 1
+            self._after_reedit = True
+        self._reviews.take()  # wakes the update that sent it, if one did
+        reviews.apply(ctx.graph, ctx.run, decision)
+        return True
+
+    async def _continue_as_new_if_due(self) -> None:
+        """After a reedit, before the step it leads to: hand a long loop to a fresh run."""
+        run = self._context().run
+        if not self._after_reedit or run.plan is None:
+            return
+        if continuation.due(
+            rounds=self._rounds_this_run, rounds_per_run=run.plan.reedit_rounds_per_run
+        ):
+            await self._hand_over(f"after {self._rounds_this_run} review rounds")
+
+    async def _hand_over(self, when: str) -> NoReturn:
+        ctx = self._context()
+        request: RequestBase = ctx.request
+        await continuation.hand_over(ctx.run, request, self._require_pipeline().continued, when)

@@ -1,0 +1,116 @@
+"""The LLM pipeline's state graph: fetch the prompt, call the model, review, embed.
+
+Built on the engine's graph value with its shared sub-graphs, so the engine walks it as it walks
+any pipeline; the DOT and Mermaid diagrams in ``docs/`` and the README come from ``GRAPH``.
+The state names are the contract's (``AiState``, ``status``, history entries).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from workflows.engine.graph import (
+    AWAIT_BUDGET,
+    AWAIT_CAPACITY,
+    AWAIT_REVIEW,
+    CANCELLED,
+    COMPLETED,
+    DEAD_LETTER,
+    ESCALATE,
+    FAILED,
+    IDLE,
+    TERMINAL_STATES,
+    Event,
+    Graph,
+    Role,
+    StateInfo,
+    Status,
+    Transition,
+    budget_edges,
+    cancel_edges,
+    capacity_edges,
+    retry_edges,
+    review_edges,
+    review_states,
+)
+
+NAME = "AiOrchestrator"
+
+
+class State(StrEnum):
+    """Every state a run of this pipeline can be in. The values are the contract's names."""
+
+    IDLE = IDLE
+    FETCH_PROMPT = "fetch_prompt"
+    INVOKE_LLM = "invoke_llm"
+    AWAIT_CAPACITY = AWAIT_CAPACITY
+    AWAIT_BUDGET = AWAIT_BUDGET
+    RETRY_LLM = "retry_llm"
+    AWAIT_REVIEW = AWAIT_REVIEW
+    ESCALATE = ESCALATE
+    GENERATE_EMBEDDING = "generate_embedding"
+    COMPLETED = COMPLETED
+    FAILED = FAILED
+    DEAD_LETTER = DEAD_LETTER
+    CANCELLED = CANCELLED
+
+
+class LlmEvent(StrEnum):
+    """This pipeline's own events (the shared ones are the engine's ``Event``)."""
+
+    PROMPT_READY = "prompt_ready"
+    LLM_OK = "llm_ok"
+    NEEDS_REVIEW = "needs_review"
+    EMBEDDED = "embedded"
+
+
+# The call, its retries and waits, and the review form one loop (a reedit calls the model
+# again), so they share one progress figure: a run's progress never goes down.
+_CALLING = 60
+
+GRAPH = Graph.of(
+    NAME,
+    {
+        State.FETCH_PROMPT: StateInfo(
+            Status.PROCESSING, 10, "loading input and building the prompt"
+        ),
+        State.INVOKE_LLM: StateInfo(Status.PROCESSING, _CALLING, "calling the LLM"),
+        State.AWAIT_CAPACITY: StateInfo(
+            Status.PENDING,
+            _CALLING,
+            "queued for the model's shared capacity (rate limit)",
+            Role.CAPACITY,
+        ),
+        State.AWAIT_BUDGET: StateInfo(
+            Status.WAITING_FOR_INPUT,
+            _CALLING,
+            "the next call would cross a budget; waiting for an operator",
+            Role.BUDGET,
+        ),
+        State.RETRY_LLM: StateInfo(
+            Status.PROCESSING, _CALLING, "backing off before the next LLM attempt", Role.RETRY
+        ),
+        **review_states(_CALLING),
+        # A run passes through it in moments: showing it would cost an upsert (an action).
+        State.GENERATE_EMBEDDING: StateInfo(
+            Status.PROCESSING, 85, "embedding and storing the output", shown=False
+        ),
+    },
+    (
+        Transition(State.IDLE, Event.START, State.FETCH_PROMPT),
+        Transition(State.FETCH_PROMPT, LlmEvent.PROMPT_READY, State.INVOKE_LLM),
+        Transition(State.FETCH_PROMPT, Event.PERMANENT_ERROR, State.FAILED),
+        Transition(State.INVOKE_LLM, LlmEvent.LLM_OK, State.GENERATE_EMBEDDING),
+        Transition(State.INVOKE_LLM, LlmEvent.NEEDS_REVIEW, State.AWAIT_REVIEW),
+        Transition(State.INVOKE_LLM, Event.PERMANENT_ERROR, State.FAILED),
+    ),
+    retry_edges(State.INVOKE_LLM, State.RETRY_LLM),
+    capacity_edges(State.INVOKE_LLM),
+    budget_edges(State.INVOKE_LLM),
+    review_edges(approve=State.GENERATE_EMBEDDING, reedit=State.INVOKE_LLM),
+    (
+        Transition(State.GENERATE_EMBEDDING, LlmEvent.EMBEDDED, State.COMPLETED),
+        Transition(State.GENERATE_EMBEDDING, Event.EXHAUSTED, State.DEAD_LETTER),
+    ),
+    cancel_edges(state for state in State if state not in TERMINAL_STATES),
+)

@@ -1,0 +1,147 @@
+"""The model call as a step any pipeline can use: one ``invoke_llm`` attempt, and what the run
+does with its outcome (an answer, a failed call, a wait for the model's shared capacity, or a
+call the budget would not allow).
+
+Exactly one attempt per call: retries are the graph's retry state (``retry_edges``), so each
+attempt, its error and its backoff are visible in history and in ``status.attempts``; the
+capacity and budget waits are the engine's (``capacity_edges``, ``budget_edges``). An attempt
+counts only once a call is made: waiting for capacity or a budget spends none. The pipeline
+says what an answer leads to (``Answered``).
+
+Workflow code, passed through the sandbox.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError
+
+import workflows.contract as contract
+import workflows.engine.activity_policy as activity_policy
+import workflows.engine.budgets as budgets
+import workflows.engine.commands as commands
+import workflows.errors as errors
+from workflows.engine.graph import Event
+from workflows.engine.pipeline import Context
+from workflows.payloads import LlmCallInput, LlmCallResult, PromptPlan, RunCore
+
+Answered = Callable[[Context[Any, Any], LlmCallResult], None]
+"""What the pipeline does with an answer (the attempt is recorded): it moves the run."""
+
+
+def choose_model(run: RunCore[Any], plan: PromptPlan) -> str:
+    """The primary model, or the fallback after ``fallback_after`` failures in a row."""
+    if plan.fallback_model and run.consecutive_failures >= plan.fallback_after:
+        return plan.fallback_model
+    return plan.model
+
+
+async def call(
+    ctx: Context[Any, Any], attempt: int, output_schema: dict[str, Any] | None = None
+) -> LlmCallResult:
+    """``invoke_llm``: exactly one attempt, made once the run's budgets and the model's shared
+    capacity allow it; else the result says why not (``outcome``) and no call was made.
+    ``output_schema``: the JSON Schema of the object the reply must be (None: the contract's
+    ``LlmReply``)."""
+    run, plan = ctx.run, ctx.plan
+    model = choose_model(run, plan)
+    request = LlmCallInput(
+        workflow_id=workflow.info().workflow_id,
+        system_prompt=plan.system_prompt,
+        user_prompt=plan.user_prompt,
+        input_ref=plan.input_ref,
+        model=model,
+        attempt=attempt,
+        temperature=plan.temperature,
+        feedback=list(run.feedback),
+        corrective=run.corrective_next,
+        max_reply_chars=plan.max_reply_chars,
+        output_schema=output_schema,
+        tenant=plan.tenant,
+        budget_usd=plan.budget_usd,
+        spent_usd=run.cost_usd,
+        budget_approved=run.budget_approved,
+    )
+    return await commands.execute(
+        contract.ACTIVITY_INVOKE_LLM,
+        request,
+        LlmCallResult,
+        timeout=timedelta(seconds=plan.llm_timeout_s + 15),
+        heartbeat=activity_policy.HEARTBEAT_TIMEOUT,
+        retry=activity_policy.SINGLE_ATTEMPT,
+        summary=f"invoke_llm: attempt {attempt} on {model}",
+    )
+
+
+async def invoke(
+    ctx: Context[Any, Any], answered: Answered, output_schema: dict[str, Any] | None = None
+) -> None:
+    """The step's handler: one attempt, then the run moves as its outcome says."""
+    run = ctx.run
+    attempt = run.attempts + 1
+    try:
+        reply = await call(ctx, attempt, output_schema)
+    except ActivityError as err:
+        if activity_policy.cancelled(err):
+            run.attempts = attempt
+            raise
+        failed(ctx, err, attempt)
+        return
+    if reply.outcome == "wait":
+        must_wait(ctx, reply)
+    elif reply.outcome == "over_budget":
+        await budgets.over_budget(ctx, reply.budget or "a budget")
+    else:
+        run.attempts = attempt
+        run.cost_usd += reply.cost_usd or 0.0
+        run.model = reply.model
+        run.consecutive_failures = 0
+        run.corrective_next = False
+        answered(ctx, reply)
+
+
+def failed(ctx: Context[Any, Any], err: ActivityError, attempt: int) -> None:
+    """A call that failed: a permanent error ends the run, anything else goes to the retry
+    state (a malformed reply is retried with a corrective instruction)."""
+    run = ctx.run
+    run.attempts = attempt
+    detail = ctx.set_error(activity_policy.error_text(err))
+    delay = activity_policy.retry_after(err)
+    run.retry_after_s = delay.total_seconds() if delay else None
+    run.corrective_next = (
+        isinstance(err.cause, ApplicationError) and err.cause.type == errors.LLM_MALFORMED_REPLY
+    )
+    if activity_policy.is_permanent(err):
+        ctx.move(Event.PERMANENT_ERROR, detail=detail)
+    else:
+        run.consecutive_failures += 1
+        ctx.move(Event.RETRYABLE_ERROR, detail=detail)
+
+
+def must_wait(ctx: Context[Any, Any], reply: LlmCallResult) -> None:
+    """No capacity for the call now: wait in the capacity state, no attempt spent."""
+    ctx.run.capacity_wait_s = reply.wait_s or 0.0
+    ctx.move(
+        Event.CAPACITY_WAIT,
+        detail=f"no capacity on {reply.model} for {ctx.run.capacity_wait_s:.2f}s",
+    )
+
+
+def enter_review(ctx: Context[Any, Any], event: str, reply: LlmCallResult) -> None:
+    """Move on ``event`` into a review state: a new review round, with its deadline, and the
+    reviewers told when the plan says so."""
+    run, plan = ctx.run, ctx.policy
+    run.review_round += 1
+    run.review_deadline = workflow.now() + timedelta(seconds=plan.review_timeout_s)
+    ctx.move(
+        event,
+        detail=f"answered by {reply.model}",
+        review_round=run.review_round,
+        answer=reply,
+        prompt=ctx.plan.user_prompt,
+    )
+    commands.notify_reviewers(run, plan, "review_needed")
