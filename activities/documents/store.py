@@ -23,9 +23,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy import (
@@ -56,6 +57,7 @@ from workflows.documents.contract import (
 from workflows.documents.payloads import StoreDocumentInput, StoreReceipt
 from workflows.documents.validation import Problem
 
+T = TypeVar("T")
 TABLE_NAME: Final = "documents"
 CONNECT_TIMEOUT: Final = timedelta(seconds=10)
 # PostgreSQL: the longest one statement may run. SQLite: the longest a write waits for a lock.
@@ -65,7 +67,7 @@ POOL_SIZE: Final = 5
 POOL_OVERFLOW: Final = 5
 # A connection older than this is replaced (proxies and servers drop idle ones).
 POOL_RECYCLE: Final = timedelta(minutes=30)
-_POSTGRES_SCHEMES: Final = ("postgresql", "postgres")
+_POSTGRES_DRIVERS: Final = ("postgresql", "postgres", "postgresql+psycopg")
 # The database refused this row or this table's shape: the same write would fail again. (A
 # statement that never reached the database, such as fields that are not JSON, neither.)
 _REFUSALS: Final = (
@@ -152,7 +154,7 @@ def _parse(url: str) -> URL:
                 "document when the worker stops"
             )
         return parsed
-    if driver in _POSTGRES_SCHEMES or driver == "postgresql+psycopg":
+    if driver in _POSTGRES_DRIVERS:
         return parsed
     raise ConfigError(f"DOCUMENT_STORE_URL: the {driver!r} database is not supported ({shape})")
 
@@ -177,8 +179,8 @@ def _sqlite_engine(parsed: URL) -> Engine:
 
 
 def _write_ahead_log(dbapi_connection: Any, _record: Any) -> None:
-    # Readers then never block the writer, and writers of other worker processes wait their
-    # turn (the busy timeout) instead of failing at once.
+    # Write-ahead logging: readers and the writer no longer block each other; writers (of other
+    # worker processes too) still take turns, each waiting up to the busy timeout set above.
     cursor = dbapi_connection.cursor()
     try:
         cursor.execute("PRAGMA journal_mode=WAL")
@@ -251,7 +253,7 @@ class StoreActivities:
         )
         return StoredDocument.model_validate(row)
 
-    def _guarded(self, work: Any, *args: Any) -> Any:
+    def _guarded(self, work: Callable[..., T], *args: Any) -> T:
         """``work(*args)`` once the table exists, with the database's errors mapped."""
         try:
             self._ensure_table()
@@ -306,7 +308,7 @@ class StoreActivities:
     def _driver_line(self, err: sa_exc.SQLAlchemyError) -> str:
         """The driver's own first line (why a connection failed), without the password."""
         original = getattr(err, "orig", None)
-        line = str(original).strip().splitlines()[0] if original is not None else ""
+        line = (str(original).strip().splitlines() or [""])[0] if original is not None else ""
         password = self._engine.url.password
         return line.replace(str(password), "***") if password else line
 
