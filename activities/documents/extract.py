@@ -190,7 +190,9 @@ async def _beating(work: Awaitable[T], every: timedelta) -> T:
 class ExtractActivities:
     """The ``extract_text`` activity, with the worker's input loader injected."""
 
-    def __init__(self, loader: InputLoader, *, heartbeat_every: timedelta = HEARTBEAT_EVERY):
+    def __init__(
+        self, loader: InputLoader, *, heartbeat_every: timedelta = HEARTBEAT_EVERY
+    ) -> None:
         self._loader = loader
         self._heartbeat_every = heartbeat_every
 
