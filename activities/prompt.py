@@ -167,22 +167,30 @@ class InputLoader:
         """The referenced document as text.
 
         Raises:
-            ApplicationError: ``InputUnavailable`` (permanent) when it is missing, not allowed,
-                too large or not UTF-8 text; ``InputFetchFailed`` (retryable) when S3 failed
-                for a passing reason (throttling, 5xx, timeouts).
+            ApplicationError: as `load_bytes`, and ``InputUnavailable`` when it is not UTF-8
+                text.
         """
-        if reference.startswith("file://"):
-            data = await asyncio.to_thread(self._read_file, reference)
-        elif reference.startswith("s3://"):
-            data = await asyncio.to_thread(self._read_s3, reference)
-        else:
-            raise not_available(reference)
+        data = await self.load_bytes(reference)
         try:
             return data.decode("utf-8")
         except UnicodeDecodeError:
             raise input_unavailable(
                 f"input {shown_reference(reference)} is not UTF-8 text"
             ) from None
+
+    async def load_bytes(self, reference: str) -> bytes:
+        """The referenced document's bytes, whatever they hold (a PDF, text in any encoding).
+
+        Raises:
+            ApplicationError: ``InputUnavailable`` (permanent) when it is missing, not allowed
+                or too large; ``InputFetchFailed`` (retryable) when S3 failed for a passing
+                reason (throttling, 5xx, timeouts).
+        """
+        if reference.startswith("file://"):
+            return await asyncio.to_thread(self._read_file, reference)
+        if reference.startswith("s3://"):
+            return await asyncio.to_thread(self._read_s3, reference)
+        raise not_available(reference)
 
     # ------------------------------------------------------------------------------- files
 

@@ -58,6 +58,8 @@ DEFAULT_TEMPORAL_NAMESPACE = "default"
 # The largest document a run may reference (MAX_INPUT_BYTES): the claim check and the workers'
 # input loader both refuse a larger one.
 DEFAULT_MAX_INPUT_BYTES = 20 * 1024 * 1024
+# The document pipeline's SQL store: an SQLite file next to the embedded vector store.
+DEFAULT_DOCUMENT_STORE_URL = "sqlite:///.data/documents.db"
 
 
 class ModelPrice(BaseModel):
@@ -204,6 +206,11 @@ class Settings(BaseSettings):
     vector_store_path: str = ".data/vectors"
     vector_collection: str = Field(default="ai-orchestrator", min_length=1)
 
+    # The document pipeline's store of extracted fields (SQL): an SQLite file by default, or
+    # PostgreSQL (postgresql://user:password@host:port/db). A secret: it may hold a password.
+    document_store_url: SecretStr = SecretStr(DEFAULT_DOCUMENT_STORE_URL)
+    document_store_url_file: Path | None = None
+
     # Telemetry. The OTEL_* names are the standard OpenTelemetry variables: traces go over OTLP
     # when the endpoint is set (the exporter itself also reads OTEL_EXPORTER_OTLP_HEADERS,
     # _TIMEOUT, _COMPRESSION, _CERTIFICATE and the _TRACES_ variants); nothing when unset.
@@ -314,6 +321,16 @@ class Settings(BaseSettings):
             return None  # set but empty = unset
         if not re.fullmatch(r"rediss?://\S+", value.get_secret_value()):
             raise ValueError("must be a redis:// or rediss:// URL")
+        return value
+
+    @field_validator("document_store_url")
+    @classmethod
+    def _document_store_url(cls, value: SecretStr) -> SecretStr:
+        url = value.get_secret_value()
+        if not url:
+            return SecretStr(DEFAULT_DOCUMENT_STORE_URL)  # set but empty = the default
+        if not re.fullmatch(r"(sqlite(\+pysqlite)?:///|postgres(ql)?(\+psycopg)?://)\S+", url):
+            raise ValueError("must be sqlite:///PATH or postgresql://USER:PASSWORD@HOST:PORT/DB")
         return value
 
     @field_validator("input_file_roots", "input_s3_prefixes", mode="before")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from aiorch.runtime.config import ConfigError, load_settings
@@ -105,3 +107,36 @@ def test_bad_capacity_and_budget_settings_are_one_line(
     monkeypatch.setenv(name, value)
     with pytest.raises(ConfigError, match=name):
         load_settings()
+
+
+def test_the_document_store_url_is_a_secret_that_may_come_from_a_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """DOCUMENT_STORE_URL defaults to an SQLite file under .data; a PostgreSQL URL (it holds a
+    password) may come from DOCUMENT_STORE_URL_FILE and never shows in the settings' repr."""
+    monkeypatch.delenv("DOCUMENT_STORE_URL", raising=False)
+    assert load_settings().document_store_url.get_secret_value() == "sqlite:///.data/documents.db"
+    secret = tmp_path / "url"
+    secret.write_text("postgresql://aiorch:hunter2@db:5432/documents\n")
+    monkeypatch.setenv("DOCUMENT_STORE_URL_FILE", str(secret))
+    settings = load_settings()
+    url = settings.document_store_url.get_secret_value()
+    assert url == "postgresql://aiorch:hunter2@db:5432/documents"
+    assert "hunter2" not in repr(settings)
+
+
+@pytest.mark.parametrize(
+    "value", ["mysql://root:hunter2@db/documents", "hunter2", "sqlite:relative.db"]
+)
+def test_a_bad_document_store_url_is_one_line_without_the_value(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    """A URL of another database, or no URL, stops the process with one line naming the
+    variable and never quoting the value (it may hold a password)."""
+    monkeypatch.setenv("DOCUMENT_STORE_URL", value)
+    with pytest.raises(ConfigError) as info:
+        load_settings()
+    message = str(info.value)
+    assert "DOCUMENT_STORE_URL" in message
+    assert "hunter2" not in message
+    assert "\n" not in message

@@ -1,0 +1,303 @@
+"""Text extraction against real files and PDFs the tests write: plain text, a multi-page PDF,
+and every kind of unreadable document as one permanent line; then ``extract_text`` in Temporal's
+activity environment through the input loader's roots, and the full text read again for the
+analysis."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.exceptions import ApplicationError, CancelledError
+from temporalio.testing import ActivityEnvironment
+
+from activities.documents.extract import (
+    PAGE_BREAK,
+    ExtractActivities,
+    document_text,
+    extract,
+    preview,
+)
+from activities.prompt import InputLoader
+from tests.pdfs import encrypted, image_pdf, text_pdf
+from workflows import errors
+from workflows.documents import (
+    DOCUMENT_CHANGED,
+    DOCUMENT_UNREADABLE,
+    ExtractedText,
+    ExtractTextInput,
+)
+
+REQUEST_ID = "0123456789abcdef01234567"
+# Text no error message may ever repeat: it stands for a document's content.
+SECRET = "CONFIDENTIAL-4711 Jane Doe"
+PAGES = [
+    ["ACME Supplies Ltd", "Invoice INV-2026-0042", SECRET],
+    ["Widgets 3 x 4.99 = 14.97"],
+    ["Total due: 175.66 EUR"],
+]
+
+
+def unreadable(data: bytes) -> ApplicationError:
+    """The error ``extract`` raises for ``data``: permanent, typed, one line, no content."""
+    with pytest.raises(ApplicationError) as info:
+        extract(data)
+    error = info.value
+    assert error.type == DOCUMENT_UNREADABLE
+    assert error.non_retryable
+    assert "\n" not in error.message
+    assert SECRET not in error.message
+    assert "CONFIDENTIAL" not in error.message
+    return error
+
+
+def test_utf8_text_is_taken_as_it_is() -> None:
+    """A UTF-8 text document is its own text (a byte-order mark dropped), one page."""
+    text = "Rechnung Nr. 7 - Müller GmbH\nTotal: 12.50 €\n"
+    extraction = extract(b"\xef\xbb\xbf" + text.encode())
+    assert extraction.text == text
+    assert (extraction.kind, extraction.pages) == ("text", 1)
+    assert extraction.sha256 == hashlib.sha256(text.encode()).hexdigest()
+
+
+def test_a_multi_page_pdf_gives_every_page_in_order() -> None:
+    """Each page's lines come out, pages in order, separated by a form feed."""
+    extraction = extract(text_pdf(PAGES))
+    assert (extraction.kind, extraction.pages) == ("pdf", 3)
+    pages = extraction.text.split(PAGE_BREAK)
+    assert len(pages) == 3
+    for page, lines in zip(pages, PAGES, strict=True):
+        assert page.splitlines() == lines
+
+
+def test_a_pdf_with_only_an_owner_password_is_read() -> None:
+    """Encryption that only restricts editing (an empty user password) does not stop reading."""
+    extraction = extract(encrypted(text_pdf(PAGES), user_password=""))
+    assert extraction.pages == 3
+    assert "Total due: 175.66 EUR" in extraction.text
+
+
+def test_an_encrypted_pdf_is_unreadable() -> None:
+    """A PDF that needs a password fails with one line that says so."""
+    error = unreadable(encrypted(text_pdf(PAGES), user_password="s3cret"))
+    assert "encrypted" in error.message
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        pytest.param(text_pdf(PAGES)[:600], id="truncated"),
+        pytest.param(text_pdf(PAGES)[:-200], id="no-trailer"),
+        pytest.param(b"%PDF-1.7\n" + SECRET.encode() + bytes(range(256)) * 8, id="garbage"),
+        pytest.param(b"%PDF-", id="signature-only"),
+    ],
+)
+def test_a_broken_pdf_is_unreadable(data: bytes) -> None:
+    """A damaged PDF fails with one line naming the kind of damage, never its content."""
+    assert "damaged" in unreadable(data).message
+
+
+def test_a_pdf_without_text_is_unreadable() -> None:
+    """A PDF of images only (a scan) fails with one line that says OCR is needed."""
+    error = unreadable(image_pdf(pages=2))
+    assert "2 page(s) hold no text layer" in error.message
+
+
+@pytest.mark.parametrize(
+    ("data", "words"),
+    [
+        (b"\x89PNG\r\n\x1a\n\x00\x00" + SECRET.encode(), "neither UTF-8 text nor a PDF"),
+        ("Müller".encode("latin-1"), "neither UTF-8 text nor a PDF"),
+        (b" \n\t\n", "holds no text"),
+        (b"", "holds no text"),
+    ],
+)
+def test_other_documents_without_text_are_unreadable(data: bytes, words: str) -> None:
+    """Binary files, other encodings and blank files fail with one line saying why."""
+    assert words in unreadable(data).message
+
+
+def test_preview_never_cuts_a_character() -> None:
+    """The preview holds at most the limit in UTF-8 bytes and never half a character."""
+    text = "€" * 100  # 3 bytes each
+    shown, cut = preview(text, 100)
+    assert cut
+    assert shown == "€" * 33
+    assert preview("short", 100) == ("short", False)
+
+
+# ------------------------------------------------------------------------- the activity
+
+
+@dataclass
+class Inputs:
+    """An input root with a PDF and a text file in it, and a PDF outside it."""
+
+    root: Path
+    pdf: Path
+    text: Path
+    outside: Path
+
+    def activities(self, **kwargs: timedelta) -> ExtractActivities:
+        return ExtractActivities(InputLoader(file_roots=[self.root]), **kwargs)
+
+
+@pytest.fixture
+def inputs(tmp_path: Path) -> Inputs:
+    root = tmp_path / "inputs"
+    root.mkdir()
+    pdf = root / "invoice.pdf"
+    pdf.write_bytes(text_pdf(PAGES))
+    text = root / "invoice.txt"
+    text.write_text("Invoice INV-1\nTotal 10.00 USD\n")
+    outside = tmp_path / "outside.pdf"
+    outside.write_bytes(text_pdf(PAGES))
+    return Inputs(root, pdf, text, outside)
+
+
+async def run(activities: ExtractActivities, **fields: Any) -> ExtractedText:
+    return await ActivityEnvironment().run(
+        activities.extract_text, ExtractTextInput(request_id=REQUEST_ID, **fields)
+    )
+
+
+async def test_extract_text_reports_a_pdf_without_its_text(inputs: Inputs) -> None:
+    """A referenced PDF gives its kind, pages, length, the SHA-256 of its text and a bounded
+    preview; the text itself is not in the result."""
+    result = await run(inputs.activities(), reference=inputs.pdf.as_uri(), preview_bytes=40)
+    full = extract(inputs.pdf.read_bytes()).text
+    assert result.kind == "pdf"
+    assert result.pages == 3
+    assert result.characters == len(full)
+    assert result.sha256 == hashlib.sha256(full.encode()).hexdigest()
+    assert result.preview == full[:40]
+    assert result.preview_truncated
+    assert "Total due" not in result.model_dump_json()
+
+
+async def test_extract_text_reads_text_files_and_inline_text(inputs: Inputs) -> None:
+    """A text file and inline text are documents of kind text; a short one fits its preview."""
+    from_file = await run(inputs.activities(), reference=inputs.text.as_uri())
+    inline = await run(inputs.activities(), text="Invoice INV-1\nTotal 10.00 USD\n")
+    assert from_file == inline
+    assert (inline.kind, inline.pages, inline.preview_truncated) == ("text", 1, False)
+    assert inline.preview == "Invoice INV-1\nTotal 10.00 USD\n"
+
+
+async def test_inline_text_is_never_parsed_as_a_pdf(inputs: Inputs) -> None:
+    """Inline text that starts like a PDF is still text."""
+    result = await run(inputs.activities(), text="%PDF- is how a PDF starts")
+    assert result.kind == "text"
+
+
+async def test_a_file_outside_the_roots_is_refused(inputs: Inputs) -> None:
+    """The loader's roots apply: a PDF outside them is the uniform permanent refusal."""
+    with pytest.raises(ApplicationError) as info:
+        await run(inputs.activities(), reference=inputs.outside.as_uri())
+    assert info.value.type == errors.INPUT_UNAVAILABLE
+    assert info.value.non_retryable
+    assert "not available (missing or not allowed)" in info.value.message
+
+
+async def test_an_unreadable_reference_fails_for_good(inputs: Inputs) -> None:
+    """An encrypted PDF inside the roots ends in DocumentUnreadable, not a retry."""
+    locked = inputs.root / "locked.pdf"
+    locked.write_bytes(encrypted(text_pdf(PAGES), user_password="s3cret"))
+    with pytest.raises(ApplicationError) as info:
+        await run(inputs.activities(), reference=locked.as_uri())
+    assert info.value.type == DOCUMENT_UNREADABLE
+    assert info.value.non_retryable
+
+
+@pytest.mark.parametrize("fields", [{}, {"reference": "file:///x.pdf", "text": "both"}])
+async def test_exactly_one_source_is_required(inputs: Inputs, fields: dict[str, str]) -> None:
+    """Neither a reference nor text, or both, is an invalid request (permanent)."""
+    with pytest.raises(ApplicationError) as info:
+        await run(inputs.activities(), **fields)
+    assert info.value.type == errors.INVALID_REQUEST
+    assert info.value.non_retryable
+
+
+async def test_a_long_extraction_heartbeats(inputs: Inputs) -> None:
+    """While a many-page PDF is extracted, the activity heartbeats (so a cancel reaches it)."""
+    big = inputs.root / "big.pdf"
+    big.write_bytes(text_pdf([[f"Page {n} of the report"] for n in range(400)]))
+    env = ActivityEnvironment()
+    beats: list[object] = []
+    env.on_heartbeat = lambda *details: beats.append(details)
+    activities = inputs.activities(heartbeat_every=timedelta(milliseconds=1))
+    result = await env.run(
+        activities.extract_text, ExtractTextInput(request_id=REQUEST_ID, reference=big.as_uri())
+    )
+    assert result.pages == 400
+    assert beats
+    assert beats[0] == ("extracting the document's text",)
+
+
+async def test_document_text_gives_the_full_text_again(inputs: Inputs) -> None:
+    """The analysis gets the whole text of the reference, checked against the hash
+    ``extract_text`` reported."""
+    result = await run(inputs.activities(), reference=inputs.pdf.as_uri())
+    loader = InputLoader(file_roots=[inputs.root])
+    text = await document_text(loader, inputs.pdf.as_uri(), sha256=result.sha256)
+    assert text.split(PAGE_BREAK)[2] == "Total due: 175.66 EUR"
+    assert len(text) == result.characters
+
+
+async def test_document_text_refuses_a_changed_document(inputs: Inputs) -> None:
+    """A reference whose text changed since extraction fails with DocumentChanged (permanent)
+    instead of analysing another document than the one checked."""
+    result = await run(inputs.activities(), reference=inputs.text.as_uri())
+    inputs.text.write_text("Invoice INV-1\nTotal 99.00 USD\n")
+    loader = InputLoader(file_roots=[inputs.root])
+    with pytest.raises(ApplicationError) as info:
+        await document_text(loader, inputs.text.as_uri(), sha256=result.sha256)
+    assert info.value.type == DOCUMENT_CHANGED
+    assert info.value.non_retryable
+
+
+async def test_document_text_keeps_the_loader_checks(inputs: Inputs) -> None:
+    """Reading again goes through the same roots: outside them is refused."""
+    loader = InputLoader(file_roots=[inputs.root])
+    with pytest.raises(ApplicationError) as info:
+        await asyncio.wait_for(document_text(loader, inputs.outside.as_uri()), timeout=10)
+    assert info.value.type == errors.INPUT_UNAVAILABLE
+
+
+async def test_a_cancel_stops_a_long_extraction(inputs: Inputs) -> None:
+    """A cancel reaches an extraction in progress through its heartbeat and ends the activity
+    promptly; the extracting thread stops at the next page instead of finishing the document
+    (reading the PDF's structure before the first page cannot be interrupted)."""
+    long = inputs.root / "long.pdf"
+    lines = [f"Line {n} of the page: the quick brown fox" for n in range(40)]
+    long.write_bytes(text_pdf([lines] * 3000))
+    env = ActivityEnvironment()
+    beats: list[object] = []
+    env.on_heartbeat = lambda *details: beats.append(details)
+    activities = inputs.activities(heartbeat_every=timedelta(milliseconds=5))
+    task = asyncio.ensure_future(
+        env.run(
+            activities.extract_text,
+            ExtractTextInput(request_id=REQUEST_ID, reference=long.as_uri()),
+        )
+    )
+    while len(beats) < 2:
+        assert not task.done()
+        await asyncio.sleep(0.005)
+    started = asyncio.get_running_loop().time()
+    env.cancel()
+    with pytest.raises((CancelledError, asyncio.CancelledError)):
+        await task
+    assert asyncio.get_running_loop().time() - started < 2
+    # Reading the structure takes a fraction of a second of CPU, the pages about four seconds:
+    # a thread still extracting them would keep a core busy through this second.
+    await asyncio.sleep(0.5)
+    cpu = time.process_time()
+    await asyncio.sleep(1.0)
+    assert time.process_time() - cpu < 0.25

@@ -1,0 +1,28 @@
+"""Names of the document pipeline that live histories and other tools rely on.
+
+Like ``workflows.contract``, these never change once released: an activity renamed under a
+running workflow breaks it. They sit here, next to the pipeline, until the engine's contract
+takes them in.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+WORKFLOW_TYPE_DOCUMENT_PIPELINE: Final = "DocumentPipeline"
+
+ACTIVITY_EXTRACT_TEXT: Final = "extract_text"
+ACTIVITY_STORE_DOCUMENT: Final = "store_document"
+
+# Stable ApplicationError type names (wire contract: never rename).
+# The document is neither UTF-8 text nor a readable PDF with text (encrypted, broken, scanned
+# images only): permanent, the message says which in one line and quotes nothing of the document.
+DOCUMENT_UNREADABLE: Final = "DocumentUnreadable"
+# A reference read again (for the analysis) no longer holds the text that was extracted.
+DOCUMENT_CHANGED: Final = "DocumentChanged"
+# The SQL store could not be reached or was busy (connection refused, timeout, locked,
+# authentication an operator can fix): retried.
+DOCUMENT_STORE_UNAVAILABLE: Final = "DocumentStoreUnavailable"
+# The store refused the row for good (integrity or data error, a documents table of another
+# shape): permanent.
+DOCUMENT_STORE_REJECTED: Final = "DocumentStoreRejected"
