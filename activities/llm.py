@@ -1,5 +1,11 @@
 """The LLM: one Chat Completions call per activity attempt, with its errors classified here.
 
+A call answers in JSON: the contract's ``LlmReply`` (``{"content", "needs_review"}``), or, when
+the call carries an ``output_schema`` (a pipeline's extraction), one JSON object that the
+pipeline validates against that schema itself. A referenced document is read again here (large
+inputs never enter history); a PDF's text is extracted, and checked against the hash the run's
+extraction recorded when the call names one (``input_sha256``).
+
 The ``openai`` client's own retries are off (``max_retries=0``) and its timeout is shorter than
 the activity's, so every attempt is the workflow's and shows in history. Classification, in one
 place: transient failures (timeouts, connection errors, 408/409/429, 5xx, malformed or truncated
@@ -27,9 +33,10 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.capacity import Admission, CallGate, Settlement, record_spend
+from activities.documents.extract import document_text
 from activities.heartbeat import HEARTBEAT_EVERY, heartbeat_while
 from activities.pricing import estimate_cost
-from activities.prompt import CORRECTIVE_INSTRUCTION, InputLoader
+from activities.prompt import CORRECTIVE_INSTRUCTION, OBJECT_CORRECTIVE_INSTRUCTION, InputLoader
 from activities.redaction import scrubbed_error
 from aiorch.runtime.capacity import ProviderSignal
 from aiorch.runtime.config import PriceTable
@@ -58,8 +65,30 @@ def build_messages(call: LlmCallInput, document: str | None) -> list[ChatComplet
         {"role": "user", "content": user_text},
     ]
     if call.corrective:
-        messages.append({"role": "user", "content": CORRECTIVE_INSTRUCTION})
+        correction = (
+            CORRECTIVE_INSTRUCTION if call.output_schema is None else OBJECT_CORRECTIVE_INSTRUCTION
+        )
+        messages.append({"role": "user", "content": correction})
     return messages
+
+
+def _json_body(text: str) -> Any:
+    """The JSON value of a reply, unwrapping one whole-reply Markdown fence.
+
+    Raises:
+        json.JSONDecodeError: it is not JSON.
+    """
+    fenced = _FENCE.match(text)
+    return json.loads(fenced.group("body") if fenced else text)
+
+
+def _malformed(what: str, err: Exception, text: str) -> ApplicationError:
+    # Never quote the reply: error texts reach worker logs, which payload encryption does not
+    # cover.
+    return ApplicationError(
+        f"reply is not {what} ({type(err).__name__}; {len(text)} characters)",
+        type=errors.LLM_MALFORMED_REPLY,
+    )
 
 
 def parse_reply(text: str) -> LlmReply:
@@ -68,17 +97,26 @@ def parse_reply(text: str) -> LlmReply:
     Raises:
         ApplicationError: ``LlmMalformedReply`` (retryable) for anything else.
     """
-    fenced = _FENCE.match(text)
-    body = fenced.group("body") if fenced else text
     try:
-        return LlmReply.model_validate(json.loads(body))
+        return LlmReply.model_validate(_json_body(text))
     except (json.JSONDecodeError, ValidationError) as err:
-        # Never quote the reply: error texts reach worker logs, which payload encryption
-        # does not cover.
-        raise ApplicationError(
-            f"reply is not the contract's JSON ({type(err).__name__}; {len(text)} characters)",
-            type=errors.LLM_MALFORMED_REPLY,
-        ) from None
+        raise _malformed("the contract's JSON", err, text) from None
+
+
+def parse_object(text: str) -> dict[str, Any]:
+    """The model's text as one JSON object (a call with an ``output_schema``: the pipeline
+    checks it against the schema), unwrapping one whole-reply Markdown fence.
+
+    Raises:
+        ApplicationError: ``LlmMalformedReply`` (retryable) when it is not a JSON object.
+    """
+    try:
+        value = _json_body(text)
+    except json.JSONDecodeError as err:
+        raise _malformed("a JSON object", err, text) from None
+    if not isinstance(value, dict):
+        raise _malformed("a JSON object", TypeError(type(value).__name__), text)
+    return value
 
 
 def retry_after(headers: Any) -> timedelta | None:
@@ -147,8 +185,13 @@ def classify(err: openai.OpenAIError) -> ApplicationError:
     return ApplicationError(f"LLM client error: {err}", type=errors.LLM_RETRYABLE)
 
 
-def reply_from_completion(completion: ChatCompletion) -> LlmReply:
-    """Check finish reason, refusal and content, then parse."""
+def reply_text(completion: ChatCompletion) -> str:
+    """The reply's text, once finish reason and refusal are checked.
+
+    Raises:
+        ApplicationError: ``LlmRefused`` (permanent) for a refusal or a filtered reply,
+            ``LlmMalformedReply`` (retryable) for no choice or a truncated one.
+    """
     if not completion.choices:
         raise ApplicationError("LLM returned no choices", type=errors.LLM_MALFORMED_REPLY)
     choice = completion.choices[0]
@@ -171,7 +214,7 @@ def reply_from_completion(completion: ChatCompletion) -> LlmReply:
         raise ApplicationError(
             "reply truncated (finish_reason=length)", type=errors.LLM_MALFORMED_REPLY
         )
-    return parse_reply(choice.message.content or "")
+    return choice.message.content or ""
 
 
 def check_reply_size(content: str, limit: int | None) -> None:
@@ -235,7 +278,7 @@ class LlmActivities:
     async def invoke_llm(self, call: LlmCallInput) -> LlmCallResult:
         """One Chat Completions call, once the budgets and the model's shared capacity allow
         it (else a result that says why no call was made); heartbeats while waiting."""
-        document = await self._loader.load(call.input_ref) if call.input_ref else None
+        document = await self._document(call)
         messages = build_messages(call, document)
         admission = Admission("go")
         if self._gate is not None:
@@ -330,17 +373,36 @@ class LlmActivities:
             ),
         )
         try:
-            reply = reply_from_completion(completion)
-            check_reply_size(reply.content, call.max_reply_chars)
+            text = reply_text(completion)
+            if call.output_schema is None:
+                reply = parse_reply(text)
+                content, needs_review, data = reply.content, reply.needs_review, None
+            else:
+                content, needs_review, data = text, False, parse_object(text)
+            check_reply_size(content, call.max_reply_chars)
         except ApplicationError as err:
             record.error_type = err.type or type(err).__name__
             raise
         return LlmCallResult(
-            content=reply.content,
-            needs_review=reply.needs_review,
+            content=content,
+            needs_review=needs_review,
+            data=data,
             model=model,
             usage=tokens,
             cost_usd=cost,
+        )
+
+    async def _document(self, call: LlmCallInput) -> str | None:
+        """The referenced document's text, read again (a PDF's extracted), or None."""
+        if not call.input_ref:
+            return None
+        if call.input_sha256 is None:
+            return await self._loader.load(call.input_ref)
+        return await document_text(
+            self._loader,
+            call.input_ref,
+            sha256=call.input_sha256,
+            heartbeat_every=self._heartbeat_every,
         )
 
     async def _settle(self, admission: Admission, call: LlmCallInput, done: Settlement) -> None:

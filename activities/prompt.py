@@ -18,7 +18,7 @@ import os
 import stat
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote, urlparse
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -32,6 +32,8 @@ from workflows.payloads import (
     PipelineRequest,
     PromptInput,
     PromptPlan,
+    RequestBase,
+    ReviewKey,
     ReviewMode,
 )
 
@@ -68,6 +70,10 @@ CORRECTIVE_INSTRUCTION = (
     "Your previous reply could not be used: it was not a single JSON object of the form "
     '{"content": string, "needs_review": boolean}. Reply again with only that JSON object.'
 )
+OBJECT_CORRECTIVE_INSTRUCTION = (
+    "Your previous reply could not be used: it was not a single JSON object. Reply again with "
+    "only the JSON object the instructions describe: no Markdown, no code fences."
+)
 
 
 def context_suffix(metadata: dict[str, Any]) -> str:
@@ -80,9 +86,7 @@ def context_suffix(metadata: dict[str, Any]) -> str:
 REVIEW_LEVELS: tuple[ReviewMode, ...] = ("never", "auto", "always")
 
 
-def review_policy(
-    settings: Settings, request: PipelineRequest
-) -> tuple[ReviewMode, list[str] | None]:
+def review_policy(settings: Settings, request: RequestBase) -> tuple[ReviewMode, list[str] | None]:
     """The run's review level and reviewers: the operator's policy is the floor.
 
     A request may raise the level (``never`` < ``auto`` < ``always``) above ``REVIEW_MIN`` and
@@ -373,40 +377,64 @@ class PromptActivities:
     def _plan(
         self, request: PipelineRequest, user_prompt: str, input_ref: str | None
     ) -> PromptPlan:
-        cfg, opts = self._settings, request.options
-        review, reviewers = review_policy(cfg, request)
-        return PromptPlan(
-            # The prompt.
+        return planned(
+            PromptPlan,
+            self._settings,
+            request,
+            self._review_keys,
             system_prompt=SYSTEM_PROMPT,
             user_prompt=user_prompt,
             input_ref=input_ref,
-            # The LLM calls (a request may set its attempts).
-            model=cfg.llm_model,
-            temperature=cfg.llm_temperature,
-            llm_max_attempts=opts.llm_max_attempts or cfg.llm_max_attempts,
-            fallback_model=cfg.llm_fallback_model,
-            fallback_after=cfg.llm_fallback_after,
-            llm_timeout_s=cfg.llm_timeout_s,
-            backoff_initial_s=cfg.llm_backoff_initial_s,
-            backoff_max_s=cfg.llm_backoff_max_s,
-            max_reply_chars=cfg.max_reply_chars,
-            # Review: the operator's policy as the floor, the request's timeouts.
-            review=review,
-            allowed_reviewers=reviewers,
-            requested_by=request.requested_by,
-            review_keys=self._review_keys,
-            review_timeout_s=opts.review_timeout_s or cfg.review_timeout_s,
-            escalation_timeout_s=opts.escalation_timeout_s or cfg.escalation_timeout_s,
-            max_feedback_chars=cfg.max_feedback_chars,
-            reedit_rounds_per_run=cfg.reedit_rounds_per_run,
-            notify=cfg.notifications_enabled,
-            capture_content=cfg.otel_capture_content,
-            # Budgets: the operator's ceiling, lowered (never raised) by the request.
-            tenant=request.tenant or DEFAULT_TENANT,
-            budget_usd=run_budget(cfg.run_budget_usd, opts.max_cost_usd),
-            budget_policy=cfg.budget_policy,
-            budget_timeout_s=cfg.budget_decision_timeout_s,
         )
+
+
+P = TypeVar("P", bound=PromptPlan)
+
+
+def planned(
+    plan_type: type[P],
+    settings: Settings,
+    request: RequestBase,
+    review_keys: list[ReviewKey],
+    **prompt: Any,
+) -> P:
+    """A run's plan (a ``plan_type``): its ``prompt`` fields, with every setting the run will
+    use resolved once from the worker's configuration and the request.
+
+    Raises:
+        ApplicationError: ``InvalidRequest`` when the request's reviewers leave nobody.
+    """
+    cfg, opts = settings, request.options
+    review, reviewers = review_policy(cfg, request)
+    return plan_type(
+        **prompt,
+        # The LLM calls (a request may set its attempts).
+        model=cfg.llm_model,
+        temperature=cfg.llm_temperature,
+        llm_max_attempts=opts.llm_max_attempts or cfg.llm_max_attempts,
+        fallback_model=cfg.llm_fallback_model,
+        fallback_after=cfg.llm_fallback_after,
+        llm_timeout_s=cfg.llm_timeout_s,
+        backoff_initial_s=cfg.llm_backoff_initial_s,
+        backoff_max_s=cfg.llm_backoff_max_s,
+        max_reply_chars=cfg.max_reply_chars,
+        # Review: the operator's policy as the floor, the request's timeouts.
+        review=review,
+        allowed_reviewers=reviewers,
+        requested_by=request.requested_by,
+        review_keys=review_keys,
+        review_timeout_s=opts.review_timeout_s or cfg.review_timeout_s,
+        escalation_timeout_s=opts.escalation_timeout_s or cfg.escalation_timeout_s,
+        max_feedback_chars=cfg.max_feedback_chars,
+        reedit_rounds_per_run=cfg.reedit_rounds_per_run,
+        notify=cfg.notifications_enabled,
+        capture_content=cfg.otel_capture_content,
+        # Budgets: the operator's ceiling, lowered (never raised) by the request.
+        tenant=request.tenant or DEFAULT_TENANT,
+        budget_usd=run_budget(cfg.run_budget_usd, opts.max_cost_usd),
+        budget_policy=cfg.budget_policy,
+        budget_timeout_s=cfg.budget_decision_timeout_s,
+    )
 
 
 def run_budget(operator: float | None, requested: float | None) -> float | None:

@@ -18,12 +18,13 @@ from temporalio.common import RawValue
 with workflow.unsafe.imports_passed_through():
     # One `import` per module: `from workflows import x` bypasses the sandbox pass-through, so
     # x would be re-imported for every new run. Imports add no commands.
+    import workflows.documents.pipeline as documents
     import workflows.llm.pipeline as llm
     from workflows.engine.pipeline import Pipeline
     from workflows.engine.workflow import PipelineWorkflow
     from workflows.payloads import RunResult
 
-PIPELINES: tuple[Pipeline[Any, Any], ...] = (llm.PIPELINE,)
+PIPELINES: tuple[Pipeline[Any, Any], ...] = (llm.PIPELINE, documents.PIPELINE)
 
 
 @workflow.defn(dynamic=True)

@@ -32,6 +32,9 @@ from temporalio.worker import PollerBehaviorSimpleMaximum, Worker, WorkerDeploym
 
 from activities.capacity import CallGate
 from activities.dead_letter import DeadLetterActivities
+from activities.documents.extract import ExtractActivities
+from activities.documents.plan import DocumentPlanActivities
+from activities.documents.store import StoreActivities, create_store_engine
 from activities.lineage import LineageActivities
 from activities.llm import LlmActivities
 from activities.notify import NotifyActivities
@@ -161,6 +164,11 @@ async def build_worker(client: Client, settings: Settings) -> AsyncIterator[Work
         s3_prefixes=settings.allowed_s3_prefixes,
     )
     prompts = PromptActivities(settings, loader)
+    documents = DocumentPlanActivities(settings)
+    extracts = ExtractActivities(loader)
+    document_store = StoreActivities(
+        create_store_engine(settings.document_store_url.get_secret_value())
+    )
     # Shared capacity and budgets (CAPACITY_STORE_URL); GenAI spans and OTLP metrics.
     capacity = CapacityStore.from_settings(settings)
     if capacity is not None:
@@ -216,6 +224,9 @@ async def build_worker(client: Client, settings: Settings) -> AsyncIterator[Work
                 dead_letters.send_dead_letter,
                 lineage.verify_continuation,
                 notify.notify_reviewers,
+                documents.plan_document,
+                extracts.extract_text,
+                document_store.store_document,
             ],
             **tuning_options(settings),
             **deployment_options(settings),
@@ -224,6 +235,7 @@ async def build_worker(client: Client, settings: Settings) -> AsyncIterator[Work
         await llm.close()
         await store.close()
         await webhooks.close()
+        document_store.close()
         if capacity is not None:
             await capacity.close()
         if meters is not None:

@@ -54,6 +54,20 @@ from temporalio.worker import Worker
 from activities.lineage import LineageActivities
 from aiorch.runtime.temporal import SEARCH_ATTRIBUTES, AiOrchestratorPlugin
 from workflows import contract, errors
+from workflows.documents.contract import (
+    ACTIVITY_EXTRACT_TEXT,
+    ACTIVITY_PLAN_DOCUMENT,
+    ACTIVITY_STORE_DOCUMENT,
+)
+from workflows.documents.payloads import (
+    DocumentPlan,
+    ExtractedText,
+    ExtractTextInput,
+    PlanDocumentInput,
+    StoreDocumentInput,
+    StoreReceipt,
+)
+from workflows.engine.graph import TERMINAL_STATES
 from workflows.llm.graph import GRAPH, State
 from workflows.orchestrator import AiOrchestrator
 from workflows.payloads import (
@@ -310,6 +324,60 @@ class FakeActivities:
         return step
 
 
+class FakeDocumentActivities:
+    """Test doubles for the document pipeline's own activities, recording every input: a plan
+    built from the request as the real one resolves it, an extraction of the inline text (or
+    a scripted failure), and a store that keeps the last row per request id."""
+
+    def __init__(self) -> None:
+        self.extract_error: ApplicationError | None = None
+        self.store_script: list[BaseException] = []
+        self.plans: list[PlanDocumentInput] = []
+        self.extracts: list[ExtractTextInput] = []
+        self.stores: list[StoreDocumentInput] = []
+        self.rows: dict[str, StoreDocumentInput] = {}
+
+    @property
+    def activities(self) -> list[Any]:
+        return [self.plan_document, self.extract_text, self.store_document]
+
+    @activity.defn(name=ACTIVITY_PLAN_DOCUMENT)
+    async def plan_document(self, plan_input: PlanDocumentInput) -> DocumentPlan:
+        self.plans.append(plan_input)
+        request = plan_input.request
+        return DocumentPlan(
+            system_prompt="Extract the fields. JSON Schema: {}",
+            user_prompt=request.document,
+            review_timeout_s=request.options.review_timeout_s or 600.0,
+            escalation_timeout_s=request.options.escalation_timeout_s or 1200.0,
+            llm_max_attempts=request.options.llm_max_attempts or 3,
+            model=PRIMARY_MODEL,
+            review=request.review,
+            extraction_schema=request.extraction_schema,
+        )
+
+    @activity.defn(name=ACTIVITY_EXTRACT_TEXT)
+    async def extract_text(self, extract_input: ExtractTextInput) -> ExtractedText:
+        self.extracts.append(extract_input)
+        if self.extract_error is not None:
+            raise self.extract_error
+        text = extract_input.text or ""
+        return ExtractedText(kind="text", characters=len(text), sha256="0" * 64, preview=text[:100])
+
+    @activity.defn(name=ACTIVITY_STORE_DOCUMENT)
+    async def store_document(self, store_input: StoreDocumentInput) -> StoreReceipt:
+        self.stores.append(store_input)
+        if self.store_script:
+            raise self.store_script.pop(0)
+        self.rows[store_input.request_id] = store_input
+        return StoreReceipt(
+            request_id=store_input.request_id,
+            table="documents",
+            dialect="fake",
+            stored_at=activity.info().current_attempt_scheduled_time,
+        )
+
+
 def new_request_id() -> str:
     """A fresh contract-valid request id (24 lowercase hex chars)."""
     return uuid.uuid4().hex[:24]
@@ -396,6 +464,7 @@ class Orchestration:
     task_queue: str
     fakes: FakeActivities
     lineage: HeldLineage
+    documents: FakeDocumentActivities = field(default_factory=FakeDocumentActivities)
     handles: list[WorkflowHandle[Any, PipelineResult]] = field(default_factory=list)
 
     @property
@@ -448,7 +517,7 @@ class Orchestration:
 
         Time on the test server stays locked meanwhile, so no timer fires while polling.
         """
-        wanted = State(state).value
+        wanted = str(state)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + TASK_PROGRESS_TIMEOUT_S
         status: RunStatus | None = None
@@ -456,7 +525,7 @@ class Orchestration:
             status = await self.status(handle)
             if status.state == wanted:
                 return status
-            if GRAPH.is_terminal(status.state):
+            if status.state in TERMINAL_STATES:
                 break
             await asyncio.sleep(POLL_INTERVAL_S)
         raise AssertionError(f"run never reached {wanted!r}; last status: {status}")
@@ -565,7 +634,11 @@ async def running_orchestration(
         task_queue=orchestration.task_queue,
         workflows=[AiOrchestrator],
         # The real lineage check: it only asks the server, which the test server answers.
-        activities=[*orchestration.fakes.activities, orchestration.lineage.verify_continuation],
+        activities=[
+            *orchestration.fakes.activities,
+            *orchestration.documents.activities,
+            orchestration.lineage.verify_continuation,
+        ],
         # Heartbeat at once, so a cancel reaches a held fake activity in milliseconds.
         max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
         default_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,

@@ -154,7 +154,7 @@ async def test_a_start_without_input_fails_the_run_not_the_task(orch: Orchestrat
     ("workflow_type", "inputs", "problem"),
     [
         (contract.WORKFLOW_TYPE, 2, "2 arguments were sent, not one"),
-        ("Evil", 1, "this worker runs AiOrchestrator, not Evil"),
+        ("Evil", 1, "this worker runs AiOrchestrator, DocumentPipeline, not Evil"),
     ],
 )
 async def test_a_start_with_two_inputs_or_of_another_type_fails_the_run_not_the_task(

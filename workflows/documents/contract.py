@@ -11,6 +11,7 @@ from typing import Final
 
 WORKFLOW_TYPE_DOCUMENT_PIPELINE: Final = "DocumentPipeline"
 
+ACTIVITY_PLAN_DOCUMENT: Final = "plan_document"
 ACTIVITY_EXTRACT_TEXT: Final = "extract_text"
 ACTIVITY_STORE_DOCUMENT: Final = "store_document"
 

@@ -36,7 +36,7 @@ from workflows.payloads import BudgetDecision, RunCore
 def refusal(ctx: Context[Any, Any], pending: BudgetDecision | None) -> str | None:
     """Why a budget decision may not be applied now, or None when it may."""
     run = ctx.run
-    if ctx.graph.info(run.state).role is not Role.BUDGET:
+    if ctx.graph.info(run.state).role != Role.BUDGET:
         return f"run is not waiting for a budget decision (state: {run.state})"
     if pending is not None:
         return f"a decision by {pending.operator} is already being applied"

@@ -33,7 +33,11 @@ class Status(StrEnum):
 
 
 class Role(StrEnum):
-    """Who handles a state: the pipeline's handler (``WORK``), or the engine."""
+    """Who handles a state: the pipeline's handler (``WORK``), or the engine.
+
+    Compared by value (``==``), never by identity: a pipeline built outside the workflow
+    sandbox and an engine module re-imported inside it hold different copies of this enum.
+    """
 
     START = "start"
     WORK = "work"
@@ -193,7 +197,7 @@ class Graph:
 
     def is_terminal(self, state: str) -> bool:
         """True for states a run never leaves."""
-        return self.info(state).role is Role.END
+        return self.info(state).role == Role.END
 
     def status_of(self, state: str) -> Status:
         """The status category the contract reports for ``state``."""
@@ -282,7 +286,7 @@ class Graph:
             outgoing = self.allowed_events(name)
             if name not in reachable:
                 found.append(f"{name} is not reachable from {self.initial}")
-            if info.role is Role.END:
+            if info.role == Role.END:
                 if outgoing:
                     found.append(f"terminal state {name} has edges out")
                 continue
@@ -308,7 +312,7 @@ class Graph:
             '  node [shape=box, style=rounded, fontname="Helvetica"];',
         ]
         for state, info in self.states.items():
-            shape = "doublecircle" if info.role is Role.END else "box"
+            shape = "doublecircle" if info.role == Role.END else "box"
             label = f"{state}\\n{info.status.value} {info.progress}%"
             lines.append(f'  {state} [label="{label}", shape={shape}];')
         for edge in self.transitions:

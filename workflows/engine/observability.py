@@ -65,7 +65,7 @@ def failed_state(graph: Graph, entry: HistoryEntry) -> str:
     Exhausted retries leave from the retry state (``retry_llm``) but failed in the step it
     retries (``invoke_llm``).
     """
-    if graph.info(entry.from_state).role is Role.RETRY:
+    if graph.info(entry.from_state).role == Role.RETRY:
         return graph.target_of(entry.from_state, Event.BACKOFF_ELAPSED) or entry.from_state
     return entry.from_state
 

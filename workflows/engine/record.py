@@ -164,9 +164,9 @@ def details(graph: Graph, run: RunCore[Any]) -> str:
         parts.append(f"model {run.model}")
     if info.role in (Role.REVIEW, Role.ESCALATION):
         parts.append("waiting for a reviewer: starter.py review <id> approve|reedit|reject")
-    if info.role is Role.CAPACITY and run.capacity_wait_s is not None:
+    if info.role == Role.CAPACITY and run.capacity_wait_s is not None:
         parts.append(f"queued for the model's capacity for {run.capacity_wait_s:.1f}s")
-    if info.role is Role.BUDGET:
+    if info.role == Role.BUDGET:
         parts.append("over budget: starter.py budget <id> approve|reject --operator NAME")
     if run.last_error and (info.role in (Role.RETRY, Role.BUDGET) or run.state == FAILED):
         parts.append(f"last error: {observability.error_reason(run.last_error)}")

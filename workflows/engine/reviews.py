@@ -31,11 +31,13 @@ from typing import Any, NoReturn
 
 from temporalio import workflow
 
+import workflows.engine.commands as commands
 import workflows.engine.continuation as continuation
 import workflows.engine.identity as identity
 import workflows.engine.record as record
 from workflows.engine.graph import Event, Graph
-from workflows.payloads import OperatorRequest, ReviewDecision, RunCore
+from workflows.engine.pipeline import Context
+from workflows.payloads import LlmCallResult, OperatorRequest, ReviewDecision, RunCore
 
 MAX_REFUSAL_CHARS = 300
 
@@ -108,6 +110,24 @@ def refusal(
         if problem is not None:
             return Refusal("unauthenticated", problem)
     return None
+
+
+def enter(
+    ctx: Context[Any, Any],
+    event: str,
+    *,
+    detail: str,
+    answer: LlmCallResult | None = None,
+    prompt: str | None = None,
+) -> None:
+    """Move on ``event`` into a review state: a new review round, with its deadline from the
+    plan, and the reviewers told when the plan says so (``answer``: the model's reply the move
+    reports, answering ``prompt``)."""
+    run, plan = ctx.run, ctx.policy
+    run.review_round += 1
+    run.review_deadline = workflow.now() + timedelta(seconds=plan.review_timeout_s)
+    ctx.move(event, detail=detail, review_round=run.review_round, answer=answer, prompt=prompt)
+    commands.notify_reviewers(run, plan, "review_needed")
 
 
 def invalid(reason: str) -> Refusal:

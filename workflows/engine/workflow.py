@@ -230,7 +230,7 @@ class PipelineWorkflow:
 
     def _handler(self, state: str) -> Handler:
         role = self._context().graph.info(state).role
-        if role is Role.WORK:
+        if role == Role.WORK:
             return self._require_pipeline().handlers[state]
         engine: dict[Role, Handler] = {
             Role.START: self._start,

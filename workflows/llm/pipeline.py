@@ -16,6 +16,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 import workflows.engine.activity_policy as activity_policy
+import workflows.engine.reviews as reviews
 import workflows.llm.steps as steps
 import workflows.steps.llm_call as llm_call
 from workflows.engine.graph import Event
@@ -68,7 +69,13 @@ def answered(ctx: Context[PipelineRequest, RunState], reply: LlmCallResult) -> N
     run, plan = ctx.run, ctx.plan
     run.reply = reply
     if plan.review == "always" or (plan.review == "auto" and reply.needs_review):
-        llm_call.enter_review(ctx, LlmEvent.NEEDS_REVIEW, reply)
+        reviews.enter(
+            ctx,
+            LlmEvent.NEEDS_REVIEW,
+            detail=f"answered by {reply.model}",
+            answer=reply,
+            prompt=plan.user_prompt,
+        )
     else:
         ctx.move(
             LlmEvent.LLM_OK,

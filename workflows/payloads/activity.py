@@ -103,6 +103,9 @@ class PromptSpec(_Open):
     system_prompt: str
     user_prompt: str
     input_ref: str | None = None
+    # The SHA-256 of the referenced document's text, once the run extracted it (the document
+    # pipeline): the LLM activity refuses a document that changed since.
+    input_sha256: str | None = None
 
 
 class PromptPlan(RunPolicy, ModelSettings, PromptSpec):
@@ -136,6 +139,9 @@ class LlmCallInput(_Open):
     system_prompt: str
     user_prompt: str
     input_ref: str | None = None
+    # The SHA-256 of the referenced document's text when the run extracted it: the activity
+    # extracts it again (a PDF's text) and refuses a document that changed since.
+    input_sha256: str | None = None
     model: str
     attempt: int
     temperature: float = 0.2

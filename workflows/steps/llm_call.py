@@ -54,6 +54,7 @@ async def call(
         system_prompt=plan.system_prompt,
         user_prompt=plan.user_prompt,
         input_ref=plan.input_ref,
+        input_sha256=plan.input_sha256,
         model=model,
         attempt=attempt,
         temperature=plan.temperature,
@@ -129,19 +130,3 @@ def must_wait(ctx: Context[Any, Any], reply: LlmCallResult) -> None:
         Event.CAPACITY_WAIT,
         detail=f"no capacity on {reply.model} for {ctx.run.capacity_wait_s:.2f}s",
     )
-
-
-def enter_review(ctx: Context[Any, Any], event: str, reply: LlmCallResult) -> None:
-    """Move on ``event`` into a review state: a new review round, with its deadline, and the
-    reviewers told when the plan says so."""
-    run, plan = ctx.run, ctx.policy
-    run.review_round += 1
-    run.review_deadline = workflow.now() + timedelta(seconds=plan.review_timeout_s)
-    ctx.move(
-        event,
-        detail=f"answered by {reply.model}",
-        review_round=run.review_round,
-        answer=reply,
-        prompt=ctx.plan.user_prompt,
-    )
-    commands.notify_reviewers(run, plan, "review_needed")

@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from aiorch.devstack.llm_simulator import extraction
 from aiorch.devstack.llm_simulator.faults import Plan, strip_directives
 
 REFUSAL_TEXT = "I'm sorry, but I can't help with that request."
@@ -37,7 +38,17 @@ def _is_feedback(line: str) -> bool:
 
 
 def _answer(model: str, messages: list[Any], review: bool) -> dict[str, Any]:
-    """The deterministic reply the model is asked for: ``{content, needs_review}``."""
+    """The deterministic reply the model is asked for: ``{content, needs_review}``, or the
+    object a system prompt's JSON Schema asks for (``extraction``)."""
+    system = [
+        message_text(m) for m in messages if isinstance(m, dict) and m.get("role") == "system"
+    ]
+    schema = extraction.output_schema(system[0]) if system else None
+    if schema is not None:
+        asked = user_texts(messages)
+        document = [line for text in asked for line in text.splitlines() if not _is_feedback(line)]
+        said = [line for text in asked for line in text.splitlines() if _is_feedback(line)]
+        return extraction.extract(schema, "\n".join(document), said)
     feedback = [
         strip_directives(line.strip().removeprefix(_FEEDBACK_PREFIX))
         for text in map(message_text, messages)
@@ -58,11 +69,11 @@ def _shape_reply(shape: str | None, answer: dict[str, Any]) -> tuple[str | None,
     text = json.dumps(answer)
     match shape:
         case "malformed":
-            return f"Sure! Here is your answer: {{content: {answer['content']}", "stop", None
+            return f"Sure! Here is your answer: {{content: {answer.get('content')}", "stop", None
         case "fenced":
             return f"```json\n{text}\n```", "stop", None
         case "badjson":
-            return json.dumps({"answer": answer["content"]}), "stop", None
+            return json.dumps({"answer": answer.get("content")}), "stop", None
         case "truncated":
             return text[: len(text) // 2], "length", None
         case "refusal":
