@@ -35,10 +35,10 @@ from workflows.documents.contract import (
     ACTIVITY_EXTRACT_TEXT,
     DOCUMENT_CHANGED,
     DOCUMENT_UNREADABLE,
+    PDF_SIGNATURE,
 )
 from workflows.documents.payloads import DocumentKind, ExtractedText, ExtractTextInput
 
-PDF_SIGNATURE = b"%PDF-"
 # Pages of a PDF are joined with a form feed, as pdftotext does: a page break the model can see.
 PAGE_BREAK = "\f"
 T = TypeVar("T")

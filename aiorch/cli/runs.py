@@ -16,17 +16,20 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from aiorch.cli import choices
 from aiorch.cli.output import CliError, one_line_errors, out
 from aiorch.cli.session import about_run, fetch_status, run_async
-from aiorch.ops import claim_check, visibility
+from aiorch.ops import claim_check, pipelines, visibility
 from aiorch.ops.results import run_result
 from aiorch.runtime.config import Settings, load_settings
 from aiorch.runtime.links import inbox_start_line, web_ui_run_url
 from workflows.engine.graph import COMPLETED
 from workflows.payloads import (
-    PipelineRequest,
+    REFERENCE_SCHEMES,
+    RequestBase,
     ReviewMode,
     RunResult,
     describe_validation_error,
 )
+
+DOCUMENTS = "documents"
 
 
 def new_request_id() -> str:
@@ -41,8 +44,12 @@ def build_request(
     metadata: str | None,
     options: dict[str, Any],
     tenant: str | None = None,
-) -> PipelineRequest:
-    """The request as the contract has it, validated here so a bad one never starts.
+    *,
+    pipeline: str = pipelines.DEFAULT_PIPELINE,
+    schema: str | None = None,
+) -> RequestBase:
+    """The request as ``pipeline``'s contract has it (``message`` is the LLM pipeline's
+    message, the document pipeline's document), validated here so a bad one never starts.
 
     Raises:
         CliError: invalid metadata JSON or an invalid request; one line says which field.
@@ -51,19 +58,27 @@ def build_request(
         meta = json.loads(metadata) if metadata else {}
     except json.JSONDecodeError as error:
         raise CliError(f"--metadata is not valid JSON: {error}") from None
-    raw = {
+    raw: dict[str, Any] = {
         "request_id": request_id or new_request_id(),
-        "user_message": message,
         "review": review,
         "metadata": meta,
         "options": {k: v for k, v in options.items() if v is not None},
     }
+    if pipeline == DOCUMENTS:
+        raw["document"] = message
+        if schema is not None:
+            raw["extraction_schema"] = schema
+    else:
+        if schema is not None:
+            raise CliError(f"--schema is for the {DOCUMENTS} pipeline")
+        raw["user_message"] = message
     if tenant is not None:
         raw["tenant"] = tenant
     try:
-        return PipelineRequest.model_validate(raw)
+        request: RequestBase = pipelines.named(pipeline).request.model_validate(raw)
     except ValidationError as error:
         raise CliError(f"invalid request: {describe_validation_error(error)}") from None
+    return request
 
 
 def result_reason(result: RunResult) -> str:
@@ -72,14 +87,25 @@ def result_reason(result: RunResult) -> str:
     return (last.detail if last and last.detail else None) or "see its history"
 
 
-async def start_run(client: Client, settings: Settings, request: PipelineRequest) -> str:
-    """Start a run; the same request_id twice is refused by the server, never run twice.
+async def start_run(
+    client: Client,
+    settings: Settings,
+    request: RequestBase,
+    pipeline: str = pipelines.DEFAULT_PIPELINE,
+) -> str:
+    """Start a run of ``pipeline``; the same request_id twice is refused by the server, never
+    run twice.
 
     Raises:
         CliError: a run with this id was started before.
     """
     try:
-        return await visibility.start_run(client, request, task_queue=settings.temporal_task_queue)
+        return await visibility.start_run(
+            client,
+            request,
+            task_queue=settings.temporal_task_queue,
+            pipeline=pipelines.named(pipeline),
+        )
     except WorkflowAlreadyStartedError:
         raise CliError(
             f"request {request.request_id} was already started; it runs once. "
@@ -90,11 +116,26 @@ async def start_run(client: Client, settings: Settings, request: PipelineRequest
 @one_line_errors
 def start(
     message: Annotated[
-        str | None, typer.Argument(help="The user message, or file:///path, s3://b/k")
+        str | None,
+        typer.Argument(
+            help="The user message, or file:///path, s3://b/k; with --pipeline documents, the "
+            "document: a local file (stored, as with --file) or a reference"
+        ),
     ] = None,
     file: Annotated[
         Path | None,
-        typer.Option("--file", help="a text document; stored in S3, only its reference is sent"),
+        typer.Option(
+            "--file",
+            help="a document (text; a PDF too for --pipeline documents), stored in S3: only its "
+            "reference is sent",
+        ),
+    ] = None,
+    pipeline: Annotated[
+        str, typer.Option(callback=choices.pipeline, help="the pipeline to run")
+    ] = pipelines.DEFAULT_PIPELINE,
+    schema: Annotated[
+        str | None,
+        typer.Option(help="--pipeline documents: the extraction schema (default: invoice)"),
     ] = None,
     request_id: Annotated[str | None, typer.Option("--id", help="24 lowercase hex chars")] = None,
     review: Annotated[ReviewMode, typer.Option(help="when a human reviews")] = "auto",
@@ -120,7 +161,14 @@ def start(
     (claim check) and only its reference enters the run's history.
     """
     request_id = request_id or new_request_id()
-    user_message, stored = claim_check.resolve_message(load_settings(), request_id, message, file)
+    if pipeline == DOCUMENTS and file is None and message is not None:
+        # A document is a file to store, unless it is already a reference.
+        if not message.startswith(REFERENCE_SCHEMES):
+            file = Path(message)
+            message = None
+    user_message, stored = claim_check.resolve_message(
+        load_settings(), request_id, message, file, pdf=pipeline == DOCUMENTS
+    )
     request = build_request(
         user_message,
         request_id,
@@ -134,12 +182,14 @@ def start(
             "max_cost_usd": max_cost,
         },
         tenant,
+        pipeline=pipeline,
+        schema=schema,
     )
     if stored:
         out.print(stored, highlight=False)
 
     async def start_and_report(client: Client, settings: Settings) -> None:
-        workflow_id = await start_run(client, settings, request)
+        workflow_id = await start_run(client, settings, request, pipeline)
         out.print(f"started {workflow_id}")
         out.print(f"web ui: {web_ui_run_url(settings, workflow_id)}", highlight=False)
         if inbox := inbox_start_line(settings, workflow_id):

@@ -21,6 +21,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from aiorch.runtime import aws
 from aiorch.runtime.config import Settings
+from workflows.documents.contract import PDF_SIGNATURE
 from workflows.errors import OrchestratorError
 from workflows.payloads import REFERENCE_SCHEMES, REQUEST_ID_PATTERN
 
@@ -33,8 +34,10 @@ class ClaimCheckError(OrchestratorError):
 
 
 def object_key(request_id: str, data: bytes) -> str:
-    """Where a request's document lives: content addressed under the request id."""
-    return f"inputs/{request_id}/{hashlib.sha256(data).hexdigest()}.txt"
+    """Where a request's document lives: content addressed under the request id (``.pdf`` for
+    a PDF, ``.txt`` for text)."""
+    suffix = "pdf" if data.startswith(PDF_SIGNATURE) else "txt"
+    return f"inputs/{request_id}/{hashlib.sha256(data).hexdigest()}.{suffix}"
 
 
 def store_document(
@@ -119,11 +122,13 @@ def resolve_message(
     file: Path | None,
     *,
     s3: S3Client | None = None,
+    pdf: bool = False,
 ) -> tuple[str, str | None]:
     """The ``user_message`` to send (the text, or a reference), and a note when stored.
 
-    ``file`` is always stored; an inline message above ``CLAIM_CHECK_THRESHOLD_BYTES`` is
-    stored too; one above ``MAX_INLINE_MESSAGE_BYTES`` is refused (pass it with ``--file``).
+    ``file`` is always stored (UTF-8 text, or with ``pdf`` a PDF too); an inline message above
+    ``CLAIM_CHECK_THRESHOLD_BYTES`` is stored too; one above ``MAX_INLINE_MESSAGE_BYTES`` is
+    refused (pass it with ``--file``).
 
     Raises:
         ClaimCheckError: neither or both given, unreadable or oversized input, or the store
@@ -134,7 +139,7 @@ def resolve_message(
     if not re.fullmatch(REQUEST_ID_PATTERN, request_id):
         raise ClaimCheckError(f"invalid request id {request_id!r}: 24 lowercase hex characters")
     if file is not None:
-        data = _read_document(file, settings.max_input_bytes)
+        data = _read_document(file, settings.max_input_bytes, pdf=pdf)
         reference = store_document(settings, request_id, data, s3=s3)
         return reference, f"stored {file} ({_size(len(data))}) as {reference}"
     assert message is not None
@@ -154,7 +159,7 @@ def resolve_message(
     return message, None
 
 
-def _read_document(path: Path, limit: int) -> bytes:
+def _read_document(path: Path, limit: int, *, pdf: bool = False) -> bytes:
     try:
         size = path.stat().st_size
         if size > limit:
@@ -165,10 +170,13 @@ def _read_document(path: Path, limit: int) -> bytes:
         data = path.read_bytes()
     except OSError as err:
         raise ClaimCheckError(f"cannot read {path}: {err.strerror}") from None
+    if pdf and data.startswith(PDF_SIGNATURE):
+        return data
     try:
         data.decode("utf-8")
     except UnicodeDecodeError:
-        raise ClaimCheckError(f"{path} is not UTF-8 text") from None
+        kinds = "UTF-8 text or a PDF" if pdf else "UTF-8 text"
+        raise ClaimCheckError(f"{path} is not {kinds}") from None
     if not data.strip():
         raise ClaimCheckError(f"{path} is empty")
     return data

@@ -128,3 +128,35 @@ def test_reply_over_the_limit_is_refused_permanently() -> None:
     assert info.value.type == errors.LLM_REPLY_TOO_LARGE
     assert info.value.non_retryable
     assert "101 characters; the limit is 100" in info.value.message
+
+
+def test_a_pdf_is_stored_for_the_document_pipeline_only(tmp_path: Path) -> None:
+    """A PDF given with --file is stored (as .pdf) for the document pipeline, whose extraction
+    reads it; for the LLM pipeline, which takes text, it is refused in one line."""
+    pdf = tmp_path / "invoice.pdf"
+    pdf.write_bytes(b"%PDF-1.7\n\xe2\xe3\xcf\xd3 binary body")
+    reference, note = resolve_message(settings(tmp_path), RUN, None, pdf, pdf=True)
+    assert reference.startswith("file://") and reference.endswith(".pdf")
+    assert Path(reference.removeprefix("file://")).read_bytes() == pdf.read_bytes()
+    assert note is not None and "invoice.pdf" in note
+    with pytest.raises(ClaimCheckError, match="is not UTF-8 text$"):
+        resolve_message(settings(tmp_path), RUN, None, pdf)
+
+
+def test_the_cli_builds_each_pipelines_request(tmp_path: Path) -> None:
+    """`start --pipeline documents` builds a document request with its schema; an unknown
+    schema, or --schema for the LLM pipeline, is one line before anything starts."""
+    from aiorch.cli.output import CliError
+    from aiorch.cli.runs import build_request
+    from workflows.documents.payloads import DocumentRequest
+
+    request = build_request(
+        "file:///docs/a.pdf", RUN, "auto", None, {}, pipeline="documents", schema="invoice"
+    )
+    assert isinstance(request, DocumentRequest)
+    assert (request.document, request.extraction_schema) == ("file:///docs/a.pdf", "invoice")
+    with pytest.raises(CliError, match="no extraction schema 'passport'"):
+        build_request("file:///a", RUN, "auto", None, {}, pipeline="documents", schema="passport")
+    with pytest.raises(CliError, match="--schema is for the documents pipeline"):
+        build_request("hello", RUN, "auto", None, {}, schema="invoice")
+    assert isinstance(build_request("hello", RUN, "auto", None, {}), PipelineRequest)
