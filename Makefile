@@ -9,14 +9,12 @@ STAMP := $(VENV)/.installed
 LOCK_RUNTIME := requirements/runtime.txt
 LOCK_DEV := requirements/dev.txt
 LOCK_BUILD := requirements/build.txt
-# The layers without a dev server, which CI also runs on the other supported Pythons.
-FAST_LAYERS := tests/unit tests/workflows tests/replay
 # What installs into $(VENV): pip, as a new user has it. CI's extra venvs pass uv's
 # (`PIP_INSTALL="uv pip install --python .venv-3.12/bin/python"`): the same lock and hashes,
 # installed faster.
 PIP_INSTALL ?= $(BIN)/python -m pip install
 
-.PHONY: demo dev test test-fast test-layers lint typecheck imports unit bench graph screenshots lock clean
+.PHONY: demo dev test test-fast lint typecheck imports unit bench graph screenshots lock clean
 
 $(STAMP): pyproject.toml $(LOCK_DEV)
 	$(PYTHON) -c 'import sys; sys.exit(0 if (3, 11) <= sys.version_info[:2] <= (3, 13) else "Python 3.11, 3.12 or 3.13 is required (set PYTHON=/path/to/python3.x)")'
@@ -39,13 +37,9 @@ dev: $(STAMP)
 test: lint typecheck imports
 	$(BIN)/python -m pytest --durations=15
 
-## test-layers: the unit, workflow and replay layers (no dev server); CI runs them on Python
-## 3.12 and 3.13 too, each in a venv of its own
-test-layers: $(STAMP)
-	$(BIN)/python -m pytest $(FAST_LAYERS)
-
 ## test-fast: the inner loop (under a minute): the import contracts, then every test that starts
-## no server in a process of its own (not marked e2e); `make lint typecheck` check the rest
+## no server in a process of its own (not marked e2e); `make lint typecheck` check the rest.
+## CI runs it on whichever of Python 3.12 and 3.13 does not run `make test` that commit
 test-fast: imports
 	$(BIN)/python -m pytest -m "not e2e"
 

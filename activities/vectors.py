@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from datetime import timedelta
+from pathlib import Path
 
 import openai
 from openai import AsyncOpenAI
@@ -27,6 +28,19 @@ from workflows.payloads import EmbeddingInput, EmbeddingResult
 
 # A fixed namespace: the same workflow id maps to the same point id on every worker.
 POINT_NAMESPACE = uuid.UUID("5b0c7d0e-4a55-4f7e-9a57-2f0f3b1c6a11")
+
+
+def embedded_store(path: str | Path) -> AsyncQdrantClient:
+    """Qdrant's embedded mode on the folder ``path``; ``close()`` closes every SQLite connection
+    it opened.
+
+    SQLite's same-thread check is turned off because qdrant-client's probe for it opens a
+    connection it never closes (Python 3.13 reports it as a ResourceWarning). The check guards
+    nothing here: the async client does its storage work on the event loop's thread, one call
+    at a time, and where SQLite lets threads share a connection (``THREADSAFE=1``, the usual
+    Linux build) qdrant-client turns the check off itself.
+    """
+    return AsyncQdrantClient(path=str(path), force_disable_check_same_thread=True)
 
 
 def point_id(workflow_id: str) -> str:

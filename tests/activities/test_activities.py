@@ -5,9 +5,11 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from openai import AsyncOpenAI
@@ -17,7 +19,7 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.llm import LlmActivities
 from activities.prompt import InputLoader, PromptActivities
-from activities.vectors import VectorActivities, point_id
+from activities.vectors import VectorActivities, embedded_store, point_id
 from aiorch.devstack.llm_simulator import running_simulator
 from aiorch.devstack.llm_simulator.replies import REFUSAL_TEXT
 from aiorch.runtime.config import Settings
@@ -209,15 +211,42 @@ async def test_embedding_upsert_is_idempotent_and_deletable(llm: AsyncOpenAI) ->
     await store.close()
 
 
-async def test_embedded_store_keeps_vectors_across_reopening(
-    llm: AsyncOpenAI, tmp_path: Path
+async def test_closing_the_embedded_store_closes_every_sqlite_connection(
+    llm: AsyncOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A vector written to an embedded (``path=``) store is there after the store reopens."""
-    store = AsyncQdrantClient(path=str(tmp_path / "vectors"))
+    """Every SQLite connection the embedded store opens while a vector is written is closed by
+    its ``close()``: none is left to the garbage collector, which Python 3.13 reports as a
+    ResourceWarning. (The first embedded store of a process is the one that would open
+    qdrant-client's probe connection, so this test comes before the others that open one.)"""
+    opened: list[sqlite3.Connection] = []
+    connect = sqlite3.connect
+
+    def recording_connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        connection: sqlite3.Connection = connect(*args, **kwargs)
+        opened.append(connection)
+        return connection
+
+    monkeypatch.setattr(sqlite3, "connect", recording_connect)
+    store = embedded_store(tmp_path / "vectors")
     activity = VectorActivities(llm, store, "runs", "sim-embed")
     payload = EmbeddingInput(workflow_id="wf-1", request_id=RUN_ID, content="an answer")
     await ActivityEnvironment().run(activity.generate_embedding, payload)
     await store.close()
-    reopened = AsyncQdrantClient(path=str(tmp_path / "vectors"))
+    assert opened
+    for connection in opened:
+        with pytest.raises(sqlite3.ProgrammingError, match="closed database"):
+            connection.execute("SELECT 1")
+
+
+async def test_embedded_store_keeps_vectors_across_reopening(
+    llm: AsyncOpenAI, tmp_path: Path
+) -> None:
+    """A vector written to an embedded (``path=``) store is there after the store reopens."""
+    store = embedded_store(tmp_path / "vectors")
+    activity = VectorActivities(llm, store, "runs", "sim-embed")
+    payload = EmbeddingInput(workflow_id="wf-1", request_id=RUN_ID, content="an answer")
+    await ActivityEnvironment().run(activity.generate_embedding, payload)
+    await store.close()
+    reopened = embedded_store(tmp_path / "vectors")
     assert (await reopened.count("runs")).count == 1
     await reopened.close()

