@@ -161,11 +161,11 @@ def start(
     (claim check) and only its reference enters the run's history.
     """
     request_id = request_id or new_request_id()
-    if pipeline == DOCUMENTS and file is None and message is not None:
-        # A document is a file to store, unless it is already a reference.
-        if not message.startswith(REFERENCE_SCHEMES):
-            file = Path(message)
-            message = None
+    # A document is a file to store, unless it is already a reference.
+    document_file = pipeline == DOCUMENTS and file is None and message is not None
+    if document_file and message is not None and not message.startswith(REFERENCE_SCHEMES):
+        file = Path(message)
+        message = None
     user_message, stored = claim_check.resolve_message(
         load_settings(), request_id, message, file, pdf=pipeline == DOCUMENTS
     )

@@ -139,7 +139,7 @@ def test_a_pdf_is_stored_for_the_document_pipeline_only(tmp_path: Path) -> None:
     assert reference.startswith("file://") and reference.endswith(".pdf")
     assert Path(reference.removeprefix("file://")).read_bytes() == pdf.read_bytes()
     assert note is not None and "invoice.pdf" in note
-    with pytest.raises(ClaimCheckError, match="is not UTF-8 text$"):
+    with pytest.raises(ClaimCheckError, match=r"is not UTF-8 text$"):
         resolve_message(settings(tmp_path), RUN, None, pdf)
 
 
