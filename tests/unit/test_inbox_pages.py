@@ -79,6 +79,8 @@ class PinnedRuns:
 
     def __init__(self) -> None:
         self.failure: Exception | None = None
+        # The fields a document run shows for correction (None: a run that takes none).
+        self.view_fields: dict[str, Any] | None = None
 
     async def waiting(self) -> list[WaitingRun]:
         if self.failure:
@@ -88,7 +90,10 @@ class PinnedRuns:
     async def view(self, workflow_id: str) -> RunView:
         if workflow_id != WORKFLOW_ID:
             raise RPCError("not found", RPCStatusCode.NOT_FOUND, b"")
-        return RunView(WORKFLOW_ID, "run-1", VIEW, earlier_feedback(HISTORY))
+        view = VIEW
+        if self.view_fields is not None:
+            view = VIEW.model_copy(update={"fields": self.view_fields, "corrections": True})
+        return RunView(WORKFLOW_ID, "run-1", view, earlier_feedback(HISTORY))
 
 
 class Decisions:
@@ -258,6 +263,27 @@ def test_a_decision_is_sent_for_the_round_shown_as_the_reviewer(inbox: Any) -> N
     assert "reedit accepted (round 2)" in client.get(f"/runs/{WORKFLOW_ID}").text
 
 
+def test_corrected_fields_are_sent_with_an_approval(inbox: Any) -> None:
+    """A pipeline that takes corrections shows its fields in a form; "Approve with these
+    fields" sends an approval carrying the fields as typed (one JSON object)."""
+    client, tokens, runs, decisions = inbox
+    runs.view_fields = {"total": "25.00"}
+    log_in(client, tokens["alice"])
+    page = client.get(f"/runs/{WORKFLOW_ID}").text
+    assert 'name="fields"' in page and "Approve with these fields" in page
+    client.post(
+        f"/runs/{WORKFLOW_ID}/review",
+        data={
+            "decision": "correct",
+            "review_round": "2",
+            "fields": '{"total": "22.20"}',
+            "csrf_token": csrf(page),
+        },
+    )
+    [(_, decision)] = decisions.sent
+    assert (decision.decision, decision.fields) == ("approve", {"total": "22.20"})
+
+
 def test_a_refusal_is_shown_on_the_page(inbox: Any) -> None:
     """When the run refuses the update, its reason is on the next page, escaped."""
     client, tokens, _, decisions = inbox
@@ -280,6 +306,8 @@ def test_a_refusal_is_shown_on_the_page(inbox: Any) -> None:
         ({"decision": "approve", "review_round": "two"}, "names no review round"),
         ({"decision": "approve", "review_round": "0"}, "Invalid review: review_round"),
         ({"decision": "reedit", "review_round": "2", "feedback": "x" * 20000}, "limited to"),
+        ({"decision": "correct", "review_round": "2", "fields": "{total: 1"}, "are not JSON"),
+        ({"decision": "correct", "review_round": "2", "fields": "[1, 2]"}, "one JSON object"),
     ],
 )
 def test_bad_forms_are_explained_and_never_sent(

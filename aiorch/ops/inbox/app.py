@@ -20,12 +20,13 @@ that show content are ``Cache-Control: no-store``.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, get_args
 from urllib.parse import quote
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
@@ -46,13 +47,20 @@ from temporalio.service import RPCError, RPCStatusCode
 from aiorch.ops.inbox import auth
 from aiorch.ops.inbox.runs import RunUnreadable, RunView, WaitingRun, time_left
 from aiorch.ops.reviews import ReviewOutcome
-from workflows.payloads import MAX_FEEDBACK_CHARS, ReviewDecision, describe_validation_error
+from workflows.payloads import (
+    MAX_FEEDBACK_CHARS,
+    Decision,
+    ReviewDecision,
+    describe_validation_error,
+)
 
 log = logging.getLogger("ai-orchestrator.inbox")
 
 HERE: Final = Path(__file__).resolve().parent
 SESSION_MAX_AGE_S: Final = 8 * 3600
-DECISIONS: Final = ("approve", "reedit", "reject")
+DECISIONS: Final = get_args(Decision)
+# The form's button for an approval with the corrected fields of its textarea.
+CORRECT: Final = "correct"
 # No script at all; styles from our own stylesheet only; forms post back here only.
 CONTENT_SECURITY_POLICY: Final = (
     "default-src 'self'; script-src 'none'; object-src 'none'; base-uri 'none'; "
@@ -338,6 +346,9 @@ def _decision(form: Any, reviewer: str) -> ReviewDecision:
         ValueError: one line for the page.
     """
     decision = form.get("decision")
+    fields: dict[str, Any] | None = None
+    if decision == CORRECT:
+        decision, fields = "approve", _corrected_fields(form.get("fields"))
     if decision not in DECISIONS:
         raise ValueError("Choose approve, reedit or reject.")
     feedback_raw = form.get("feedback")
@@ -354,9 +365,27 @@ def _decision(form: Any, reviewer: str) -> ReviewDecision:
             reviewer=reviewer,
             feedback=feedback or None,
             review_round=review_round,
+            fields=fields,
         )
     except ValidationError as err:
         raise ValueError(f"Invalid review: {describe_validation_error(err)}") from None
+
+
+def _corrected_fields(raw: object) -> dict[str, Any]:
+    """The corrected fields a reviewer typed (one JSON object).
+
+    Raises:
+        ValueError: one line for the page.
+    """
+    try:
+        fields = json.loads(raw if isinstance(raw, str) else "")
+    except json.JSONDecodeError as err:
+        raise ValueError(
+            f"The corrected fields are not JSON ({err.msg}, line {err.lineno})."
+        ) from None
+    if not isinstance(fields, dict):
+        raise ValueError("The corrected fields must be one JSON object.")
+    return fields
 
 
 def _local_path(request: Request) -> str:
