@@ -2,12 +2,13 @@
 
 A continued run resumes from the state its input carries, and any client can start a run with
 an input of that shape. Temporal's own records say whether a run really came from this
-workflow's continue-as-new: the run it claims to continue must be an ``AiOrchestrator`` run
-whose history closed with ``WorkflowExecutionContinuedAsNew`` into exactly this run. Only
-``AiOrchestrator``'s own code issues that command, with its own state, so a run that passes
-carries state this workflow wrote. (Temporal records the end of a cron run or a retried run as
-continued-as-new too, but with another initiator; a workflow of another type that continues as
-new into ``AiOrchestrator`` fails the type check.)
+workflow's continue-as-new: the run it claims to continue must be a run of the same pipeline
+(workflow type) on this worker's task queue, whose history closed with
+``WorkflowExecutionContinuedAsNew`` into exactly this run. Only this project's workers poll that
+task queue, so only the engine's own code issued that command, with its own state: a run that
+passes carries state this workflow wrote. (Temporal records the end of a cron run or a retried
+run as continued-as-new too, but with another initiator; a workflow of another type, or one
+that borrows the type's name on a task queue of its own, fails the type or task-queue check.)
 
 Runs as a local activity of the continued run, once, before it installs the carried state.
 """
@@ -35,10 +36,11 @@ def refused(reason: str) -> ContinuationVerdict:
 
 
 class LineageActivities:
-    """``verify_continuation``, with the worker's Temporal client injected."""
+    """``verify_continuation``, with the worker's Temporal client and task queue injected."""
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: Client, task_queue: str) -> None:
         self._client = client
+        self._task_queue = task_queue
 
     @activity.defn(name=contract.ACTIVITY_VERIFY_CONTINUATION)
     async def verify_continuation(self, check: ContinuationCheck) -> ContinuationVerdict:
@@ -61,9 +63,13 @@ class LineageActivities:
             if err.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT):
                 return refused("the run it claims to continue does not exist")
             raise
-        if description.workflow_type != contract.WORKFLOW_TYPE:
+        if description.workflow_type != activity.info().workflow_type:
             return refused(
                 f"it continues a run of another workflow type ({description.workflow_type})"
+            )
+        if description.task_queue != self._task_queue:
+            return refused(
+                f"it continues a run on another task queue ({description.task_queue[:80]})"
             )
         if (
             close is None

@@ -40,6 +40,9 @@ class InvalidRequest(OrchestratorError):
 INVALID_REQUEST = "InvalidRequest"
 # A review or budget decision the run refused (the update fails with the reason).
 DECISION_REFUSED = "DecisionRefused"
+# An activity scheduled by a run that is not one of the worker's own pipelines on its own task
+# queue (activities.callers): refused, never retried.
+UNKNOWN_CALLER = "UnknownCaller"
 INPUT_UNAVAILABLE = "InputUnavailable"
 # A referenced input could not be fetched for a passing reason (S3 throttling, 5xx, timeouts).
 INPUT_FETCH_FAILED = "InputFetchFailed"

@@ -30,6 +30,7 @@ from temporalio.client import Client
 from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.worker import PollerBehaviorSimpleMaximum, Worker, WorkerDeploymentConfig
 
+from activities.callers import CallerCheck
 from activities.capacity import CallGate
 from activities.dead_letter import DeadLetterActivities
 from activities.documents.extract import ExtractActivities
@@ -50,7 +51,7 @@ from aiorch.runtime.genai import GenAiTelemetry, install_genai_metrics
 from aiorch.runtime.signals import stop_event
 from aiorch.runtime.telemetry import tracing, worker_runtime
 from aiorch.worker.health import WorkerHealth, start_health
-from workflows.orchestrator import AiOrchestrator
+from workflows.orchestrator import PIPELINES, AiOrchestrator
 
 log = logging.getLogger("ai-orchestrator.worker")
 T = TypeVar("T")
@@ -205,7 +206,7 @@ async def build_worker(client: Client, settings: Settings) -> AsyncIterator[Work
     dead_letters = DeadLetterActivities(
         sqs, settings.dlq_queue_name, content_free=keyring_from_settings(settings) is not None
     )
-    lineage = LineageActivities(client)
+    lineage = LineageActivities(client, settings.temporal_task_queue)
     # Review notifications (REVIEW_WEBHOOK_URL); the session's own timeouts are per call.
     webhooks = aiohttp.ClientSession()
     notify = NotifyActivities(settings, webhooks)
@@ -216,6 +217,14 @@ async def build_worker(client: Client, settings: Settings) -> AsyncIterator[Work
             # The sandbox pass-through, failure types, converter and tracing come with the
             # client's AiOrchestratorPlugin.
             workflows=[AiOrchestrator],
+            # Only runs of this worker's pipelines on its task queue may call its activities.
+            interceptors=[
+                CallerCheck(
+                    client,
+                    settings.temporal_task_queue,
+                    [pipeline.workflow_type for pipeline in PIPELINES],
+                )
+            ],
             activities=[
                 prompts.fetch_prompt,
                 llm_activities.invoke_llm,

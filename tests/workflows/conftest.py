@@ -443,8 +443,8 @@ class HeldLineage:
     """The real lineage check, which a test can hold open (``hold``) to act in the moment a
     continued run waits for it: the run's state is not in place yet."""
 
-    def __init__(self, client: Client) -> None:
-        self._lineage = LineageActivities(client)
+    def __init__(self, client: Client, task_queue: str) -> None:
+        self._lineage = LineageActivities(client, task_queue)
         self.hold: asyncio.Event | None = None
         self.entered = asyncio.Event()
 
@@ -623,11 +623,12 @@ async def running_orchestration(
     env: WorkflowEnvironment, *, check_time_skips: bool = True
 ) -> AsyncIterator[Orchestration]:
     """A worker on a fresh task queue with fresh fakes; open runs are terminated afterwards."""
+    task_queue = f"wf-{uuid.uuid4()}"
     orchestration = Orchestration(
         env=env,
-        task_queue=f"wf-{uuid.uuid4()}",
+        task_queue=task_queue,
         fakes=FakeActivities(),
-        lineage=HeldLineage(env.client),
+        lineage=HeldLineage(env.client, task_queue),
     )
     async with Worker(
         env.client,
