@@ -51,8 +51,10 @@ REFUSAL_DETAIL_CHARS = 1000  # a refusal is a sentence or two; the details are b
 
 
 def idempotency_key(call: LlmCallInput) -> str:
-    """Stable per (workflow, state, attempt): a gateway that honours it dedupes a re-sent call."""
-    return f"{call.workflow_id}:{contract.ACTIVITY_INVOKE_LLM}:{call.attempt}"
+    """Stable per (run chain, state, attempt): a gateway that honours it dedupes a re-sent
+    call, and never answers a new run that reuses the workflow id with an old run's reply."""
+    run = f"{call.workflow_id}/{call.chain_id}" if call.chain_id else call.workflow_id
+    return f"{run}:{contract.ACTIVITY_INVOKE_LLM}:{call.attempt}"
 
 
 def build_messages(call: LlmCallInput, document: str | None) -> list[ChatCompletionMessageParam]:

@@ -423,6 +423,8 @@ def planned(
         allowed_reviewers=reviewers,
         requested_by=request.requested_by,
         review_keys=review_keys,
+        review_token_binds_run=True,
+        review_token_ttl_s=cfg.review_token_ttl_s,
         review_timeout_s=opts.review_timeout_s or cfg.review_timeout_s,
         escalation_timeout_s=opts.escalation_timeout_s or cfg.escalation_timeout_s,
         max_feedback_chars=cfg.max_feedback_chars,

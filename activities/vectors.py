@@ -24,7 +24,7 @@ from activities.heartbeat import HEARTBEAT_EVERY, heartbeat_while
 from activities.llm import classify
 from aiorch.runtime.genai import OPERATION_EMBEDDINGS, GenAiTelemetry
 from workflows import contract, errors
-from workflows.payloads import EmbeddingInput, EmbeddingResult
+from workflows.payloads import EmbeddingInput, EmbeddingResult, vector_key
 
 # A fixed namespace: the same workflow id maps to the same point id on every worker.
 POINT_NAMESPACE = uuid.UUID("5b0c7d0e-4a55-4f7e-9a57-2f0f3b1c6a11")
@@ -43,9 +43,9 @@ def embedded_store(path: str | Path) -> AsyncQdrantClient:
     return AsyncQdrantClient(path=str(path), force_disable_check_same_thread=True)
 
 
-def point_id(workflow_id: str) -> str:
-    """The vector store id of a run's embedding."""
-    return str(uuid.uuid5(POINT_NAMESPACE, workflow_id))
+def point_id(key: str) -> str:
+    """The vector store id for a run's ``vector_key``."""
+    return str(uuid.uuid5(POINT_NAMESPACE, key))
 
 
 class VectorActivities:
@@ -97,7 +97,7 @@ class VectorActivities:
             if response.usage is not None:
                 record.input_tokens = response.usage.prompt_tokens
         vector = response.data[0].embedding
-        pid = point_id(embedding_input.workflow_id)
+        pid = point_id(vector_key(embedding_input.workflow_id, embedding_input.chain_id))
         write = asyncio.ensure_future(self._write(pid, vector, embedding_input, model))
         try:
             await asyncio.shield(write)
@@ -127,11 +127,12 @@ class VectorActivities:
         )
 
     @activity.defn(name=contract.ACTIVITY_DELETE_EMBEDDING)
-    async def delete_embedding(self, workflow_id: str) -> int:
-        """Delete the run's vector if it exists; returns how many were deleted (0 or 1)."""
+    async def delete_embedding(self, key: str) -> int:
+        """Delete the vector of the run ``key`` names (its ``vector_key``) if it exists; returns
+        how many were deleted (0 or 1)."""
         if not await self._store.collection_exists(self._collection):
             return 0
-        pid = point_id(workflow_id)
+        pid = point_id(key)
         found = await self._store.retrieve(self._collection, ids=[pid])
         if not found:
             return 0

@@ -28,7 +28,12 @@ async def signed(
     if review_round is None:
         status: RunStatus = await handle.query(contract.QUERY_STATUS, result_type=RunStatus)
         review_round = status.review_round
+    described = await handle.describe()
     review = ReviewDecision(decision=decision, reviewer=reviewer, feedback=feedback)
     return key.sign(
-        review, workflow_id=handle.id, review_round=review_round, now=now or datetime.now(UTC)
+        review,
+        workflow_id=handle.id,
+        review_round=review_round,
+        now=now or datetime.now(UTC),
+        run_id=described.raw_description.workflow_execution_info.first_run_id,
     ).model_dump(mode="json", exclude_none=True)

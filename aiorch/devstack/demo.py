@@ -13,7 +13,6 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 
 from rich.console import Console, Group
@@ -25,7 +24,7 @@ from temporalio.service import RPCError
 
 from aiorch.devstack.processes import port_or_free
 from aiorch.devstack.stack import LocalStack
-from aiorch.ops import pipelines
+from aiorch.ops import pipelines, reviews
 from aiorch.ops.signing import SigningKey
 from aiorch.ops.visibility import start_run
 from aiorch.runtime.config import (
@@ -126,15 +125,11 @@ async def advance(client: Client, run: Scenario, key: SigningKey) -> None:
     handle: WorkflowHandle[object, object] = client.get_workflow_handle(run.workflow_id)
     run.status = await handle.query(contract.QUERY_STATUS, result_type=RunStatus)
     if run.status.state in pipelines.review_states() and run.decisions:
-        decision = key.sign(
-            run.decisions.pop(0),
-            workflow_id=run.workflow_id,
-            review_round=run.status.review_round,
-            now=datetime.now(UTC),
+        decision = run.decisions.pop(0).model_copy(update={"review_round": run.status.review_round})
+        outcome = await reviews.submit_review(
+            client, run.workflow_id, decision, signer=key.signer()
         )
-        run.status = await handle.execute_update(
-            contract.UPDATE_SUBMIT_REVIEW, decision, result_type=RunStatus
-        )
+        run.status = outcome.status
 
 
 def render(runs: list[Scenario], elapsed: float) -> Group:

@@ -114,15 +114,15 @@ async def review_one(
         WorkflowUpdateFailedError: the run refused the decision.
         RPCError: no such open run, or a server error that outlasted the retries.
     """
-    decision = await retrying(
+    decision, target = await retrying(
         lambda: reviews.decision_for_current_round(client, workflow_id, decide)
     )
     if decision.review_round is None:
         return None
-    # The same decision (same round, same update id) on every retry: a retry after an update
-    # that was applied but whose answer was lost returns that first result.
+    # The same decision (same round, same update id) for the same run on every retry: a retry
+    # after an update that was applied but whose answer was lost returns that first result.
     return await retrying(
-        lambda: reviews.submit_review(client, workflow_id, decision, signer=signer)
+        lambda: reviews.submit_review(client, workflow_id, decision, signer=signer, target=target)
     )
 
 

@@ -1,10 +1,15 @@
 """Sending a review so that it is applied once, however often it is sent.
 
 The decision names its review round (the one the reviewer looked at; by default the run's
-current round, read with the ``status`` query), and the ``submit_review`` update's id is derived
-from (run, round, reviewer): re-sending the same review returns the first result instead of
-deciding again (Temporal keeps update ids per run), and a decision for a round that is over is
-refused by the workflow, so a late or repeated decision can never land on a later round.
+current round, read from visibility), and the ``submit_review`` update's id is derived from
+(run, round, reviewer): re-sending the same review returns the first result instead of deciding
+again (Temporal keeps update ids per run), and a decision for a round that is over is refused
+by the workflow, so a late or repeated decision can never land on a later round.
+
+A decision goes to the run the reviewer looked at (a ``ReviewTarget``: that run's id, its
+chain's first run id, the round and, from the review inbox, the digest of what it showed),
+never to whichever run holds the workflow id by the time it is sent: its token names the run
+chain (and the content), so it is refused by a new run that reuses the workflow id.
 
 ``starter.py review`` and ``starter.py review-all`` (``aiorch.ops.batch``) both go through
 `submit_review`, which signs the decision for its run and round with a `Signer` when reviewer
@@ -15,7 +20,7 @@ id, round), so what is sent, signed and deduplicated always names the round the 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import get_args
 
 from temporalio.client import Client
@@ -29,6 +34,19 @@ DECISION_EVENTS: frozenset[str] = frozenset(get_args(Decision))
 DecisionFor = Callable[[str, int | None], ReviewDecision]
 """Builds the (unsigned) decision for ``(workflow_id, review_round)``; the round is None when
 the run has not reached a review yet."""
+
+
+@dataclass(frozen=True)
+class ReviewTarget:
+    """The run a decision is for: where it is sent (``run_id``, the run the reviewer looked
+    at), what its token names (``chain_id``, the chain's first run id; ``digest``, of what the
+    reviewer was shown, when the tool showed it) and the round."""
+
+    workflow_id: str
+    run_id: str | None
+    chain_id: str | None
+    review_round: int | None
+    digest: str | None = None
 
 
 def for_each_round(template: ReviewDecision) -> DecisionFor:
@@ -108,48 +126,68 @@ def decision_for_round(history: list[HistoryEntry], review_round: int) -> Histor
     return None
 
 
-Signer = Callable[[ReviewDecision, str, int], ReviewDecision]
-"""Signs a decision for (workflow id, review round): see ``aiorch.ops.signing.SigningKey.sign``."""
+Signer = Callable[[ReviewDecision, ReviewTarget], ReviewDecision]
+"""Signs a decision for its target: see ``aiorch.ops.signing.SigningKey.signer``."""
 
 
-async def current_round(client: Client, workflow_id: str) -> int | None:
-    """The run's current review round, None before its first review.
+async def current_target(client: Client, workflow_id: str) -> ReviewTarget:
+    """The run that holds ``workflow_id`` now, and its current review round (None before its
+    first review).
 
-    Read from the run's ``AiReviewRound`` search attribute (describe: not a billable action,
-    where a ``status`` query would be one); the run publishes it with every review wait.
+    Read with describe (not a billable action, where a query would be one): the round from
+    the ``AiReviewRound`` search attribute, which the run publishes with every review wait.
 
     Raises:
         temporalio.service.RPCError: no such run, or the server is unreachable.
     """
     description = await client.get_workflow_handle(workflow_id).describe()
-    return description.typed_search_attributes.get(contract.AI_REVIEW_ROUND) or None
+    return ReviewTarget(
+        workflow_id=workflow_id,
+        run_id=description.run_id,
+        chain_id=description.raw_description.workflow_execution_info.first_run_id or None,
+        review_round=description.typed_search_attributes.get(contract.AI_REVIEW_ROUND) or None,
+    )
 
 
 async def decision_for_current_round(
     client: Client, workflow_id: str, decide: DecisionFor
-) -> ReviewDecision:
-    """The decision ``decide`` builds for the run's current round (see `current_round`)."""
-    return decide(workflow_id, await current_round(client, workflow_id))
+) -> tuple[ReviewDecision, ReviewTarget]:
+    """The decision ``decide`` builds for the run's current round, and the run it is for (see
+    `current_target`)."""
+    target = await current_target(client, workflow_id)
+    return decide(workflow_id, target.review_round), target
 
 
 async def submit_review(
-    client: Client, workflow_id: str, decision: ReviewDecision, *, signer: Signer | None = None
+    client: Client,
+    workflow_id: str,
+    decision: ReviewDecision,
+    *,
+    signer: Signer | None = None,
+    target: ReviewTarget | None = None,
 ) -> ReviewOutcome:
-    """Send ``decision`` through the ``submit_review`` update, idempotently (see module doc),
-    signed for its round by ``signer`` when reviewer authentication is on.
+    """Send ``decision`` through the ``submit_review`` update to ``target``'s run, idempotently
+    (see module doc), signed for it by ``signer`` when reviewer authentication is on.
 
-    A decision without a round is first given the run's current round. Retrying a call that
-    failed in transit with the *same* decision is safe: its update id names the round.
+    Without a target the decision is for the run that holds the workflow id now, at the
+    decision's round (by default its current one). Retrying a call that failed in transit
+    with the *same* decision is safe: its update id names the round.
 
     Raises:
         temporalio.client.WorkflowUpdateFailedError: the run refused it (the cause says why).
-        temporalio.service.RPCError: no such open run, or the server is unreachable.
+        temporalio.service.RPCError: no such open run (the run looked at has ended, or another
+            holds the id now), or the server is unreachable.
     """
+    if target is None:
+        target = await current_target(client, workflow_id)
     if decision.review_round is None:
-        decision = await decision_for_current_round(client, workflow_id, for_each_round(decision))
+        decision = decision.model_copy(update={"review_round": target.review_round})
+    else:
+        target = replace(target, review_round=decision.review_round)
     if signer is not None and decision.review_round is not None:
-        decision = signer(decision, workflow_id, decision.review_round)
-    status: RunStatus = await client.get_workflow_handle(workflow_id).execute_update(
+        decision = signer(decision, target)
+    handle = client.get_workflow_handle(workflow_id, run_id=target.run_id)
+    status: RunStatus = await handle.execute_update(
         contract.UPDATE_SUBMIT_REVIEW,
         decision,
         id=update_id(workflow_id, decision.review_round, decision.reviewer),

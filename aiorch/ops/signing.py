@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -20,6 +19,7 @@ import jwt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
+from aiorch.ops.reviews import ReviewTarget, Signer
 from aiorch.runtime.config import ConfigError, Settings
 from workflows.engine.identity import ALGORITHM, ANY_REVIEWER, KEY_BYTES, claims_for
 from workflows.payloads import ReviewDecision
@@ -79,32 +79,43 @@ class SigningKey:
         review_round: int,
         now: datetime,
         ttl: timedelta = timedelta(minutes=10),
+        run_id: str | None = None,
+        digest: str | None = None,
     ) -> ReviewDecision:
-        """``decision`` for ``review_round`` of ``workflow_id``, with its token.
+        """``decision`` for ``review_round`` of ``workflow_id``, with its token (naming the
+        run chain ``run_id`` and the content ``digest`` when given).
 
         ``now`` is the signer's clock; the workflow checks expiry against its own time.
         """
         claims = claims_for(
-            decision, workflow_id=workflow_id, review_round=review_round, issued=now, ttl=ttl
+            decision,
+            workflow_id=workflow_id,
+            review_round=review_round,
+            issued=now,
+            ttl=ttl,
+            run_id=run_id,
+            digest=digest,
         )
         token = jwt.encode(
             claims, self.private_key, algorithm=ALGORITHM, headers={"kid": self.key_id}
         )
         return decision.model_copy(update={"review_round": review_round, "token": token})
 
-    def signer(
-        self, ttl: timedelta = timedelta(minutes=10)
-    ) -> Callable[[ReviewDecision, str, int], ReviewDecision]:
-        """Signs each decision for its run and round, at the wall clock's time
-        (``aiorch.ops.reviews.Signer``, as ``submit_review`` and ``review-all`` take it)."""
+    def signer(self, ttl: timedelta = timedelta(minutes=10)) -> Signer:
+        """Signs each decision for its target (run chain, round, content when shown), at the
+        wall clock's time (``aiorch.ops.reviews.Signer``, as ``submit_review`` and
+        ``review-all`` take it)."""
 
-        def sign(decision: ReviewDecision, workflow_id: str, review_round: int) -> ReviewDecision:
+        def sign(decision: ReviewDecision, target: ReviewTarget) -> ReviewDecision:
+            assert target.review_round is not None
             return self.sign(
                 decision,
-                workflow_id=workflow_id,
-                review_round=review_round,
+                workflow_id=target.workflow_id,
+                review_round=target.review_round,
                 now=datetime.now(UTC),
                 ttl=ttl,
+                run_id=target.chain_id,
+                digest=target.digest,
             )
 
         return sign

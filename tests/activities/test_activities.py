@@ -25,7 +25,7 @@ from aiorch.devstack.llm_simulator.replies import REFUSAL_TEXT
 from aiorch.runtime.config import Settings
 from tests.activities.llm_calls import call
 from workflows import errors
-from workflows.payloads import EmbeddingInput, PipelineRequest, PromptInput
+from workflows.payloads import EmbeddingInput, PipelineRequest, PromptInput, vector_key
 
 RUN_ID = "0123456789abcdef01234567"
 
@@ -208,6 +208,23 @@ async def test_embedding_upsert_is_idempotent_and_deletable(llm: AsyncOpenAI) ->
     assert await ActivityEnvironment().run(activity.delete_embedding, "wf-1") == 1
     assert (await store.count("runs")).count == 0
     assert await ActivityEnvironment().run(activity.delete_embedding, "wf-1") == 0
+    await store.close()
+
+
+async def test_a_run_that_reuses_a_workflow_id_gets_its_own_vector(llm: AsyncOpenAI) -> None:
+    """Two run chains of one workflow id (a run started again with its id) write two vectors:
+    the second neither overwrites the first nor deletes it on compensation."""
+    store = AsyncQdrantClient(location=":memory:")
+    activity = VectorActivities(llm, store, "runs", "sim-embed")
+    for chain in ("run-a", "run-b"):
+        payload = EmbeddingInput(
+            workflow_id="wf-1", chain_id=chain, request_id=RUN_ID, content=f"from {chain}"
+        )
+        await ActivityEnvironment().run(activity.generate_embedding, payload)
+    assert (await store.count("runs")).count == 2
+    assert await ActivityEnvironment().run(activity.delete_embedding, vector_key("wf-1", "run-b"))
+    [left] = (await store.scroll("runs", with_payload=True))[0]
+    assert left.payload is not None and left.payload["content"] == "from run-a"
     await store.close()
 
 

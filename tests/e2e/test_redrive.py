@@ -13,7 +13,7 @@ import asyncio
 import os
 import sys
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import boto3
@@ -58,13 +58,7 @@ def sealed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
 
 def signer(stack: LocalStack) -> reviews.Signer:
     """Signs reviews with the stack's reviewer key, as the CLI does with REVIEWER_KEY_FILE."""
-
-    def sign(decision: ReviewDecision, workflow_id: str, review_round: int) -> ReviewDecision:
-        return stack.reviewer_key.sign(
-            decision, workflow_id=workflow_id, review_round=review_round, now=datetime.now(UTC)
-        )
-
-    return sign
+    return stack.reviewer_key.signer()
 
 
 def keyed_converter() -> DataConverter:

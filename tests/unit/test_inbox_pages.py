@@ -19,7 +19,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from aiorch.ops.inbox import auth
 from aiorch.ops.inbox.app import Inbox, InboxOptions, create_app
 from aiorch.ops.inbox.runs import RunView, WaitingRun, earlier_feedback
-from aiorch.ops.reviews import ReviewOutcome, decision_for_round
+from aiorch.ops.reviews import ReviewOutcome, ReviewTarget, decision_for_round
 from workflows.payloads import (
     HistoryEntry,
     ReviewDecision,
@@ -49,6 +49,8 @@ VIEW = ReviewView(
     pipeline="AiOrchestrator",
     state="await_review",
     status="WaitingForInput",
+    chain_id="chain-1",
+    content_digest="d" * 64,
     review_round=2,
     waiting=True,
     deadline=SINCE + timedelta(seconds=3600),
@@ -101,10 +103,12 @@ class Decisions:
 
     def __init__(self) -> None:
         self.sent: list[tuple[str, ReviewDecision]] = []
+        self.targets: list[ReviewTarget] = []
         self.refusal: str | None = None
 
-    async def __call__(self, workflow_id: str, decision: ReviewDecision) -> ReviewOutcome:
-        self.sent.append((workflow_id, decision))
+    async def __call__(self, decision: ReviewDecision, target: ReviewTarget) -> ReviewOutcome:
+        self.sent.append((target.workflow_id, decision))
+        self.targets.append(target)
         if self.refusal is not None:
             raise WorkflowUpdateFailedError(ApplicationError(self.refusal, type="ValueError"))
         applied = entry(
@@ -152,6 +156,11 @@ def csrf(html: str) -> str:
     found = re.search(r'name="csrf_token" value="([^"]+)"', html)
     assert found, "no CSRF field on the page"
     return found.group(1)
+
+
+def hidden_fields(html: str) -> dict[str, str]:
+    """The review form's hidden fields, as a browser posts them."""
+    return dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)"', html))
 
 
 def log_in(client: TestClient, token: str) -> None:
@@ -240,15 +249,14 @@ def test_a_decision_is_sent_for_the_round_shown_as_the_reviewer(inbox: Any) -> N
     form), the round the page showed, the feedback; the page then says what happened."""
     client, tokens, _, decisions = inbox
     log_in(client, tokens["alice"])
-    token = csrf(client.get(f"/runs/{WORKFLOW_ID}").text)
+    page = client.get(f"/runs/{WORKFLOW_ID}").text
     response = client.post(
         f"/runs/{WORKFLOW_ID}/review",
         data={
+            **hidden_fields(page),
             "decision": "reedit",
-            "review_round": "2",
             "feedback": "  cite the section  ",
             "reviewer": "mallory",
-            "csrf_token": token,
         },
     )
     assert response.status_code == 303 and response.headers["location"] == f"/runs/{WORKFLOW_ID}"
@@ -261,6 +269,9 @@ def test_a_decision_is_sent_for_the_round_shown_as_the_reviewer(inbox: Any) -> N
         "cite the section",
     )
     assert "reedit accepted (round 2)" in client.get(f"/runs/{WORKFLOW_ID}").text
+    # To the run the page showed, signed for its chain and what it showed.
+    [target] = decisions.targets
+    assert (target.run_id, target.chain_id, target.digest) == ("run-1", "chain-1", "d" * 64)
 
 
 def test_corrected_fields_are_sent_with_an_approval(inbox: Any) -> None:

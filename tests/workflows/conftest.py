@@ -87,6 +87,7 @@ from workflows.payloads import (
     ReviewNotice,
     RunStatus,
     TokenUsage,
+    vector_key,
 )
 
 TEST_SERVER = Path(sysconfig.get_path("scripts")) / "temporal-test-server"
@@ -296,16 +297,16 @@ class FakeActivities:
             )
             if isinstance(step, BaseException):
                 raise step
-            self.stored.add(embedding_input.workflow_id)
+            self.stored.add(vector_key(embedding_input.workflow_id, embedding_input.chain_id))
             return step
         finally:
             self.embedding_finished.set()
 
     @activity.defn(name=contract.ACTIVITY_DELETE_EMBEDDING)
-    async def delete_embedding(self, workflow_id: str) -> int:
-        self.deleted.append(workflow_id)
-        if workflow_id in self.stored:
-            self.stored.discard(workflow_id)
+    async def delete_embedding(self, key: str) -> int:
+        self.deleted.append(key)
+        if key in self.stored:
+            self.stored.discard(key)
             return 1
         return 0
 

@@ -13,7 +13,7 @@ from temporalio.exceptions import CancelledError
 from tests.history_events import scheduled_activities
 from tests.workflows.conftest import Gate, Orchestration, rate_limited, step
 from workflows import contract
-from workflows.payloads import PipelineResult, RunStatus
+from workflows.payloads import PipelineResult, RunStatus, vector_key
 
 
 async def cancel_and_wait(
@@ -93,7 +93,7 @@ async def test_cancel_during_llm_call_needs_no_compensation(private_orch: Orches
 
 async def test_cancel_during_embedding_stops_it_then_compensates(orch: Orchestration) -> None:
     """Cancelling while generate_embedding runs cancels the call, waits for it to stop, then
-    calls the compensation delete_embedding with the workflow id; no vector is left behind and
+    calls the compensation delete_embedding with the run's vector key; no vector is left behind and
     no dead letter is sent (the cancel is not taken for an embedding failure)."""
     gate = orch.fakes.embedding_gate = Gate()
     handle = await orch.start()
@@ -102,8 +102,8 @@ async def test_cancel_during_embedding_stops_it_then_compensates(orch: Orchestra
     status = await cancel_and_wait(orch, handle)
 
     assert gate.cancelled.is_set() and gate.exited.is_set()
-    assert orch.fakes.deleted == [handle.id]
-    assert handle.id not in orch.fakes.stored
+    assert orch.fakes.deleted == [vector_key(handle.id, handle.first_execution_run_id)]
+    assert not orch.fakes.stored
     assert orch.fakes.dead_letters == []
     assert step(status.history[-1]) == (
         "generate_embedding",
@@ -128,7 +128,7 @@ async def test_cancel_too_late_to_stop_the_write_deletes_the_vector(orch: Orches
     status = await cancel_and_wait(orch, handle)
 
     assert gate.cancelled.is_set()
-    assert orch.fakes.deleted == [handle.id]
-    assert handle.id not in orch.fakes.stored
+    assert orch.fakes.deleted == [vector_key(handle.id, handle.first_execution_run_id)]
+    assert not orch.fakes.stored
     assert status.history[-1].detail == "compensation: deleted 1 vector(s)"
     assert "embedded" not in [e.event for e in status.history]

@@ -9,6 +9,7 @@ from temporalio.exceptions import ApplicationError
 from aiorch.ops.results import finished
 from tests.workflows.conftest import Orchestration, Reply, path, server_error, step
 from workflows import errors
+from workflows.payloads import vector_key
 
 
 async def test_non_retryable_embedding_failure_dead_letters(orch: Orchestration) -> None:
@@ -81,6 +82,6 @@ async def test_embedding_recovers_after_transient_failures(orch: Orchestration) 
     assert result.state == "completed"
     assert result.embedding_id == f"vec-{handle.id}"
     assert orch.fakes.embedding_attempts == [1, 2, 3]
-    assert orch.fakes.stored == {handle.id}
+    assert orch.fakes.stored == {vector_key(handle.id, handle.first_execution_run_id)}
     assert orch.fakes.dead_letters == []
     await orch.check_finished(handle, result)

@@ -100,6 +100,18 @@ def start_problem(
     return None
 
 
+def id_problem(workflow_id: str, request_id: str) -> str | None:
+    """Why a run may not run under ``workflow_id``, or None when it may: the workflow id must be
+    the request id, which names the run in the vector store, in idempotency keys, in review
+    tokens and in notifications."""
+    if workflow_id != request_id:
+        return (
+            f"invalid request: the workflow id must be the request id ({request_id}), not "
+            f"{printable(workflow_id, 80)!r}"
+        )
+    return None
+
+
 def is_due(
     *,
     rounds_this_run: int,

@@ -9,6 +9,9 @@ whose claims bind it to one decision on one round of one run:
 ``aud``    ``ai-orchestrator/review``
 ``sub``    the reviewer; the key must be allowed to sign for this name
 ``wid``    the workflow id
+``rid``    the run chain's first execution run id: a new run that reuses the workflow id has
+           another (required by runs whose plan says ``review_token_binds_run``)
+``ch``     SHA-256 (hex) of what the reviewer was shown (``ReviewView.digest``), or absent
 ``round``  the review round decided (``RunStatus.review_round``)
 ``dec``    ``approve``, ``reedit`` or ``reject``
 ``fb``     SHA-256 (hex) of the feedback, or the empty string when there is none
@@ -17,8 +20,10 @@ whose claims bind it to one decision on one round of one run:
 ``exp``    expires at; checked against workflow time, never the wall clock
 ========== ==========================================================================
 
-So a token cannot be replayed on another run, round or decision, nor carry other feedback or
-other corrected fields.
+So a token cannot be replayed on another run (one that reuses the workflow id included), round
+or decision, nor carry other feedback or other corrected fields, nor approve content other than
+what the reviewer was shown. With ``review_token_ttl_s`` in the plan the workflow also refuses a
+token whose lifetime (``exp - iat``) is longer than the operator's ``REVIEW_TOKEN_TTL_S``.
 
 Public keys are plain data (``ReviewKey``: key id, the raw 32-byte key in base64, and whom it
 may sign for: one reviewer, a list, or anyone for an identity provider such as the review inbox).
@@ -35,7 +40,8 @@ import binascii
 import hashlib
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -62,6 +68,8 @@ class ReviewClaims(BaseModel):
     aud: str
     sub: str = Field(min_length=1, max_length=200)
     wid: str
+    rid: str = ""
+    ch: str = ""
     round: int
     dec: str
     fb: str
@@ -95,6 +103,8 @@ def claims_for(
     review_round: int,
     issued: datetime,
     ttl: timedelta,
+    run_id: str | None = None,
+    digest: str | None = None,
 ) -> dict[str, object]:
     """The claims a signer puts in the token for ``decision`` (the verifier checks the same)."""
     issued_s = int(issued.timestamp())
@@ -110,6 +120,10 @@ def claims_for(
     }
     if decision.fields is not None:
         claims["fd"] = fields_digest(decision.fields)
+    if run_id:
+        claims["rid"] = run_id
+    if digest:
+        claims["ch"] = digest
     return claims
 
 
@@ -160,17 +174,27 @@ def public_key_bytes(material: str, key_id: str) -> bytes:
     return raw
 
 
+@dataclass(frozen=True)
+class Expected:
+    """What a token must say to decide a run's review now: the workflow id and round; the
+    chain's first run id when the run requires it (None: it does not); the digest of what is
+    under review (asked only when the token names one); the longest lifetime the operator
+    allows (None: no limit); and the workflow's time."""
+
+    workflow_id: str
+    review_round: int
+    now: datetime
+    run_id: str | None = None
+    digest: Callable[[], str] | None = None
+    max_ttl: timedelta | None = None
+
+
 def review_token_problem(
-    decision: ReviewDecision,
-    *,
-    keys: Sequence[ReviewKey],
-    workflow_id: str,
-    review_round: int,
-    now: datetime,
+    decision: ReviewDecision, *, keys: Sequence[ReviewKey], expected: Expected
 ) -> str | None:
     """Why ``decision``'s token does not authenticate it, or None when it does.
 
-    ``now`` is workflow time (``workflow.now()``), so a replay decides the same way.
+    ``expected.now`` is workflow time (``workflow.now()``), so a replay decides the same way.
     """
     token = decision.token
     if not token:
@@ -193,16 +217,11 @@ def review_token_problem(
         claims = ReviewClaims.model_validate_json(payload)
     except (jwt.PyJWTError, KeySpecError, ValidationError):
         return "review token signature does not verify"
-    return _claims_problem(claims, key, decision, workflow_id, review_round, now)
+    return _claims_problem(claims, key, decision, expected)
 
 
 def _claims_problem(
-    claims: ReviewClaims,
-    key: ReviewKey,
-    decision: ReviewDecision,
-    workflow_id: str,
-    review_round: int,
-    now: datetime,
+    claims: ReviewClaims, key: ReviewKey, decision: ReviewDecision, expected: Expected
 ) -> str | None:
     if claims.aud != AUDIENCE:
         return "review token is not meant for reviews"
@@ -210,19 +229,30 @@ def _claims_problem(
         return "review token was issued to another reviewer"
     if key.reviewers is not None and claims.sub not in key.reviewers:
         return f"key {key.key_id!r} may not sign for this reviewer"
-    if claims.wid != workflow_id:
+    if claims.wid != expected.workflow_id:
         return "review token was issued for another run"
-    if claims.round != review_round:
-        return f"review token is for round {claims.round}, the run is at round {review_round}"
+    if expected.run_id is not None and claims.rid != expected.run_id:
+        return "review token was issued for another run of this workflow id"
+    if claims.round != expected.review_round:
+        return (
+            f"review token is for round {claims.round}, the run is at round {expected.review_round}"
+        )
     if claims.dec != decision.decision:
         return "review token was issued for another decision"
     if claims.fb != feedback_digest(decision.feedback):
         return "review token was issued for other feedback"
     if claims.fd != fields_digest(decision.fields):
         return "review token was issued for other corrected fields"
-    now_s = now.timestamp()
+    if claims.ch and expected.digest is not None and claims.ch != expected.digest():
+        return "review token was issued for other content than the run shows"
+    now_s = expected.now.timestamp()
     if claims.exp <= now_s:
         return "review token has expired"
     if claims.iat > now_s + CLOCK_SKEW.total_seconds():
         return "review token is issued in the future"
+    if expected.max_ttl is not None and claims.exp - claims.iat > expected.max_ttl.total_seconds():
+        return (
+            f"review token lives {claims.exp - claims.iat} s; the run accepts at most "
+            f"{expected.max_ttl.total_seconds():g} s (REVIEW_TOKEN_TTL_S)"
+        )
     return None

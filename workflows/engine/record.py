@@ -191,6 +191,8 @@ def review_view(graph: Graph, run: RunCore[Any], content: ReviewContent) -> Revi
     plan = run.plan
     return ReviewView(
         **content.model_dump(),
+        content_digest=content.digest(),
+        chain_id=workflow.info().first_execution_run_id,
         pipeline=graph.name,
         state=run.state,
         status=graph.status_of(run.state).value,

@@ -58,8 +58,12 @@ def refusal(
     workflow_id: str,
     pending: ReviewDecision | None,
     now: datetime,
+    chain_id: str | None = None,
+    digest: Callable[[], str] | None = None,
 ) -> Refusal | None:
-    """Why ``decision`` may not be applied now, or None when it may."""
+    """Why ``decision`` may not be applied now, or None when it may (``chain_id``: the run
+    chain's first run id, which a token must name where the plan says so; ``digest``: of what
+    the run shows a reviewer, which a token that names one must match)."""
     if run.state not in graph.review_states:
         return Refusal("not_awaiting_review", f"run is not awaiting review (state: {run.state})")
     if decision.review_round is not None and decision.review_round != run.review_round:
@@ -100,13 +104,16 @@ def refusal(
             else "corrected fields come with an approval only",
         )
     if plan.review_keys:
-        problem = identity.review_token_problem(
-            decision,
-            keys=plan.review_keys,
+        ttl = plan.review_token_ttl_s
+        expected = identity.Expected(
             workflow_id=workflow_id,
             review_round=run.review_round,
             now=now,
+            run_id=chain_id if plan.review_token_binds_run else None,
+            digest=digest,
+            max_ttl=timedelta(seconds=ttl) if ttl is not None else None,
         )
+        problem = identity.review_token_problem(decision, keys=plan.review_keys, expected=expected)
         if problem is not None:
             return Refusal("unauthenticated", problem)
     return None

@@ -329,6 +329,10 @@ class PipelineWorkflow:
                 self._ctx.run, self._published = self._carried, self._carried.state
             else:
                 self._input_problem = f"carried state refused: {verdict.reason}"
+        if self._input_problem is None and self._ctx is not None:
+            self._input_problem = continuation.id_problem(
+                workflow.info().workflow_id, self._ctx.request.request_id
+            )
         if self._input_problem is not None or self._ctx is None:
             # What was held is judged against the blank state, so no update waits on a run
             # that will not start.
@@ -362,13 +366,16 @@ class PipelineWorkflow:
     ) -> reviews.Refusal | None:
         if self._ctx is None:
             return reviews.Refusal(NOT_STARTED_CODE, NOT_STARTED)
+        info = workflow.info()
         return reviews.refusal(
             self._ctx.graph,
             self._ctx.run,
             decision,
-            workflow_id=workflow.info().workflow_id,
+            workflow_id=info.workflow_id,
             pending=pending,
             now=workflow.now(),
+            chain_id=info.first_execution_run_id,
+            digest=lambda: self.review_view().content_digest,
         )
 
     def _count_refused_review(self, refused: reviews.Refusal) -> None:

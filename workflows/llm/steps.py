@@ -22,6 +22,7 @@ from workflows.payloads import (
     PipelineRequest,
     PromptInput,
     PromptPlan,
+    vector_key,
 )
 
 
@@ -55,6 +56,7 @@ async def embed(request: PipelineRequest, content: str) -> EmbeddingResult:
         contract.ACTIVITY_GENERATE_EMBEDDING,
         EmbeddingInput(
             workflow_id=workflow.info().workflow_id,
+            chain_id=workflow.info().first_execution_run_id,
             request_id=request.request_id,
             content=content,
         ),
@@ -70,10 +72,12 @@ async def embed(request: PipelineRequest, content: str) -> EmbeddingResult:
 
 
 async def delete_embedding() -> int:
-    """``delete_embedding``: the cancel's compensation; how many vectors it deleted."""
+    """``delete_embedding``: the cancel's compensation; how many vectors it deleted (named as
+    ``generate_embedding`` names them: workflow id and run chain)."""
+    info = workflow.info()
     return await commands.execute(
         contract.ACTIVITY_DELETE_EMBEDDING,
-        workflow.info().workflow_id,
+        vector_key(info.workflow_id, info.first_execution_run_id),
         int,
         timeout=timedelta(seconds=30),
         retry=activity_policy.COMPENSATION_RETRY,

@@ -39,6 +39,7 @@ __all__ = [
     "ReviewNotice",
     "RunPolicy",
     "TokenUsage",
+    "vector_key",
 ]
 
 # Activity payloads: internal to the worker but recorded in history, so also versioned by default.
@@ -73,6 +74,11 @@ class RunPolicy(_Open):
     allowed_reviewers: list[str] | None = None
     requested_by: str | None = None
     review_keys: list[ReviewKey] = Field(default_factory=list)
+    # Plans built since review tokens name the run chain: a token must name this chain's first
+    # run (older plans, in recorded histories, took tokens naming the workflow id alone), and
+    # may live at most review_token_ttl_s (REVIEW_TOKEN_TTL_S; None: any lifetime).
+    review_token_binds_run: bool = False
+    review_token_ttl_s: float | None = None
     max_feedback_chars: int = MAX_FEEDBACK_CHARS
     reedit_rounds_per_run: int = 50
     # REVIEW_WEBHOOK_URL is set on the worker that built the plan: tell reviewers (by webhook)
@@ -133,9 +139,11 @@ class ReviewNotice(_Open):
 
 class LlmCallInput(_Open):
     """Input of ``invoke_llm``: the prompt (or the reference the activity loads), the model and
-    attempt, reviewers' feedback for a re-edit, and what the budget check needs."""
+    attempt, reviewers' feedback for a re-edit, and what the budget check needs. ``chain_id``
+    (the run chain's first run id) joins the workflow id in the call's idempotency key."""
 
     workflow_id: str
+    chain_id: str | None = None
     system_prompt: str
     user_prompt: str
     input_ref: str | None = None
@@ -191,11 +199,21 @@ class LlmCallResult(_Open):
     cost_usd: float | None = None
 
 
+def vector_key(workflow_id: str, chain_id: str | None) -> str:
+    """What names a run's vector: its workflow id and its run chain's first run id, so a new
+    run that reuses the workflow id never writes over (or deletes) another run's vector. Runs
+    planned before the chain took part named it by the workflow id alone."""
+    return f"{workflow_id}/{chain_id}" if chain_id else workflow_id
+
+
 class EmbeddingInput(_Open):
     """Input of ``generate_embedding``: the approved reply, stored under an id derived from
-    ``workflow_id`` (a retry overwrites, never duplicates); ``model`` None: the worker's."""
+    ``workflow_id`` and ``chain_id``, the run chain's first run id (a retry overwrites, never
+    duplicates; a new run that reuses the workflow id gets another); ``model`` None: the
+    worker's."""
 
     workflow_id: str
+    chain_id: str | None = None
     request_id: str
     content: str
     model: str | None = None

@@ -3,6 +3,8 @@ the status, the result, history entries and the dead-letter message."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -228,6 +230,17 @@ class ReviewContent(_Open):
     problems: list[str] = Field(default_factory=list)
     corrections: bool = False
 
+    def digest(self) -> str:
+        """SHA-256 (hex) of this content as canonical JSON: what a signed review that names it
+        approves (its ``ch`` claim)."""
+        canonical = json.dumps(
+            self.model_dump(mode="json", include=set(ReviewContent.model_fields)),
+            sort_keys=True,
+            separators=(",", ":"),
+            ensure_ascii=False,
+        )
+        return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
 
 class ReviewView(ReviewContent):
     """Answer of the ``review_view`` query: a run as a reviewer sees it, its pipeline's
@@ -236,6 +249,10 @@ class ReviewView(ReviewContent):
     pipeline: str
     state: str
     status: str
+    # The run chain's first run id and the digest of the content above: what a signed review
+    # for this round names (its rid and ch claims).
+    chain_id: str = ""
+    content_digest: str = ""
     review_round: int = 0
     waiting: bool = False
     deadline: datetime | None = None

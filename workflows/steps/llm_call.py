@@ -49,8 +49,10 @@ async def call(
     ``LlmReply``)."""
     run, plan = ctx.run, ctx.plan
     model = choose_model(run, plan)
+    info = workflow.info()
     request = LlmCallInput(
-        workflow_id=workflow.info().workflow_id,
+        workflow_id=info.workflow_id,
+        chain_id=info.first_execution_run_id,
         system_prompt=plan.system_prompt,
         user_prompt=plan.user_prompt,
         input_ref=plan.input_ref,

@@ -46,7 +46,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from aiorch.ops.inbox import auth
 from aiorch.ops.inbox.runs import RunUnreadable, RunView, WaitingRun, time_left
-from aiorch.ops.reviews import ReviewOutcome
+from aiorch.ops.reviews import ReviewOutcome, ReviewTarget
 from workflows.payloads import (
     MAX_FEEDBACK_CHARS,
     Decision,
@@ -86,8 +86,9 @@ class RunSource(Protocol):
     async def view(self, workflow_id: str) -> RunView: ...
 
 
-Submit = Callable[[str, ReviewDecision], Awaitable[ReviewOutcome]]
-"""Sends a reviewer's decision for a run, signed (``aiorch.ops.reviews.submit_review``)."""
+Submit = Callable[[ReviewDecision, ReviewTarget], Awaitable[ReviewOutcome]]
+"""Sends a reviewer's decision to the run the page showed, signed for it and for what it showed
+(``aiorch.ops.reviews.submit_review``)."""
 
 
 @dataclass(frozen=True)
@@ -302,13 +303,15 @@ class Inbox:
         except ValueError as err:
             request.session["flash"] = {"level": "error", "text": str(err)}
             return back
-        request.session["flash"] = await self.send(workflow_id, decision)
+        request.session["flash"] = await self.send(_target(form, workflow_id, decision), decision)
         return back
 
-    async def send(self, workflow_id: str, decision: ReviewDecision) -> dict[str, str]:
-        """Send ``decision``; the message for the page (what happened, or why it was refused)."""
+    async def send(self, target: ReviewTarget, decision: ReviewDecision) -> dict[str, str]:
+        """Send ``decision`` to the run ``target`` names; the message for the page (what
+        happened, or why it was refused)."""
+        workflow_id = target.workflow_id
         try:
-            outcome = await self.submit(workflow_id, decision)
+            outcome = await self.submit(decision, target)
         except WorkflowUpdateFailedError as err:
             cause = err.cause
             reason = cause.message if isinstance(cause, ApplicationError) else str(cause or err)
@@ -322,7 +325,11 @@ class Inbox:
             return {"level": "error", "text": f"The run refused this review: {reason}"}
         except RPCError as err:
             if err.status == RPCStatusCode.NOT_FOUND:
-                return {"level": "error", "text": "This run has finished or does not exist."}
+                return {
+                    "level": "error",
+                    "text": "The run this page showed has ended or was replaced: your decision "
+                    "was not sent. The page now shows where the run is.",
+                }
             log.warning("review of %s not sent: %s", workflow_id, err.status.name)
             return {"level": "error", "text": "Temporal is not answering; try again."}
         log.info(
@@ -369,6 +376,23 @@ def _decision(form: Any, reviewer: str) -> ReviewDecision:
         )
     except ValidationError as err:
         raise ValueError(f"Invalid review: {describe_validation_error(err)}") from None
+
+
+def _target(form: Any, workflow_id: str, decision: ReviewDecision) -> ReviewTarget:
+    """The run the form was shown for (its hidden fields): the decision goes there only, and
+    its token names that run chain and what the page showed."""
+
+    def hidden(name: str) -> str | None:
+        value = form.get(name)
+        return value if isinstance(value, str) and value else None
+
+    return ReviewTarget(
+        workflow_id=workflow_id,
+        run_id=hidden("run_id"),
+        chain_id=hidden("chain_id"),
+        review_round=decision.review_round,
+        digest=hidden("digest"),
+    )
 
 
 def _corrected_fields(raw: object) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from temporalio.client import Client
 from aiorch.ops.inbox import auth
 from aiorch.ops.inbox.app import Inbox, InboxOptions, create_app
 from aiorch.ops.inbox.runs import RunReader
-from aiorch.ops.reviews import ReviewOutcome, Signer, submit_review
+from aiorch.ops.reviews import ReviewOutcome, ReviewTarget, Signer, submit_review
 from aiorch.ops.signing import SigningKey
 from aiorch.runtime.config import ConfigError, Settings
 from aiorch.runtime.links import web_ui_run_url
@@ -86,9 +86,9 @@ def build_app(
 
 
 async def _submit(
-    client: Client, signer: Signer, workflow_id: str, decision: ReviewDecision
+    client: Client, signer: Signer, decision: ReviewDecision, target: ReviewTarget
 ) -> ReviewOutcome:
-    return await submit_review(client, workflow_id, decision, signer=signer)
+    return await submit_review(client, target.workflow_id, decision, signer=signer, target=target)
 
 
 async def serve(
