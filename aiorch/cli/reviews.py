@@ -6,7 +6,9 @@ when one is configured, and send it through ``aiorch.ops.reviews.submit_review``
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
+from functools import partial
 from typing import Annotated
 
 import typer
@@ -65,6 +67,19 @@ def signed_decision(
     return payload, review_signer(settings, key)
 
 
+async def waiting_round(workflow_id: str, client: Client, settings: Settings) -> int:
+    """The review round ``workflow_id`` waits in (its ``AiReviewRound``).
+
+    Raises:
+        CliError: no such run, or it has not asked for a review yet.
+    """
+    with about_run(workflow_id):
+        found = await reviews.current_round(client, workflow_id)
+    if found is None:
+        raise CliError(f"run {workflow_id} has not asked for a review yet; pass --round")
+    return found
+
+
 @one_line_errors
 def review(
     workflow_id: Annotated[str, typer.Argument(help="the run's id")],
@@ -75,6 +90,14 @@ def review(
         int | None,
         typer.Option("--round", min=1, help="the round you reviewed (status shows it)"),
     ] = None,
+    print_only: Annotated[
+        bool,
+        typer.Option(
+            "--print",
+            help="print the signed review as JSON, for the Temporal CLI or the Web UI to send, "
+            "instead of sending it",
+        ),
+    ] = False,
 ) -> None:
     """Approve, send back (reedit) or reject a run that awaits review.
 
@@ -83,6 +106,14 @@ def review(
     REVIEWER_KEY (or REVIEWER_KEY_FILE) the decision is signed for that round.
     """
     payload, signer = signed_decision(decision, reviewer, feedback, review_round)
+    if print_only:
+        if signer is None:
+            raise CliError("--print prints a signed review: set REVIEWER_KEY (or _FILE)")
+        review_round = payload.review_round or run_async(partial(waiting_round, workflow_id))
+        signed = signer(payload, workflow_id, review_round)
+        # The argument any client sends as the review signal or the submit_review update.
+        typer.echo(json.dumps(signed.model_dump(mode="json", exclude_none=True)))
+        return
 
     async def send(client: Client, settings: Settings) -> None:
         try:

@@ -158,11 +158,15 @@ class Settings(BaseSettings):
     allowed_reviewers: Annotated[list[str] | None, NoDecode] = None
     # The least review a run gets: a request may ask for more (auto -> always), never less.
     review_min: Literal["never", "auto", "always"] = "auto"
-    # Reviewer authentication (on when set): "key_id:base64 Ed25519 public key[:who]" entries;
-    # `who` is the reviewers that key may sign for ("alice|bob", or * for an identity
-    # provider such as the review inbox); without it, only the reviewer named key_id.
+    # Reviewer authentication: "key_id:base64 Ed25519 public key[:who]" entries; `who` is the
+    # reviewers that key may sign for ("alice|bob", or * for an identity provider such as the
+    # review inbox); without it, only the reviewer named key_id.
     review_public_keys: str | None = None
     review_public_keys_file: Path | None = None
+    # "required" (the default): a worker without REVIEW_PUBLIC_KEYS refuses to start. "off"
+    # accepts unsigned reviews, for a sandbox; the worker warns at every start
+    # (aiorch.worker.app.review_auth_warning).
+    review_auth: Literal["required", "off"] = "required"
     # The CLI's own signing key for reviews: "key_id:base64 Ed25519 private key (32 bytes)".
     reviewer_key: SecretStr | None = None
     reviewer_key_file: Path | None = None
@@ -359,17 +363,26 @@ class Settings(BaseSettings):
         return self
 
     def review_keys(self) -> list[ReviewKey]:
-        """The reviewer public keys (REVIEW_PUBLIC_KEYS); empty = reviewer authentication off.
+        """The reviewer public keys (REVIEW_PUBLIC_KEYS); empty when none are configured.
 
         Raises:
-            ConfigError: an entry is malformed (checked when the settings are loaded).
+            ConfigError: an entry is malformed, or the keys given hold no key at all (a file of
+                comments, such as "# revoked pending rotation", is not "no authentication");
+                checked when the settings are loaded.
         """
-        if not self.review_public_keys:
-            return []
+        source = "REVIEW_PUBLIC_KEYS_FILE" if self.review_public_keys_file else "REVIEW_PUBLIC_KEYS"
+        if not self.review_public_keys and self.review_public_keys_file is None:
+            return []  # unset, or set to nothing (= unset, as for every variable)
         try:
-            return parse_review_keys(self.review_public_keys)
+            keys = parse_review_keys(self.review_public_keys or "")
         except KeySpecError as err:
-            raise ConfigError(f"REVIEW_PUBLIC_KEYS: {err}") from None
+            raise ConfigError(f"{source}: {err}") from None
+        if not keys:
+            raise ConfigError(
+                f"{source} holds no key (only comments or blank lines): list at least one "
+                "key, or unset it"
+            )
+        return keys
 
     @property
     def allowed_file_roots(self) -> list[Path]:

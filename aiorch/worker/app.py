@@ -1,11 +1,13 @@
 """Run an ai-orchestrator worker: ``python worker.py`` (installed: ``aiorch-worker``).
 
-Loads configuration, serves its health endpoints, connects (``aiorch.runtime.connection``: the
-envconfig profile, TLS and API key, the project's plugin), registers the search attributes,
-builds the activity clients and polls the task queue until SIGTERM or SIGINT. Then it drains:
-readiness turns to ``draining``, polling stops, the tasks it holds finish (activities get
-``WORKER_SHUTDOWN_GRACE`` seconds before they are cancelled), and it exits 0. Any number of
-workers may poll the same queue; what one leaves behind (a crash included) the others pick up.
+Loads configuration (without reviewer keys it refuses to start unless ``REVIEW_AUTH=off``,
+which it then warns about), serves its health endpoints, connects
+(``aiorch.runtime.connection``: the envconfig profile, TLS and API key, the project's plugin),
+registers the search attributes, builds the activity clients and polls the task queue until
+SIGTERM or SIGINT. Then it drains: readiness turns to ``draining``, polling stops, the tasks it
+holds finish (activities get ``WORKER_SHUTDOWN_GRACE`` seconds before they are cancelled), and
+it exits 0. Any number of workers may poll the same queue; what one leaves behind (a crash
+included) the others pick up.
 
 Every failure a user can fix (configuration, connection) ends in one line on stderr and exit
 status 1, never a traceback.
@@ -99,6 +101,34 @@ def small_cache_warning(settings: Settings) -> str | None:
         f"{slots}: runs are replayed from history on every task, and a run evicted while its "
         "local fetch_prompt is in flight waits out the workflow task timeout (10 s); use a "
         "cache this small for debugging only"
+    )
+
+
+def review_auth_warning(settings: Settings) -> str | None:
+    """What the worker logs at start when reviewer authentication is off, or None when on.
+
+    Raises:
+        ConfigError: ``REVIEW_AUTH=required`` (the default) without reviewer keys, or
+            ``REVIEW_AUTH=off`` with keys (which of the two was meant cannot be guessed).
+    """
+    keys = settings.review_keys()
+    if settings.review_auth == "required":
+        if not keys:
+            raise ConfigError(
+                "reviewer authentication is required (REVIEW_AUTH=required, the default) and "
+                "no reviewer key is configured: set REVIEW_PUBLIC_KEYS or "
+                "REVIEW_PUBLIC_KEYS_FILE (`aiorch keys reviewer NAME`, `aiorch inbox new-key`), "
+                "or REVIEW_AUTH=off to accept unsigned reviews in a sandbox"
+            )
+        return None
+    if keys:
+        raise ConfigError(
+            "REVIEW_AUTH=off and REVIEW_PUBLIC_KEYS are both set: unset REVIEW_PUBLIC_KEYS to "
+            "accept unsigned reviews, or REVIEW_AUTH to require signed ones"
+        )
+    return (
+        "REVIEW_AUTH=off: reviews are not authenticated; anyone who can signal or update a run "
+        "can approve it under any allowed reviewer name. Use this in a sandbox only."
     )
 
 
@@ -234,9 +264,13 @@ async def run_worker(settings: Settings, client: Client | None = None) -> None:
     """Poll until SIGTERM/SIGINT, then drain; tests may hand in a client.
 
     Raises:
+        ConfigError: reviewer authentication is required and no reviewer key is configured
+            (`review_auth_warning`).
         TemporalUnreachable: no connection, or the server refused the worker (an unknown
             namespace, for example) before it could poll.
     """
+    if warning := review_auth_warning(settings):
+        log.warning("%s", warning)
     health = WorkerHealth()
     probes = await start_health(health, settings.health_port)
     # Before anything else, so a signal during start-up is not lost.

@@ -18,6 +18,8 @@ from aiorch.devstack.processes import free_port
 from aiorch.ops.signing import SigningKey
 from aiorch.runtime.codec import KeyRing
 from aiorch.runtime.config import Settings
+from workflows.identity import parse_review_keys, review_token_problem
+from workflows.payloads import ReviewDecision
 
 
 def test_payload_key_is_one_usable_key_line() -> None:
@@ -101,3 +103,33 @@ def test_each_command_line_loads_its_module_and_help_lists_every_command() -> No
         alone = typer.main.get_command(build_app(name))
         assert isinstance(alone, TyperGroup)
         assert name in alone.commands
+
+
+def test_review_print_gives_the_signed_json_any_client_can_send(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`review ID DECISION --round N --print` prints the review signed for that run and round
+    as one JSON object, the argument a plain client (the Temporal CLI, the Web UI) sends; the
+    run's own check accepts it. Without REVIEWER_KEY it is one line saying what to set."""
+    key = SigningKey.generate("alice")
+    monkeypatch.delenv("REVIEWER_KEY_FILE", raising=False)
+    monkeypatch.delenv("REVIEWER_KEY", raising=False)
+    args = ["review", "0123456789abcdef01234567", "reedit", "--feedback", "shorter"]
+    args += ["--round", "2", "--print"]
+    refused = CliRunner().invoke(build_app(), args)
+    assert refused.exit_code == 1
+    assert refused.output.startswith("error: --print prints a signed review: set REVIEWER_KEY")
+
+    monkeypatch.setenv("REVIEWER_KEY", key.private_entry())
+    done = CliRunner().invoke(build_app(), args)
+    assert done.exit_code == 0, done.output
+    decision = ReviewDecision.model_validate_json(done.output)
+    assert (decision.decision, decision.reviewer, decision.review_round) == ("reedit", "alice", 2)
+    problem = review_token_problem(
+        decision,
+        keys=parse_review_keys(key.public_entry()),
+        workflow_id="0123456789abcdef01234567",
+        review_round=2,
+        now=datetime.now(UTC),
+    )
+    assert problem is None
