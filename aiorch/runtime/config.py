@@ -216,7 +216,9 @@ class Settings(BaseSettings):
     otel_service_name: str = Field(default="ai-orchestrator", min_length=1)
     # Prompt and reply text may hold personal data: only in spans when explicitly enabled.
     otel_capture_content: bool = False
-    # The worker's Prometheus endpoint (http://HOST:METRICS_PORT/metrics); 0 turns it off.
+    # The worker's Prometheus endpoint (http://METRICS_HOST:METRICS_PORT/metrics); 0 turns it
+    # off. Loopback unless told otherwise: it names models, costs, tenants and the task queue.
+    metrics_host: str = Field(default="127.0.0.1", min_length=1)
     metrics_port: int = Field(default=DEFAULT_METRICS_PORT, ge=0, le=65535)
     # USD per 1K tokens by model (JSON): {"model": {"prompt": 0.005, "completion": 0.015}}.
     # Decoded here (NoDecode), so a value that is not JSON is reported like any invalid value.
@@ -255,7 +257,9 @@ class Settings(BaseSettings):
     worker_workflow_task_pollers: int = Field(default=5, ge=2, le=1000)
     worker_activity_task_pollers: int = Field(default=5, ge=1, le=1000)
     worker_shutdown_grace: float = Field(default=30.0, ge=0, le=3600)
-    # Liveness and readiness (http://HOST:HEALTH_PORT/healthz and /readyz); 0 turns them off.
+    # Liveness and readiness (http://HEALTH_HOST:HEALTH_PORT/healthz and /readyz); 0 turns them
+    # off. Loopback unless told otherwise (0.0.0.0 where an orchestrator probes from outside).
+    health_host: str = Field(default="127.0.0.1", min_length=1)
     health_port: int = Field(default=DEFAULT_HEALTH_PORT, ge=0, le=65535)
 
     # Rolling deploys (README "Rolling deploys"). WORKER_BUILD_ID names this worker's code; it

@@ -272,7 +272,7 @@ async def run_worker(settings: Settings, client: Client | None = None) -> None:
     if warning := review_auth_warning(settings):
         log.warning("%s", warning)
     health = WorkerHealth()
-    probes = await start_health(health, settings.health_port)
+    probes = await start_health(health, settings.health_port, settings.health_host)
     # Before anything else, so a signal during start-up is not lost.
     stop = stop_event()
     try:

@@ -2,7 +2,7 @@
 key configured (or a keys file of comments only) it does not start, so no one can approve runs
 by typing a reviewer's name; turned off on purpose (``REVIEW_AUTH=off``) it says so at every
 start, and then an unsigned approval from a plain Temporal client is accepted, which is exactly
-why it is refused by default.
+why it is refused by default. Its metrics and probes answer on loopback only.
 
 The stack here has no worker of its own: each test starts the worker it attacks, on a task
 queue of its own.
@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from aiorch.devstack.processes import ManagedProcess
+from aiorch.devstack.processes import ManagedProcess, free_port
 from aiorch.devstack.servers import start_worker
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops.results import finished
@@ -28,6 +31,9 @@ from tests.live import E2E_WORKER_ENV, ROOT, connect, run_script, starter, tempo
 from workflows import contract
 
 pytestmark = pytest.mark.e2e
+
+# Straight to the address asked for, whatever proxy the environment names.
+DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 @pytest.fixture(scope="module")
@@ -138,5 +144,55 @@ async def test_a_plain_temporal_cli_reviews_only_with_a_signed_payload(
         assert sent.returncode == 0, sent.stdout + sent.stderr
         result = await finished(handle)
         assert result.state == "completed" and result.history[-2].reviewer == "alice"
+    finally:
+        worker.stop()
+
+
+def other_address() -> str:
+    """An address of this machine that is not 127.0.0.1: the one it reaches other hosts from,
+    else 127.0.0.2 (loopback too, but a socket bound to 127.0.0.1 does not answer there, and
+    one bound to every interface does)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.255", 9))  # no packet is sent: this only picks a route
+            address = str(probe.getsockname()[0])
+        except OSError:
+            address = "127.0.0.1"
+    return "127.0.0.2" if address == "127.0.0.1" else address
+
+
+def http_status(url: str) -> int | str:
+    """The status of ``GET url``, or why no answer came."""
+    try:
+        with DIRECT.open(url, timeout=5) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as err:
+        return err.code
+    except OSError as err:
+        return type(err).__name__
+
+
+async def test_metrics_and_probes_answer_on_loopback_only(
+    stack: LocalStack, tmp_path: Path
+) -> None:
+    """A worker with the default METRICS_HOST and HEALTH_HOST serves /metrics (model names,
+    costs, tenants, the task queue) and /readyz on 127.0.0.1, and nothing on another address
+    of the same machine, where anyone on its network would reach them."""
+    queue = f"probed-{uuid.uuid4().hex[:8]}"
+    metrics, health = free_port(), free_port()
+    env = worker_env(
+        stack,
+        queue,
+        REVIEW_PUBLIC_KEYS=stack.addresses.review_public_keys,
+        METRICS_PORT=str(metrics),
+        HEALTH_PORT=str(health),
+    )
+    worker = start_worker(env=env, log_dir=tmp_path, cwd=ROOT)
+    try:
+        assert http_status(f"http://127.0.0.1:{metrics}/metrics") == 200
+        assert http_status(f"http://127.0.0.1:{health}/readyz") == 200
+        outside = other_address()
+        for url in (f"http://{outside}:{metrics}/metrics", f"http://{outside}:{health}/readyz"):
+            assert not isinstance(http_status(url), int), url
     finally:
         worker.stop()
