@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
-from aiorch.cli.output import CliError, err_console, one_line_errors, out
+from aiorch.cli.output import CliError, err_console, one_line_errors, out, plain
 from aiorch.cli.session import about_run, run_async
 from aiorch.ops import reviews
 from aiorch.ops.signing import SigningKey, signing_key_from_settings
@@ -121,7 +121,7 @@ def review(
                 outcome = await reviews.submit_review(client, workflow_id, payload, signer=signer)
         except WorkflowUpdateFailedError as error:
             raise CliError(f"review refused for {workflow_id}: {refusal_text(error)}") from None
-        out.print(outcome.describe(workflow_id))
+        out.print(plain(outcome.describe(workflow_id)))
 
     run_async(send)
 
@@ -166,7 +166,7 @@ def review_all(
             f"({done.per_second:.0f}/s)"
         )
         for workflow_id, reason in [*done.refused.items(), *done.errors.items()][:20]:
-            out.print(f"  {workflow_id}: {reason}")
+            out.print(plain(f"  {workflow_id}: {reason}"))
         if done.errors:
             raise CliError(f"{len(done.errors)} review(s) failed; run the command again")
 

@@ -3,6 +3,7 @@ and the one line a user sees when Temporal cannot be reached."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -13,7 +14,7 @@ from typer.testing import CliRunner
 from aiorch.cli import build_app
 from aiorch.cli.app import COMMANDS
 from aiorch.cli.ops import stuck_cutoff
-from aiorch.cli.output import CliError
+from aiorch.cli.output import CliError, out, plain, print_json
 from aiorch.devstack.processes import free_port
 from aiorch.ops.signing import SigningKey
 from aiorch.runtime.codec import KeyRing
@@ -133,3 +134,14 @@ def test_review_print_gives_the_signed_json_any_client_can_send(
         now=datetime.now(UTC),
     )
     assert problem is None
+
+
+def test_untrusted_text_prints_as_its_characters_without_control_bytes() -> None:
+    """`plain` keeps markup as text and newlines, and drops C0 (ESC, BEL), DEL and C1 (CSI)
+    controls; `print_json` prints the same data with every control character escaped."""
+    assert plain("[/][bold red]x\x1b[31m\x07\x7f\x9b2J\nnext").plain == "[/][bold red]x[31m2J\nnext"
+    with out.capture() as captured:
+        print_json(json.dumps({"reason": "[/]\x1b[2J\x9bZ é"}))
+    shown = captured.get()
+    assert "\x1b" not in shown and "\x9b" not in shown
+    assert json.loads(shown) == {"reason": "[/]\x1b[2J\x9bZ é"}
