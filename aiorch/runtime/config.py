@@ -183,6 +183,8 @@ class Settings(BaseSettings):
     inbox_signing_key_file: Path | None = None
     inbox_tokens_file: Path | None = None
     inbox_user_header: str | None = Field(default=None, pattern=r"^[A-Za-z0-9-]{1,64}$")
+    # A token session ends this long after its login, however busy (logout ends it sooner).
+    inbox_session_ttl_s: float = Field(default=8 * 3600.0, gt=0, le=7 * 86400)
     # Notifications: a webhook called when a run starts waiting for review and when it
     # escalates (off when unset). A Slack incoming-webhook URL is a credential: a secret.
     review_webhook_url: SecretStr | None = None

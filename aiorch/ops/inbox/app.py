@@ -51,7 +51,6 @@ from workflows.payloads import MAX_FEEDBACK_CHARS, ReviewDecision, describe_vali
 log = logging.getLogger("ai-orchestrator.inbox")
 
 HERE: Final = Path(__file__).resolve().parent
-SESSION_MAX_AGE_S: Final = 8 * 3600
 DECISIONS: Final = ("approve", "reedit", "reject")
 # No script at all; styles from our own stylesheet only; forms post back here only.
 CONTENT_SECURITY_POLICY: Final = (
@@ -277,7 +276,7 @@ class Inbox:
         form = await request.form()
         if not self.same_site_post(request, form):
             return self.forbidden(request)
-        request.session.clear()
+        self.auth.log_out(request.session)
         return RedirectResponse("/login" if self.auth.has_login_form else "/", status_code=303)
 
     async def review(self, request: Request) -> Response:
@@ -371,10 +370,10 @@ def _safe_next(target: object) -> str:
     return "/"
 
 
-def create_app(
-    inbox: Inbox, *, session_secret: str, secure_cookies: bool, max_age_s: int = SESSION_MAX_AGE_S
-) -> Starlette:
-    """The ASGI app: routes, sessions and security headers around ``inbox``."""
+def create_app(inbox: Inbox, *, session_secret: str, secure_cookies: bool) -> Starlette:
+    """The ASGI app: routes, sessions and security headers around ``inbox``; a session lasts
+    as long as ``inbox``'s authenticator says (the cookie's own age only tells the browser
+    when to drop it)."""
     routes = [
         Route("/", inbox.index, methods=["GET"]),
         Route("/healthz", inbox.healthz, methods=["GET"]),
@@ -391,7 +390,7 @@ def create_app(
             SessionMiddleware,
             secret_key=session_secret,
             session_cookie=auth.cookie_name(secure_cookies),
-            max_age=max_age_s,
+            max_age=int(inbox.auth.sessions.lifetime.total_seconds()),
             same_site="lax",  # Strict would log out a reviewer arriving from a chat link
             https_only=secure_cookies,
         ),
