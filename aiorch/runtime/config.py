@@ -205,8 +205,13 @@ class Settings(BaseSettings):
     # A reedit loop continues as a new run after this many review rounds (history stays small).
     reedit_rounds_per_run: int = Field(default=50, ge=1, le=1000)
 
-    # Vector store (Qdrant: a server URL, or embedded local mode at a path)
+    # Vector store (Qdrant: a server URL, or embedded local mode at a path). A server's API key
+    # (a secret, sent with every request: use https://) and the CA that signed its certificate
+    # (unset: the system's roots) apply to server mode only.
     vector_store_url: str | None = None
+    vector_store_api_key: SecretStr | None = None
+    vector_store_api_key_file: Path | None = None
+    vector_store_ca_cert_path: Path | None = None
     vector_store_path: str = ".data/vectors"
     vector_collection: str = Field(default="ai-orchestrator", min_length=1)
 

@@ -21,6 +21,7 @@ SECRET_FILE_FIELDS = (
     "review_webhook_url",
     "temporal_api_key",
     "capacity_store_url",
+    "vector_store_api_key",
 )
 # Settings that may also be given as a file (<NAME>_FILE); only the secrets are masked.
 FILE_BACKED_FIELDS = (*SECRET_FILE_FIELDS, "review_public_keys")

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import ssl
 import sys
 from collections.abc import AsyncIterator, Awaitable
 from datetime import timedelta
@@ -68,13 +69,20 @@ def openai_client(settings: Settings) -> AsyncOpenAI:
 
 
 def vector_store(settings: Settings) -> AsyncQdrantClient:
-    """A client for the Qdrant server at ``VECTOR_STORE_URL``, else the embedded store.
+    """A client for the Qdrant server at ``VECTOR_STORE_URL`` (with its API key and CA, if
+    configured), else the embedded store.
 
     Raises:
+        ConfigError: a server setting without a server, or a CA file that cannot be used.
         VectorStoreLocked: another process holds the embedded store's folder.
     """
     if settings.vector_store_url:
-        return AsyncQdrantClient(url=settings.vector_store_url)
+        return vector_server(settings.vector_store_url, settings)
+    if settings.vector_store_api_key is not None or settings.vector_store_ca_cert_path is not None:
+        raise ConfigError(
+            "VECTOR_STORE_API_KEY and VECTOR_STORE_CA_CERT_PATH are for a Qdrant server: set "
+            "VECTOR_STORE_URL (without it the store is embedded, at VECTOR_STORE_PATH)"
+        )
     try:
         return AsyncQdrantClient(path=settings.vector_store_path)
     except RuntimeError as err:
@@ -83,6 +91,33 @@ def vector_store(settings: Settings) -> AsyncQdrantClient:
         if isinstance(err.__context__, LockException):
             raise VectorStoreLocked(settings.vector_store_path) from None
         raise
+
+
+def vector_server(url: str, settings: Settings) -> AsyncQdrantClient:
+    """A client for the Qdrant server at ``url``: its API key on every request, its
+    certificate checked against ``VECTOR_STORE_CA_CERT_PATH`` when set.
+
+    Raises:
+        ConfigError: a CA for a plain http:// URL, or a CA file that cannot be read.
+    """
+    secret = settings.vector_store_api_key
+    options: dict[str, Any] = {
+        "api_key": secret.get_secret_value() if secret else None,
+        # The client's start-up version probe is a request of its own, in a thread, that
+        # ignores the transport options below; the first real call meets the server anyway.
+        "check_compatibility": False,
+    }
+    ca = settings.vector_store_ca_cert_path
+    if ca is not None:
+        if not url.lower().startswith("https://"):
+            raise ConfigError("VECTOR_STORE_CA_CERT_PATH checks a TLS server: use an https:// URL")
+        try:
+            # Extra keywords reach the client's HTTP transport (httpx): its certificate check.
+            options["verify"] = ssl.create_default_context(cafile=str(ca))
+        except (OSError, ssl.SSLError) as err:
+            reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+            raise ConfigError(f"VECTOR_STORE_CA_CERT_PATH={str(ca)!r}: {reason}") from None
+    return AsyncQdrantClient(url=url, **options)
 
 
 def small_cache_warning(settings: Settings) -> str | None:
