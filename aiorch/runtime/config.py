@@ -18,6 +18,7 @@ standard variables ``TEMPORAL_ADDRESS``, ``TEMPORAL_NAMESPACE``, ``TEMPORAL_API_
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 from collections.abc import Mapping
@@ -329,6 +330,18 @@ class Settings(BaseSettings):
             return None  # set but empty = unset
         if not re.fullmatch(r"rediss?://\S+", value.get_secret_value()):
             raise ValueError("must be a redis:// or rediss:// URL")
+        return value
+
+    @field_validator("metrics_host", "health_host")
+    @classmethod
+    def _listen_address(cls, value: str) -> str:
+        # The SDK's Prometheus endpoint takes an address, not a name.
+        try:
+            ipaddress.ip_address(value)
+        except ValueError:
+            raise ValueError(
+                "must be an IP address to listen on (127.0.0.1, 0.0.0.0, ::)"
+            ) from None
         return value
 
     @field_validator("input_file_roots", "input_s3_prefixes", mode="before")
