@@ -26,9 +26,13 @@ RUN /opt/build/bin/pip wheel --no-deps --no-build-isolation --wheel-dir /wheels 
 
 FROM python:3.11.13-slim-bookworm
 
+# A container's own interfaces: the collector scrapes the metrics and the orchestrator probes
+# the health endpoints from outside it (the worker's defaults are loopback).
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
-    PYTHONDONTWRITEBYTECODE=1
+    PYTHONDONTWRITEBYTECODE=1 \
+    METRICS_HOST=0.0.0.0 \
+    HEALTH_HOST=0.0.0.0
 
 RUN groupadd --system --gid 10001 app \
     && useradd --system --uid 10001 --gid app --home-dir /app --shell /usr/sbin/nologin app \

@@ -11,7 +11,12 @@ is a credential) and its format (``REVIEW_WEBHOOK_FORMAT``):
   incoming webhooks accept.
 
 A notification carries ids, the round, the deadline and links, never the request or the reply:
-the receiver is outside the payload codec. Every call sends an ``Idempotency-Key`` header (also
+the receiver is outside the payload codec. The workflow id is the caller's choice, so wherever
+text is rendered (``text``, the Slack section) it appears percent-encoded except for ASCII
+letters, digits and ``-`` (`shown_id`): nothing a client puts in it can become Slack mrkdwn or
+Markdown (a link, emphasis, ``<!channel>`` or an ``@here`` mention). The JSON ``workflow_id``
+field is the id itself, data for the receiver, which must escape it before rendering it; the
+links quote it. Every call sends an ``Idempotency-Key`` header (also
 in the JSON body), ``<workflow id>:<event>:round-<n>``, the same for every retry of one
 notification, so a receiver can drop the copy a retried call may leave.
 
@@ -58,6 +63,20 @@ def idempotency_key(notice: ReviewNotice) -> str:
     return f"{notice.workflow_id}:{notice.reason}:round-{notice.review_round}"
 
 
+def shown_id(workflow_id: str) -> str:
+    """``workflow_id`` as text a chat app may render: every character but an ASCII letter, a
+    digit or ``-`` percent-encoded (UTF-8), so none is markup in Slack mrkdwn or Markdown and
+    none starts a mention; the project's own ids (hex) are unchanged."""
+    return "".join(
+        char if char.isascii() and (char.isalnum() or char == "-") else _percent(char)
+        for char in workflow_id
+    )
+
+
+def _percent(char: str) -> str:
+    return "".join(f"%{byte:02X}" for byte in char.encode("utf-8", "replace"))
+
+
 def _deadline_text(deadline: datetime | None) -> str:
     if deadline is None:
         return "no deadline"
@@ -73,7 +92,7 @@ def headline(notice: ReviewNotice) -> str:
     )
     until = "dead-lettered" if notice.reason == "escalated" else "escalated"
     return (
-        f"{_HEADLINES[notice.reason]}: run {notice.workflow_id} {what} (round "
+        f"{_HEADLINES[notice.reason]}: run {shown_id(notice.workflow_id)} {what} (round "
         f"{notice.review_round}); {until} at {_deadline_text(notice.deadline)} unless reviewed"
     )
 

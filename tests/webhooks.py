@@ -1,8 +1,9 @@
-"""A webhook receiver for tests: a real aiohttp server on loopback that records every call and
-answers with scripted statuses (then 200)."""
+"""Webhook receivers for tests: a real aiohttp server on loopback that records every call and
+answers with scripted statuses (then 200), and a broken one whose answers no client accepts."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -46,3 +47,22 @@ async def running_receiver(port: int = 0) -> AsyncIterator[Receiver]:
         yield receiver
     finally:
         await runner.cleanup()
+
+
+@asynccontextmanager
+async def running_broken_receiver() -> AsyncIterator[str]:
+    """A receiver on 127.0.0.1 that answers every request with a status line no HTTP client
+    accepts (the client's error then quotes the URL it called); yields that URL."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(65536)
+        writer.write(b"HTTP/1.1 abc Broken\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    try:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}{HOOK_PATH}"
+    finally:
+        server.close()
+        await server.wait_closed()

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from rich.table import Table
 from temporalio.client import Client, WorkflowUpdateFailedError
 
-from aiorch.cli.output import CliError, one_line_errors, out
+from aiorch.cli.output import CliError, one_line_errors, out, plain
 from aiorch.cli.reviews import refusal_text
 from aiorch.cli.session import about_run, run_async
 from aiorch.runtime.capacity import CapacityStore, CapacityStoreError
@@ -87,7 +87,7 @@ def spend(
     rows = asyncio.run(report())
     if as_json:
         for row in rows:
-            out.print(json.dumps(row), highlight=False)
+            typer.echo(json.dumps(row))
         return
     if not rows:
         out.print(f"no spend recorded on {when.isoformat()}")
@@ -95,7 +95,7 @@ def spend(
     table = Table("tenant", "spent (USD)", "budget (USD)", "left (USD)", title=when.isoformat())
     for row in rows:
         table.add_row(
-            str(row["tenant"]),
+            plain(row["tenant"]),
             f"{row['spent_usd']:.4f}",
             "-" if row["budget_usd"] is None else f"{row['budget_usd']:.2f}",
             "-" if row["left_usd"] is None else f"{row['left_usd']:.4f}",
@@ -129,7 +129,7 @@ def budget(
                 )
         except WorkflowUpdateFailedError as error:
             raise CliError(f"decision refused for {workflow_id}: {refusal_text(error)}") from None
-        out.print(f"{workflow_id}: {decision} recorded; the run is in {status.state}")
+        out.print(plain(f"{workflow_id}: {decision} recorded; the run is in {status.state}"))
 
     run_async(send)
 

@@ -6,11 +6,10 @@ from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 from temporalio.client import Client
 
-from aiorch.cli.output import CliError, command_group, one_line_errors, out
+from aiorch.cli.output import CliError, command_group, one_line_errors, out, plain
 from aiorch.cli.session import run_async
 from aiorch.ops import dead_letters
 from aiorch.ops.durations import format_duration
@@ -40,14 +39,14 @@ def dlq_list(
     for letter in letters:
         body = letter.body
         table.add_row(
-            body.workflow_id if body else f"(message {letter.message_id})",
-            body.failed_state if body else "?",
+            plain(body.workflow_id if body else f"(message {letter.message_id})"),
+            plain(body.failed_state if body else "?"),
             str(body.attempts) if body else "?",
-            escape((body.last_error or "") if body else (letter.problem or ""))[:160],
+            plain(((body.last_error or "") if body else (letter.problem or ""))[:160]),
             format_duration(letter.age(now)),
         )
     out.print(table)
-    out.print(f"{len(letters)} dead letter(s) in the {queue.where}")
+    out.print(plain(f"{len(letters)} dead letter(s) in the {queue.where}"))
 
 
 @dlq_app.command("redrive")
@@ -72,7 +71,7 @@ def dlq_redrive(
             dead_letters.DeadLetterQueue.from_settings(settings),
             task_queue=settings.temporal_task_queue,
             select=workflow_id,
-            progress=lambda line: out.print(escape(line)),
+            progress=lambda line: out.print(plain(line)),
         )
 
     outcomes = run_async(redrive_letters)

@@ -32,7 +32,7 @@ def serve(
     INBOX_TOKENS_FILE and/or INBOX_USER_HEADER); payloads decode with PAYLOAD_KEYS."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     settings = load_settings()
-    key, authn = server.credentials(settings)
+    key, authn = server.credentials(settings, host)
 
     async def connect_and_serve(settings: Settings) -> None:
         app = server.build_app(settings, await connected(settings), key, authn)

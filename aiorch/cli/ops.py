@@ -14,7 +14,7 @@ from rich.table import Table
 from temporalio.client import Client
 
 from aiorch.cli import choices
-from aiorch.cli.output import CliError, one_line_errors, out
+from aiorch.cli.output import CliError, one_line_errors, out, plain, print_json
 from aiorch.cli.session import run_async
 from aiorch.ops import codec_server, pipelines
 from aiorch.ops.durations import format_duration, parse_duration
@@ -74,13 +74,15 @@ def stats(
     delay (over the most recent finished runs)."""
     result = run_async(lambda client, _: collect_stats(client, sample=sample))
     if as_json:
-        out.print_json(_stats_json(result))
+        print_json(_stats_json(result))
         return
     table = Table(title=f"{result.total} run(s) by state")
     for column in ("pipeline", "state", "open", "closed", "total"):
         table.add_column(column, justify="left" if column in ("pipeline", "state") else "right")
     for row in result.states:
-        table.add_row(row.pipeline, row.state, str(row.open), str(row.closed), str(row.total))
+        table.add_row(
+            plain(row.pipeline), plain(row.state), str(row.open), str(row.closed), str(row.total)
+        )
     if result.without_state:
         table.add_row("", "(no AiState)", "", "", str(result.without_state))
     out.print(table)
@@ -98,14 +100,16 @@ def _show_stuck(runs: list[StuckRun], targets: int, title: str, as_json: bool) -
             {"workflow_id": r.workflow_id, "state": r.state, "since": r.since.isoformat()}
             for r in runs
         ]
-        out.print_json(json.dumps({"runs": listed, "targets": targets}))
+        print_json(json.dumps({"runs": listed, "targets": targets}))
         return
-    table = Table(title=f"{len(runs)} run(s) in one state {title}")
+    table = Table(title=plain(f"{len(runs)} run(s) in one state {title}"))
     for column in ("workflow id", "state", "since (UTC)", "for"):
         table.add_column(column)
     for run in runs:
         since = run.since.strftime("%Y-%m-%d %H:%M:%S")
-        table.add_row(run.workflow_id, run.state or "?", since, format_duration(run.age(now)))
+        table.add_row(
+            plain(run.workflow_id), plain(run.state or "?"), since, format_duration(run.age(now))
+        )
     out.print(table)
 
 
@@ -169,7 +173,7 @@ def stuck(
             )
         out.print(f"{action}: {len(report.done)} done, {len(report.failed)} failed")
         for workflow_id, problem in sorted(report.failed.items()):
-            out.print(f"  {workflow_id}: {problem}")
+            out.print(plain(f"  {workflow_id}: {problem}"))
         if report.failed:
             raise typer.Exit(1)
 

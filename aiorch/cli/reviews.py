@@ -6,7 +6,10 @@ when one is configured, and send it through ``aiorch.ops.reviews.submit_review``
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
 from datetime import timedelta
+from functools import partial
 from typing import Annotated
 
 import typer
@@ -15,7 +18,7 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
 from aiorch.cli import choices
-from aiorch.cli.output import CliError, err_console, one_line_errors, out
+from aiorch.cli.output import CliError, err_console, one_line_errors, out, plain
 from aiorch.cli.session import about_run, run_async
 from aiorch.ops import reviews
 from aiorch.ops.signing import SigningKey, signing_key_from_settings
@@ -66,6 +69,33 @@ def signed_decision(
     return payload, review_signer(settings, key)
 
 
+async def review_target(
+    workflow_id: str, review_round: int | None, client: Client, settings: Settings
+) -> reviews.ReviewTarget:
+    """The run that holds ``workflow_id`` now, for ``review_round`` (default: the round it
+    waits in, its ``AiReviewRound``).
+
+    Raises:
+        CliError: no such run, or it has not asked for a review yet.
+    """
+    with about_run(workflow_id):
+        target = await reviews.current_target(client, workflow_id)
+    if review_round is not None:
+        return replace(target, review_round=review_round)
+    if target.review_round is None:
+        raise CliError(f"run {workflow_id} has not asked for a review yet; pass --round")
+    return target
+
+
+def signed_json(
+    decision: ReviewDecision, target: reviews.ReviewTarget, signer: reviews.Signer
+) -> str:
+    """``decision`` signed for ``target``, as the one JSON argument any client sends as the
+    review signal or the ``submit_review`` update."""
+    signed = signer(decision.model_copy(update={"review_round": target.review_round}), target)
+    return json.dumps(signed.model_dump(mode="json", exclude_none=True))
+
+
 @one_line_errors
 def review(
     workflow_id: Annotated[str, typer.Argument(help="the run's id")],
@@ -76,6 +106,14 @@ def review(
         int | None,
         typer.Option("--round", min=1, help="the round you reviewed (status shows it)"),
     ] = None,
+    print_only: Annotated[
+        bool,
+        typer.Option(
+            "--print",
+            help="print the signed review as JSON, for the Temporal CLI or the Web UI to send, "
+            "instead of sending it",
+        ),
+    ] = False,
 ) -> None:
     """Approve, send back (reedit) or reject a run that awaits review.
 
@@ -84,6 +122,12 @@ def review(
     REVIEWER_KEY (or REVIEWER_KEY_FILE) the decision is signed for that round.
     """
     payload, signer = signed_decision(decision, reviewer, feedback, review_round)
+    if print_only:
+        if signer is None:
+            raise CliError("--print prints a signed review: set REVIEWER_KEY (or _FILE)")
+        target = run_async(partial(review_target, workflow_id, payload.review_round))
+        typer.echo(signed_json(payload, target, signer))
+        return
 
     async def send(client: Client, settings: Settings) -> None:
         try:
@@ -91,7 +135,7 @@ def review(
                 outcome = await reviews.submit_review(client, workflow_id, payload, signer=signer)
         except WorkflowUpdateFailedError as error:
             raise CliError(f"review refused for {workflow_id}: {refusal_text(error)}") from None
-        out.print(outcome.describe(workflow_id))
+        out.print(plain(outcome.describe(workflow_id)))
 
     run_async(send)
 
@@ -135,7 +179,7 @@ def review_all(
             f"({done.per_second:.0f}/s)"
         )
         for workflow_id, reason in [*done.refused.items(), *done.errors.items()][:20]:
-            out.print(f"  {workflow_id}: {reason}")
+            out.print(plain(f"  {workflow_id}: {reason}"))
         if done.errors:
             raise CliError(f"{len(done.errors)} review(s) failed; run the command again")
 

@@ -14,7 +14,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from aiorch.cli import choices
-from aiorch.cli.output import CliError, one_line_errors, out
+from aiorch.cli.output import CliError, one_line_errors, out, plain, print_json
 from aiorch.cli.session import about_run, fetch_status, run_async
 from aiorch.ops import claim_check, pipelines, visibility
 from aiorch.ops.results import run_result
@@ -186,17 +186,17 @@ def start(
         schema=schema,
     )
     if stored:
-        out.print(stored, highlight=False)
+        out.print(plain(stored))
 
     async def start_and_report(client: Client, settings: Settings) -> None:
         workflow_id = await start_run(client, settings, request, pipeline)
-        out.print(f"started {workflow_id}")
-        out.print(f"web ui: {web_ui_run_url(settings, workflow_id)}", highlight=False)
+        out.print(plain(f"started {workflow_id}"))
+        out.print(plain(f"web ui: {web_ui_run_url(settings, workflow_id)}"))
         if inbox := inbox_start_line(settings, workflow_id):
-            out.print(inbox, highlight=False)
+            out.print(plain(inbox))
         if wait:
             result = await run_result(client, workflow_id)
-            out.print_json(result.model_dump_json())
+            print_json(result.model_dump_json())
             if result.state != COMPLETED:
                 raise CliError(
                     f"run {workflow_id} ended in {result.state}: {result_reason(result)}"
@@ -215,10 +215,10 @@ def status(workflow_id: Annotated[str, typer.Argument(help="the run's id")]) -> 
         keys = ("state", "status", "progress", "attempts", "review_round", "model", "last_error")
         for key in keys:
             value = getattr(current, key)
-            table.add_row(key, f"{value}%" if key == "progress" else str(value))
-        table.add_row("tenant", str(current.tenant))
+            table.add_row(key, plain(f"{value}%" if key == "progress" else value))
+        table.add_row("tenant", plain(current.tenant))
         table.add_row("cost", f"${current.cost_usd:.4f}")
-        table.add_row("web ui", web_ui_run_url(settings, workflow_id))
+        table.add_row("web ui", plain(web_ui_run_url(settings, workflow_id)))
         out.print(table)
 
     run_async(show_status)
@@ -230,17 +230,17 @@ def history(workflow_id: Annotated[str, typer.Argument(help="the run's id")]) ->
 
     async def show_history(client: Client, settings: Settings) -> None:
         current = await fetch_status(client, workflow_id)
-        table = Table(title=f"{workflow_id}: {current.state}")
+        table = Table(title=plain(f"{workflow_id}: {current.state}"))
         for column in ("at (UTC)", "from", "to", "event", "attempt", "detail"):
             table.add_column(column)
         for entry in current.history:
             table.add_row(
                 entry.at.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3],
-                entry.from_state,
-                entry.to_state,
-                entry.event,
+                plain(entry.from_state),
+                plain(entry.to_state),
+                plain(entry.event),
                 str(entry.attempt),
-                entry.detail or "",
+                plain(entry.detail or ""),
             )
         out.print(table)
 
@@ -286,8 +286,8 @@ def list_runs(
             table.add_column(column)
         for row in rows:
             table.add_row(
-                str(row["workflow_id"]),
-                str(row["state"] or "?"),
+                plain(row["workflow_id"]),
+                plain(row["state"] or "?"),
                 str(row["temporal_status"]),
                 str(row["started_at"])[:19].replace("T", " "),
             )
@@ -312,7 +312,7 @@ def result(
         if description.status == WorkflowExecutionStatus.RUNNING and not wait:
             state = visibility.state_of(description) or "running"
             raise CliError(f"run {workflow_id} has not finished ({state}); add --wait to wait")
-        out.print_json((await run_result(client, workflow_id)).model_dump_json())
+        print_json((await run_result(client, workflow_id)).model_dump_json())
 
     run_async(show_result)
 
@@ -324,7 +324,7 @@ def cancel(workflow_id: Annotated[str, typer.Argument(help="the run's id")]) -> 
     async def request_cancel(client: Client, settings: Settings) -> None:
         with about_run(workflow_id):
             await client.get_workflow_handle(workflow_id).cancel()
-        out.print(f"cancellation requested for {workflow_id}")
+        out.print(plain(f"cancellation requested for {workflow_id}"))
 
     run_async(request_cancel)
 

@@ -27,6 +27,7 @@ from aiorch.devstack.processes import LocalStackError
 from aiorch.devstack.stack import LocalStack, up
 from aiorch.runtime.config import (
     DEFAULT_CODEC_PORT,
+    DEFAULT_HEALTH_PORT,
     DEFAULT_INBOX_PORT,
     DEFAULT_LLM_PORT,
     DEFAULT_METRICS_PORT,
@@ -71,6 +72,9 @@ def up_command(
     metrics_port: Annotated[
         int, typer.Option(help="the worker's Prometheus /metrics (0: off)")
     ] = DEFAULT_METRICS_PORT,
+    health_port: Annotated[
+        int, typer.Option(help="the worker's /healthz and /readyz (0: off)")
+    ] = DEFAULT_HEALTH_PORT,
 ) -> None:
     """Start the local stack and keep it up until Ctrl-C or SIGTERM."""
     stack = LocalStack(
@@ -85,7 +89,7 @@ def up_command(
         with_inbox=inbox,
         inbox_port=inbox_port,
         with_capacity_store=capacity_store,
-        worker_env={"METRICS_PORT": str(metrics_port)},
+        worker_env={"METRICS_PORT": str(metrics_port), "HEALTH_PORT": str(health_port)},
     )
     try:
         up(stack, Console())

@@ -28,6 +28,7 @@ from aiorch.ops import pipelines, reviews
 from aiorch.ops.signing import SigningKey
 from aiorch.ops.visibility import start_run
 from aiorch.runtime.config import (
+    DEFAULT_HEALTH_PORT,
     DEFAULT_LLM_PORT,
     DEFAULT_METRICS_PORT,
     DEFAULT_SQS_PORT,
@@ -203,6 +204,7 @@ def run_demo(data_dir: Path, *, stay_up: bool) -> bool:
             "LLM_BACKOFF_INITIAL_S": "0.5",
             "LLM_BACKOFF_MAX_S": "2",
             "METRICS_PORT": str(port_or_free(DEFAULT_METRICS_PORT)),
+            "HEALTH_PORT": str(port_or_free(DEFAULT_HEALTH_PORT)),
         },
     )
     with interrupt_on_stop():

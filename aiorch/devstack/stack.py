@@ -7,6 +7,10 @@ and, with payload encryption on, the codec server, started and stopped together.
   ``PAYLOAD_KEYS_FILE`` in the environment or ``worker_env``); the Web UI is started with
   ``--ui-codec-endpoint`` pointing at it, and its token is written to ``<data_dir>/codec-token``
   (mode 0600), never printed
+- with encryption on, the worker refuses plaintext payloads (``REQUIRE_ENCRYPTION=true``), and
+  the shell lines `up` prints (`LocalStack.shell_env`) carry the keys as ``PAYLOAD_KEYS_FILE``:
+  the file given, or ``<data_dir>/payload-keys`` (mode 0600) holding ``PAYLOAD_KEYS``, so a
+  shell that pastes them starts encrypted runs
 - the review inbox starts only with ``with_inbox``, with its own signing key
   (``<data_dir>/inbox-key``; its ``inbox:KEY:*`` entry joins the workers' ``REVIEW_PUBLIC_KEYS``)
   and a login token per name in ``inbox_reviewers``, hashed in ``<data_dir>/inbox-tokens`` and
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shlex
 import time
@@ -47,6 +52,20 @@ from aiorch.ops.inbox.auth import new_token
 from aiorch.ops.signing import SigningKey
 from aiorch.runtime.signals import interrupt_on_stop
 
+# What the worker logs about its metrics (aiorch.runtime.telemetry.worker_runtime) and health
+# endpoints (aiorch.worker.health.start_health): served, or not started and why; `up`'s flag.
+_ENDPOINT_LINES = {
+    "metrics": (
+        re.compile(r"Prometheus metrics on (http://\S+/metrics)"),
+        re.compile(r"metrics endpoint \S*:(\d+) not started \((.*?)\); set METRICS_PORT"),
+        "--metrics-port",
+    ),
+    "health": (
+        re.compile(r"health endpoints on (http://\S+/healthz) and /readyz"),
+        re.compile(r"health endpoints on port (\d+) not started \((.*?)\); set HEALTH_PORT"),
+        "--health-port",
+    ),
+}
 # The reverse is the stop order: the worker goes before the servers it uses.
 _START_ORDER = ("codec", "temporal", "sqs", "llm", "capacity", "worker", "inbox")
 # Variables that switch payload encryption on (see aiorch.runtime.codec) and configure the
@@ -142,6 +161,12 @@ class LocalStack:
         # Encryption is on when keys are configured for the worker (or in this environment).
         settings_env = {**os.environ, **self.worker_env}
         self.encrypted = any(settings_env.get(name) for name in ENCRYPTION_VARIABLES)
+        given_file = settings_env.get("PAYLOAD_KEYS_FILE")
+        self.payload_keys_file = (
+            Path(given_file).resolve() if given_file else self.data_dir / "payload-keys"
+        )
+        self._payload_key_id = settings_env.get("PAYLOAD_KEY_ID")
+        self._payload_keys = None if given_file else settings_env.get("PAYLOAD_KEYS")
         self.codec_token_file = self.data_dir / "codec-token"
         self.reviewer_key = _stack_reviewer_key(self.data_dir / "reviewer-key")
         self.with_inbox, self.inbox_reviewers = with_inbox, tuple(inbox_reviewers)
@@ -190,6 +215,8 @@ class LocalStack:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.addresses.input_dir.mkdir(exist_ok=True)
         _write_secret(self.addresses.reviewer_key_file, self.reviewer_key.private_entry())
+        if self.encrypted and self._payload_keys:
+            _write_secret(self.payload_keys_file, self._payload_keys)
         try:
             # Temporal first: its port (7233) is the one most likely taken, and checking it
             # before launching anything gives the one-line error at once. The other two boot
@@ -268,10 +295,37 @@ class LocalStack:
         self._write_state()
 
     def start_worker(self) -> None:
-        """Start a worker against this stack and wait until it polls."""
-        env = {**self.addresses.env(), **self.worker_env}
+        """Start a worker against this stack and wait until it polls; with encryption on it
+        refuses plaintext payloads unless ``worker_env`` says otherwise."""
+        required = {"REQUIRE_ENCRYPTION": "true"} if self.encrypted else {}
+        env = {**self.addresses.env(), **required, **self.worker_env}
         self._procs["worker"] = start_worker(env=env, log_dir=self.log_dir, cwd=self.worker_cwd)
         self._write_state()
+
+    def shell_env(self) -> dict[str, str]:
+        """What a shell needs to use this stack (`up` prints it): the addresses, and with
+        encryption on the keys (as a file), their current id and ``REQUIRE_ENCRYPTION``."""
+        env = self.addresses.env()
+        if self.encrypted:
+            env["PAYLOAD_KEYS_FILE"] = str(self.payload_keys_file)
+            if self._payload_key_id:
+                env["PAYLOAD_KEY_ID"] = self._payload_key_id
+            env["REQUIRE_ENCRYPTION"] = "true"
+        return env
+
+    def worker_endpoints(self) -> dict[str, str]:
+        """Where the worker serves its metrics and health probes, as it logged them: a URL,
+        ``off``, or ``NOT STARTED: <why>`` (a port another process holds, say)."""
+        log = self._procs["worker"].log_text() if "worker" in self._procs else ""
+        found: dict[str, str] = {}
+        for name, (serving, failed, flag) in _ENDPOINT_LINES.items():
+            if match := serving.search(log):
+                found[name] = match[1]
+            elif match := failed.search(log):
+                found[name] = f"NOT STARTED: port {match[1]}: {match[2]} (choose another: {flag})"
+            else:
+                found[name] = "off"
+        return found
 
     def codec_token(self) -> str:
         """The codec server's bearer token (encryption on only)."""
@@ -396,10 +450,23 @@ def _show(stack: LocalStack, console: Console) -> None:
             "Codec server",
             f"{stack.addresses.codec_server_url} (token in {stack.codec_token_file})",
         )
+    if "worker" in stack.processes:
+        endpoints = stack.worker_endpoints()
+        for label, name in (("Worker metrics", "metrics"), ("Worker health", "health")):
+            shown = endpoints[name]
+            table.add_row(label, shown, style="bold red" if shown.startswith("NOT") else None)
     console.print(table)
-    # Plain print: exports to copy and paste, never wrapped or styled.
-    print("\n".join(f"export {k}={shlex.quote(v)}" for k, v in stack.addresses.env().items()))
+    # Plain print: lines to copy and paste, never wrapped or styled.
+    print("\n".join(shell_lines(stack)))
     console.print("Press Ctrl-C to stop.", style="bold")
+
+
+def shell_lines(stack: LocalStack) -> list[str]:
+    """The lines `up` prints for another shell: ``export`` for each of `LocalStack.shell_env`,
+    after an ``unset PAYLOAD_KEYS`` when the keys come as a file (both at once are refused)."""
+    env = stack.shell_env()
+    unset = ["unset PAYLOAD_KEYS"] if "PAYLOAD_KEYS_FILE" in env else []
+    return [*unset, *(f"export {k}={shlex.quote(v)}" for k, v in env.items())]
 
 
 def _watch(stack: LocalStack, console: Console) -> None:

@@ -18,6 +18,7 @@ standard variables ``TEMPORAL_ADDRESS``, ``TEMPORAL_NAMESPACE``, ``TEMPORAL_API_
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 from collections.abc import Mapping
@@ -160,11 +161,15 @@ class Settings(BaseSettings):
     allowed_reviewers: Annotated[list[str] | None, NoDecode] = None
     # The least review a run gets: a request may ask for more (auto -> always), never less.
     review_min: Literal["never", "auto", "always"] = "auto"
-    # Reviewer authentication (on when set): "key_id:base64 Ed25519 public key[:who]" entries;
-    # `who` is the reviewers that key may sign for ("alice|bob", or * for an identity
-    # provider such as the review inbox); without it, only the reviewer named key_id.
+    # Reviewer authentication: "key_id:base64 Ed25519 public key[:who]" entries; `who` is the
+    # reviewers that key may sign for ("alice|bob", or * for an identity provider such as the
+    # review inbox); without it, only the reviewer named key_id.
     review_public_keys: str | None = None
     review_public_keys_file: Path | None = None
+    # "required" (the default): a worker without REVIEW_PUBLIC_KEYS refuses to start. "off"
+    # accepts unsigned reviews, for a sandbox; the worker warns at every start
+    # (aiorch.worker.app.review_auth_warning).
+    review_auth: Literal["required", "off"] = "required"
     # The CLI's own signing key for reviews: "key_id:base64 Ed25519 private key (32 bytes)".
     reviewer_key: SecretStr | None = None
     reviewer_key_file: Path | None = None
@@ -181,6 +186,8 @@ class Settings(BaseSettings):
     inbox_signing_key_file: Path | None = None
     inbox_tokens_file: Path | None = None
     inbox_user_header: str | None = Field(default=None, pattern=r"^[A-Za-z0-9-]{1,64}$")
+    # A token session ends this long after its login, however busy (logout ends it sooner).
+    inbox_session_ttl_s: float = Field(default=8 * 3600.0, gt=0, le=7 * 86400)
     # Notifications: a webhook called when a run starts waiting for review and when it
     # escalates (off when unset). A Slack incoming-webhook URL is a credential: a secret.
     review_webhook_url: SecretStr | None = None
@@ -201,8 +208,13 @@ class Settings(BaseSettings):
     # A reedit loop continues as a new run after this many review rounds (history stays small).
     reedit_rounds_per_run: int = Field(default=50, ge=1, le=1000)
 
-    # Vector store (Qdrant: a server URL, or embedded local mode at a path)
+    # Vector store (Qdrant: a server URL, or embedded local mode at a path). A server's API key
+    # (a secret, sent with every request: use https://) and the CA that signed its certificate
+    # (unset: the system's roots) apply to server mode only.
     vector_store_url: str | None = None
+    vector_store_api_key: SecretStr | None = None
+    vector_store_api_key_file: Path | None = None
+    vector_store_ca_cert_path: Path | None = None
     vector_store_path: str = ".data/vectors"
     vector_collection: str = Field(default="ai-orchestrator", min_length=1)
 
@@ -219,7 +231,9 @@ class Settings(BaseSettings):
     otel_service_name: str = Field(default="ai-orchestrator", min_length=1)
     # Prompt and reply text may hold personal data: only in spans when explicitly enabled.
     otel_capture_content: bool = False
-    # The worker's Prometheus endpoint (http://HOST:METRICS_PORT/metrics); 0 turns it off.
+    # The worker's Prometheus endpoint (http://METRICS_HOST:METRICS_PORT/metrics); 0 turns it
+    # off. Loopback unless told otherwise: it names models, costs, tenants and the task queue.
+    metrics_host: str = Field(default="127.0.0.1", min_length=1)
     metrics_port: int = Field(default=DEFAULT_METRICS_PORT, ge=0, le=65535)
     # USD per 1K tokens by model (JSON): {"model": {"prompt": 0.005, "completion": 0.015}}.
     # Decoded here (NoDecode), so a value that is not JSON is reported like any invalid value.
@@ -258,7 +272,9 @@ class Settings(BaseSettings):
     worker_workflow_task_pollers: int = Field(default=5, ge=2, le=1000)
     worker_activity_task_pollers: int = Field(default=5, ge=1, le=1000)
     worker_shutdown_grace: float = Field(default=30.0, ge=0, le=3600)
-    # Liveness and readiness (http://HOST:HEALTH_PORT/healthz and /readyz); 0 turns them off.
+    # Liveness and readiness (http://HEALTH_HOST:HEALTH_PORT/healthz and /readyz); 0 turns them
+    # off. Loopback unless told otherwise (0.0.0.0 where an orchestrator probes from outside).
+    health_host: str = Field(default="127.0.0.1", min_length=1)
     health_port: int = Field(default=DEFAULT_HEALTH_PORT, ge=0, le=65535)
 
     # Rolling deploys (README "Rolling deploys"). WORKER_BUILD_ID names this worker's code; it
@@ -333,6 +349,18 @@ class Settings(BaseSettings):
             raise ValueError("must be sqlite:///PATH or postgresql://USER:PASSWORD@HOST:PORT/DB")
         return value
 
+    @field_validator("metrics_host", "health_host")
+    @classmethod
+    def _listen_address(cls, value: str) -> str:
+        # The SDK's Prometheus endpoint takes an address, not a name.
+        try:
+            ipaddress.ip_address(value)
+        except ValueError:
+            raise ValueError(
+                "must be an IP address to listen on (127.0.0.1, 0.0.0.0, ::)"
+            ) from None
+        return value
+
     @field_validator("input_file_roots", "input_s3_prefixes", mode="before")
     @classmethod
     def _split_list(cls, value: Any) -> Any:
@@ -376,17 +404,26 @@ class Settings(BaseSettings):
         return self
 
     def review_keys(self) -> list[ReviewKey]:
-        """The reviewer public keys (REVIEW_PUBLIC_KEYS); empty = reviewer authentication off.
+        """The reviewer public keys (REVIEW_PUBLIC_KEYS); empty when none are configured.
 
         Raises:
-            ConfigError: an entry is malformed (checked when the settings are loaded).
+            ConfigError: an entry is malformed, or the keys given hold no key at all (a file of
+                comments, such as "# revoked pending rotation", is not "no authentication");
+                checked when the settings are loaded.
         """
-        if not self.review_public_keys:
-            return []
+        source = "REVIEW_PUBLIC_KEYS_FILE" if self.review_public_keys_file else "REVIEW_PUBLIC_KEYS"
+        if not self.review_public_keys and self.review_public_keys_file is None:
+            return []  # unset, or set to nothing (= unset, as for every variable)
         try:
-            return parse_review_keys(self.review_public_keys)
+            keys = parse_review_keys(self.review_public_keys or "")
         except KeySpecError as err:
-            raise ConfigError(f"REVIEW_PUBLIC_KEYS: {err}") from None
+            raise ConfigError(f"{source}: {err}") from None
+        if not keys:
+            raise ConfigError(
+                f"{source} holds no key (only comments or blank lines): list at least one "
+                "key, or unset it"
+            )
+        return keys
 
     @property
     def allowed_file_roots(self) -> list[Path]:

@@ -22,6 +22,7 @@ SECRET_FILE_FIELDS = (
     "temporal_api_key",
     "capacity_store_url",
     "document_store_url",
+    "vector_store_api_key",
 )
 # Settings that may also be given as a file (<NAME>_FILE); only the secrets are masked.
 FILE_BACKED_FIELDS = (*SECRET_FILE_FIELDS, "review_public_keys")

@@ -114,14 +114,16 @@ def tracing(settings: Settings, component: str) -> Iterator[ReplaySafeTracerProv
 
 
 def worker_runtime(settings: Settings) -> Runtime | None:
-    """A runtime serving Prometheus metrics on ``METRICS_PORT``; None when it is 0 or taken.
+    """A runtime serving Prometheus metrics on ``METRICS_HOST:METRICS_PORT``; None when the
+    port is 0 or taken.
 
     A port already in use (a second worker on the same host) is logged, not fatal: metrics must
     never stop the pipeline.
     """
     if not settings.metrics_port:
         return None
-    bind_address = f"0.0.0.0:{settings.metrics_port}"
+    host = f"[{settings.metrics_host}]" if ":" in settings.metrics_host else settings.metrics_host
+    bind_address = f"{host}:{settings.metrics_port}"
     try:
         runtime = Runtime(
             telemetry=TelemetryConfig(

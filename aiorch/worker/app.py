@@ -1,11 +1,13 @@
 """Run an ai-orchestrator worker: ``python worker.py`` (installed: ``aiorch-worker``).
 
-Loads configuration, serves its health endpoints, connects (``aiorch.runtime.connection``: the
-envconfig profile, TLS and API key, the project's plugin), registers the search attributes,
-builds the activity clients and polls the task queue until SIGTERM or SIGINT. Then it drains:
-readiness turns to ``draining``, polling stops, the tasks it holds finish (activities get
-``WORKER_SHUTDOWN_GRACE`` seconds before they are cancelled), and it exits 0. Any number of
-workers may poll the same queue; what one leaves behind (a crash included) the others pick up.
+Loads configuration (without reviewer keys it refuses to start unless ``REVIEW_AUTH=off``,
+which it then warns about), serves its health endpoints, connects
+(``aiorch.runtime.connection``: the envconfig profile, TLS and API key, the project's plugin),
+registers the search attributes, builds the activity clients and polls the task queue until
+SIGTERM or SIGINT. Then it drains: readiness turns to ``draining``, polling stops, the tasks it
+holds finish (activities get ``WORKER_SHUTDOWN_GRACE`` seconds before they are cancelled), and
+it exits 0. Any number of workers may poll the same queue; what one leaves behind (a crash
+included) the others pick up.
 
 Every failure a user can fix (configuration, connection) ends in one line on stderr and exit
 status 1, never a traceback.
@@ -17,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import ssl
 import sys
 from collections.abc import AsyncIterator, Awaitable
 from datetime import timedelta
@@ -70,13 +73,20 @@ def openai_client(settings: Settings) -> AsyncOpenAI:
 
 
 def vector_store(settings: Settings) -> AsyncQdrantClient:
-    """A client for the Qdrant server at ``VECTOR_STORE_URL``, else the embedded store.
+    """A client for the Qdrant server at ``VECTOR_STORE_URL`` (with its API key and CA, if
+    configured), else the embedded store.
 
     Raises:
+        ConfigError: a server setting without a server, or a CA file that cannot be used.
         VectorStoreLocked: another process holds the embedded store's folder.
     """
     if settings.vector_store_url:
-        return AsyncQdrantClient(url=settings.vector_store_url)
+        return vector_server(settings.vector_store_url, settings)
+    if settings.vector_store_api_key is not None or settings.vector_store_ca_cert_path is not None:
+        raise ConfigError(
+            "VECTOR_STORE_API_KEY and VECTOR_STORE_CA_CERT_PATH are for a Qdrant server: set "
+            "VECTOR_STORE_URL (without it the store is embedded, at VECTOR_STORE_PATH)"
+        )
     try:
         return embedded_store(settings.vector_store_path)
     except RuntimeError as err:
@@ -85,6 +95,33 @@ def vector_store(settings: Settings) -> AsyncQdrantClient:
         if isinstance(err.__context__, LockException):
             raise VectorStoreLocked(settings.vector_store_path) from None
         raise
+
+
+def vector_server(url: str, settings: Settings) -> AsyncQdrantClient:
+    """A client for the Qdrant server at ``url``: its API key on every request, its
+    certificate checked against ``VECTOR_STORE_CA_CERT_PATH`` when set.
+
+    Raises:
+        ConfigError: a CA for a plain http:// URL, or a CA file that cannot be read.
+    """
+    secret = settings.vector_store_api_key
+    options: dict[str, Any] = {
+        "api_key": secret.get_secret_value() if secret else None,
+        # The client's start-up version probe is a request of its own, in a thread, that
+        # ignores the transport options below; the first real call meets the server anyway.
+        "check_compatibility": False,
+    }
+    ca = settings.vector_store_ca_cert_path
+    if ca is not None:
+        if not url.lower().startswith("https://"):
+            raise ConfigError("VECTOR_STORE_CA_CERT_PATH checks a TLS server: use an https:// URL")
+        try:
+            # Extra keywords reach the client's HTTP transport (httpx): its certificate check.
+            options["verify"] = ssl.create_default_context(cafile=str(ca))
+        except (OSError, ssl.SSLError) as err:
+            reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+            raise ConfigError(f"VECTOR_STORE_CA_CERT_PATH={str(ca)!r}: {reason}") from None
+    return AsyncQdrantClient(url=url, **options)
 
 
 def small_cache_warning(settings: Settings) -> str | None:
@@ -103,6 +140,34 @@ def small_cache_warning(settings: Settings) -> str | None:
         f"{slots}: runs are replayed from history on every task, and a run evicted while its "
         "local fetch_prompt is in flight waits out the workflow task timeout (10 s); use a "
         "cache this small for debugging only"
+    )
+
+
+def review_auth_warning(settings: Settings) -> str | None:
+    """What the worker logs at start when reviewer authentication is off, or None when on.
+
+    Raises:
+        ConfigError: ``REVIEW_AUTH=required`` (the default) without reviewer keys, or
+            ``REVIEW_AUTH=off`` with keys (which of the two was meant cannot be guessed).
+    """
+    keys = settings.review_keys()
+    if settings.review_auth == "required":
+        if not keys:
+            raise ConfigError(
+                "reviewer authentication is required (REVIEW_AUTH=required, the default) and "
+                "no reviewer key is configured: set REVIEW_PUBLIC_KEYS or "
+                "REVIEW_PUBLIC_KEYS_FILE (`aiorch keys reviewer NAME`, `aiorch inbox new-key`), "
+                "or REVIEW_AUTH=off to accept unsigned reviews in a sandbox"
+            )
+        return None
+    if keys:
+        raise ConfigError(
+            "REVIEW_AUTH=off and REVIEW_PUBLIC_KEYS are both set: unset REVIEW_PUBLIC_KEYS to "
+            "accept unsigned reviews, or REVIEW_AUTH to require signed ones"
+        )
+    return (
+        "REVIEW_AUTH=off: reviews are not authenticated; anyone who can signal or update a run "
+        "can approve it under any allowed reviewer name. Use this in a sandbox only."
     )
 
 
@@ -255,11 +320,15 @@ async def run_worker(settings: Settings, client: Client | None = None) -> None:
     """Poll until SIGTERM/SIGINT, then drain; tests may hand in a client.
 
     Raises:
+        ConfigError: reviewer authentication is required and no reviewer key is configured
+            (`review_auth_warning`).
         TemporalUnreachable: no connection, or the server refused the worker (an unknown
             namespace, for example) before it could poll.
     """
+    if warning := review_auth_warning(settings):
+        log.warning("%s", warning)
     health = WorkerHealth()
-    probes = await start_health(health, settings.health_port)
+    probes = await start_health(health, settings.health_port, settings.health_host)
     # Before anything else, so a signal during start-up is not lost.
     stop = stop_event()
     try:

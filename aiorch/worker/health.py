@@ -10,8 +10,9 @@ endpoint (``METRICS_PORT``, served by the SDK's runtime, which cannot serve othe
   (``draining``: it takes no new tasks, finishes the ones it holds, then exits 0). A rolling
   deploy waits for new workers to be ready before it stops old ones.
 
-Both answer JSON ``{"status": ..., "detail": ...}``. The port is served on every interface, as
-the metrics endpoint is, for the orchestrator's probes; a port already taken (a second worker
+Both answer JSON ``{"status": ..., "detail": ...}``. They listen on ``HEALTH_HOST``
+(loopback by default, like the metrics endpoint's ``METRICS_HOST``; ``0.0.0.0`` where an
+orchestrator probes from outside, as in the Docker image); a port already taken (a second worker
 on one host) is logged and the worker runs on without probes, as it does without metrics.
 """
 
@@ -94,7 +95,7 @@ def health_app(health: WorkerHealth) -> web.Application:
     return app
 
 
-async def serve_health(health: WorkerHealth, port: int, host: str = "0.0.0.0") -> web.AppRunner:
+async def serve_health(health: WorkerHealth, port: int, host: str) -> web.AppRunner:
     """Serve the probes on ``host:port`` (0 = any free port); stop with ``runner.cleanup()``.
 
     Raises:
@@ -118,12 +119,13 @@ def bound_port(runner: web.AppRunner) -> int | None:
     return None
 
 
-async def start_health(health: WorkerHealth, port: int) -> web.AppRunner | None:
-    """`serve_health` on ``HEALTH_PORT``; None when it is 0 or taken (logged, not fatal)."""
+async def start_health(health: WorkerHealth, port: int, host: str) -> web.AppRunner | None:
+    """`serve_health` on ``HEALTH_HOST:HEALTH_PORT``; None when the port is 0 or cannot be
+    bound (logged, not fatal)."""
     if not port:
         return None
     try:
-        runner = await serve_health(health, port)
+        runner = await serve_health(health, port, host)
     except OSError as err:
         log.warning(
             "health endpoints on port %d not started (%s); set HEALTH_PORT to a free port, or "
@@ -132,5 +134,6 @@ async def start_health(health: WorkerHealth, port: int) -> web.AppRunner | None:
             err.strerror or err,
         )
         return None
-    log.info("health endpoints on http://0.0.0.0:%d/healthz and /readyz", port)
+    shown = f"[{host}]" if ":" in host else host
+    log.info("health endpoints on http://%s:%d/healthz and /readyz", shown, port)
     return runner

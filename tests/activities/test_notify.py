@@ -7,6 +7,7 @@ import socket
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import quote, unquote
 
 import aiohttp
 import pytest
@@ -15,9 +16,9 @@ from pydantic import SecretStr
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.notify import NotifyActivities
+from activities.notify import NotifyActivities, shown_id
 from aiorch.runtime.config import Settings
-from tests.webhooks import Receiver, running_receiver
+from tests.webhooks import Receiver, running_broken_receiver, running_receiver
 from workflows import errors
 from workflows.payloads import ReviewNotice
 
@@ -129,6 +130,65 @@ async def test_a_receiver_that_is_down_is_retryable_and_the_url_stays_secret() -
         await notify(settings(f"http://127.0.0.1:{port}/hooks/secret-path"))
     assert info.value.type == errors.NOTIFICATION_FAILED and not info.value.non_retryable
     assert "unreachable" in info.value.message and "secret-path" not in info.value.message
+
+
+async def test_an_answer_no_client_accepts_is_retryable_and_the_url_stays_secret() -> None:
+    """A receiver whose status line is broken makes the HTTP client raise an error whose text
+    quotes the URL it called; the notification fails retryably naming only the error's type,
+    so the URL (a secret) reaches neither the run's history nor the worker's log."""
+    async with running_broken_receiver() as url:
+        with pytest.raises(ApplicationError) as info:
+            await notify(settings(url))
+    assert info.value.type == errors.NOTIFICATION_FAILED and not info.value.non_retryable
+    assert info.value.message == "review webhook unreachable (ClientResponseError)"
+    assert "secret-path" not in str(info.value) and "127.0.0.1" not in str(info.value)
+
+
+# A workflow id is whatever the client that started the run chose (the security review's run).
+ATTACK_ID = (
+    "<!channel> @here *urgent* _now_ `x` ~y~ &amp; [approve here](https://evil.example/login) "
+    "<https://evil.example/inbox|Review in the inbox>"
+)
+MARKUP = set("<>&[]*_`~@|")
+
+
+@pytest.mark.parametrize("fmt", ["json", "slack"])
+async def test_a_workflow_id_puts_no_markup_link_or_mention_into_the_text(
+    receiver: Receiver, fmt: str
+) -> None:
+    """A run whose id is Slack mrkdwn and Markdown (a <!channel> mention, an @here, emphasis,
+    a Markdown link and a Slack link to a look-alike page) is announced with that id
+    percent-encoded wherever text is rendered: no markup character, no mention and no link of
+    the attacker's reaches the receiver, and the id can still be read back. The links to the
+    inbox and the Web UI quote it, so it cannot end a Slack link either."""
+    notice = NOTICE.model_copy(update={"workflow_id": ATTACK_ID})
+    await notify(settings(receiver.url, review_webhook_format=fmt), notice)
+    [(_, body)] = receiver.calls
+    inbox = f"https://inbox.example.com/runs/{quote(ATTACK_ID, safe='')}"
+    texts = [body["text"]]
+    if fmt == "slack":
+        assert body["text"].endswith(" " + inbox)
+        texts = [body["text"].removesuffix(" " + inbox)]
+        section = body["blocks"][0]["text"]["text"]
+        link = f"<{inbox}|Open it in the review inbox>"
+        assert section.startswith("*") and section.endswith(f"* {link}")
+        texts.append(section.removesuffix(f"* {link}").removeprefix("*"))
+        assert not set(inbox) & {"<", ">", "|", " "}
+        assert body["blocks"][1]["elements"][0]["url"] == inbox
+    for text in texts:
+        assert not MARKUP & set(text), text
+        assert "evil.example" not in text and "https:" not in text
+        [encoded] = [word for word in text.split() if word.startswith("%3C%21channel")]
+        assert unquote(encoded) == ATTACK_ID
+    if fmt == "json":
+        assert body["workflow_id"] == ATTACK_ID  # data for the receiver, not text to render
+
+
+async def test_the_projects_own_ids_read_as_they_are(receiver: Receiver) -> None:
+    """Ids the project makes (24 hex digits) and plain ones with dashes are shown unchanged."""
+    assert shown_id(WORKFLOW_ID) == WORKFLOW_ID
+    assert shown_id("order-2026-12") == "order-2026-12"
+    assert shown_id("a.b_c d") == "a%2Eb%5Fc%20d"
 
 
 async def test_a_worker_without_a_webhook_refuses_for_good() -> None:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import shlex
 import shutil
 import signal
 import socket
@@ -21,7 +24,7 @@ import openai
 import pytest
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 
 from aiorch.devstack.processes import (
     LocalStackError,
@@ -33,6 +36,8 @@ from aiorch.devstack.processes import (
 )
 from aiorch.devstack.servers import start_sqs_server, start_temporal_dev_server
 from aiorch.devstack.stack import LocalStack
+from aiorch.runtime.codec import KeyRing, new_key
+from aiorch.runtime.temporal import encrypted_converter
 from tests.live import ROOT
 
 pytestmark = pytest.mark.e2e
@@ -313,3 +318,85 @@ def test_simulator_command_serves_until_sigterm() -> None:
             assert process.wait(timeout=10) == 0
         finally:
             process.kill()
+
+
+KEYS = f"k1:{new_key()}"
+
+
+@pytest.fixture(scope="module")
+def encrypted_up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int, int]]:
+    """`python -m aiorch.devstack up` with PAYLOAD_KEYS set, as a newcomer runs it, while
+    another process holds the health port it is given: its output, and the metrics and health
+    ports."""
+    tmp = tmp_path_factory.mktemp("encrypted-up")
+    metrics, health = free_port(), free_port()
+    args = [sys.executable, "-m", "aiorch.devstack", "up", "--data-dir", str(tmp / "data")]
+    args += ["--headless", "--ephemeral", "--metrics-port", str(metrics)]
+    args += ["--health-port", str(health)]
+    for flag in ("--temporal-port", "--sqs-port", "--llm-port", "--codec-port"):
+        args += [flag, str(free_port())]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PAYLOAD_", "TEMPORAL_"))}
+    env |= {"PAYLOAD_KEYS": KEYS, "COLUMNS": "300"}
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", health))
+        taken.listen()
+        with ManagedProcess("up", args, log_dir=tmp, env=env, cwd=ROOT) as up:
+            up.wait_for_log_line("Press Ctrl-C to stop", timeout=120)
+            yield up.log_text(), metrics, health
+            up.stop(timeout=30)
+
+
+def test_the_shell_lines_of_an_encrypted_stack_start_encrypted_runs(
+    encrypted_up: tuple[str, int, int],
+) -> None:
+    """A second shell that pastes exactly the lines `up` printed (keys as a 0600 file, not in
+    the lines themselves) starts runs whose request history holds only encrypted; a start in
+    plaintext, as a shell without the keys would send it, fails at once naming
+    REQUIRE_ENCRYPTION instead of running with the prompt in clear text."""
+    output, _, _ = encrypted_up
+    lines = [line for line in output.splitlines() if line.startswith(("export ", "unset "))]
+    exported = dict(line.removeprefix("export ").split("=", 1) for line in lines[1:])
+    assert lines[0] == "unset PAYLOAD_KEYS" and KEYS not in output
+    keys_file = Path(exported["PAYLOAD_KEYS_FILE"])
+    assert keys_file.read_text().strip() == KEYS and keys_file.stat().st_mode & 0o777 == 0o600
+    assert exported["REQUIRE_ENCRYPTION"] == "true"
+
+    shell = {k: v for k, v in os.environ.items() if not k.startswith(("PAYLOAD_", "TEMPORAL_"))}
+    start = f"{shlex.quote(sys.executable)} starter.py start 'canary prompt' --review never --wait"
+    script = "\n".join([*lines, start])
+    done = subprocess.run(
+        ["bash", "-c", script], cwd=ROOT, env=shell, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    workflow_id = done.stdout.split("started ", 1)[1].split()[0]
+
+    async def check() -> None:
+        plain = await Client.connect(exported["TEMPORAL_ADDRESS"])
+        history = await plain.get_workflow_handle(workflow_id).fetch_history()
+        started = history.events[0].workflow_execution_started_event_attributes
+        assert started.input.payloads[0].metadata["encoding"] == b"binary/encrypted"
+        keyed = await Client.connect(
+            exported["TEMPORAL_ADDRESS"], data_converter=encrypted_converter(KeyRing.parse(KEYS))
+        )
+        request = {"request_id": uuid.uuid4().hex[:24], "user_message": "canary in clear"}
+        plaintext = await plain.start_workflow(
+            "AiOrchestrator", request, id=request["request_id"], task_queue="ai-orchestrator"
+        )
+        with pytest.raises(WorkflowFailureError) as info:
+            await keyed.get_workflow_handle(plaintext.id).result()
+        assert "REQUIRE_ENCRYPTION=true" in str(info.value.cause)
+
+    asyncio.run(check())
+
+
+def test_up_lists_the_worker_endpoints_and_says_which_did_not_start(
+    encrypted_up: tuple[str, int, int],
+) -> None:
+    """The banner shows the worker's metrics URL, and for the health endpoints, whose port
+    another process holds, says in the table that they did not start, naming the port and
+    the flag that chooses another (no silent answer from someone else's worker)."""
+    output, metrics, health = encrypted_up
+    [metrics_row] = [line for line in output.splitlines() if "Worker metrics" in line]
+    assert f"http://127.0.0.1:{metrics}/metrics" in metrics_row
+    [health_row] = [line for line in output.splitlines() if "Worker health" in line]
+    assert f"NOT STARTED: port {health}" in health_row and "--health-port" in health_row

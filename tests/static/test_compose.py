@@ -207,6 +207,30 @@ def test_metrics_port_is_a_setting() -> None:
     assert "metrics_port" in Settings.model_fields
 
 
+def test_the_worker_listens_where_it_is_scraped_and_probed_only() -> None:
+    """The worker's own defaults are loopback; the image listens on the container's interfaces
+    (a collector scrapes it, an orchestrator probes it); compose keeps the metrics open to
+    Prometheus, on the port it scrapes, and the probes on loopback, where its health check
+    reads them from inside the container."""
+    defaults = Settings()
+    assert (defaults.metrics_host, defaults.health_host) == ("127.0.0.1", "127.0.0.1")
+    image_env = " ".join(
+        args for keyword, args in dockerfile_instructions(APP_DOCKERFILE) if keyword == "ENV"
+    )
+    assert "METRICS_HOST=0.0.0.0" in image_env and "HEALTH_HOST=0.0.0.0" in image_env
+    env = service_environment(WORKER)
+    assert env["METRICS_HOST"] == "0.0.0.0"
+    [job] = [
+        job
+        for job in load_yaml(PROMETHEUS_FILE)["scrape_configs"]
+        if job["job_name"] == "ai-orchestrator-worker"
+    ]
+    [scraped] = job["dns_sd_configs"]
+    assert scraped["names"] == [WORKER] and scraped["port"] == int(env["METRICS_PORT"])
+    assert env["HEALTH_HOST"] == "127.0.0.1"
+    assert f"http://127.0.0.1:{env['HEALTH_PORT']}/readyz" in healthcheck_text(WORKER)
+
+
 def test_worker_addresses_reach_the_services_that_serve_them() -> None:
     """Each address the worker is given names a compose service and the port that service
     listens on according to its own config."""

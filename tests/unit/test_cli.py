@@ -3,6 +3,7 @@ and the one line a user sees when Temporal cannot be reached."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -13,11 +14,15 @@ from typer.testing import CliRunner
 from aiorch.cli import build_app
 from aiorch.cli.app import COMMANDS
 from aiorch.cli.ops import stuck_cutoff
-from aiorch.cli.output import CliError
+from aiorch.cli.output import CliError, out, plain, print_json
+from aiorch.cli.reviews import signed_json
 from aiorch.devstack.processes import free_port
+from aiorch.ops.reviews import ReviewTarget
 from aiorch.ops.signing import SigningKey
 from aiorch.runtime.codec import KeyRing
 from aiorch.runtime.config import Settings
+from workflows.engine.identity import Expected, parse_review_keys, review_token_problem
+from workflows.payloads import ReviewDecision
 
 
 def test_payload_key_is_one_usable_key_line() -> None:
@@ -101,3 +106,43 @@ def test_each_command_line_loads_its_module_and_help_lists_every_command() -> No
         alone = typer.main.get_command(build_app(name))
         assert isinstance(alone, TyperGroup)
         assert name in alone.commands
+
+
+def test_review_print_gives_the_signed_json_any_client_can_send(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`review ID DECISION --print` prints the review signed for the run chain and round it
+    found, as one JSON object: the argument a plain client (the Temporal CLI, the Web UI)
+    sends; the run's own check accepts it, and a run that reuses the workflow id refuses it.
+    Without REVIEWER_KEY it is one line saying what to set."""
+    key = SigningKey.generate("alice")
+    monkeypatch.delenv("REVIEWER_KEY_FILE", raising=False)
+    monkeypatch.delenv("REVIEWER_KEY", raising=False)
+    args = ["review", "0123456789abcdef01234567", "reedit", "--feedback", "shorter"]
+    args += ["--round", "2", "--print"]
+    refused = CliRunner().invoke(build_app(), args)
+    assert refused.exit_code == 1
+    assert refused.output.startswith("error: --print prints a signed review: set REVIEWER_KEY")
+
+    target = ReviewTarget("0123456789abcdef01234567", "run-2", "chain-1", 2)
+    payload = ReviewDecision(decision="reedit", reviewer="alice", feedback="shorter")
+    decision = ReviewDecision.model_validate_json(signed_json(payload, target, key.signer()))
+    assert (decision.decision, decision.reviewer, decision.review_round) == ("reedit", "alice", 2)
+    keys = parse_review_keys(key.public_entry())
+    for chain, problem in (("chain-1", None), ("chain-2", "another run of this workflow id")):
+        expected = Expected(
+            workflow_id=target.workflow_id, review_round=2, now=datetime.now(UTC), run_id=chain
+        )
+        found = review_token_problem(decision, keys=keys, expected=expected)
+        assert found == problem or (problem is not None and found and problem in found)
+
+
+def test_untrusted_text_prints_as_its_characters_without_control_bytes() -> None:
+    """`plain` keeps markup as text and newlines, and drops C0 (ESC, BEL), DEL and C1 (CSI)
+    controls; `print_json` prints the same data with every control character escaped."""
+    assert plain("[/][bold red]x\x1b[31m\x07\x7f\x9b2J\nnext").plain == "[/][bold red]x[31m2J\nnext"
+    with out.capture() as captured:
+        print_json(json.dumps({"reason": "[/]\x1b[2J\x9bZ é"}))
+    shown = captured.get()
+    assert "\x1b" not in shown and "\x9b" not in shown
+    assert json.loads(shown) == {"reason": "[/]\x1b[2J\x9bZ é"}

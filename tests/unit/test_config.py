@@ -38,7 +38,13 @@ def test_environment_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize(
     ("name", "value"),
-    [("LLM_MAX_ATTEMPTS", "zero"), ("LLM_MAX_ATTEMPTS", "0"), ("REVIEW_TIMEOUT_S", "-5")],
+    [
+        ("LLM_MAX_ATTEMPTS", "zero"),
+        ("LLM_MAX_ATTEMPTS", "0"),
+        ("REVIEW_TIMEOUT_S", "-5"),
+        ("METRICS_HOST", "localhost"),
+        ("HEALTH_HOST", "every-interface"),
+    ],
 )
 def test_invalid_value_names_the_variable(
     monkeypatch: pytest.MonkeyPatch, name: str, value: str

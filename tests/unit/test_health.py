@@ -57,10 +57,10 @@ async def test_a_taken_port_is_logged_and_the_worker_runs_without_probes(
     with socket.socket() as taken:
         taken.bind(("0.0.0.0", 0))
         taken.listen()
-        assert await start_health(WorkerHealth(), taken.getsockname()[1]) is None
+        assert await start_health(WorkerHealth(), taken.getsockname()[1], "127.0.0.1") is None
     assert "HEALTH_PORT" in caplog.text
-    assert await start_health(WorkerHealth(), 0) is None
-    runner = await start_health(WorkerHealth(), free_port())
+    assert await start_health(WorkerHealth(), 0, "127.0.0.1") is None
+    runner = await start_health(WorkerHealth(), free_port(), "127.0.0.1")
     assert runner is not None
     await runner.cleanup()
 

@@ -19,6 +19,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from aiorch.ops.inbox import auth
 from aiorch.ops.inbox.app import Inbox, InboxOptions, create_app
 from aiorch.ops.inbox.runs import RunView, WaitingRun, earlier_feedback
+from aiorch.ops.inbox.sessions import Sessions
 from aiorch.ops.reviews import ReviewOutcome, ReviewTarget, decision_for_round
 from workflows.payloads import (
     HistoryEntry,
@@ -32,6 +33,7 @@ WORKFLOW_ID = "0123456789abcdef01234567"
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 SINCE = NOW - timedelta(minutes=30)
 EVIL = "<script>alert('owned')</script><img src=x onerror=alert(1)>"
+SESSION_LIFETIME = timedelta(hours=8)
 
 
 def entry(event: str, source: str, target: str, **extra: Any) -> HistoryEntry:
@@ -123,8 +125,18 @@ class Decisions:
         return ReviewOutcome(sent=decision, status=status, recorded=recorded)
 
 
+class Clock:
+    """The inbox's clock, moved by the test."""
+
+    def __init__(self) -> None:
+        self.now = NOW
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
 def make_client(
-    tmp_path: Path, *, header: str | None = None, tokens: bool = True
+    tmp_path: Path, *, header: str | None = None, tokens: bool = True, clock: Clock | None = None
 ) -> tuple[TestClient, dict[str, str], PinnedRuns, Decisions]:
     made = {name: auth.new_token(name) for name in ("alice",)}
     book = None
@@ -136,7 +148,7 @@ def make_client(
     inbox = Inbox(
         runs,
         decisions,
-        auth.Authenticator(book, header),
+        auth.Authenticator(book, header, Sessions(SESSION_LIFETIME, clock or Clock())),
         InboxOptions(web_ui_url=lambda wid: f"http://ui.example/workflows/{wid}"),
         clock=lambda: NOW,
     )
@@ -199,6 +211,36 @@ def test_a_token_logs_in_a_wrong_one_does_not(inbox: Any) -> None:
     assert "httponly" in cookie and "samesite=lax" in cookie and "aiorch-inbox=" in cookie
     listing = client.get("/")
     assert listing.status_code == 200 and "Signed in as <strong>alice</strong>" in listing.text
+
+
+def test_a_cookie_copied_before_logout_opens_nothing_after_it(tmp_path: Path) -> None:
+    """Someone who copied alice's session cookie (a shared machine, a proxy log) replays it
+    after she logs out: 401, because logout ended the session on the server, not only in
+    her browser."""
+    client, tokens, _, _ = make_client(tmp_path)
+    with client:
+        log_in(client, tokens["alice"])
+        assert client.get("/").status_code == 200
+        copied = dict(client.cookies)
+        token = csrf(client.get("/").text)
+        assert client.post("/logout", data={"csrf_token": token}).status_code == 303
+    with TestClient(client.app, follow_redirects=False, cookies=copied) as thief:
+        replayed = thief.get("/")
+        assert replayed.status_code == 401 and "Signed in as" not in replayed.text
+
+
+def test_a_session_ends_eight_hours_after_login_however_busy(tmp_path: Path) -> None:
+    """A reviewer (or a stolen cookie) that uses the inbox every half hour, taking each fresh
+    cookie the inbox sends, is still asked to log in again eight hours after the login."""
+    clock = Clock()
+    client, tokens, _, _ = make_client(tmp_path, clock=clock)
+    with client:
+        log_in(client, tokens["alice"])
+        while clock.now < NOW + SESSION_LIFETIME - timedelta(minutes=1):
+            assert client.get("/").status_code == 200
+            clock.now += timedelta(minutes=30)
+        clock.now = NOW + SESSION_LIFETIME
+        assert client.get("/").status_code == 401
 
 
 def test_the_list_shows_each_waiting_run_with_time_left_as_text(inbox: Any) -> None:

@@ -59,19 +59,26 @@ def test_new_token_prints_the_token_once_and_the_hashed_line(tmp_path: Path) -> 
             "cannot connect to Temporal at 127.0.0.1:1",
         ),
         ({"INBOX_URL": "inbox.example.com"}, "INBOX_URL="),
+        (
+            {"INBOX_SIGNING_KEY": "KEY", "INBOX_USER_HEADER": "X-User", "INBOX_HOST": "0.0.0.0"},
+            "the review inbox listens on 0.0.0.0, not on loopback: set INBOX_URL",
+        ),
     ],
 )
 def test_every_failure_to_start_is_one_line(
     monkeypatch: pytest.MonkeyPatch, env: dict[str, str], message: str
 ) -> None:
     """Missing or bad key, no way to authenticate, an unreadable tokens file, Temporal down,
-    a bad setting: exit status 1 and one line naming the problem, no traceback."""
+    a bad setting, listening beyond loopback without INBOX_URL: exit status 1 and one line
+    naming the problem, no traceback."""
     key = SigningKey.generate("inbox").private_entry()
     for name in (
         "INBOX_SIGNING_KEY",
         "INBOX_SIGNING_KEY_FILE",
         "INBOX_TOKENS_FILE",
         "INBOX_USER_HEADER",
+        "INBOX_HOST",
+        "INBOX_URL",
     ):
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():

@@ -57,7 +57,6 @@ from workflows.payloads import (
 log = logging.getLogger("ai-orchestrator.inbox")
 
 HERE: Final = Path(__file__).resolve().parent
-SESSION_MAX_AGE_S: Final = 8 * 3600
 DECISIONS: Final = get_args(Decision)
 # The form's button for an approval with the corrected fields of its textarea.
 CORRECT: Final = "correct"
@@ -286,7 +285,7 @@ class Inbox:
         form = await request.form()
         if not self.same_site_post(request, form):
             return self.forbidden(request)
-        request.session.clear()
+        self.auth.log_out(request.session)
         return RedirectResponse("/login" if self.auth.has_login_form else "/", status_code=303)
 
     async def review(self, request: Request) -> Response:
@@ -424,10 +423,10 @@ def _safe_next(target: object) -> str:
     return "/"
 
 
-def create_app(
-    inbox: Inbox, *, session_secret: str, secure_cookies: bool, max_age_s: int = SESSION_MAX_AGE_S
-) -> Starlette:
-    """The ASGI app: routes, sessions and security headers around ``inbox``."""
+def create_app(inbox: Inbox, *, session_secret: str, secure_cookies: bool) -> Starlette:
+    """The ASGI app: routes, sessions and security headers around ``inbox``; a session lasts
+    as long as ``inbox``'s authenticator says (the cookie's own age only tells the browser
+    when to drop it)."""
     routes = [
         Route("/", inbox.index, methods=["GET"]),
         Route("/healthz", inbox.healthz, methods=["GET"]),
@@ -444,7 +443,7 @@ def create_app(
             SessionMiddleware,
             secret_key=session_secret,
             session_cookie=auth.cookie_name(secure_cookies),
-            max_age=max_age_s,
+            max_age=int(inbox.auth.sessions.lifetime.total_seconds()),
             same_site="lax",  # Strict would log out a reviewer arriving from a chat link
             https_only=secure_cookies,
         ),

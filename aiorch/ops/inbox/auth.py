@@ -6,18 +6,24 @@ Two ways in, configured by the operator (at least one):
 - **Tokens** (``INBOX_TOKENS_FILE``): one line per token, ``REVIEWER:sha256:HEX`` (SHA-256 of
   the token, hex; ``#`` starts a comment). ``aiorch inbox new-token alice`` makes
   a random token (256 bits) and prints it once, with the line to add. Only hashes are stored:
-  a leaked file opens nothing. A reviewer logs in with the token once; the session cookie then
-  names the reviewer and the token's id (the first 16 hex digits of its hash), so removing a
-  line ends that token's sessions at the next request (the file is re-read when it changes).
+  a leaked file opens nothing. A reviewer logs in with the token once; the inbox then keeps a
+  session (``sessions.Sessions``: the reviewer, the token's id, i.e. the first 16 hex digits of
+  its hash, and an absolute end, ``INBOX_SESSION_TTL_S`` after the login) and the cookie holds
+  only its random id. Removing a token's line ends its sessions at the next request (the file
+  is re-read when it changes); logging out ends that session on the server, so a copy of the
+  cookie opens nothing afterwards.
 - **Proxy** (``INBOX_USER_HEADER``, e.g. ``X-Forwarded-User``): the header's value is the
   reviewer. Trusted only when configured, and then only as far as the deployment guarantees that
   every request comes through the proxy, which sets the header itself and drops any copy a
   client sends (README, "Behind an authenticating proxy").
 
-The session is a signed cookie (Starlette's ``SessionMiddleware``), HttpOnly, SameSite=Strict,
-``Secure`` (and named ``__Host-...``) unless ``INBOX_URL`` is plain ``http://`` on a loopback
-host. Its signing secret is derived from the inbox's signing key, so every replica of the inbox
-accepts the same sessions and rotating the key ends them all.
+The session is a signed cookie (Starlette's ``SessionMiddleware``), HttpOnly, SameSite=Lax (a
+reviewer arriving from a chat link stays logged in; CSRF tokens guard every POST), ``Secure``
+(and named ``__Host-...``) unless the inbox is plain ``http://`` on a loopback host: ``INBOX_URL``
+says where reviewers open it, and an inbox without one must listen on loopback
+(`check_inbox_url`), so a deployment reached over the network always gets a ``Secure`` cookie.
+Its signing secret is derived from the inbox's signing key, so rotating the key ends every
+session.
 
 CSRF: every session holds a random token; every form carries it and every POST must return it
 (compared in constant time), else 403. A request a browser marks as cross-site
@@ -28,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import re
 import secrets
 from collections.abc import MutableMapping
@@ -39,6 +46,7 @@ from urllib.parse import urlsplit
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from aiorch.ops.inbox.sessions import Sessions
 from aiorch.ops.signing import SigningKey
 from aiorch.runtime.config import ConfigError
 from workflows.payloads import MAX_REVIEWER_CHARS
@@ -49,7 +57,6 @@ CSRF_FIELD: Final = "csrf_token"
 _LINE: Final = re.compile(r"^(?P<name>.+):sha256:(?P<digest>[0-9a-f]{64})$")
 # What a reviewer name may hold: printable characters, no line breaks or controls.
 _NAME: Final = re.compile(r"^[^\x00-\x1f\x7f]+$")
-_LOOPBACK_HOSTS: Final = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
 
 Via = Literal["token", "proxy"]
 
@@ -167,13 +174,39 @@ def session_secret(key: SigningKey) -> str:
     return derived.hex()
 
 
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name or an address, IPv6 with or without brackets) is this machine's
+    loopback: ``localhost`` or an address in 127.0.0.0/8 or ``::1``."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_inbox_url(bind_host: str, inbox_url: str | None) -> None:
+    """An inbox that listens beyond loopback must be told where reviewers reach it, or its
+    cookie could go out without ``Secure`` over a TLS proxy.
+
+    Raises:
+        ConfigError: ``bind_host`` is not loopback and ``INBOX_URL`` is unset (one line).
+    """
+    if not inbox_url and not is_loopback(bind_host):
+        raise ConfigError(
+            f"the review inbox listens on {bind_host}, not on loopback: set INBOX_URL to the "
+            "address reviewers open (https://... behind TLS), so its session cookie is Secure"
+        )
+
+
 def secure_cookies(inbox_url: str | None) -> bool:
     """Whether the session cookie is ``Secure``: always, except for a plain ``http://`` inbox
-    on a loopback host (the local stack), where browsers would not send it back otherwise."""
+    on a loopback host (the local stack), where browsers would not send it back otherwise.
+    Without ``INBOX_URL`` the inbox listens on loopback only (`check_inbox_url`)."""
     if not inbox_url:
         return False
     parts = urlsplit(inbox_url)
-    return not (parts.scheme == "http" and (parts.hostname or "") in _LOOPBACK_HOSTS)
+    return not (parts.scheme == "http" and is_loopback(parts.hostname or ""))
 
 
 def cookie_name(secure: bool) -> str:
@@ -188,7 +221,12 @@ class Authenticator:
         ConfigError: (on construction) neither tokens nor a proxy header is configured.
     """
 
-    def __init__(self, tokens: TokenBook | None, user_header: str | None) -> None:
+    def __init__(
+        self,
+        tokens: TokenBook | None,
+        user_header: str | None,
+        sessions: Sessions,
+    ) -> None:
         if tokens is None and not user_header:
             raise ConfigError(
                 "the review inbox needs a way to know its reviewers: INBOX_TOKENS_FILE "
@@ -197,6 +235,7 @@ class Authenticator:
             )
         self.tokens = tokens
         self.user_header = user_header
+        self.sessions = sessions
 
     @property
     def has_login_form(self) -> bool:
@@ -218,8 +257,8 @@ class Authenticator:
     def reviewer(self, headers: Any, session: MutableMapping[str, Any]) -> Reviewer | None:
         """The request's reviewer, or None (the caller answers 401).
 
-        The proxy's header wins when configured and present; otherwise a token session, as
-        long as its token is still listed.
+        The proxy's header wins when configured and present; otherwise a token session the
+        inbox still knows (not logged out, not past its end), as long as its token is listed.
         """
         proxied = self.proxy_user(headers)
         if proxied is not None:
@@ -228,14 +267,13 @@ class Authenticator:
                 session.clear()
                 session["proxy_user"] = proxied
             return Reviewer(proxied, "proxy")
-        name, token_id = session.get("reviewer"), session.get("token_id")
+        found = self.sessions.find(session.get("sid"))
         if (
             self.tokens is not None
-            and isinstance(name, str)
-            and isinstance(token_id, str)
-            and self.tokens.holds(name, token_id)
+            and found is not None
+            and self.tokens.holds(found.reviewer, found.token_id)
         ):
-            return Reviewer(name, "token")
+            return Reviewer(found.reviewer, "token")
         return None
 
     def log_in(self, token: str, session: MutableMapping[str, Any]) -> str | None:
@@ -246,8 +284,13 @@ class Authenticator:
         if found is None:
             return None
         session.clear()  # a new identity gets a new CSRF token too (no session fixation)
-        session["reviewer"], session["token_id"] = found
+        session["sid"] = self.sessions.start(*found)
         return found[0]
+
+    def log_out(self, session: MutableMapping[str, Any]) -> None:
+        """End the session on the server and in the cookie."""
+        self.sessions.end(session.get("sid"))
+        session.clear()
 
 
 def csrf_token(session: MutableMapping[str, Any]) -> str:

@@ -23,6 +23,7 @@ from temporalio.client import Client
 from aiorch.ops.inbox import auth
 from aiorch.ops.inbox.app import Inbox, InboxOptions, create_app
 from aiorch.ops.inbox.runs import RunReader
+from aiorch.ops.inbox.sessions import Sessions
 from aiorch.ops.reviews import ReviewOutcome, ReviewTarget, Signer, submit_review
 from aiorch.ops.signing import SigningKey
 from aiorch.runtime.config import ConfigError, Settings
@@ -58,15 +59,21 @@ def authenticator(settings: Settings) -> auth.Authenticator:
         ConfigError: neither is configured, or the tokens file is unusable.
     """
     tokens = auth.TokenBook(settings.inbox_tokens_file) if settings.inbox_tokens_file else None
-    return auth.Authenticator(tokens, settings.inbox_user_header)
+    sessions = Sessions(timedelta(seconds=settings.inbox_session_ttl_s))
+    return auth.Authenticator(tokens, settings.inbox_user_header, sessions)
 
 
-def credentials(settings: Settings) -> tuple[SigningKey, auth.Authenticator]:
-    """The inbox's signing key and how it knows its reviewers, checked before it connects.
+def credentials(
+    settings: Settings, host: str | None = None
+) -> tuple[SigningKey, auth.Authenticator]:
+    """The inbox's signing key and how it knows its reviewers, checked before it connects,
+    for an inbox listening on ``host`` (default ``INBOX_HOST``).
 
     Raises:
-        ConfigError: the inbox is not configured well enough to run.
+        ConfigError: the inbox is not configured well enough to run (also: it would listen
+            beyond loopback without ``INBOX_URL``).
     """
+    auth.check_inbox_url(host or settings.inbox_host, settings.inbox_url)
     return signing_key(settings), authenticator(settings)
 
 
