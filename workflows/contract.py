@@ -19,7 +19,16 @@ SIGNAL_DEAD_LETTER: Final = "dead_letter"
 SIGNAL_BUDGET_DECISION: Final = "budget_decision"
 UPDATE_DECIDE_BUDGET: Final = "decide_budget"
 # Every signal and update the workflow takes (what the Web UI lists for them).
-SIGNALS: Final = (SIGNAL_REVIEW, SIGNAL_BUDGET_DECISION, SIGNAL_EXPIRE_REVIEW, SIGNAL_DEAD_LETTER)
+# An operator's revocation of reviewer keys or reviewers, for a run planned while they were
+# trusted (``aiorch keys revoke`` sends it to every open run).
+SIGNAL_REVOKE: Final = "revoke"
+SIGNALS: Final = (
+    SIGNAL_REVIEW,
+    SIGNAL_BUDGET_DECISION,
+    SIGNAL_EXPIRE_REVIEW,
+    SIGNAL_DEAD_LETTER,
+    SIGNAL_REVOKE,
+)
 UPDATES: Final = (UPDATE_SUBMIT_REVIEW, UPDATE_DECIDE_BUDGET)
 QUERY_STATE: Final = "state"
 QUERY_STATUS: Final = "status"

@@ -8,7 +8,7 @@ module              commands
 ``reviews``         ``review``, ``review-all``
 ``dlq``             ``dlq list``, ``dlq redrive``
 ``ops``             ``stats``, ``stuck``, ``codec-server``
-``keys``            ``keys payload``, ``keys reviewer NAME``
+``keys``            ``keys payload``, ``keys reviewer NAME``, ``keys revoke KEY_ID``
 ``inbox``           ``inbox serve``, ``inbox new-key``, ``inbox new-token NAME``
 ``budgets``         ``spend``, ``budget``
 ``contract``        ``graph``, ``schema``

@@ -9,11 +9,15 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
+from pydantic import ValidationError
 
-from aiorch.cli.output import CliError, command_group, one_line_errors
+from aiorch.cli.output import CliError, command_group, one_line_errors, out, plain
+from aiorch.cli.session import run_async
+from aiorch.ops.revocation import revoke_in_open_runs
 from aiorch.ops.signing import SigningKey
 from aiorch.runtime.codec import new_key
 from workflows.engine.identity import KeySpecError, parse_review_keys
+from workflows.payloads import Revocation, describe_validation_error
 
 keys_app = command_group("Make keys: a payload encryption key, or a reviewer's signing key pair.")
 
@@ -52,6 +56,36 @@ def reviewer_key(
         raise CliError(f"cannot make this key: {error}") from None
     typer.echo(f"REVIEWER_KEY={key.private_entry()}")
     typer.echo(f"REVIEW_PUBLIC_KEYS={public}")
+
+
+@keys_app.command("revoke")
+@one_line_errors
+def revoke(
+    key_ids: Annotated[
+        list[str] | None, typer.Argument(help="reviewer key ids to stop accepting")
+    ] = None,
+    reviewer: Annotated[
+        list[str] | None,
+        typer.Option("--reviewer", help="a reviewer to stop accepting (repeat it)"),
+    ] = None,
+    operator: Annotated[str, typer.Option(help="who revokes (recorded)")] = "operator",
+    reason: Annotated[str | None, typer.Option(help="why")] = None,
+) -> None:
+    """Make every open run refuse reviews signed with KEY_IDS, or by the --reviewer names.
+
+    Remove them from REVIEW_PUBLIC_KEYS and ALLOWED_REVIEWERS too: that changes new runs;
+    this reaches the runs already open (one signal each).
+    """
+    try:
+        revocation = Revocation(
+            operator=operator, key_ids=key_ids or [], reviewers=reviewer or [], reason=reason
+        )
+    except ValidationError as error:
+        raise CliError(f"invalid revocation: {describe_validation_error(error)}") from None
+    if not revocation.key_ids and not revocation.reviewers:
+        raise CliError("name a key id to revoke, or --reviewer NAME")
+    done = run_async(lambda client, _: revoke_in_open_runs(client, revocation))
+    out.print(plain(f"revoked in {done.told} open run(s); {done.closed} closed meanwhile"))
 
 
 def register(app: typer.Typer) -> None:

@@ -18,7 +18,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from aiorch.ops.inbox import auth
 from aiorch.ops.inbox.app import Inbox, InboxOptions, create_app
-from aiorch.ops.inbox.runs import RunView, WaitingRun, earlier_feedback
+from aiorch.ops.inbox.runs import RunView, WaitingRun, earlier_feedback, may_review
 from aiorch.ops.inbox.sessions import Sessions
 from aiorch.ops.reviews import ReviewOutcome, ReviewTarget, decision_for_round
 from workflows.payloads import (
@@ -86,12 +86,12 @@ class PinnedRuns:
         # The fields a document run shows for correction (None: a run that takes none).
         self.view_fields: dict[str, Any] | None = None
 
-    async def waiting(self) -> list[WaitingRun]:
+    async def waiting(self, reviewer: str) -> list[WaitingRun]:
         if self.failure:
             raise self.failure
         return [WaitingRun(WORKFLOW_ID, "run-1", "await_review", SINCE, 2, VIEW)]
 
-    async def view(self, workflow_id: str) -> RunView:
+    async def view(self, workflow_id: str, reviewer: str) -> RunView:
         if workflow_id != WORKFLOW_ID:
             raise RPCError("not found", RPCStatusCode.NOT_FOUND, b"")
         view = VIEW
@@ -301,7 +301,8 @@ def test_a_decision_is_sent_for_the_round_shown_as_the_reviewer(inbox: Any) -> N
             "reviewer": "mallory",
         },
     )
-    assert response.status_code == 303 and response.headers["location"] == f"/runs/{WORKFLOW_ID}"
+    # Applied: on to the list of runs still waiting, which says what happened.
+    assert response.status_code == 303 and response.headers["location"] == "/"
     [(workflow_id, decision)] = decisions.sent
     assert workflow_id == WORKFLOW_ID
     assert (decision.decision, decision.reviewer, decision.review_round, decision.feedback) == (
@@ -310,7 +311,7 @@ def test_a_decision_is_sent_for_the_round_shown_as_the_reviewer(inbox: Any) -> N
         2,
         "cite the section",
     )
-    assert "reedit accepted (round 2)" in client.get(f"/runs/{WORKFLOW_ID}").text
+    assert "reedit accepted (round 2)" in client.get("/").text
     # To the run the page showed, signed for its chain and what it showed.
     [target] = decisions.targets
     assert (target.run_id, target.chain_id, target.digest) == ("run-1", "chain-1", "d" * 64)
@@ -417,3 +418,21 @@ def test_behind_a_proxy_the_header_names_the_reviewer(tmp_path: Path) -> None:
         assert sent.status_code == 303
         assert [d.reviewer for _, d in decisions.sent] == ["carol"]
         assert client.post(f"/runs/{WORKFLOW_ID}/review", data=form).status_code == 401
+
+
+@pytest.mark.parametrize(
+    ("changes", "reviewer", "may"),
+    [
+        ({}, "alice", True),
+        ({"allowed_reviewers": ["bob"]}, "alice", False),
+        ({"allowed_reviewers": None}, "anyone", True),
+        ({"requested_by": "alice"}, "alice", False),
+        ({"waiting": False}, "alice", False),
+    ],
+)
+def test_a_reviewer_may_see_only_runs_waiting_for_them(
+    changes: dict[str, Any], reviewer: str, may: bool
+) -> None:
+    """The inbox lists and shows a run to a reviewer only while it waits, only when its
+    reviewers include them, and never to its requester."""
+    assert may_review(VIEW.model_copy(update=changes), reviewer) is may

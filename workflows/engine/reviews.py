@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, NoReturn
+from typing import Any, Final, NoReturn
 
 from temporalio import workflow
 
@@ -37,7 +37,13 @@ import workflows.engine.identity as identity
 import workflows.engine.record as record
 from workflows.engine.graph import Event, Graph
 from workflows.engine.pipeline import Context
-from workflows.payloads import LlmCallResult, OperatorRequest, ReviewDecision, RunCore
+from workflows.payloads import (
+    LlmCallResult,
+    OperatorRequest,
+    ReviewDecision,
+    Revocation,
+    RunCore,
+)
 
 MAX_REFUSAL_CHARS = 300
 
@@ -81,6 +87,11 @@ def refusal(
     plan = run.plan
     if plan is None:
         return Refusal("not_awaiting_review", "run has no plan yet")
+    if decision.reviewer in run.revoked_reviewers:
+        return Refusal(
+            "reviewer_revoked",
+            f"reviewer {decision.reviewer[:80]!r} was revoked for run {workflow_id}",
+        )
     if plan.allowed_reviewers is not None and decision.reviewer not in plan.allowed_reviewers:
         return Refusal(
             "reviewer_not_allowed",
@@ -113,7 +124,8 @@ def refusal(
             digest=digest,
             max_ttl=timedelta(seconds=ttl) if ttl is not None else None,
         )
-        problem = identity.review_token_problem(decision, keys=plan.review_keys, expected=expected)
+        keys = [key for key in plan.review_keys if key.key_id not in run.revoked_keys]
+        problem = identity.review_token_problem(decision, keys=keys, expected=expected)
         if problem is not None:
             return Refusal("unauthenticated", problem)
     return None
@@ -196,6 +208,20 @@ def operator_reason(
         return None
     reason = f"{action} by {request.operator}"
     return f"{reason}: {request.reason}" if request.reason else reason
+
+
+MAX_REVOKED: Final = 100
+
+
+def revoke(run: RunCore[Any], revocation: Revocation) -> None:
+    """Stop accepting the revoked keys and reviewers (the newest ``MAX_REVOKED`` of each)."""
+    run.revoked_keys = _merged(run.revoked_keys, revocation.key_ids)
+    run.revoked_reviewers = _merged(run.revoked_reviewers, revocation.reviewers)
+
+
+def _merged(kept: list[str], added: list[str]) -> list[str]:
+    merged = [*kept, *(name for name in added if name not in kept)]
+    return merged[-MAX_REVOKED:]
 
 
 def take_forced_reason(run: RunCore[Any]) -> str | None:

@@ -55,6 +55,7 @@ from workflows.payloads import (
     RequestBase,
     ReviewDecision,
     ReviewView,
+    Revocation,
     RunResult,
     RunStatus,
     describe_validation_error,
@@ -198,6 +199,8 @@ class PipelineWorkflow:
                 # Time out every review wait now, so the run takes its normal
                 # escalate -> dead_letter path (and sends its dead-letter message).
                 self._operator_action(args, "dead-lettered", "dead_letter_requested")
+            case contract.SIGNAL_REVOKE:
+                self._revoke(args)
             case _:
                 # Not the contract's: ignored (the name is the sender's text, kept out of logs;
                 # the history shows it).
@@ -414,6 +417,19 @@ class PipelineWorkflow:
         reason = reviews.operator_reason(self._ctx.graph, self._ctx.run, request, action)
         if reason:
             setattr(self._ctx.run, field, reason)
+
+    def _revoke(self, args: Sequence[RawValue]) -> None:
+        """An operator's revocation: once the run is admitted, its review rules refuse the
+        revoked keys and reviewers. Invalid ones are dropped (signals cannot be refused)."""
+        if self._admission.defer(lambda: self._revoke(args)):
+            return
+        if self._ctx is None:
+            return
+        try:
+            revocation = inbound(args, Revocation)
+        except errors.InvalidRequest:
+            return
+        reviews.revoke(self._ctx.run, revocation)
 
     async def _reviewed(self, ctx: Context[Any, Any], summary: str) -> bool:
         """Wait for a review (``summary``: the wait's Web UI line): True once one came and was

@@ -46,6 +46,7 @@ __all__ = [
     "ReviewKey",
     "ReviewSection",
     "ReviewView",
+    "Revocation",
     "RunOptions",
     "RunProgress",
     "RunResult",
@@ -151,6 +152,18 @@ class OperatorRequest(_Strict):
     """Payload of the operator signals ``expire_review`` and ``dead_letter`` (both optional)."""
 
     operator: NonBlank = Field(default="operator", max_length=200)
+    reason: Text | None = Field(default=None, max_length=500)
+
+
+class Revocation(_Strict):
+    """Payload of the ``revoke`` signal: reviewer keys (by key id) and reviewers a run must no
+    longer accept, for runs planned while they were trusted."""
+
+    operator: NonBlank = Field(default="operator", max_length=200)
+    key_ids: list[Annotated[str, Field(max_length=64)]] = Field(
+        default_factory=list, max_length=100
+    )
+    reviewers: list[ReviewerName] = Field(default_factory=list, max_length=100)
     reason: Text | None = Field(default=None, max_length=500)
 
 
@@ -317,6 +330,7 @@ ALL_MODELS: tuple[type[BaseModel], ...] = (
     RunOptions,
     ReviewDecision,
     OperatorRequest,
+    Revocation,
     BudgetDecision,
     HistoryEntry,
     RunStatus,

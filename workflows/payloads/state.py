@@ -54,6 +54,9 @@ class RunCore(RunProgress, _Mutable, Generic[PlanT]):
     corrective_next: bool = False
     # Fields a reviewer corrected with an approval, for the state the correction leads to.
     corrected: dict[str, Any] | None = None
+    # Reviewer keys (ids) and reviewers an operator revoked since the run was planned.
+    revoked_keys: list[str] = Field(default_factory=list)
+    revoked_reviewers: list[str] = Field(default_factory=list)
 
 
 class RunState(RunCore[PromptPlan]):

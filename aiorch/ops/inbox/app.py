@@ -45,7 +45,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from aiorch.ops.inbox import auth
-from aiorch.ops.inbox.runs import RunUnreadable, RunView, WaitingRun, time_left
+from aiorch.ops.inbox.runs import NotYours, RunUnreadable, RunView, WaitingRun, time_left
 from aiorch.ops.reviews import ReviewOutcome, ReviewTarget
 from workflows.payloads import (
     MAX_FEEDBACK_CHARS,
@@ -80,9 +80,9 @@ LOGIN_FAILURE_DELAY_S: Final = 0.3
 class RunSource(Protocol):
     """Where the inbox reads runs (``runs.RunReader`` over a Temporal client)."""
 
-    async def waiting(self) -> list[WaitingRun]: ...
+    async def waiting(self, reviewer: str) -> list[WaitingRun]: ...
 
-    async def view(self, workflow_id: str) -> RunView: ...
+    async def view(self, workflow_id: str, reviewer: str) -> RunView: ...
 
 
 Submit = Callable[[ReviewDecision, ReviewTarget], Awaitable[ReviewOutcome]]
@@ -211,7 +211,7 @@ class Inbox:
         if reviewer is None:
             return self.unauthorized(request)
         try:
-            rows = await self.runs.waiting()
+            rows = await self.runs.waiting(reviewer.name)
         except RPCError as err:
             return self.temporal_down(request, reviewer, err)
         return self.page(request, "inbox.html", reviewer=reviewer, runs=rows)
@@ -222,7 +222,16 @@ class Inbox:
             return self.unauthorized(request)
         workflow_id = request.path_params["workflow_id"]
         try:
-            view = await self.runs.view(workflow_id)
+            view = await self.runs.view(workflow_id, reviewer.name)
+        except NotYours:
+            return self.page(
+                request,
+                "error.html",
+                404,
+                reviewer=reviewer,
+                title="No such run",
+                message=f"There is no run {workflow_id} waiting for your review.",
+            )
         except RunUnreadable as err:
             return self.page(
                 request,
@@ -302,8 +311,11 @@ class Inbox:
         except ValueError as err:
             request.session["flash"] = {"level": "error", "text": str(err)}
             return back
-        request.session["flash"] = await self.send(_target(form, workflow_id, decision), decision)
-        return back
+        flash = await self.send(_target(form, workflow_id, decision), decision)
+        request.session["flash"] = flash
+        # Applied: the run waits for nobody now, so the list of those that do comes next.
+        # Refused: the page again, with why.
+        return RedirectResponse("/", status_code=303) if flash["level"] == "ok" else back
 
     async def send(self, target: ReviewTarget, decision: ReviewDecision) -> dict[str, str]:
         """Send ``decision`` to the run ``target`` names; the message for the page (what

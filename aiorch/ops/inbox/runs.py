@@ -9,6 +9,10 @@ review, the problems found, until when it waits, who may decide) is the run's ow
 of the event history. A query is a billed action, so the list asks each waiting run once per
 wait (cached by run and ``AiStateSince``: a new round or the escalation is a new wait); the run
 page asks afresh (one action per page view, as the ``status`` query it replaces did).
+
+A reviewer sees only the runs they may decide, only while those wait: a run whose reviewers
+(``allowed_reviewers``) leave them out, one they requested, or one that no longer waits is left
+off their list, and its page answers as if there were no such run.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from datetime import UTC, datetime
 from typing import Final
 
 from temporalio.client import Client, WorkflowExecution
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from aiorch.ops import pipelines, visibility
 from workflows import contract
@@ -41,6 +45,17 @@ def waiting_query() -> str:
 
 class RunUnreadable(Exception):
     """The run cannot be read or decoded here (the message says why, no content)."""
+
+
+class NotYours(Exception):
+    """The run is not one this reviewer may decide now (or not one at all): their pages show
+    nothing of it."""
+
+
+def may_review(view: ReviewView, reviewer: str) -> bool:
+    """Whether ``reviewer`` may decide the run ``view`` shows, now."""
+    allowed = view.allowed_reviewers is None or reviewer in view.allowed_reviewers
+    return view.waiting and allowed and reviewer != view.requested_by
 
 
 @dataclass(frozen=True)
@@ -130,8 +145,9 @@ class RunReader:
         self._client = client
         self._cache: OrderedDict[str, ReviewView] = OrderedDict()
 
-    async def waiting(self, limit: int = MAX_LISTED) -> list[WaitingRun]:
-        """The runs waiting for a reviewer, oldest wait first (at most ``limit``)."""
+    async def waiting(self, reviewer: str, limit: int = MAX_LISTED) -> list[WaitingRun]:
+        """The runs waiting for ``reviewer`` (see `may_review`; a run that cannot be read is
+        listed with its problem), oldest wait first (at most ``limit``)."""
         executions = [e async for e in self._client.list_workflows(waiting_query(), limit=limit)]
         gate = asyncio.Semaphore(_CONCURRENT_QUERIES)
 
@@ -157,20 +173,32 @@ class RunReader:
                 problem=problem,
             )
 
-        rows = list(await asyncio.gather(*(row(e) for e in executions)))
+        rows = [
+            found
+            for found in await asyncio.gather(*(row(e) for e in executions))
+            if found.view is None or may_review(found.view, reviewer)
+        ]
         oldest = datetime.max.replace(tzinfo=UTC)
         rows.sort(key=lambda found: found.since or oldest)
         return rows
 
-    async def view(self, workflow_id: str) -> RunView:
-        """The run's latest execution in full, asked afresh.
+    async def view(self, workflow_id: str, reviewer: str) -> RunView:
+        """The run's latest execution in full, asked afresh, for ``reviewer``.
 
         Raises:
+            NotYours: ``reviewer`` may not decide it now (see `may_review`), or it is no run.
             RunUnreadable: its answer cannot be decoded here.
-            temporalio.service.RPCError: no such run, or Temporal is unreachable.
+            temporalio.service.RPCError: Temporal is unreachable.
         """
-        description = await self._client.get_workflow_handle(workflow_id).describe()
+        try:
+            description = await self._client.get_workflow_handle(workflow_id).describe()
+        except RPCError as err:
+            if err.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT):
+                raise NotYours(workflow_id) from None
+            raise
         view = await self._view(workflow_id, description.run_id, fresh=True)
+        if not may_review(view, reviewer):
+            raise NotYours(workflow_id)
         return RunView(
             workflow_id=workflow_id,
             run_id=description.run_id,
