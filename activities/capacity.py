@@ -1,19 +1,25 @@
 """Before each LLM call: the run's and its tenant's budgets, then the model's shared capacity;
-after it: settle the reservation, count the tenant's spend, pass on the provider's signals.
+after it: settle the reservations, count the tenant's spend, pass on the provider's signals.
 
 The shared state lives in the capacity store (``aiorch.runtime.capacity``, Redis); the rules of
 this module decide what the LLM activity does with it:
 
-- a call whose worst case (prompt estimate + reply limit, priced with ``LLM_PRICE_TABLE``)
-  would cross the run's ceiling or its tenant's budget for today is not made
-  (``over_budget``), unless an operator approved crossing it for this run;
-- a call is made once its reservation is granted; a short wait (``INLINE_WAIT``) is waited
-  here, a longer one goes back to the workflow, which waits in ``await_capacity`` on a timer
-  (no activity slot held, no attempt spent) and asks again;
-- if the store cannot be reached, calls go ahead without the shared limit and the tenant's
-  daily budget (the run's own ceiling still holds; the provider's 429s still go to
-  ``retry_llm``): a cache outage must not stop the pipeline. It is logged and counted
-  (``aiorch_capacity_store_errors``).
+- a call whose reservation (prompt estimate + reply limit) is more than the model's tokens per
+  minute can never be admitted: it fails for good (``LlmPromptTooLarge``) instead of queueing;
+- a call reserves its worst case (the prompt's token bound + reply limit, priced with
+  ``LLM_PRICE_TABLE``) against the run's ceiling and, atomically in the store, against its
+  tenant's budget for today, and settles with what it cost. A call that would cross a budget
+  is not made (``over_budget``), unless an operator approved crossing it for this run; one
+  that only the reservations of calls in flight keep out waits (``wait``) and asks again;
+- with tenant budgets on, a tenant without one is refused (``unbudgeted_tenant``; runs are
+  refused at plan time, this catches runs planned before);
+- a call is made once its capacity reservation is granted; a short wait (``INLINE_WAIT``) is
+  waited here, a longer one goes back to the workflow, which waits in ``await_capacity`` on a
+  timer (no activity slot held, no attempt spent) and asks again;
+- if the store cannot be reached, calls go ahead without the shared rate limit (a cache
+  outage must not stop the pipeline; the provider's 429s still go to ``retry_llm``), but never
+  without a tenant's budget: a budgeted call then fails with the retryable
+  ``BudgetStoreUnavailable``. Both are logged and counted (``aiorch_capacity_store_errors``).
 """
 
 from __future__ import annotations
@@ -22,45 +28,108 @@ import asyncio
 import contextlib
 import logging
 import math
+import random
+import re
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, timedelta
-from typing import Any
+from typing import Any, Final
 
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from activities.pricing import estimate_cost
 from aiorch.runtime.capacity import CapacityStore, CapacityStoreError, ProviderSignal, scope_name
 from aiorch.runtime.config import PriceTable, RateLimits
-from workflows.payloads import LlmCallInput
+from workflows import errors
+from workflows.payloads import DEFAULT_TENANT, TENANT_PATTERN, LlmCallInput
 
 log = logging.getLogger(__name__)
 
+# Stable ApplicationError type names (wire contract: never rename). A prompt whose reservation
+# is more than the model's tokens per minute (permanent: the same prompt never fits) ...
+LLM_PROMPT_TOO_LARGE: Final = "LlmPromptTooLarge"
+# ... and a budgeted call the store cannot meter (retryable: the store comes back).
+BUDGET_STORE_UNAVAILABLE: Final = "BudgetStoreUnavailable"
+
 # A wait this short is waited inside the activity: cheaper than a timer and a second activity.
 INLINE_WAIT = timedelta(seconds=1)
+# How long a call kept out only by the reservations of calls in flight waits before asking
+# again (jittered by half either way, so the waiting runs do not come back together).
+HELD_BUDGET_WAIT = timedelta(seconds=2)
 METRIC_STORE_ERRORS = "aiorch_capacity_store_errors"
 METRIC_CAPACITY_WAITS = "aiorch_capacity_waits"
 METRIC_SPEND = "aiorch_spend_usd"
-# Characters per token of the prompt estimate: an upper bound for English and code with the
-# common BPE tokenizers (the store learns the real ratio from every settlement).
-CHARS_PER_TOKEN = 3.0
-TOKENS_PER_MESSAGE = 4
+# ASCII characters per token of the prompt estimate: an upper bound for English prose (about 4
+# with the common BPE tokenizers) and code (about 3.5). Every other character counts its UTF-8
+# bytes, its worst case; docs/capacity.md says why.
+ASCII_CHARS_PER_TOKEN = 3
+TOKENS_PER_MESSAGE = 4  # the chat format's role and separators
+REPLY_PRIMING_TOKENS = 3  # the tokens that open the reply
+_ASCII = bytes(range(128))
 
 
-def estimate_prompt_tokens(messages: Sequence[Any]) -> int:
-    """A generous estimate of a chat prompt's tokens, without the provider's tokenizer."""
-    total = 0
+@dataclass(frozen=True)
+class PromptTokens:
+    """A chat prompt's tokens without the provider's tokenizer: ``estimate`` (what a capacity
+    reservation takes) and ``bound`` (no byte-level tokenizer makes more: what budgets hold
+    against)."""
+
+    estimate: int
+    bound: int
+
+
+def prompt_tokens(messages: Sequence[Any]) -> PromptTokens:
+    """The estimate and the bound of a chat prompt's tokens.
+
+    The bound is the UTF-8 bytes: every token of a byte-level BPE tokenizer (OpenAI's, Llama 3's,
+    Mistral's) or of a SentencePiece one with byte fallback covers at least one byte, so no text
+    in any script takes more. The estimate counts ASCII at ``ASCII_CHARS_PER_TOKEN`` characters
+    per token and every other character at its bytes (CJK 3, emoji 4).
+    """
+    estimate = bound = REPLY_PRIMING_TOKENS
     for message in messages:
         content = message.get("content", "") if isinstance(message, dict) else ""
-        total += TOKENS_PER_MESSAGE + math.ceil(len(str(content)) / CHARS_PER_TOKEN)
-    return total
+        data = str(content).encode("utf-8", "surrogatepass")
+        other = len(data.translate(None, _ASCII))
+        ascii_tokens = math.ceil((len(data) - other) / ASCII_CHARS_PER_TOKEN)
+        estimate += TOKENS_PER_MESSAGE + ascii_tokens + other
+        bound += TOKENS_PER_MESSAGE + len(data)
+    return PromptTokens(estimate=estimate, bound=bound)
+
+
+def unbudgeted_tenant(tenant: str, budget: float | None, budgets_on: bool) -> str | None:
+    """Why a run of ``tenant`` (whose daily budget is ``budget``) may not spend, or None when it
+    may: with tenant budgets on, every run spends one (a made-up name gets no budget of its own).
+    """
+    if budget is not None or not budgets_on:
+        return None
+    if tenant == DEFAULT_TENANT:
+        return (
+            "the run names no tenant, and runs without one have no daily budget "
+            "(TENANT_BUDGET_DEFAULT_USD): name a tenant that has one (TENANT_BUDGETS_USD)"
+        )
+    return (
+        f"tenant {tenant!r} has no daily budget (TENANT_BUDGETS_USD): with tenant budgets on, "
+        "a run names a tenant that has one, or none (TENANT_BUDGET_DEFAULT_USD)"
+    )
+
+
+@dataclass(frozen=True)
+class SpendHold:
+    """A reservation of a tenant's budget for one call, to settle with its cost."""
+
+    tenant: str
+    day: date
+    reservation: str
 
 
 @dataclass(frozen=True)
 class Admission:
-    """What the gate decided for one call: ``go`` (with the hold to settle, if any),
-    ``wait`` (for ``wait``), or ``over_budget`` (``budget`` says which and why)."""
+    """What the gate decided for one call: ``go`` (with the capacity hold and the spend
+    reservation to settle, if any), ``wait`` (for ``wait``), or ``over_budget`` (``budget``
+    says which and why)."""
 
     kind: str
     hold: str | None = None
@@ -68,6 +137,7 @@ class Admission:
     limits: tuple[int, int] = (0, 0)
     wait: timedelta | None = None
     budget: str | None = None
+    spend: SpendHold | None = None
 
 
 @dataclass(frozen=True)
@@ -93,6 +163,7 @@ class CallGate:
         prices: PriceTable,
         tenant_budget: Callable[[str], float | None],
         max_output_tokens: int,
+        tenant_budgets_on: bool = False,
         inline_wait: timedelta = INLINE_WAIT,
     ) -> None:
         self._store = store
@@ -100,6 +171,7 @@ class CallGate:
         self._limits = rate_limits
         self._prices = prices
         self._tenant_budget = tenant_budget
+        self._budgets_on = tenant_budgets_on
         self._max_output_tokens = max_output_tokens
         self._inline_wait = inline_wait
 
@@ -109,39 +181,46 @@ class CallGate:
         return self._max_output_tokens
 
     async def admit(self, call: LlmCallInput, messages: Sequence[Any]) -> Admission:
-        """Decide whether ``call`` may be made now (see the module docstring)."""
-        prompt = estimate_prompt_tokens(messages)
-        over = await self._over_budget(call, prompt)
-        if over is not None:
-            return Admission("over_budget", budget=over)
+        """Decide whether ``call`` may be made now (see the module docstring).
+
+        Raises:
+            ApplicationError: ``LlmPromptTooLarge`` (permanent) when the call can never fit
+                the model's tokens per minute; ``BudgetStoreUnavailable`` (retryable) when its
+                tenant's budget cannot be checked; ``InvalidRequest`` (permanent) for a tenant
+                that is not a tenant name.
+        """
+        if not re.fullmatch(TENANT_PATTERN, call.tenant):
+            raise ApplicationError(
+                "the call's tenant is not a tenant name",
+                type=errors.INVALID_REQUEST,
+                non_retryable=True,
+            )
+        tokens = prompt_tokens(messages)
+        need = tokens.estimate + self._max_output_tokens
         limit = self._limits.get(call.model)
-        if self._store is None or limit is None:
-            return Admission("go")
-        scope = scope_name(self._base_url, call.model)
-        limits = (limit.tpm or 0, limit.rpm or 0)
-        tokens = prompt + self._max_output_tokens
-        hold = f"{call.workflow_id}:{call.attempt}:{uuid.uuid4().hex[:8]}"
-        waited = timedelta(0)
-        while True:
-            try:
-                grant = await self._store.reserve(
-                    scope, limits, hold_id=hold, member=call.workflow_id, tokens=tokens
-                )
-            except CapacityStoreError as err:
-                self._store_down(err)
-                return Admission("go")
-            if grant.granted:
-                return Admission("go", hold=hold, scope=scope, limits=limits)
-            if waited + grant.wait > self._inline_wait:
-                _count(METRIC_CAPACITY_WAITS, "Calls sent back to wait in await_capacity", call)
-                return Admission("wait", wait=grant.wait)
-            waited += grant.wait
-            if activity.in_activity():
-                activity.heartbeat(f"waiting {grant.wait.total_seconds():.2f}s for capacity")
-            await asyncio.sleep(grant.wait.total_seconds())
+        if limit is not None and limit.tpm is not None and need > limit.tpm:
+            raise self._too_large(call, tokens.estimate, limit.tpm, "LLM_RATE_LIMITS")
+        spend: SpendHold | None = None
+        if not call.budget_approved:
+            worst = estimate_cost(self._prices, call.model, tokens.bound, self._max_output_tokens)
+            refused = _over_run_budget(call, worst)
+            if refused is not None:
+                return Admission("over_budget", budget=refused)
+            reserved = await self._reserve_spend(call, worst)
+            if isinstance(reserved, Admission):
+                return reserved
+            spend = reserved
+        granted = False
+        try:
+            admission = await self._reserve_capacity(call, need, tokens.estimate)
+            granted = admission.kind == "go"
+        finally:
+            if spend is not None and not granted:
+                await self._release(spend)
+        return replace(admission, spend=spend)
 
     async def settle(self, admission: Admission, call: LlmCallInput, done: Settlement) -> None:
-        """After the call: give back what the reservation did not use, pass on the provider's
+        """After the call: give back what the reservations did not use, pass on the provider's
         signal, and add the call's cost to the tenant's spend for today."""
         if self._store is None:
             return
@@ -161,53 +240,150 @@ class CallGate:
                     (limit.tpm or 0, limit.rpm or 0),
                     done.signal,
                 )
-            if done.cost_usd:
-                await self._store.add_spend(call.tenant, today(), done.cost_usd)
         except CapacityStoreError as err:
-            self._store_down(err)
+            self._store_error(err, "the shared limit may lag until the hold's lease runs out")
+        hold = admission.spend
+        if hold is None and not done.cost_usd:
+            return
+        try:
+            if hold is None:
+                await self._store.settle_spend(call.tenant, today(), done.cost_usd or 0.0)
+            else:
+                await self._store.settle_spend(
+                    hold.tenant, hold.day, done.cost_usd or 0.0, reservation=hold.reservation
+                )
+        except CapacityStoreError as err:
+            # A reservation left unsettled is charged in full when its lease runs out: the
+            # budget errs on the side of having spent.
+            self._store_error(err, "the call's cost is not recorded (a reservation is charged)")
 
     async def keep_alive(self, admission: Admission) -> None:
-        """Renew the call's hold every third of a lease until cancelled (the call ended)."""
-        if self._store is None or admission.hold is None or admission.scope is None:
+        """Renew the call's capacity hold and spend reservation every third of a lease until
+        cancelled (the call ended)."""
+        store = self._store
+        if store is None or (admission.hold is None and admission.spend is None):
             return
-        every = self._store.lease.total_seconds() / 3
+        every = store.lease.total_seconds() / 3
         while True:
             await asyncio.sleep(every)
             with contextlib.suppress(CapacityStoreError):
-                await self._store.renew(admission.scope, admission.limits, hold_id=admission.hold)
+                if admission.hold is not None and admission.scope is not None:
+                    await store.renew(admission.scope, admission.limits, hold_id=admission.hold)
+                if admission.spend is not None:
+                    hold = admission.spend
+                    await store.renew_spend(hold.tenant, hold.day, reservation=hold.reservation)
 
-    async def _over_budget(self, call: LlmCallInput, prompt_tokens: int) -> str | None:
-        if call.budget_approved:
-            return None
-        worst = estimate_cost(self._prices, call.model, prompt_tokens, self._max_output_tokens)
-        if worst is None:
-            return None  # an unpriced model has no cost to hold against a budget
-        if call.budget_usd is not None and call.spent_usd + worst > call.budget_usd:
-            return (
-                f"run budget: spent ${call.spent_usd:.4f} of ${call.budget_usd:.4f}; "
-                f"the next call may cost up to ${worst:.4f}"
-            )
+    async def _reserve_spend(
+        self, call: LlmCallInput, worst: float | None
+    ) -> SpendHold | Admission | None:
+        """Reserve the call's worst case of its tenant's budget for today: the hold to settle,
+        None when there is no budget to hold it against, or the admission that refuses it."""
         budget = self._tenant_budget(call.tenant)
-        if budget is None or self._store is None:
-            return None
+        refused = unbudgeted_tenant(call.tenant, budget, self._budgets_on)
+        if refused is not None:
+            return Admission("over_budget", budget=refused)
+        if budget is None or worst is None or self._store is None:
+            return None  # an unpriced model has no cost to hold against a budget
+        hold = SpendHold(call.tenant, today(), _reservation_id(call))
         try:
-            spent = await self._store.spend(call.tenant, today())
-        except CapacityStoreError as err:
-            self._store_down(err)
-            return None
-        if spent + worst > budget:
-            return (
-                f"tenant {call.tenant!r} daily budget: spent ${spent:.4f} of ${budget:.4f} "
-                f"today; the next call may cost up to ${worst:.4f}"
+            answer = await self._store.reserve_spend(
+                hold.tenant,
+                hold.day,
+                budget_usd=budget,
+                worst_usd=worst,
+                reservation=hold.reservation,
             )
-        return None
+        except CapacityStoreError as err:
+            self._store_error(err, f"no call for tenant {call.tenant!r} until it answers")
+            raise ApplicationError(
+                f"tenant {call.tenant!r}'s daily budget cannot be checked ({err}): no call is "
+                "made unmetered; it will be retried",
+                type=BUDGET_STORE_UNAVAILABLE,
+            ) from None
+        if answer.verdict == "over":
+            return Admission(
+                "over_budget",
+                budget=(
+                    f"tenant {call.tenant!r} daily budget: spent ${answer.spent:.4f} of "
+                    f"${budget:.4f} today; the next call may cost up to ${worst:.4f}"
+                ),
+            )
+        if answer.verdict == "held":
+            _count(METRIC_CAPACITY_WAITS, "Calls sent back to wait in await_capacity", call)
+            return Admission("wait", wait=HELD_BUDGET_WAIT * random.uniform(0.5, 1.5))
+        return hold
 
-    def _store_down(self, err: CapacityStoreError) -> None:
-        log.warning("%s; calling without the shared limit and tenant budgets", err)
+    async def _reserve_capacity(self, call: LlmCallInput, need: int, estimate: int) -> Admission:
+        limit = self._limits.get(call.model)
+        if self._store is None or limit is None:
+            return Admission("go")
+        scope = scope_name(self._base_url, call.model)
+        limits = (limit.tpm or 0, limit.rpm or 0)
+        hold = _reservation_id(call)
+        waited = timedelta(0)
+        while True:
+            try:
+                grant = await self._store.reserve(
+                    scope, limits, hold_id=hold, member=call.workflow_id, tokens=need
+                )
+            except CapacityStoreError as err:
+                self._store_error(err, "calling without the shared limit")
+                return Admission("go")
+            if grant.never:
+                raise self._too_large(
+                    call, estimate, grant.token_limit, "the provider's x-ratelimit-limit-tokens"
+                )
+            if grant.granted:
+                return Admission("go", hold=hold, scope=scope, limits=limits)
+            if waited + grant.wait > self._inline_wait:
+                _count(METRIC_CAPACITY_WAITS, "Calls sent back to wait in await_capacity", call)
+                return Admission("wait", wait=grant.wait)
+            waited += grant.wait
+            if activity.in_activity():
+                activity.heartbeat(f"waiting {grant.wait.total_seconds():.2f}s for capacity")
+            await asyncio.sleep(grant.wait.total_seconds())
+
+    async def _release(self, hold: SpendHold) -> None:
+        """Give back a spend reservation whose call is not made now."""
+        assert self._store is not None
+        try:
+            await self._store.settle_spend(hold.tenant, hold.day, 0.0, reservation=hold.reservation)
+        except CapacityStoreError as err:
+            self._store_error(err, "the reservation is charged when its lease runs out")
+
+    def _too_large(
+        self, call: LlmCallInput, estimate: int, limit: int, source: str
+    ) -> ApplicationError:
+        need = estimate + self._max_output_tokens
+        return ApplicationError(
+            f"the prompt is estimated at {estimate} tokens; with the reply limit of "
+            f"{self._max_output_tokens} (LLM_MAX_OUTPUT_TOKENS) the call needs {need}, more than "
+            f"the {limit} tokens per minute {call.model} allows ({source}): it can never be made",
+            type=LLM_PROMPT_TOO_LARGE,
+            non_retryable=True,
+        )
+
+    def _store_error(self, err: CapacityStoreError, consequence: str) -> None:
+        log.warning("%s; %s", err, consequence)
         if activity.in_activity():
             activity.metric_meter().create_counter(
-                METRIC_STORE_ERRORS, "Capacity store operations that failed (calls went ahead)"
+                METRIC_STORE_ERRORS, "Capacity store operations that failed"
             ).add(1)
+
+
+def _over_run_budget(call: LlmCallInput, worst: float | None) -> str | None:
+    """Why the call's worst case would cross the run's ceiling, or None when it fits (one run
+    makes one call at a time, so its spend so far is exact)."""
+    if worst is None or call.budget_usd is None or call.spent_usd + worst <= call.budget_usd:
+        return None
+    return (
+        f"run budget: spent ${call.spent_usd:.4f} of ${call.budget_usd:.4f}; "
+        f"the next call may cost up to ${worst:.4f}"
+    )
+
+
+def _reservation_id(call: LlmCallInput) -> str:
+    return f"{call.workflow_id}:{call.attempt}:{uuid.uuid4().hex[:8]}"
 
 
 def today() -> date:

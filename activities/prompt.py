@@ -25,6 +25,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.capacity import unbudgeted_tenant
 from aiorch.runtime.config import DEFAULT_MAX_INPUT_BYTES, Settings
 from workflows import contract, errors
 from workflows.payloads import (
@@ -59,6 +60,7 @@ _TRANSIENT_S3_CODES = frozenset(
     }
 )
 _READ_CHUNK = 1024 * 1024
+Limit = TypeVar("Limit", int, float)
 
 SYSTEM_PROMPT = (
     "You are a careful assistant inside an automated pipeline. Answer the user's request. "
@@ -406,40 +408,50 @@ def planned(
     """
     cfg, opts = settings, request.options
     review, reviewers = review_policy(cfg, request)
+    tenant = request.tenant or DEFAULT_TENANT
+    refused = unbudgeted_tenant(tenant, cfg.tenant_budget(tenant), cfg.tenant_budgeted)
+    if refused is not None:
+        raise ApplicationError(refused, type=errors.INVALID_REQUEST, non_retryable=True)
     return plan_type(
         **prompt,
-        # The LLM calls (a request may set its attempts).
+        # The LLM calls (a request may lower its attempts).
         model=cfg.llm_model,
         temperature=cfg.llm_temperature,
-        llm_max_attempts=opts.llm_max_attempts or cfg.llm_max_attempts,
+        llm_max_attempts=lowered(cfg.llm_max_attempts, opts.llm_max_attempts),
         fallback_model=cfg.llm_fallback_model,
         fallback_after=cfg.llm_fallback_after,
         llm_timeout_s=cfg.llm_timeout_s,
         backoff_initial_s=cfg.llm_backoff_initial_s,
         backoff_max_s=cfg.llm_backoff_max_s,
         max_reply_chars=cfg.max_reply_chars,
-        # Review: the operator's policy as the floor, the request's timeouts.
+        # Review: the operator's policy as the floor, its timeouts as the ceiling.
         review=review,
         allowed_reviewers=reviewers,
         requested_by=request.requested_by,
         review_keys=review_keys,
         review_token_binds_run=True,
         review_token_ttl_s=cfg.review_token_ttl_s,
-        review_timeout_s=opts.review_timeout_s or cfg.review_timeout_s,
-        escalation_timeout_s=opts.escalation_timeout_s or cfg.escalation_timeout_s,
+        review_timeout_s=lowered(cfg.review_timeout_s, opts.review_timeout_s),
+        escalation_timeout_s=lowered(cfg.escalation_timeout_s, opts.escalation_timeout_s),
         max_feedback_chars=cfg.max_feedback_chars,
         reedit_rounds_per_run=cfg.reedit_rounds_per_run,
         notify=cfg.notifications_enabled,
         capture_content=cfg.otel_capture_content,
         # Budgets: the operator's ceiling, lowered (never raised) by the request.
-        tenant=request.tenant or DEFAULT_TENANT,
+        tenant=tenant,
         budget_usd=run_budget(cfg.run_budget_usd, opts.max_cost_usd),
         budget_policy=cfg.budget_policy,
         budget_timeout_s=cfg.budget_decision_timeout_s,
     )
 
 
+def lowered(operator: Limit, requested: Limit | None) -> Limit:
+    """The operator's limit, or the request's when it is lower: a request (which anyone who may
+    start a run writes) may only lower the operator's limits, never raise them."""
+    return operator if requested is None else min(operator, requested)
+
+
 def run_budget(operator: float | None, requested: float | None) -> float | None:
-    """A run's cost ceiling: the lower of ``RUN_BUDGET_USD`` and ``options.max_cost_usd``."""
-    limits = [value for value in (operator, requested) if value is not None]
-    return min(limits) if limits else None
+    """A run's cost ceiling: ``RUN_BUDGET_USD`` lowered by ``options.max_cost_usd`` (without
+    an operator's ceiling, the request's, if any)."""
+    return requested if operator is None else lowered(operator, requested)

@@ -140,15 +140,22 @@ def start(
     request_id: Annotated[str | None, typer.Option("--id", help="24 lowercase hex chars")] = None,
     review: Annotated[ReviewMode, typer.Option(help="when a human reviews")] = "auto",
     metadata: Annotated[str | None, typer.Option(help="JSON object passed as context")] = None,
-    review_timeout: Annotated[float | None, typer.Option(help="seconds")] = None,
-    escalation_timeout: Annotated[float | None, typer.Option(help="seconds")] = None,
-    max_attempts: Annotated[int | None, typer.Option(help="LLM attempts before DLQ")] = None,
+    review_timeout: Annotated[
+        float | None, typer.Option(help="seconds (at most REVIEW_TIMEOUT_S)")
+    ] = None,
+    escalation_timeout: Annotated[
+        float | None, typer.Option(help="seconds (at most ESCALATION_TIMEOUT_S)")
+    ] = None,
+    max_attempts: Annotated[
+        int | None, typer.Option(help="LLM attempts before DLQ (at most LLM_MAX_ATTEMPTS)")
+    ] = None,
     allowed_reviewer: Annotated[
         list[str] | None,
         typer.Option(help="who may review this run (repeat it); default ALLOWED_REVIEWERS"),
     ] = None,
     tenant: Annotated[
-        str | None, typer.Option(help="whose daily budget the run spends (TENANT_BUDGETS_USD)")
+        str | None,
+        typer.Option(help="whose daily budget the run spends: one in TENANT_BUDGETS_USD"),
     ] = None,
     max_cost: Annotated[
         float | None, typer.Option(help="this run's cost ceiling in USD (below RUN_BUDGET_USD)")

@@ -46,7 +46,7 @@ from aiorch.runtime.config_sources import (
 from aiorch.runtime.errors import ConfigError as ConfigError
 from aiorch.runtime.temporal_profile import TemporalTls
 from workflows.engine.identity import KeySpecError, parse_review_keys
-from workflows.payloads import TENANT_PATTERN, ReviewKey
+from workflows.payloads import DEFAULT_TENANT, TENANT_PATTERN, ReviewKey
 
 DEFAULT_LLM_PORT = 8700
 DEFAULT_SQS_PORT = 8701
@@ -252,10 +252,12 @@ class Settings(BaseSettings):
     llm_rate_limits: Annotated[dict[str, RateLimit], NoDecode] = Field(default_factory=dict)
     # The reply limit sent with every chat call (max_tokens), and reserved before it.
     llm_max_output_tokens: int = Field(default=4096, ge=1, le=1_000_000)
-    # A reservation whose holder stops renewing it (a worker that died) is given back after this.
+    # A reservation whose holder stops renewing it (a worker that died) is given back after this
+    # (a tenant's is charged); a run waiting for capacity checks in every two of these at most.
     capacity_lease_s: float = Field(default=30.0, ge=1, le=3600)
     # Cost budgets in USD (priced with LLM_PRICE_TABLE): per run (a request may lower it), and
-    # per tenant per UTC day (JSON {"tenant": USD}; others get TENANT_BUDGET_DEFAULT_USD).
+    # per tenant per UTC day (JSON {"tenant": USD}); TENANT_BUDGET_DEFAULT_USD is the one pool
+    # the runs that name no tenant share. With either set, a run of any other tenant is refused.
     run_budget_usd: float | None = Field(default=None, gt=0)
     tenant_budgets_usd: Annotated[dict[str, float], NoDecode] = Field(default_factory=dict)
     tenant_budget_default_usd: float | None = Field(default=None, gt=0)
@@ -448,8 +450,11 @@ class Settings(BaseSettings):
         return bool(self.tenant_budgets_usd) or self.tenant_budget_default_usd is not None
 
     def tenant_budget(self, tenant: str) -> float | None:
-        """The daily budget of ``tenant`` in USD, or None when it has none."""
-        return self.tenant_budgets_usd.get(tenant, self.tenant_budget_default_usd)
+        """The daily budget of ``tenant`` in USD, or None when it has none: its
+        TENANT_BUDGETS_USD entry, else for the runs that name no tenant (``default``) the pool
+        they share, TENANT_BUDGET_DEFAULT_USD."""
+        pool = self.tenant_budget_default_usd if tenant == DEFAULT_TENANT else None
+        return self.tenant_budgets_usd.get(tenant, pool)
 
     @property
     def tracing_enabled(self) -> bool:

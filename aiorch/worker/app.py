@@ -248,6 +248,7 @@ async def build_worker(client: Client, settings: Settings) -> AsyncIterator[Work
         rate_limits=settings.llm_rate_limits,
         prices=settings.llm_price_table,
         tenant_budget=settings.tenant_budget,
+        tenant_budgets_on=settings.tenant_budgeted,
         max_output_tokens=settings.llm_max_output_tokens,
     )
     meters = install_genai_metrics(settings, "worker")

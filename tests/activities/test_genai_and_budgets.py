@@ -5,9 +5,12 @@ store's own behaviour, which needs a Redis server: tests/e2e/test_capacity_store
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import AsyncIterator
+from datetime import timedelta
 
 import pytest
+import redis.asyncio as redis
 from openai import AsyncOpenAI
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -15,13 +18,15 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from temporalio.exceptions import ApplicationError
+from temporalio.runtime import MetricBuffer, Runtime, TelemetryConfig
 from temporalio.testing import ActivityEnvironment
 
-from activities.capacity import CallGate, estimate_prompt_tokens
+from activities.capacity import METRIC_SPEND, CallGate, prompt_tokens
 from activities.llm import LlmActivities, build_messages
 from activities.prompt import InputLoader
 from aiorch.devstack.llm_simulator import running_simulator
-from aiorch.runtime.config import DEFAULT_PRICE_TABLE
+from aiorch.runtime.capacity import CapacityStore
+from aiorch.runtime.config import DEFAULT_PRICE_TABLE, RateLimit
 from aiorch.runtime.genai import CONTENT_ATTRIBUTES, GenAiTelemetry
 from tests.activities.llm_calls import call
 from workflows import errors
@@ -141,13 +146,39 @@ async def test_a_call_over_the_run_budget_is_not_made(llm: AsyncOpenAI) -> None:
 
 def test_the_prompt_estimate_is_generous() -> None:
     """The estimate covers the simulator's count (words) and the usual ~4 characters per token
-    of real tokenizers, so a reservation is an upper bound for ordinary text."""
+    of real tokenizers, so a reservation is an upper bound for ordinary text; the bound covers
+    the estimate."""
     messages = build_messages(call("Summarise the quarterly report in three lines."), None)
     words = sum(len(str(m["content"]).split()) for m in messages)
     characters = sum(len(str(m["content"])) for m in messages)
-    estimate = estimate_prompt_tokens(messages)
-    assert estimate >= words
-    assert estimate >= characters / 4
+    tokens = prompt_tokens(messages)
+    assert tokens.estimate >= words
+    assert tokens.estimate >= characters / 4
+    assert tokens.bound >= tokens.estimate
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "季度报告的三行摘要,请用中文回答。" * 50,  # CJK: 3 UTF-8 bytes a character
+        "🙂🚀👩‍👩‍👧‍👦🇺🇳" * 50,  # emoji, a ZWJ family and a flag: 4 bytes a code point
+        "Quarterly report: résumé, naïve café, ½ ≠ ∞ " * 50,  # mostly ASCII, some not
+    ],
+)
+def test_no_script_is_undercounted(text: str) -> None:
+    """Every character outside ASCII counts its UTF-8 bytes in the estimate, and the bound is
+    the prompt's UTF-8 bytes (no byte-level tokenizer makes more tokens than bytes), so CJK text
+    and emoji, which the old 3-characters-per-token rule undercounted three to twelve times, are
+    never undercounted; English stays near its real count (within 3 characters a token)."""
+    messages = [{"role": "user", "content": text}]
+    size = len(text.encode())
+    non_ascii = sum(len(c.encode()) for c in text if ord(c) >= 128)
+    tokens = prompt_tokens(messages)
+    assert tokens.bound >= size
+    assert tokens.estimate >= non_ascii + (len(text) - sum(ord(c) >= 128 for c in text)) / 3
+    english = prompt_tokens([{"role": "user", "content": "Summarise the report. " * 100}])
+    assert english.estimate <= 2200 / 3 + 10
+    assert english.bound >= 2200
 
 
 async def test_the_simulators_rate_limit_answers_429_with_the_providers_headers() -> None:
@@ -169,3 +200,119 @@ async def test_the_simulators_rate_limit_answers_429_with_the_providers_headers(
         assert limited.value.next_retry_delay is not None
         assert limited.value.next_retry_delay.total_seconds() > 0
         await client.close()
+
+
+def refused_port() -> int:
+    """A local port nothing listens on: a capacity store that is down."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+async def test_a_prompt_the_model_can_never_admit_fails_for_good(llm: AsyncOpenAI) -> None:
+    """A call whose prompt estimate plus reply limit is more than the model's tokens per
+    minute (LLM_RATE_LIMITS) fails at once with the permanent LlmPromptTooLarge, one line that
+    says the estimate and the limit, without a call; a call that fits is made."""
+    limited = gate(rate_limits={"sim-large": RateLimit(tpm=1000)})
+    recorded = Recorded(llm, capture=False, gate=limited)
+    with pytest.raises(ApplicationError) as too_large:
+        await ActivityEnvironment().run(recorded.activities.invoke_llm, call("word " * 3000))
+    assert too_large.value.type == "LlmPromptTooLarge"
+    assert too_large.value.non_retryable
+    assert "\n" not in too_large.value.message
+    assert "1000 tokens per minute sim-large allows" in too_large.value.message
+    assert "estimated at " in too_large.value.message
+    assert recorded.spans.get_finished_spans() == ()
+    fits = await ActivityEnvironment().run(recorded.activities.invoke_llm, call("a short one"))
+    assert fits.outcome == "answered"
+
+
+async def test_a_budgeted_call_is_never_made_while_the_store_is_down(llm: AsyncOpenAI) -> None:
+    """With the capacity store down, a call of a tenant with a daily budget fails with the
+    retryable BudgetStoreUnavailable and is not made (it would be unmetered); with tenant
+    budgets off, a call goes ahead without the shared rate limit (fail open)."""
+    store = CapacityStore(
+        redis.Redis.from_url(f"redis://127.0.0.1:{refused_port()}/0"), lease=timedelta(seconds=3)
+    )
+    limits = {"sim-large": RateLimit(tpm=100_000)}
+    try:
+        budgeted = Recorded(
+            llm,
+            capture=False,
+            gate=CallGate(
+                store,
+                base_url="http://sim/v1",
+                rate_limits=limits,
+                prices=DEFAULT_PRICE_TABLE,
+                tenant_budget={"acme": 5.0}.get,
+                tenant_budgets_on=True,
+                max_output_tokens=100,
+            ),
+        )
+        with pytest.raises(ApplicationError) as down:
+            await ActivityEnvironment().run(
+                budgeted.activities.invoke_llm, call("metered please", tenant="acme")
+            )
+        assert down.value.type == "BudgetStoreUnavailable"
+        assert not down.value.non_retryable
+        assert "no call is made unmetered" in down.value.message
+        assert budgeted.spans.get_finished_spans() == ()
+
+        open_gate = CallGate(
+            store,
+            base_url="http://sim/v1",
+            rate_limits=limits,
+            prices=DEFAULT_PRICE_TABLE,
+            tenant_budget=lambda tenant: None,
+            max_output_tokens=100,
+        )
+        unbudgeted = Recorded(llm, capture=False, gate=open_gate)
+        result = await ActivityEnvironment().run(
+            unbudgeted.activities.invoke_llm, call("no budgets here", tenant="globex")
+        )
+        assert result.outcome == "answered"
+    finally:
+        await store.close()
+
+
+async def test_with_tenant_budgets_on_a_tenant_without_one_is_not_called(
+    llm: AsyncOpenAI,
+) -> None:
+    """A call planned for a tenant with no daily budget while tenant budgets are on (a run
+    planned before they were) answers over_budget naming the tenant, without a call."""
+    strict = gate(tenant_budget={"acme": 5.0}.get, tenant_budgets_on=True)
+    recorded = Recorded(llm, capture=False, gate=strict)
+    over = await ActivityEnvironment().run(
+        recorded.activities.invoke_llm, call("spend please", tenant="made-up")
+    )
+    assert over.outcome == "over_budget"
+    assert over.budget is not None
+    assert "tenant 'made-up' has no daily budget" in over.budget
+    assert recorded.spans.get_finished_spans() == ()
+
+
+async def test_a_flood_of_tenant_names_adds_no_spend_label(llm: AsyncOpenAI) -> None:
+    """The spend metric (aiorch_spend_usd) labels a call with its tenant only when the tenant
+    has a budget of its own; 30 other names, as requests may bring, all share the label
+    ``other``, so they cannot grow the metric's series without bound."""
+    buffer = MetricBuffer(10_000)
+    runtime = Runtime(telemetry=TelemetryConfig(metrics=buffer))
+    environment = ActivityEnvironment()
+    environment.metric_meter = runtime.metric_meter
+    activities = LlmActivities(
+        llm,
+        InputLoader(),
+        10,
+        prices=DEFAULT_PRICE_TABLE,
+        gate=gate(),
+        budgeted_tenants=frozenset({"acme"}),
+    )
+    for n in range(30):
+        await environment.run(activities.invoke_llm, call(f"flood {n}", tenant=f"flood-{n}"))
+    await environment.run(activities.invoke_llm, call("budgeted", tenant="acme"))
+    labels = {
+        update.attributes["tenant"]
+        for update in buffer.retrieve_updates()
+        if update.metric.name == METRIC_SPEND
+    }
+    assert labels == {"other", "acme"}

@@ -279,23 +279,35 @@ async def test_a_killed_workers_reservation_returns_within_the_lease(fleet: Flee
 
 @pytest.mark.timeout(180)
 async def test_runs_complete_while_the_capacity_store_is_down(fleet: Fleet) -> None:
-    """With the capacity store stopped, a worker configured for shared limits and tenant
-    budgets still starts, and runs complete: calls go ahead without the shared limit (fail
-    open), and the worker logs why; with the store back, limits apply again."""
+    """With the capacity store stopped, a worker configured for shared limits still starts,
+    and runs complete: calls go ahead without the shared limit (fail open), and the worker
+    logs why; with the store back (empty), the next run's call is admitted through it again.
+    (A tenant with a budget is never called while the store is down:
+    tests/security/test_budget_abuse.py.)"""
     simulator = Simulator(fleet.stack.addresses.openai_base_url)
     simulator.send("DELETE", "/_sim/ratelimits", None)
-    env = {**LIMITED_ENV, "TENANT_BUDGETS_USD": json.dumps({"acme": 10})}
     client = await Client.connect(
         fleet.stack.addresses.temporal_address, data_converter=DATA_CONVERTER
     )
+    settings = Settings(capacity_store_url=fleet.stack.addresses.capacity_store_url)
+    store = CapacityStore.from_settings(settings)
+    assert store is not None
+    scope = scope_name(fleet.stack.addresses.openai_base_url, MODEL)
     fleet.stack.stop_capacity_store()
     try:
-        fleet.start_workers(env, 1, "storeless")
+        fleet.start_workers(LIMITED_ENV, 1, "storeless")
         handles = [await start(client, request(f"No store {n}", tenant="acme")) for n in range(3)]
         results = [await finished(handle) for handle in handles]
         assert [result.state for result in results] == ["completed"] * 3
         log = (fleet.stack.data_dir / "logs-storeless-0" / "worker.log").read_text()
         assert "calling without the shared limit" in log
+        fleet.stack.start_capacity_store()
+        assert await store.scope_state(scope) == {}
+        back = await finished(await start(client, request("Store is back", tenant="acme")))
+        assert back.state == "completed"
+        assert "tok" in await store.scope_state(scope)
     finally:
         fleet.stop_workers()
-        fleet.stack.start_capacity_store()
+        if "capacity" not in fleet.stack.processes:
+            fleet.stack.start_capacity_store()
+        await store.close()

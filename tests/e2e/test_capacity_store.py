@@ -33,11 +33,26 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         process.stop()
 
 
-@pytest_asyncio.fixture
-async def store(redis_server: str) -> AsyncIterator[CapacityStore]:
+async def fresh_store(redis_server: str, lease: timedelta) -> CapacityStore:
     client = redis.Redis.from_url(redis_server)
     await client.flushdb()
-    capacity = CapacityStore(client, lease=timedelta(seconds=1))
+    return CapacityStore(client, lease=lease)
+
+
+@pytest_asyncio.fixture
+async def store(redis_server: str) -> AsyncIterator[CapacityStore]:
+    """A store with a one-second lease (holds, reservations and queue places expire fast)."""
+    capacity = await fresh_store(redis_server, timedelta(seconds=1))
+    try:
+        yield capacity
+    finally:
+        await capacity.close()
+
+
+@pytest_asyncio.fixture
+async def patient_store(redis_server: str) -> AsyncIterator[CapacityStore]:
+    """A store with a one-minute lease: a queued caller is told its whole wait (up to two)."""
+    capacity = await fresh_store(redis_server, timedelta(seconds=60))
     try:
         yield capacity
     finally:
@@ -45,11 +60,12 @@ async def store(redis_server: str) -> AsyncIterator[CapacityStore]:
 
 
 async def test_grants_until_the_bucket_is_spent_then_queues_in_order(
-    store: CapacityStore,
+    patient_store: CapacityStore,
 ) -> None:
     """A full bucket of 6,000 tokens per minute grants five 1,000-token reservations and one
     more; the next callers are queued first come, first served, each told to wait for what
     the callers ahead of it and itself need at 100 tokens/s."""
+    store = patient_store
     limits = (6000, 0)
     for n in range(6):
         grant = await store.reserve(SCOPE, limits, hold_id=f"h{n}", member=f"run{n}", tokens=1000)
@@ -89,8 +105,9 @@ async def test_an_unrenewed_hold_comes_back_after_its_lease(store: CapacityStore
     assert not await store.renew(SCOPE, limits, hold_id="dead")
 
 
-async def test_requests_per_minute_are_limited_too(store: CapacityStore) -> None:
+async def test_requests_per_minute_are_limited_too(patient_store: CapacityStore) -> None:
     """With 2 requests per minute the third reservation waits about 30 s, however few tokens."""
+    store = patient_store
     limits = (0, 2)
     for n in range(2):
         assert (
@@ -117,10 +134,136 @@ async def test_a_429_pauses_the_scope_and_headers_cap_it(store: CapacityStore) -
 async def test_spend_is_kept_per_tenant_and_day(store: CapacityStore) -> None:
     """Spend adds up per tenant and day, and the day lists every tenant that spent."""
     day, other = date(2026, 12, 1), date(2026, 12, 2)
-    assert await store.add_spend("acme", day, 0.25) == pytest.approx(0.25)
-    assert await store.add_spend("acme", day, 0.5) == pytest.approx(0.75)
-    await store.add_spend("globex", day, 0.1)
-    await store.add_spend("acme", other, 9.0)
+    assert await store.settle_spend("acme", day, 0.25) == pytest.approx(0.25)
+    assert await store.settle_spend("acme", day, 0.5) == pytest.approx(0.75)
+    await store.settle_spend("globex", day, 0.1)
+    await store.settle_spend("acme", other, 9.0)
     assert await store.spend("acme", day) == pytest.approx(0.75)
     assert await store.spend("nobody", day) == 0.0
     assert await store.spend_by_tenant(day) == pytest.approx({"acme": 0.75, "globex": 0.1})
+
+
+async def drained(store: CapacityStore, limits: tuple[int, int], minutes: float) -> None:
+    """Spend ``minutes`` of the token bucket ahead (a settlement without a hold)."""
+    used = int(limits[0] * (1 + minutes))
+    await store.settle(SCOPE, limits, hold_id="none", used=used, called=True)
+
+
+async def test_a_reservation_larger_than_the_bucket_is_never_granted_nor_queued(
+    store: CapacityStore,
+) -> None:
+    """7,000 tokens against a 6,000-token bucket can never be granted: the answer is "never"
+    with the limit, nothing is queued, and the next caller is granted at once."""
+    limits = (6000, 0)
+    never = await store.reserve(SCOPE, limits, hold_id="big", member="big", tokens=7000)
+    assert never.never and not never.granted
+    assert never.token_limit == 6000
+    assert await store.queued(SCOPE, limits) == []
+    assert (await store.reserve(SCOPE, limits, hold_id="s", member="small", tokens=100)).granted
+
+
+async def test_queued_demand_counts_at_most_one_bucket(patient_store: CapacityStore) -> None:
+    """A member queued for 5,000 tokens when the provider then reports a limit of 1,000 a
+    minute counts 1,000 against a newcomer (a wait of about 66 s, not 306 s), and is itself
+    answered "never" when it comes back."""
+    store, limits = patient_store, (6000, 0)
+    await drained(store, limits, 0)
+    big = await store.reserve(SCOPE, limits, hold_id="b", member="big", tokens=5000)
+    assert not big.granted and not big.never
+    await store.feedback(SCOPE, limits, ProviderSignal(limit_tokens=1000))
+    small = await store.reserve(SCOPE, limits, hold_id="s", member="small", tokens=100)
+    assert timedelta(seconds=60) <= small.wait <= timedelta(seconds=70)
+    again = await store.reserve(SCOPE, limits, hold_id="b2", member="big", tokens=5000)
+    assert again.never and again.token_limit == 1000
+
+
+async def test_a_place_not_kept_leaves_the_queue_within_three_leases(
+    store: CapacityStore,
+) -> None:
+    """With a one-second lease and minutes of queue ahead, a refused caller is told to come
+    back within two leases; one that comes back keeps its place, one that never does (its run
+    was terminated) is out of the queue three leases after it was told, not minutes later."""
+    limits = (600, 0)
+    await drained(store, limits, 10)
+    gone = await store.reserve(SCOPE, limits, hold_id="g", member="gone", tokens=100)
+    kept = await store.reserve(SCOPE, limits, hold_id="k", member="kept", tokens=100)
+    assert gone.wait <= timedelta(seconds=2) and kept.wait <= timedelta(seconds=2)
+    assert await store.queued(SCOPE, limits) == ["gone", "kept"]
+    for _ in range(7):
+        await asyncio.sleep(0.5)
+        back = await store.reserve(SCOPE, limits, hold_id="k", member="kept", tokens=100)
+        assert not back.granted
+    assert await store.queued(SCOPE, limits) == ["kept"]
+
+
+async def test_concurrent_spend_reservations_never_cross_the_budget(store: CapacityStore) -> None:
+    """Ten calls reserving a $0.30 worst case at once against $1.00: three are reserved, the
+    rest told the budget is held by calls in flight; settled at $0.10 each, two more fit; once
+    what was spent leaves no room, the answer is "over"."""
+    day = date(2026, 12, 1)
+
+    async def reserve(n: int) -> str:
+        answer = await store.reserve_spend(
+            "acme", day, budget_usd=1.0, worst_usd=0.3, reservation=f"r{n}"
+        )
+        return answer.verdict
+
+    first = await asyncio.gather(*(reserve(n) for n in range(10)))
+    assert sorted(first) == ["held"] * 7 + ["reserved"] * 3
+    for n, verdict in enumerate(first):
+        if verdict == "reserved":
+            await store.settle_spend("acme", day, 0.1, reservation=f"r{n}")
+    assert await store.spend_state("acme", day) == pytest.approx((0.3, 0.0))
+    second = await asyncio.gather(*(reserve(n) for n in range(10, 20)))
+    assert second.count("reserved") == 2
+    for n, verdict in enumerate(second, start=10):
+        if verdict == "reserved":
+            await store.settle_spend("acme", day, 0.3, reservation=f"r{n}")
+    assert await store.spend("acme", day) == pytest.approx(0.9)
+    assert await reserve(99) == "over"
+
+
+async def test_an_unsettled_reservation_is_charged_in_full_then_corrected(
+    store: CapacityStore,
+) -> None:
+    """A reservation whose call never settles (its worker died) is charged in full once its
+    one-second lease ran out; a late settlement replaces the charge with the real cost; a
+    renewed reservation is neither charged nor dropped."""
+    day = date(2026, 12, 1)
+    await store.reserve_spend("acme", day, budget_usd=1.0, worst_usd=0.3, reservation="dead")
+    await store.reserve_spend("acme", day, budget_usd=1.0, worst_usd=0.2, reservation="alive")
+    for _ in range(4):
+        await asyncio.sleep(0.4)
+        assert await store.renew_spend("acme", day, reservation="alive")
+    assert await store.spend_state("acme", day) == pytest.approx((0.3, 0.2))
+    assert not await store.renew_spend("acme", day, reservation="dead")
+    await store.settle_spend("acme", day, 0.05, reservation="dead")
+    await store.settle_spend("acme", day, 0.1, reservation="alive")
+    assert await store.spend_state("acme", day) == pytest.approx((0.15, 0.0))
+
+
+async def test_no_tenant_name_can_spell_another_key(
+    redis_server: str, store: CapacityStore
+) -> None:
+    """Tenants named like the store's own keys (the day's list, the parts of a tenant's spend)
+    are kept apart: each has its own spend, the day lists them all, every key sits under its
+    own tenant's hash tag; a name that is not a tenant name never reaches Redis."""
+    day = date(2026, 12, 1)
+    names = ["tenants", "usd", "res", "resx", "chg", "t", "acme"]
+    for n, name in enumerate(names, start=1):
+        await store.reserve_spend(name, day, budget_usd=9.0, worst_usd=1.0, reservation="r")
+        await store.settle_spend(name, day, n / 100, reservation="r")
+    assert await store.spend_by_tenant(day) == pytest.approx(
+        {name: n / 100 for n, name in enumerate(names, start=1)}
+    )
+    client = redis.Redis.from_url(redis_server)
+    try:
+        keys = {key.decode() async for key in client.scan_iter("aiorch:spend:*")}
+    finally:
+        await client.aclose()
+    assert "aiorch:spend:{2026-12-01}:tenants" in keys
+    tenant_keys = keys - {"aiorch:spend:{2026-12-01}:tenants"}
+    assert all(key.startswith("aiorch:spend:{2026-12-01:t:") for key in tenant_keys)
+    for bad in ("a:b", "x}y", "", "tenants\n"):
+        with pytest.raises(ValueError, match="not a tenant name"):
+            await store.settle_spend(bad, day, 1.0)

@@ -132,7 +132,7 @@ async def test_only_the_generated_password_gets_in(compose_redis: ComposeRedis) 
         assert grant.granted
         await store.settle(SCOPE, (6000, 60), hold_id="h1", used=400, called=True)
         assert await store.held(SCOPE) == {}
-        assert await store.add_spend("acme", DAY, 0.25) == pytest.approx(0.25)
+        assert await store.settle_spend("acme", DAY, 0.25) == pytest.approx(0.25)
         assert await store.spend_by_tenant(DAY) == pytest.approx({"acme": 0.25})
     finally:
         await store.close()
@@ -208,7 +208,7 @@ async def test_a_restart_keeps_the_spend_and_takes_up_a_new_password(tmp_path: P
         old_url = before.worker_url()
         store = CapacityStore(redis.Redis.from_url(old_url), lease=timedelta(seconds=30))
         try:
-            await store.add_spend("acme", DAY, 1.25)
+            await store.settle_spend("acme", DAY, 1.25)
         finally:
             await store.close()
         new_password(volumes)

@@ -5,6 +5,7 @@ refused review, a forged message, a poisoned key) never meets another module's c
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from temporalio.client import Client
@@ -19,12 +20,21 @@ def worker_env() -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
+def stack_options() -> dict[str, Any]:
+    """The module's other LocalStack options (e.g. ``with_capacity_store``)."""
+    return {}
+
+
+@pytest.fixture(scope="module")
 def stack(
     request: pytest.FixtureRequest,
     tmp_path_factory: pytest.TempPathFactory,
     worker_env: dict[str, str],
+    stack_options: dict[str, Any],
 ) -> Iterator[LocalStack]:
-    yield from stack_with_worker(tmp_path_factory.mktemp(request.path.stem), worker_env)
+    yield from stack_with_worker(
+        tmp_path_factory.mktemp(request.path.stem), worker_env, **stack_options
+    )
 
 
 @pytest.fixture(scope="module")

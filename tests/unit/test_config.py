@@ -77,7 +77,8 @@ def test_shared_limits_and_tenant_budgets_need_the_capacity_store(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """LLM_RATE_LIMITS (or a tenant budget) without CAPACITY_STORE_URL stops the process with one
-    line; with it, the JSON settings decode, and a tenant's budget falls back to the default."""
+    line; with it, the JSON settings decode, a listed tenant has its budget, the runs that name
+    no tenant share the default pool, and any other tenant has none."""
     from aiorch.runtime.config import ConfigError, RateLimit, load_settings
 
     monkeypatch.setenv("LLM_RATE_LIMITS", '{"gpt-4o": {"tpm": 30000, "rpm": 500}}')
@@ -88,7 +89,8 @@ def test_shared_limits_and_tenant_budgets_need_the_capacity_store(
     monkeypatch.setenv("TENANT_BUDGET_DEFAULT_USD", "1")
     settings = load_settings()
     assert settings.llm_rate_limits == {"gpt-4o": RateLimit(tpm=30000, rpm=500)}
-    assert (settings.tenant_budget("acme"), settings.tenant_budget("globex")) == (25, 1)
+    assert (settings.tenant_budget("acme"), settings.tenant_budget("default")) == (25, 1)
+    assert settings.tenant_budget("globex") is None
     assert "secret" not in repr(settings)
 
 

@@ -1,0 +1,307 @@
+"""The capacity store's Lua scripts (``aiorch.runtime.capacity`` runs them): each operation is one
+script, so it is atomic across workers without locks, and ``TIME`` (Redis's clock) is the only
+clock. Numbers travel as strings (``%.17g``), since Redis truncates a Lua number in a reply to an
+integer.
+
+Rate limits, per scope (an endpoint and a model), KEYS: bucket, holds (id -> tokens), hold
+expiries, queue (member -> enqueued), queue demand (member -> expected tokens), queue expiries,
+queue due times (member -> when its turn comes).
+
+Spend, per tenant and UTC day, KEYS: spent (USD), reservations (id -> USD), reservation
+expiries, charged (id -> USD a reservation that expired unsettled was charged).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# Shared prologue: refill the buckets at the effective rate (min of configured and provider-
+# reported limits; 0 = not limited), give back expired holds and drop expired queue entries.
+_RATE_PROLOGUE: Final = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local tpm_c, rpm_c = tonumber(ARGV[1]), tonumber(ARGV[2])
+local b = redis.call('HMGET', KEYS[1], 'tok', 'req', 'ts', 'pause', 'ratio', 'ptpm', 'prpm')
+local function eff(conf, prov)
+  prov = tonumber(prov)
+  if conf == 0 then return 0 end
+  if prov and prov > 0 and prov < conf then return prov end
+  return conf
+end
+local tpm, rpm = eff(tpm_c, b[6]), eff(rpm_c, b[7])
+local tok = tonumber(b[1]) or tpm
+local req = tonumber(b[2]) or rpm
+local ts = tonumber(b[3]) or now
+local pause = tonumber(b[4]) or 0
+local ratio = tonumber(b[5]) or 1
+local elapsed = math.max(0, now - ts)
+tok = math.min(tpm, tok + elapsed * tpm / 60000)
+req = math.min(rpm, req + elapsed * rpm / 60000)
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)) do
+  local held = tonumber(redis.call('HGET', KEYS[2], id)) or 0
+  tok = math.min(tpm, tok + held)
+  req = math.min(rpm, req + 1)
+  redis.call('HDEL', KEYS[2], id)
+  redis.call('ZREM', KEYS[3], id)
+end
+for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now)) do
+  redis.call('ZREM', KEYS[4], m)
+  redis.call('HDEL', KEYS[5], m)
+  redis.call('ZREM', KEYS[6], m)
+  redis.call('HDEL', KEYS[7], m)
+end
+local function save()
+  redis.call('HSET', KEYS[1], 'tok', tostring(tok), 'req', tostring(req), 'ts', now,
+    'pause', pause, 'ratio', tostring(ratio))
+  redis.call('PEXPIRE', KEYS[1], 3600000)
+end
+"""
+
+# ARGV: tpm, rpm, lease ms, hold id, queue member, tokens to reserve, min wait ms, longest wait
+# told ms. Returns {granted (1), refused (0) or never (-1), wait ms (never: the token limit),
+# tokens left, requests left}.
+#
+# A reservation larger than the token bucket can never be granted: it is answered "never" and
+# not queued. A queued member's demand counts at most one bucket. A refused member is told to
+# come back when its turn comes, or after the longest wait told if that is sooner; its place
+# lasts until one lease after it was due back, so a member that never comes back (its run was
+# cancelled or terminated) leaves the queue within the longest wait plus a lease. Back before its
+# turn, it is told the rest of its wait again.
+RESERVE: Final = (
+    _RATE_PROLOGUE
+    + """
+local lease, id, member = tonumber(ARGV[3]), ARGV[4], ARGV[5]
+local need, min_wait, max_told = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+if tpm > 0 and need > tpm then
+  save()
+  return {-1, tpm, tostring(tok), tostring(req)}
+end
+local function told(wait)
+  wait = math.ceil(math.max(min_wait, math.min(wait, max_told)))
+  redis.call('ZADD', KEYS[6], now + wait + lease, member)
+  for i = 4, 7 do redis.call('PEXPIRE', KEYS[i], 3600000) end
+  save()
+  return {0, wait, tostring(tok), tostring(req)}
+end
+local score = redis.call('ZSCORE', KEYS[4], member)
+local due = score and tonumber(redis.call('HGET', KEYS[7], member))
+if due and now < due then return told(due - now) end
+local ahead
+if score then
+  ahead = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', '(' .. score)
+else
+  ahead = redis.call('ZRANGE', KEYS[4], 0, -1)
+end
+local demand = 0
+for _, m in ipairs(ahead) do
+  local expected = tonumber(redis.call('HGET', KEYS[5], m)) or 0
+  if tpm > 0 then expected = math.min(expected, tpm) end
+  demand = demand + expected
+end
+local count = #ahead
+local tok_ok, req_ok
+if score then
+  tok_ok = tok >= need
+  req_ok = req >= 1
+else
+  tok_ok = tok - demand >= need
+  req_ok = req - count >= 1
+end
+if now >= pause and (tpm == 0 or tok_ok) and (rpm == 0 or req_ok) then
+  if tpm > 0 then tok = tok - need end
+  if rpm > 0 then req = req - 1 end
+  redis.call('HSET', KEYS[2], id, need)
+  redis.call('ZADD', KEYS[3], now + lease, id)
+  redis.call('PEXPIRE', KEYS[2], 3600000)
+  redis.call('PEXPIRE', KEYS[3], 3600000)
+  if score then
+    redis.call('ZREM', KEYS[4], member)
+    redis.call('HDEL', KEYS[5], member)
+    redis.call('ZREM', KEYS[6], member)
+    redis.call('HDEL', KEYS[7], member)
+  end
+  save()
+  return {1, 0, tostring(tok), tostring(req)}
+end
+local wait = math.max(min_wait, pause - now)
+if tpm > 0 then wait = math.max(wait, (demand + need - tok) * 60000 / tpm) end
+if rpm > 0 then wait = math.max(wait, (count + 1 - req) * 60000 / rpm) end
+wait = math.ceil(wait)
+if not score then
+  redis.call('ZADD', KEYS[4], now, member)
+  redis.call('HSET', KEYS[5], member, tostring(need * ratio))
+end
+redis.call('HSET', KEYS[7], member, now + wait)
+return told(wait)
+"""
+)
+
+# ARGV: tpm, rpm, hold id, tokens used, whether a call reached the provider (0/1).
+SETTLE: Final = (
+    _RATE_PROLOGUE
+    + """
+local id, used, called = ARGV[3], tonumber(ARGV[4]), ARGV[5] == '1'
+local held = tonumber(redis.call('HGET', KEYS[2], id))
+if held then
+  if tpm > 0 then tok = math.min(tpm, tok + held - used) end
+  if rpm > 0 and not called then req = math.min(rpm, req + 1) end
+  if called and used > 0 and held > 0 then
+    ratio = 0.8 * ratio + 0.2 * math.min(1, used / held)
+  end
+  redis.call('HDEL', KEYS[2], id)
+  redis.call('ZREM', KEYS[3], id)
+elseif tpm > 0 then
+  tok = tok - used
+end
+save()
+return 1
+"""
+)
+
+# ARGV: tpm, rpm, hold id, lease ms. Returns 1 when the hold was still there.
+RENEW: Final = (
+    _RATE_PROLOGUE
+    + """
+local id, lease = ARGV[3], tonumber(ARGV[4])
+save()
+if redis.call('ZSCORE', KEYS[3], id) then
+  redis.call('ZADD', KEYS[3], now + lease, id)
+  return 1
+end
+return 0
+"""
+)
+
+# ARGV: tpm, rpm. Returns {tokens, requests, queued members...} after refilling, giving back
+# expired holds and dropping expired queue entries.
+LEVELS: Final = (
+    _RATE_PROLOGUE
+    + """
+save()
+local reply = {tostring(tok), tostring(req)}
+for _, m in ipairs(redis.call('ZRANGE', KEYS[4], 0, -1)) do table.insert(reply, m) end
+return reply
+"""
+)
+
+# ARGV: tpm, rpm, remaining tokens, remaining requests, limit tokens, limit requests,
+# retry-after ms (each -1 when absent).
+FEEDBACK: Final = (
+    _RATE_PROLOGUE
+    + """
+local rt, rr, lt, lr, ra = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]),
+  tonumber(ARGV[6]), tonumber(ARGV[7])
+if lt > 0 then redis.call('HSET', KEYS[1], 'ptpm', lt); tpm = eff(tpm_c, lt) end
+if lr > 0 then redis.call('HSET', KEYS[1], 'prpm', lr); rpm = eff(rpm_c, lr) end
+if rt >= 0 then tok = math.min(tok, rt) end
+if rr >= 0 then req = math.min(req, rr) end
+if ra >= 0 then
+  tok = math.min(tok, 0)
+  req = math.min(req, 0)
+  pause = math.max(pause, now + ra)
+end
+save()
+return 1
+"""
+)
+
+# Shared prologue, ARGV[1] = the keys' time to live in seconds: charge every reservation whose
+# lease ran out in full (its call may have been made and billed; a late settlement corrects it
+# from what it was charged), then read what was spent and what is reserved. ``spend(usd)``
+# changes what was spent and ``keep()`` writes it back: a SET of the sum, never INCRBYFLOAT,
+# whose rewrite into a longer SET breaks a script's cached arguments (redis/redis#11652):
+# Redis 6.2.14 crashed on the next script.
+_SPEND_PROLOGUE: Final = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ttl = tonumber(ARGV[1])
+local function usd(x) return string.format('%.17g', x) end
+local spent = tonumber(redis.call('GET', KEYS[1])) or 0
+local changed = false
+local function spend(cost)
+  spent = spent + cost
+  changed = true
+end
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)) do
+  local held = redis.call('HGET', KEYS[2], id)
+  if held then
+    spend(tonumber(held))
+    redis.call('HSET', KEYS[4], id, held)
+  end
+  redis.call('HDEL', KEYS[2], id)
+  redis.call('ZREM', KEYS[3], id)
+end
+local reserved = 0
+for _, held in ipairs(redis.call('HVALS', KEYS[2])) do reserved = reserved + tonumber(held) end
+local function keep()
+  if changed then redis.call('SET', KEYS[1], usd(spent)) end
+  for i = 1, 4 do redis.call('EXPIRE', KEYS[i], ttl) end
+end
+"""
+
+# ARGV: ttl s, budget USD, worst-case cost USD, reservation id, lease ms. Returns {reserved (1),
+# over the budget (0) or held by calls in flight (2), spent, reserved}: "over" when what was
+# spent leaves no room for the worst case, "held" when only the reservations of calls in flight
+# do (they settle, usually for less).
+RESERVE_SPEND: Final = (
+    _SPEND_PROLOGUE
+    + """
+local budget, worst, id, lease = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
+local verdict = 1
+if spent + worst > budget then
+  verdict = 0
+elseif spent + reserved + worst > budget then
+  verdict = 2
+else
+  redis.call('HSET', KEYS[2], id, ARGV[3])
+  redis.call('ZADD', KEYS[3], now + lease, id)
+  reserved = reserved + worst
+end
+keep()
+return {verdict, usd(spent), usd(reserved)}
+"""
+)
+
+# ARGV: ttl s, reservation id ('' for none), the call's cost USD. Ends the reservation and adds
+# the cost (less what an expired reservation was already charged). Returns the day's spend.
+SETTLE_SPEND: Final = (
+    _SPEND_PROLOGUE
+    + """
+local id, cost = ARGV[2], tonumber(ARGV[3])
+if redis.call('HDEL', KEYS[2], id) == 1 then
+  redis.call('ZREM', KEYS[3], id)
+else
+  local charged = tonumber(redis.call('HGET', KEYS[4], id))
+  if charged then
+    cost = cost - charged
+    redis.call('HDEL', KEYS[4], id)
+  end
+end
+if cost ~= 0 then spend(cost) end
+keep()
+return usd(spent)
+"""
+)
+
+# ARGV: ttl s, reservation id, lease ms. Returns 1 when the reservation was still there.
+RENEW_SPEND: Final = (
+    _SPEND_PROLOGUE
+    + """
+local id, lease = ARGV[2], tonumber(ARGV[3])
+keep()
+if redis.call('ZSCORE', KEYS[3], id) then
+  redis.call('ZADD', KEYS[3], now + lease, id)
+  return 1
+end
+return 0
+"""
+)
+
+# ARGV: ttl s. Returns {spent, reserved} once expired reservations are charged.
+SPEND: Final = (
+    _SPEND_PROLOGUE
+    + """
+keep()
+return {usd(spent), usd(reserved)}
+"""
+)

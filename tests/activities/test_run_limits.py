@@ -1,0 +1,90 @@
+"""fetch_prompt resolves the run's limits and tenant: a request may only lower the operator's
+limits, and with tenant budgets on a run must spend one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import SecretStr
+from temporalio.exceptions import ApplicationError
+
+from aiorch.runtime.config import Settings
+from tests.activities.test_review_policy import plan_for
+from workflows import errors
+
+YEAR_S = 365 * 86400.0
+BUDGETS: dict[str, Any] = {
+    "capacity_store_url": SecretStr("redis://127.0.0.1:1/0"),
+    "tenant_budgets_usd": {"acme": 5.0, "tenants": 1.0},
+}
+
+
+async def test_a_request_may_lower_the_operators_limits_never_raise_them() -> None:
+    """llm_max_attempts, review_timeout_s, escalation_timeout_s and max_cost_usd above the
+    operator's (LLM_MAX_ATTEMPTS, REVIEW_TIMEOUT_S, ESCALATION_TIMEOUT_S, RUN_BUDGET_USD) are
+    cut to the operator's; below them they are kept; left out, the operator's apply."""
+    settings = Settings(
+        llm_max_attempts=5, review_timeout_s=600, escalation_timeout_s=300, run_budget_usd=0.5
+    )
+    raised = await plan_for(
+        settings,
+        options={
+            "llm_max_attempts": 100,
+            "review_timeout_s": YEAR_S,
+            "escalation_timeout_s": YEAR_S,
+            "max_cost_usd": 1000,
+        },
+    )
+    assert (raised.llm_max_attempts, raised.review_timeout_s) == (5, 600)
+    assert (raised.escalation_timeout_s, raised.budget_usd) == (300, 0.5)
+    lowered = await plan_for(
+        settings,
+        options={
+            "llm_max_attempts": 2,
+            "review_timeout_s": 60,
+            "escalation_timeout_s": 30,
+            "max_cost_usd": 0.1,
+        },
+    )
+    assert (lowered.llm_max_attempts, lowered.review_timeout_s) == (2, 60)
+    assert (lowered.escalation_timeout_s, lowered.budget_usd) == (30, 0.1)
+    default = await plan_for(settings)
+    assert (default.llm_max_attempts, default.review_timeout_s) == (5, 600)
+    assert (default.escalation_timeout_s, default.budget_usd) == (300, 0.5)
+
+
+async def test_without_an_operators_ceiling_a_request_may_set_its_own() -> None:
+    """With RUN_BUDGET_USD unset, a request's max_cost_usd is the run's ceiling."""
+    assert (await plan_for(Settings(), options={"max_cost_usd": 0.2})).budget_usd == 0.2
+    assert (await plan_for(Settings())).budget_usd is None
+
+
+@pytest.mark.parametrize("tenant", ["made-up", "default-2", "other"])
+async def test_with_tenant_budgets_on_a_tenant_without_one_fails_the_plan(tenant: str) -> None:
+    """With TENANT_BUDGETS_USD set, a run naming a tenant it does not list fails at plan time
+    with a one-line InvalidRequest naming the tenant (no fresh budget per made-up name)."""
+    with pytest.raises(ApplicationError) as refused:
+        await plan_for(Settings(**BUDGETS), tenant=tenant)
+    assert refused.value.type == errors.INVALID_REQUEST
+    assert refused.value.non_retryable
+    assert f"tenant {tenant!r} has no daily budget" in refused.value.message
+    assert "\n" not in refused.value.message
+
+
+async def test_runs_without_a_tenant_share_the_default_pool_or_are_refused() -> None:
+    """A run naming no tenant spends the pool TENANT_BUDGET_DEFAULT_USD when it is set, and
+    is refused when it is not (budgets on); budgeted tenants, `tenants` included, plan."""
+    pooled = Settings(**BUDGETS, tenant_budget_default_usd=2.0)
+    assert (await plan_for(pooled)).tenant == "default"
+    assert pooled.tenant_budget("default") == 2.0
+    assert pooled.tenant_budget("made-up") is None
+    with pytest.raises(ApplicationError) as refused:
+        await plan_for(Settings(**BUDGETS))
+    assert "the run names no tenant" in refused.value.message
+    assert (await plan_for(Settings(**BUDGETS), tenant="tenants")).tenant == "tenants"
+
+
+async def test_with_tenant_budgets_off_any_tenant_plans() -> None:
+    """Without tenant budgets a request's tenant only labels its spend."""
+    assert (await plan_for(Settings(), tenant="anyone")).tenant == "anyone"
