@@ -34,7 +34,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, timedelta
-from typing import Any, Final
+from typing import Any
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -46,12 +46,6 @@ from workflows import errors
 from workflows.payloads import DEFAULT_TENANT, TENANT_PATTERN, LlmCallInput
 
 log = logging.getLogger(__name__)
-
-# Stable ApplicationError type names (wire contract: never rename). A prompt whose reservation
-# is more than the model's tokens per minute (permanent: the same prompt never fits) ...
-LLM_PROMPT_TOO_LARGE: Final = "LlmPromptTooLarge"
-# ... and a budgeted call the store cannot meter (retryable: the store comes back).
-BUDGET_STORE_UNAVAILABLE: Final = "BudgetStoreUnavailable"
 
 # A wait this short is waited inside the activity: cheaper than a timer and a second activity.
 INLINE_WAIT = timedelta(seconds=1)
@@ -298,7 +292,7 @@ class CallGate:
             raise ApplicationError(
                 f"tenant {call.tenant!r}'s daily budget cannot be checked ({err}): no call is "
                 "made unmetered; it will be retried",
-                type=BUDGET_STORE_UNAVAILABLE,
+                type=errors.BUDGET_STORE_UNAVAILABLE,
             ) from None
         if answer.verdict == "over":
             return Admission(
@@ -359,7 +353,7 @@ class CallGate:
             f"the prompt is estimated at {estimate} tokens; with the reply limit of "
             f"{self._max_output_tokens} (LLM_MAX_OUTPUT_TOKENS) the call needs {need}, more than "
             f"the {limit} tokens per minute {call.model} allows ({source}): it can never be made",
-            type=LLM_PROMPT_TOO_LARGE,
+            type=errors.LLM_PROMPT_TOO_LARGE,
             non_retryable=True,
         )
 

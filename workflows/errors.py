@@ -40,6 +40,11 @@ class InvalidRequest(OrchestratorError):
 INVALID_REQUEST = "InvalidRequest"
 # A review or budget decision the run refused (the update fails with the reason).
 DECISION_REFUSED = "DecisionRefused"
+# A prompt whose reservation is more than the model's tokens per minute (permanent: the same
+# prompt never fits), and a budgeted call the capacity store cannot meter (retryable: the store
+# comes back).
+LLM_PROMPT_TOO_LARGE = "LlmPromptTooLarge"
+BUDGET_STORE_UNAVAILABLE = "BudgetStoreUnavailable"
 # An activity scheduled by a run that is not one of the worker's own pipelines on its own task
 # queue (activities.callers): refused, never retried.
 UNKNOWN_CALLER = "UnknownCaller"

@@ -57,9 +57,24 @@ __all__ = [
 class RunOptions(_Strict):
     """Per-run overrides; anything left out comes from the worker's configuration."""
 
-    review_timeout_s: float | None = Field(default=None, gt=0, le=365 * 86400)
-    escalation_timeout_s: float | None = Field(default=None, gt=0, le=365 * 86400)
-    llm_max_attempts: int | None = Field(default=None, ge=1, le=100)
+    review_timeout_s: float | None = Field(
+        default=None,
+        gt=0,
+        le=365 * 86400,
+        description="Lowers the worker's REVIEW_TIMEOUT_S for this run, never raises it",
+    )
+    escalation_timeout_s: float | None = Field(
+        default=None,
+        gt=0,
+        le=365 * 86400,
+        description="Lowers the worker's ESCALATION_TIMEOUT_S for this run, never raises it",
+    )
+    llm_max_attempts: int | None = Field(
+        default=None,
+        ge=1,
+        le=100,
+        description="Lowers the worker's LLM_MAX_ATTEMPTS for this run, never raises it",
+    )
     allowed_reviewers: list[ReviewerName] | None = Field(
         default=None,
         min_length=1,
@@ -97,7 +112,7 @@ class RequestBase(_Strict):
         default=None,
         pattern=TENANT_PATTERN,
         description="Whose daily budget this run spends (TENANT_BUDGETS_USD); none = "
-        f"{DEFAULT_TENANT!r}",
+        f"{DEFAULT_TENANT!r}. With budgets on, a tenant without a budget is refused",
     )
 
     def describe(self) -> str:
