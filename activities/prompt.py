@@ -17,6 +17,7 @@ import logging
 import os
 import stat
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote, urlparse
@@ -28,6 +29,7 @@ from temporalio.exceptions import ApplicationError
 from activities.capacity import unbudgeted_tenant
 from aiorch.runtime.config import DEFAULT_MAX_INPUT_BYTES, Settings
 from workflows import contract, errors
+from workflows.engine.identity import start_claim_problem
 from workflows.payloads import (
     DEFAULT_TENANT,
     PipelineRequest,
@@ -408,7 +410,7 @@ def planned(
     """
     cfg, opts = settings, request.options
     review, reviewers = review_policy(cfg, request)
-    tenant = request.tenant or DEFAULT_TENANT
+    requested_by, tenant = requester(cfg, request)
     refused = unbudgeted_tenant(tenant, cfg.tenant_budget(tenant), cfg.tenant_budgeted)
     if refused is not None:
         raise ApplicationError(refused, type=errors.INVALID_REQUEST, non_retryable=True)
@@ -427,9 +429,10 @@ def planned(
         # Review: the operator's policy as the floor, its timeouts as the ceiling.
         review=review,
         allowed_reviewers=reviewers,
-        requested_by=request.requested_by,
+        requested_by=requested_by,
         review_keys=review_keys,
         review_token_binds_run=True,
+        budget_decisions_signed=True,
         review_token_ttl_s=cfg.review_token_ttl_s,
         review_timeout_s=lowered(cfg.review_timeout_s, opts.review_timeout_s),
         escalation_timeout_s=lowered(cfg.escalation_timeout_s, opts.escalation_timeout_s),
@@ -443,6 +446,36 @@ def planned(
         budget_policy=cfg.budget_policy,
         budget_timeout_s=cfg.budget_decision_timeout_s,
     )
+
+
+def requester(settings: Settings, request: RequestBase) -> tuple[str | None, str]:
+    """Who asked for the run and whose budget it spends: with start authentication on
+    (``REQUESTER_PUBLIC_KEYS``), the requester whose key signed the request's start claim and
+    that key's tenant; off, what the request says.
+
+    Raises:
+        ApplicationError: ``InvalidRequest`` when the start claim does not vouch for the request,
+            or the request names another requester or tenant than the key's.
+    """
+    keys = settings.requester_keys()
+    if not keys:
+        return request.requested_by, request.tenant or DEFAULT_TENANT
+    found = start_claim_problem(request, keys=keys, now=datetime.now(UTC))
+    if isinstance(found, str):
+        raise ApplicationError(found, type=errors.INVALID_REQUEST, non_retryable=True)
+    if request.requested_by not in (None, found.key_id):
+        raise ApplicationError(
+            "requested_by names another requester than the one whose key signed the start",
+            type=errors.INVALID_REQUEST,
+            non_retryable=True,
+        )
+    if request.tenant not in (None, found.tenant):
+        raise ApplicationError(
+            f"tenant {request.tenant!r} is not the tenant of the key that signed the start",
+            type=errors.INVALID_REQUEST,
+            non_retryable=True,
+        )
+    return found.key_id, found.tenant
 
 
 def lowered(operator: Limit, requested: Limit | None) -> Limit:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from typing import Annotated
 
 import typer
@@ -20,6 +20,8 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from aiorch.cli.output import CliError, one_line_errors, out, plain
 from aiorch.cli.reviews import refusal_text
 from aiorch.cli.session import about_run, run_async
+from aiorch.ops.reviews import current_target
+from aiorch.ops.signing import signing_key_from_settings
 from aiorch.runtime.capacity import CapacityStore, CapacityStoreError
 from aiorch.runtime.config import Settings, load_settings
 from workflows import contract
@@ -111,19 +113,32 @@ def budget(
     reason: Annotated[str | None, typer.Option(help="why (recorded)")] = None,
 ) -> None:
     """Approve the overspend of a run waiting in await_budget (it goes on), or reject it (it
-    fails with BudgetExceeded)."""
+    fails with BudgetExceeded). With REVIEWER_KEY (or REVIEWER_KEY_FILE) the decision is signed
+    for the run: runs planned with reviewer authentication on refuse an unsigned one."""
     try:
         payload = BudgetDecision(decision=decision, operator=operator, reason=reason)
     except ValidationError as error:
         raise CliError(f"invalid decision: {describe_validation_error(error)}") from None
 
     async def send(client: Client, settings: Settings) -> None:
-        handle = client.get_workflow_handle(workflow_id)
+        with about_run(workflow_id):
+            target = await current_target(client, workflow_id)
+        signed = payload
+        key = signing_key_from_settings(settings)
+        if key is not None and target.chain_id is not None:
+            signed = key.sign_budget(
+                payload,
+                workflow_id=workflow_id,
+                run_id=target.chain_id,
+                now=datetime.now(UTC),
+                ttl=timedelta(seconds=settings.review_token_ttl_s),
+            )
+        handle = client.get_workflow_handle(workflow_id, run_id=target.run_id)
         try:
             with about_run(workflow_id):
                 status = await handle.execute_update(
                     contract.UPDATE_DECIDE_BUDGET,
-                    payload,
+                    signed,
                     id=f"budget:{workflow_id}:{operator}:{decision}",
                     result_type=RunStatus,
                 )

@@ -16,7 +16,7 @@ from aiorch.cli.session import run_async
 from aiorch.ops.revocation import revoke_in_open_runs
 from aiorch.ops.signing import SigningKey
 from aiorch.runtime.codec import new_key
-from workflows.engine.identity import KeySpecError, parse_review_keys
+from workflows.engine.identity import KeySpecError, parse_requester_keys, parse_review_keys
 from workflows.payloads import Revocation, describe_validation_error
 
 keys_app = command_group("Make keys: a payload encryption key, or a reviewer's signing key pair.")
@@ -56,6 +56,27 @@ def reviewer_key(
         raise CliError(f"cannot make this key: {error}") from None
     typer.echo(f"REVIEWER_KEY={key.private_entry()}")
     typer.echo(f"REVIEW_PUBLIC_KEYS={public}")
+
+
+@keys_app.command("requester")
+@one_line_errors
+def requester_key(
+    name: Annotated[str, typer.Argument(help="the requester (the key id)")],
+    tenant: Annotated[str, typer.Option(help="whose budget this requester's runs spend")],
+) -> None:
+    """Print a fresh Ed25519 key pair for signed starts, as two configuration lines.
+
+    REQUESTER_KEY (the secret half) goes to the requester's CLI or gateway; the
+    REQUESTER_PUBLIC_KEYS entry goes to every worker.
+    """
+    key = SigningKey.generate(name)
+    public = key.requester_entry(tenant)
+    try:
+        parse_requester_keys(public)  # the workers' own reading of the entry
+    except KeySpecError as error:
+        raise CliError(f"cannot make this key: {error}") from None
+    typer.echo(f"REQUESTER_KEY={key.private_entry()}")
+    typer.echo(f"REQUESTER_PUBLIC_KEYS={public}")
 
 
 @keys_app.command("revoke")

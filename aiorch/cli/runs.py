@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -18,6 +19,7 @@ from aiorch.cli.output import CliError, one_line_errors, out, plain, print_json
 from aiorch.cli.session import about_run, fetch_status, run_async
 from aiorch.ops import claim_check, pipelines, visibility
 from aiorch.ops.results import run_result
+from aiorch.ops.signing import requester_key_from_settings
 from aiorch.runtime.config import Settings, load_settings
 from aiorch.runtime.links import inbox_start_line, web_ui_run_url
 from workflows.engine.graph import COMPLETED
@@ -173,8 +175,9 @@ def start(
     if document_file and message is not None and not message.startswith(REFERENCE_SCHEMES):
         file = Path(message)
         message = None
+    settings = load_settings()
     user_message, stored = claim_check.resolve_message(
-        load_settings(), request_id, message, file, pdf=pipeline == DOCUMENTS
+        settings, request_id, message, file, pdf=pipeline == DOCUMENTS
     )
     request = build_request(
         user_message,
@@ -194,6 +197,10 @@ def start(
     )
     if stored:
         out.print(plain(stored))
+    if (starts := requester_key_from_settings(settings)) is not None:
+        # The claim vouches for this request: the workers take requester and tenant from it.
+        ttl = timedelta(seconds=settings.review_token_ttl_s)
+        request = starts.sign_start(request, now=datetime.now(UTC), ttl=ttl)
 
     async def start_and_report(client: Client, settings: Settings) -> None:
         workflow_id = await start_run(client, settings, request, pipeline)

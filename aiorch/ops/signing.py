@@ -14,6 +14,7 @@ import base64
 import binascii
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import TypeVar
 
 import jwt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -21,8 +22,17 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from aiorch.ops.reviews import ReviewTarget, Signer
 from aiorch.runtime.config import ConfigError, Settings
-from workflows.engine.identity import ALGORITHM, ANY_REVIEWER, KEY_BYTES, claims_for
-from workflows.payloads import ReviewDecision
+from workflows.engine.identity import (
+    ALGORITHM,
+    ANY_REVIEWER,
+    KEY_BYTES,
+    budget_claims_for,
+    claims_for,
+    start_claims_for,
+)
+from workflows.payloads import BudgetDecision, RequestBase, ReviewDecision
+
+R = TypeVar("R", bound=RequestBase)
 
 
 @dataclass(frozen=True)
@@ -71,6 +81,11 @@ class SigningKey:
             return entry
         return f"{entry}:{'|'.join(reviewers)}"
 
+    def requester_entry(self, tenant: str) -> str:
+        """The ``REQUESTER_PUBLIC_KEYS`` entry: this key signs the starts of the requester named
+        like it, whose runs spend ``tenant``'s budget."""
+        return f"{self.public_entry([self.key_id])}:{tenant}"
+
     def sign(
         self,
         decision: ReviewDecision,
@@ -101,6 +116,32 @@ class SigningKey:
         )
         return decision.model_copy(update={"review_round": review_round, "token": token})
 
+    def sign_budget(
+        self,
+        decision: BudgetDecision,
+        *,
+        workflow_id: str,
+        run_id: str,
+        now: datetime,
+        ttl: timedelta = timedelta(minutes=10),
+    ) -> BudgetDecision:
+        """``decision`` for the run chain ``run_id`` of ``workflow_id``, with its token."""
+        claims = budget_claims_for(
+            decision, workflow_id=workflow_id, run_id=run_id, issued=now, ttl=ttl
+        )
+        token = jwt.encode(
+            claims, self.private_key, algorithm=ALGORITHM, headers={"kid": self.key_id}
+        )
+        return decision.model_copy(update={"token": token})
+
+    def sign_start(self, request: R, *, now: datetime, ttl: timedelta = timedelta(minutes=10)) -> R:
+        """``request`` with its start claim: this key's requester asks for exactly it."""
+        claims = start_claims_for(request, requester=self.key_id, issued=now, ttl=ttl)
+        token = jwt.encode(
+            claims, self.private_key, algorithm=ALGORITHM, headers={"kid": self.key_id}
+        )
+        return request.model_copy(update={"start_claim": token})
+
     def signer(self, ttl: timedelta = timedelta(minutes=10)) -> Signer:
         """Signs each decision for its target (run chain, round, content when shown), at the
         wall clock's time (``aiorch.ops.reviews.Signer``, as ``submit_review`` and
@@ -119,6 +160,18 @@ class SigningKey:
             )
 
         return sign
+
+
+def requester_key_from_settings(settings: Settings) -> SigningKey | None:
+    """The CLI's key for signing starts (``REQUESTER_KEY``/``REQUESTER_KEY_FILE``), if
+    configured.
+
+    Raises:
+        ConfigError: it is configured but unusable.
+    """
+    if settings.requester_key is None:
+        return None
+    return SigningKey.parse(settings.requester_key.get_secret_value(), source="REQUESTER_KEY")
 
 
 def signing_key_from_settings(settings: Settings) -> SigningKey | None:

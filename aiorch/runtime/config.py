@@ -45,8 +45,8 @@ from aiorch.runtime.config_sources import (
 )
 from aiorch.runtime.errors import ConfigError as ConfigError
 from aiorch.runtime.temporal_profile import TemporalTls
-from workflows.engine.identity import KeySpecError, parse_review_keys
-from workflows.payloads import DEFAULT_TENANT, TENANT_PATTERN, ReviewKey
+from workflows.engine.identity import KeySpecError, parse_requester_keys, parse_review_keys
+from workflows.payloads import DEFAULT_TENANT, TENANT_PATTERN, RequesterKey, ReviewKey
 
 DEFAULT_LLM_PORT = 8700
 DEFAULT_SQS_PORT = 8701
@@ -173,6 +173,15 @@ class Settings(BaseSettings):
     # The CLI's own signing key for reviews: "key_id:base64 Ed25519 private key (32 bytes)".
     reviewer_key: SecretStr | None = None
     reviewer_key_file: Path | None = None
+    # Start authentication: "requester:base64 Ed25519 public key:tenant" entries. When set,
+    # every run must carry a start claim signed by one of these keys: the run's requester is
+    # the key's and its tenant the key's (a request may not name others); unset, a request's
+    # requested_by and tenant are whatever it says.
+    requester_public_keys: str | None = None
+    requester_public_keys_file: Path | None = None
+    # The CLI's key for signing starts: "requester:base64 Ed25519 private key (32 bytes)".
+    requester_key: SecretStr | None = None
+    requester_key_file: Path | None = None
     # How long a signed review stays valid after it is made (checked against workflow time).
     review_token_ttl_s: float = Field(default=600.0, gt=0, le=7 * 86400)
     # The review inbox (aiorch inbox serve): where it listens, the URL reviewers open
@@ -398,6 +407,7 @@ class Settings(BaseSettings):
         if self.require_encryption and self.payload_keys is None:
             raise ConfigError("REQUIRE_ENCRYPTION=true needs PAYLOAD_KEYS (or PAYLOAD_KEYS_FILE)")
         self.review_keys()
+        self.requester_keys()
         if self.capacity_store_url is None and (self.llm_rate_limits or self.tenant_budgeted):
             raise ConfigError(
                 "LLM_RATE_LIMITS and tenant budgets are shared by every worker: they need "
@@ -425,6 +435,28 @@ class Settings(BaseSettings):
                 f"{source} holds no key (only comments or blank lines): list at least one "
                 "key, or unset it"
             )
+        return keys
+
+    def requester_keys(self) -> list[RequesterKey]:
+        """The requester public keys (REQUESTER_PUBLIC_KEYS); empty when start authentication
+        is off.
+
+        Raises:
+            ConfigError: an entry is malformed, or the keys given hold no key at all.
+        """
+        source = (
+            "REQUESTER_PUBLIC_KEYS_FILE"
+            if self.requester_public_keys_file
+            else "REQUESTER_PUBLIC_KEYS"
+        )
+        if not self.requester_public_keys and self.requester_public_keys_file is None:
+            return []
+        try:
+            keys = parse_requester_keys(self.requester_public_keys or "")
+        except KeySpecError as err:
+            raise ConfigError(f"{source}: {err}") from None
+        if not keys:
+            raise ConfigError(f"{source} holds no key: list at least one key, or unset it")
         return keys
 
     @property

@@ -17,6 +17,7 @@ SECRET_FILE_FIELDS = (
     "payload_keys",
     "codec_server_token",
     "reviewer_key",
+    "requester_key",
     "inbox_signing_key",
     "review_webhook_url",
     "temporal_api_key",
@@ -25,7 +26,7 @@ SECRET_FILE_FIELDS = (
     "vector_store_api_key",
 )
 # Settings that may also be given as a file (<NAME>_FILE); only the secrets are masked.
-FILE_BACKED_FIELDS = (*SECRET_FILE_FIELDS, "review_public_keys")
+FILE_BACKED_FIELDS = (*SECRET_FILE_FIELDS, "review_public_keys", "requester_public_keys")
 
 
 def secrets_from_files(data: dict[str, Any]) -> dict[str, Any]:

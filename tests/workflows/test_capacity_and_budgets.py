@@ -8,6 +8,7 @@ import pytest
 from temporalio.client import WorkflowUpdateFailedError
 
 from aiorch.ops.results import finished
+from aiorch.ops.signing import SigningKey
 from tests.workflows.conftest import (
     Orchestration,
     Reply,
@@ -19,6 +20,8 @@ from tests.workflows.conftest import (
     path,
 )
 from workflows import contract, errors
+from workflows.engine.identity import parse_review_keys
+from workflows.payloads import BudgetDecision
 
 
 def decision(verdict: str, operator: str = "olga", reason: str | None = None) -> dict[str, str]:
@@ -165,3 +168,42 @@ async def test_budget_decisions_are_refused_unless_the_run_waits_for_one(
     assert status.state == "await_review"
     assert status.budget_decisions_refused == 2
     assert status.last_refusal is not None
+
+
+async def test_signed_budget_decisions_bind_operator_and_run_and_never_the_requester(
+    orch: Orchestration,
+) -> None:
+    """A run planned with reviewer keys takes a budget decision only with a token signed for
+    its operator and this run chain: unsigned, for another run, or by the run's requester, the
+    decision is refused with the reason; a signed approval lets the run go on."""
+    key = SigningKey.generate("ops")
+    orch.fakes.plan_overrides.update(
+        review_keys=parse_review_keys(key.public_entry(None)),
+        budget_decisions_signed=True,
+        requested_by="rita",
+    )
+    orch.fakes.llm_script = [over_budget(), Reply(content="paid for")]
+    handle = await orch.start()
+    await orch.wait_for_state(handle, "await_budget")
+    now = await orch.env.get_current_time()
+    chain = handle.first_execution_run_id
+    assert chain is not None
+
+    def sign(operator: str, run_id: str) -> dict[str, object]:
+        payload = BudgetDecision(decision="approve", operator=operator)
+        signed = key.sign_budget(payload, workflow_id=handle.id, run_id=run_id, now=now)
+        return signed.model_dump(mode="json", exclude_none=True)
+
+    refusals = {
+        "not signed": decision("approve"),
+        "issued for another run": sign("olga", "another-chain"),
+        "requested this run": sign("rita", chain),
+    }
+    for words, payload in refusals.items():
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
+            await handle.execute_update(contract.UPDATE_DECIDE_BUDGET, payload)
+        assert words in str(refused.value.cause), words
+    await handle.execute_update(contract.UPDATE_DECIDE_BUDGET, sign("olga", chain))
+    result = await finished(handle)
+    assert result.state == "completed"
+    assert entry_for(result.history, "overspend_approved").reviewer == "olga"

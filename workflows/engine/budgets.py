@@ -20,11 +20,12 @@ Workflow code, passed through the sandbox.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
 
+import workflows.engine.identity as identity
 import workflows.engine.record as record
 import workflows.engine.reviews as reviews
 import workflows.errors as errors
@@ -33,13 +34,35 @@ from workflows.engine.pipeline import Context
 from workflows.payloads import BudgetDecision, RunCore
 
 
-def refusal(ctx: Context[Any, Any], pending: BudgetDecision | None) -> str | None:
-    """Why a budget decision may not be applied now, or None when it may."""
+def refusal(
+    ctx: Context[Any, Any],
+    decision: BudgetDecision,
+    pending: BudgetDecision | None,
+    *,
+    workflow_id: str,
+    chain_id: str,
+    now: datetime,
+) -> str | None:
+    """Why a budget decision may not be applied now, or None when it may: only while the run
+    waits for one, once, never by its requester, and, for runs planned with reviewer keys
+    since budget decisions are signed, with a token signed for its operator and this run
+    chain."""
     run = ctx.run
     if ctx.graph.info(run.state).role != Role.BUDGET:
         return f"run is not waiting for a budget decision (state: {run.state})"
     if pending is not None:
         return f"a decision by {pending.operator} is already being applied"
+    plan = run.plan
+    if plan is None or not plan.budget_decisions_signed:
+        return None
+    if plan.requested_by is not None and decision.operator == plan.requested_by:
+        return f"{decision.operator[:80]!r} requested this run and may not decide its budget"
+    if plan.review_keys:
+        keys = [key for key in plan.review_keys if key.key_id not in run.revoked_keys]
+        expected = identity.Expected(
+            workflow_id=workflow_id, review_round=0, now=now, run_id=chain_id
+        )
+        return identity.budget_token_problem(decision, keys=keys, expected=expected)
     return None
 
 

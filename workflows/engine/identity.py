@@ -43,15 +43,24 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import jwt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from workflows.payloads import ReviewDecision, ReviewKey
+from workflows.payloads import (
+    TENANT_PATTERN,
+    BudgetDecision,
+    RequestBase,
+    RequesterKey,
+    ReviewDecision,
+    ReviewKey,
+)
 
 AUDIENCE = "ai-orchestrator/review"
+BUDGET_AUDIENCE = "ai-orchestrator/budget"
+START_AUDIENCE = "ai-orchestrator/start"
 ALGORITHM = "EdDSA"
 KEY_BYTES = 32
 ANY_REVIEWER = "*"
@@ -127,6 +136,33 @@ def claims_for(
     return claims
 
 
+def _key_entries(spec: str, shape: str, *, third: bool) -> list[tuple[str, str, str | None]]:
+    """``(key_id, base64 key, third part or None)`` of each ``KEY_ID:BASE64[:THIRD]`` entry,
+    separated by commas or newlines (``#`` comments and blank lines skipped); ``third``: the
+    third part is required.
+
+    Raises:
+        KeySpecError: an entry is malformed (``shape`` says how it should look), a key is not
+            32 bytes, or an id repeats.
+    """
+    found: dict[str, tuple[str, str, str | None]] = {}
+    for raw_entry in re.split(r"[,\n]", spec):
+        entry = raw_entry.strip()
+        if not entry or entry.startswith("#"):
+            continue
+        parts = [part.strip() for part in entry.split(":")]
+        if len(parts) not in ((3,) if third else (2, 3)) or not _KEY_ID.match(parts[0]):
+            raise KeySpecError(
+                f"each entry is {shape} with a key id of letters, digits, '.', '_', '@' or '-'"
+            )
+        key_id = parts[0]
+        if key_id in found:
+            raise KeySpecError(f"key id {key_id!r} is configured twice")
+        public_key_bytes(parts[1], key_id)
+        found[key_id] = (key_id, parts[1], parts[2] if len(parts) == 3 else None)
+    return list(found.values())
+
+
 def parse_review_keys(spec: str) -> list[ReviewKey]:
     """``key_id:base64key[:who]`` entries separated by commas or newlines.
 
@@ -136,27 +172,31 @@ def parse_review_keys(spec: str) -> list[ReviewKey]:
     Raises:
         KeySpecError: an entry is malformed, a key is not 32 bytes, or an id repeats.
     """
-    keys: dict[str, ReviewKey] = {}
-    for raw_entry in re.split(r"[,\n]", spec):
-        entry = raw_entry.strip()
-        if not entry or entry.startswith("#"):
-            continue
-        parts = [part.strip() for part in entry.split(":")]
-        if len(parts) not in (2, 3) or not _KEY_ID.match(parts[0]):
-            raise KeySpecError(
-                "each entry is KEY_ID:BASE64_PUBLIC_KEY[:REVIEWER|REVIEWER...|*] with a key id "
-                "of letters, digits, '.', '_', '@' or '-'"
-            )
-        key_id = parts[0]
-        if key_id in keys:
-            raise KeySpecError(f"key id {key_id!r} is configured twice")
-        public_key_bytes(parts[1], key_id)
-        who = parts[2] if len(parts) == 3 else key_id
+    keys = []
+    shape = "KEY_ID:BASE64_PUBLIC_KEY[:REVIEWER|REVIEWER...|*]"
+    for key_id, material, who in _key_entries(spec, shape, third=False):
+        who = who or key_id
         reviewers = None if who == ANY_REVIEWER else [n for n in who.split("|") if n.strip()]
         if reviewers is not None and not reviewers:
             raise KeySpecError(f"key {key_id!r} names nobody it may sign for")
-        keys[key_id] = ReviewKey(key_id=key_id, public_key=parts[1], reviewers=reviewers)
-    return list(keys.values())
+        keys.append(ReviewKey(key_id=key_id, public_key=material, reviewers=reviewers))
+    return keys
+
+
+def parse_requester_keys(spec: str) -> list[RequesterKey]:
+    """``requester:base64key:tenant`` entries separated by commas or newlines: each key signs
+    the starts of the requester it is named after, spending ``tenant``'s budget.
+
+    Raises:
+        KeySpecError: an entry is malformed, names no tenant, or an id repeats.
+    """
+    keys = []
+    shape = "REQUESTER:BASE64_PUBLIC_KEY:TENANT"
+    for key_id, material, tenant in _key_entries(spec, shape, third=True):
+        if not tenant or not re.fullmatch(TENANT_PATTERN, tenant):
+            raise KeySpecError(f"key {key_id!r} names no valid tenant ({TENANT_PATTERN})")
+        keys.append(RequesterKey(key_id=key_id, public_key=material, tenant=tenant))
+    return keys
 
 
 def public_key_bytes(material: str, key_id: str) -> bytes:
@@ -196,28 +236,158 @@ def review_token_problem(
 
     ``expected.now`` is workflow time (``workflow.now()``), so a replay decides the same way.
     """
-    token = decision.token
-    if not token:
+    if not decision.token:
         return "review is not signed (reviewer authentication is on: send a signed token)"
+    verified = _verified(decision.token, keys, ReviewClaims, "review token")
+    if isinstance(verified, str):
+        return verified
+    claims, key = verified
+    return _claims_problem(claims, key, decision, expected)
+
+
+C = TypeVar("C", bound=BaseModel)
+K = TypeVar("K", ReviewKey, RequesterKey)
+
+
+def _verified(token: str, keys: Sequence[K], model: type[C], what: str) -> tuple[C, K] | str:
+    """``token``'s claims (as ``model``) and the key that signed them, or why not."""
     try:
         header = jwt.get_unverified_header(token)
     except jwt.PyJWTError:
-        return "review token is malformed"
+        return f"{what} is malformed"
     key_id = header.get("kid")
     key = next((k for k in keys if k.key_id == key_id), None)
     if key is None:
-        return "review token is signed with a key this run does not know"
+        return f"{what} is signed with a key this run does not know"
     if header.get("alg") != ALGORITHM:
-        return f"review token must be signed with {ALGORITHM}"
+        return f"{what} must be signed with {ALGORITHM}"
     try:
         public_key = Ed25519PublicKey.from_public_bytes(
             public_key_bytes(key.public_key, key.key_id)
         )
         payload = jwt.PyJWS().decode(token, key=public_key, algorithms=[ALGORITHM])
-        claims = ReviewClaims.model_validate_json(payload)
+        return model.model_validate_json(payload), key
     except (jwt.PyJWTError, KeySpecError, ValidationError):
-        return "review token signature does not verify"
-    return _claims_problem(claims, key, decision, expected)
+        return f"{what} signature does not verify"
+
+
+class StartClaims(BaseModel):
+    """The claims of a start claim: who asked for which request (its digest), when."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    aud: str
+    sub: str = Field(min_length=1, max_length=200)
+    rq: str
+    iat: int
+    exp: int
+
+
+def request_digest(request: RequestBase) -> str:
+    """SHA-256 (hex) of a request as canonical JSON, its start claim and fields left at their
+    defaults out (so a field a later version adds keeps older clients' claims valid): what a
+    start claim vouches for."""
+    value = request.model_dump(mode="json", exclude={"start_claim"}, exclude_defaults=True)
+    canonical = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def start_claims_for(
+    request: RequestBase, *, requester: str, issued: datetime, ttl: timedelta
+) -> dict[str, object]:
+    """The claims a requester's tool signs for ``request`` (the verifier checks the same)."""
+    issued_s = int(issued.timestamp())
+    return {
+        "aud": START_AUDIENCE,
+        "sub": requester,
+        "rq": request_digest(request),
+        "iat": issued_s,
+        "exp": issued_s + max(1, int(ttl.total_seconds())),
+    }
+
+
+def start_claim_problem(
+    request: RequestBase, *, keys: Sequence[RequesterKey], now: datetime
+) -> RequesterKey | str:
+    """The requester key that signed ``request``'s start claim, or why it does not vouch for
+    the request (not signed, an unknown key, another request, expired)."""
+    if not request.start_claim:
+        return "the start is not signed (start authentication is on: sign it with REQUESTER_KEY)"
+    verified = _verified(request.start_claim, keys, StartClaims, "start claim")
+    if isinstance(verified, str):
+        return verified
+    claims, key = verified
+    if claims.aud != START_AUDIENCE:
+        return "start claim is not meant for starts"
+    if claims.sub != key.key_id:
+        return "start claim names another requester than its key's"
+    if claims.rq != request_digest(request):
+        return "start claim was issued for another request"
+    now_s = now.timestamp()
+    if claims.exp <= now_s:
+        return "start claim has expired"
+    if claims.iat > now_s + CLOCK_SKEW.total_seconds():
+        return "start claim is issued in the future"
+    return key
+
+
+class BudgetClaims(BaseModel):
+    """The claims of a budget decision's token: who decided what, for which run chain."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    aud: str
+    sub: str = Field(min_length=1, max_length=200)
+    wid: str
+    rid: str
+    dec: str
+    iat: int
+    exp: int
+
+
+def budget_claims_for(
+    decision: BudgetDecision, *, workflow_id: str, run_id: str, issued: datetime, ttl: timedelta
+) -> dict[str, object]:
+    """The claims a signer puts in a budget decision's token (the verifier checks the same)."""
+    issued_s = int(issued.timestamp())
+    return {
+        "aud": BUDGET_AUDIENCE,
+        "sub": decision.operator,
+        "wid": workflow_id,
+        "rid": run_id,
+        "dec": decision.decision,
+        "iat": issued_s,
+        "exp": issued_s + max(1, int(ttl.total_seconds())),
+    }
+
+
+def budget_token_problem(
+    decision: BudgetDecision, *, keys: Sequence[ReviewKey], expected: Expected
+) -> str | None:
+    """Why ``decision``'s token does not authenticate its operator's decision for this run
+    chain, or None when it does (``expected.review_round`` is not used)."""
+    if not decision.token:
+        return "budget decision is not signed (authentication is on: send a signed token)"
+    verified = _verified(decision.token, keys, BudgetClaims, "budget token")
+    if isinstance(verified, str):
+        return verified
+    claims, key = verified
+    if claims.aud != BUDGET_AUDIENCE:
+        return "budget token is not meant for budget decisions"
+    if claims.sub != decision.operator:
+        return "budget token was issued to another operator"
+    if key.reviewers is not None and claims.sub not in key.reviewers:
+        return f"key {key.key_id!r} may not sign for this operator"
+    if claims.wid != expected.workflow_id or claims.rid != expected.run_id:
+        return "budget token was issued for another run"
+    if claims.dec != decision.decision:
+        return "budget token was issued for another decision"
+    now_s = expected.now.timestamp()
+    if claims.exp <= now_s:
+        return "budget token has expired"
+    if claims.iat > now_s + CLOCK_SKEW.total_seconds():
+        return "budget token is issued in the future"
+    return None
 
 
 def _claims_problem(

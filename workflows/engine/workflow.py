@@ -386,10 +386,20 @@ class PipelineWorkflow:
             reviews.count_refusal(self._ctx.run, refused)
         observability.count_refused_review(refused.code)
 
-    def _budget_refusal(self, _: BudgetDecision, pending: BudgetDecision | None) -> str | None:
+    def _budget_refusal(
+        self, decision: BudgetDecision, pending: BudgetDecision | None
+    ) -> str | None:
         if self._ctx is None:
             return NOT_STARTED
-        return budgets.refusal(self._ctx, pending)
+        info = workflow.info()
+        return budgets.refusal(
+            self._ctx,
+            decision,
+            pending,
+            workflow_id=info.workflow_id,
+            chain_id=info.first_execution_run_id,
+            now=workflow.now(),
+        )
 
     def _count_refused_budget_decision(self, reason: str) -> None:
         if self._ctx is not None:

@@ -79,6 +79,9 @@ class RunPolicy(_Open):
     # may live at most review_token_ttl_s (REVIEW_TOKEN_TTL_S; None: any lifetime).
     review_token_binds_run: bool = False
     review_token_ttl_s: float | None = None
+    # Plans built since budget decisions are signed: with review keys, a budget decision must
+    # carry a token signed by a key allowed to sign for its operator (older plans took any).
+    budget_decisions_signed: bool = False
     max_feedback_chars: int = MAX_FEEDBACK_CHARS
     reedit_rounds_per_run: int = 50
     # REVIEW_WEBHOOK_URL is set on the worker that built the plan: tell reviewers (by webhook)

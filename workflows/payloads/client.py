@@ -41,6 +41,7 @@ __all__ = [
     "PipelineRequest",
     "PipelineResult",
     "RequestBase",
+    "RequesterKey",
     "ReviewContent",
     "ReviewDecision",
     "ReviewKey",
@@ -113,6 +114,12 @@ class RequestBase(_Strict):
         pattern=TENANT_PATTERN,
         description="Whose daily budget this run spends (TENANT_BUDGETS_USD); none = "
         f"{DEFAULT_TENANT!r}. With budgets on, a tenant without a budget is refused",
+    )
+    start_claim: str | None = Field(
+        default=None,
+        max_length=MAX_TOKEN_CHARS,
+        description="A requester's signed claim for this request (required when the workers "
+        "configure REQUESTER_PUBLIC_KEYS): it names the requester, and their key the tenant",
     )
 
     def describe(self) -> str:
@@ -189,6 +196,12 @@ class BudgetDecision(_Strict):
     decision: BudgetVerdict
     operator: ReviewerName
     reason: Text | None = Field(default=None, max_length=500)
+    token: str | None = Field(
+        default=None,
+        max_length=MAX_TOKEN_CHARS,
+        description="Signed budget token (required by runs planned with reviewer "
+        "authentication on; see workflows/engine/identity.py)",
+    )
 
 
 class HistoryEntry(_Open):
@@ -328,6 +341,15 @@ class LlmReply(_Strict):
 
     content: Text
     needs_review: bool
+
+
+class RequesterKey(_Open):
+    """A public key that signs a requester's starts (see ``workflows.engine.identity``): the
+    requester is its key id, and its runs spend ``tenant``'s budget."""
+
+    key_id: str
+    public_key: str = Field(description="the raw 32-byte Ed25519 public key, base64")
+    tenant: str
 
 
 class ReviewKey(_Open):

@@ -1,0 +1,115 @@
+"""Who is asking: with start authentication on (REQUESTER_PUBLIC_KEYS), a run's requester and
+tenant are those of the key that signed its start claim, never what the request says. Tried as
+outsiders with a Temporal client and the CLI, against a real dev server and worker process."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
+
+from aiorch.devstack.stack import LocalStack
+from aiorch.ops.signing import SigningKey
+from tests.e2e.conftest import new_id, request, start, status_of, wait_for_state
+from tests.live import E2E_WORKER_ENV, connect, stack_with_worker, starter
+from tests.reviewing import signed
+from workflows import contract, errors
+from workflows.payloads import PipelineRequest, RunStatus
+
+pytestmark = pytest.mark.e2e
+
+ALICE = SigningKey.generate("alice")
+BOB = SigningKey.generate("bob")
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    keys = f"{ALICE.requester_entry('acme')},{BOB.requester_entry('bigco')}"
+    env = {**E2E_WORKER_ENV, "REQUESTER_PUBLIC_KEYS": keys}
+    data_dir: Path = tmp_path_factory.mktemp("requesters")
+    yield from stack_with_worker(data_dir, worker_env=env)
+
+
+@pytest.fixture(scope="module")
+async def client(stack: LocalStack) -> Client:
+    return await connect(stack)
+
+
+async def refused(client: Client, payload: dict[str, Any], words: str) -> None:
+    """The run fails at once with InvalidRequest naming ``words``; no model is called."""
+    handle = await start(client, payload)
+    with pytest.raises(WorkflowFailureError) as failed:
+        await asyncio.wait_for(handle.result(), 30)
+    cause = failed.value.cause
+    assert isinstance(cause, ApplicationError), cause
+    assert errors.INVALID_REQUEST in cause.message, cause.message
+    status = await status_of(handle)
+    assert words in (status.last_error or ""), status.last_error
+    assert status.attempts == 0
+
+
+def signed_start(key: SigningKey, message: str, **fields: Any) -> dict[str, Any]:
+    claimed = key.sign_start(
+        PipelineRequest.model_validate(request(message, **fields)), now=datetime.now(UTC)
+    )
+    return claimed.model_dump(mode="json", exclude_none=True)
+
+
+async def test_unsigned_or_tampered_starts_fail_before_any_call(client: Client) -> None:
+    """A start without a claim, a claim moved onto another message, a claim of alice's naming
+    another team's tenant or another requester, and a claim signed by a key the workers do not
+    know each fail the run at once: the request names no one the workers trust."""
+    await refused(client, request("who am I"), "the start is not signed")
+    tampered = signed_start(ALICE, "a harmless question")
+    tampered["user_message"] = "spend the budget on something else"
+    await refused(client, tampered, "issued for another request")
+    await refused(client, signed_start(ALICE, "x", tenant="bigco"), "not the tenant of the key")
+    await refused(client, signed_start(ALICE, "x", requested_by="bob"), "another requester")
+    stranger = SigningKey.generate("alice")
+    await refused(client, signed_start(stranger, "x"), "signature does not verify")
+
+
+async def test_a_claim_starts_one_run_only(client: Client) -> None:
+    """A claim vouches for one request id and the run's id is its request id: replayed while
+    the run is open, Temporal refuses the start; under a new request id the run fails."""
+    original = signed_start(BOB, "once", review="always")
+    handle = await start(client, original)
+    assert (await wait_for_state(handle, "await_review")).tenant == "bigco"
+    with pytest.raises(WorkflowAlreadyStartedError):
+        await start(client, original)
+    replayed = {**original, "request_id": new_id()}
+    await refused(client, replayed, "issued for another request")
+    await handle.cancel()
+
+
+async def test_a_signed_start_names_its_requester_and_tenant(
+    stack: LocalStack, client: Client
+) -> None:
+    """alice's CLI (REQUESTER_KEY) signs her start: the run spends acme's budget and names
+    her as its requester, so her own approval is refused while another reviewer's is taken."""
+    done = starter(
+        stack,
+        "start",
+        "Review my own work",
+        "--review",
+        "always",
+        env={"REQUESTER_KEY": ALICE.private_entry()},
+    )
+    assert done.returncode == 0, done.stderr
+    workflow_id = done.stdout.split("started ", 1)[1].split()[0]
+    handle = client.get_workflow_handle(workflow_id)
+    waiting: RunStatus = await wait_for_state(handle, "await_review")
+    assert waiting.tenant == "acme"
+    own = await signed(handle, stack.reviewer_key, "approve", "alice")
+    with pytest.raises(WorkflowUpdateFailedError) as refusal:
+        await handle.execute_update(contract.UPDATE_SUBMIT_REVIEW, own, result_type=RunStatus)
+    assert "requested this run" in str(refusal.value.cause)
+    other = await signed(handle, stack.reviewer_key, "approve", "carol")
+    await handle.execute_update(contract.UPDATE_SUBMIT_REVIEW, other, result_type=RunStatus)
+    assert (await status_of(handle)).state in ("generate_embedding", "completed")
