@@ -374,6 +374,7 @@ async def run_batch(
     ids = [new_id() for _ in documents]
     started = time.monotonic()
     waiting = []
+    stored: list[tuple[str, Document]] = []
     cli_run = None
     for index, (request_id, document) in enumerate(zip(ids, documents, strict=True)):
         if cli is not None and index == 0:
@@ -382,6 +383,8 @@ async def run_batch(
             cli_run = asyncio.create_task(asyncio.to_thread(cli, request_id, path))
             continue
         ref = reference(stack, request_id, document, by_s3=index % 2 == 0)
+        if ref.startswith("s3://"):
+            stored.append((ref, document))
         request = DocumentRequest(request_id=request_id, document=ref)
         waiting.append(start_run(client, request, task_queue=task_queue, pipeline=DOCUMENTS))
     await asyncio.gather(*waiting)
@@ -411,6 +414,13 @@ async def run_batch(
         assert row.content_sha256 == document.text_sha256
         assert_row_is_the_result(row, result)
         assert_progress_rises(result)
+    s3 = s3_client(stack)
+    for ref, document in stored:
+        bucket, key = ref.removeprefix("s3://").split("/", 1)
+        labelled = s3.head_object(Bucket=bucket, Key=key)["ContentType"]
+        assert labelled == (
+            "application/pdf" if document.kind == "pdf" else "text/plain; charset=utf-8"
+        )
     return took
 
 
