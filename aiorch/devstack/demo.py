@@ -1,9 +1,11 @@
-"""``make demo``: the embedded stack, live, walking the pipeline's main paths.
+"""``make demo``: the embedded stack, live, walking both pipelines' main paths.
 
 Starts the Temporal dev server (Web UI on :8233), SQS, the LLM simulator and a worker; starts
-one run per scenario; plays the reviewer for the runs that wait for one; shows a live table of
-states until every run has ended; checks each ended where it should; then keeps the stack (and
-the Web UI) up until Ctrl-C. With ``--exit`` (or when stdin is not a terminal) it stops at once.
+one run per scenario (the LLM pipeline's, then the document pipeline's: invoices whose fields
+the simulator reads off the text); plays the reviewer for the runs that wait for one; shows a
+live table of states until every run has ended; checks each ended where it should; then keeps
+the stack (and the Web UI) up until Ctrl-C. With ``--exit`` (or when stdin is not a terminal) it
+stops at once.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -37,29 +40,85 @@ from aiorch.runtime.config import (
 from aiorch.runtime.signals import interrupt_on_stop
 from aiorch.runtime.temporal import AiOrchestratorPlugin
 from workflows import contract
+from workflows.documents.graph import DocState
 from workflows.llm.graph import State
-from workflows.payloads import PipelineRequest, ReviewDecision, ReviewMode, RunStatus
+from workflows.payloads import RequestBase, ReviewDecision, ReviewMode, RunStatus
 
 POLL_S = 0.4
 DEMO_TIMEOUT_S = 180.0
+LLM, DOCUMENTS = "llm", "documents"
+
+# The fields of an invoice that adds up (the lines, 13.50 + 5.00, plus tax 3.70 make 22.20),
+# and the invoice as printed: the simulator reads "Label: value" and "Line: ..." lines.
+INVOICE: dict[str, Any] = {
+    "vendor": "Acme Supplies Ltd",
+    "invoice_number": "INV-2026-0042",
+    "issue_date": "2026-11-02",
+    "due_date": "2026-12-02",
+    "currency": "EUR",
+    "line_items": [
+        {"description": "Widgets", "quantity": "3", "unit_price": "4.50", "amount": "13.50"},
+        {"description": "Shipping", "quantity": "1", "unit_price": "5.00", "amount": "5.00"},
+    ],
+    "tax": "3.70",
+    "total": "22.20",
+}
+
+
+def printed(invoice: dict[str, Any]) -> str:
+    """``invoice`` as the text of a document."""
+    lines = [
+        f"INVOICE {invoice['invoice_number']}",
+        f"Vendor: {invoice['vendor']}",
+        f"Invoice number: {invoice['invoice_number']}",
+        f"Issue date: {invoice['issue_date']}",
+        f"Due date: {invoice['due_date']}",
+        f"Currency: {invoice['currency']}",
+        *(
+            f"Line: {item['description']} | {item['quantity']} | {item['unit_price']} | "
+            f"{item['amount']}"
+            for item in invoice["line_items"]
+        ),
+        f"Tax: {invoice['tax']}",
+        f"Total: {invoice['total']}",
+    ]
+    return "\n".join(lines)
 
 
 @dataclass
 class Scenario:
-    """One demo run: what it asks, how the reviewer answers, where it must end."""
+    """One demo run: its pipeline, what it asks (the LLM pipeline's message, the document
+    pipeline's document), how the reviewer answers, where it must end."""
 
     name: str
     message: str
-    expected: State
+    expected: str
+    pipeline: str = LLM
     review: ReviewMode = "auto"
     decisions: list[ReviewDecision] = field(default_factory=list)
     max_attempts: int | None = None
     workflow_id: str = field(default_factory=lambda: uuid.uuid4().hex[:24])
     status: RunStatus | None = None
 
+    def request(self) -> RequestBase:
+        """The run's request, as its pipeline's contract has it."""
+        content = "document" if self.pipeline == DOCUMENTS else "user_message"
+        options = {"llm_max_attempts": self.max_attempts} if self.max_attempts else {}
+        request: RequestBase = pipelines.named(self.pipeline).request.model_validate(
+            {
+                "request_id": self.workflow_id,
+                content: self.message,
+                "review": self.review,
+                "metadata": {"demo": self.name},
+                "options": options,
+            }
+        )
+        return request
+
 
 def scenarios() -> list[Scenario]:
     approve = ReviewDecision(decision="approve", reviewer="demo-reviewer")
+    wrong_total = {**INVOICE, "invoice_number": "INV-2026-0043", "total": "25.00"}
     return [
         Scenario("auto", "Explain durable execution in one paragraph.", State.COMPLETED),
         Scenario(
@@ -100,23 +159,33 @@ def scenarios() -> list[Scenario]:
             State.DEAD_LETTER,
             max_attempts=3,
         ),
+        Scenario("invoice, stored", printed(INVOICE), DocState.COMPLETED, pipeline=DOCUMENTS),
+        # The total does not add up: the run waits for review with the problem; the reviewer
+        # approves with the total corrected, which is validated again, then stored.
+        Scenario(
+            "wrong total, corrected",
+            printed(wrong_total),
+            DocState.COMPLETED,
+            pipeline=DOCUMENTS,
+            decisions=[
+                ReviewDecision(
+                    decision="approve",
+                    reviewer="demo-reviewer",
+                    fields={**wrong_total, "total": INVOICE["total"]},
+                )
+            ],
+        ),
     ]
 
 
 async def start_runs(client: Client, runs: list[Scenario]) -> None:
     for run in runs:
-        options = {"llm_max_attempts": run.max_attempts} if run.max_attempts else {}
-        request = PipelineRequest.model_validate(
-            {
-                "request_id": run.workflow_id,
-                "user_message": run.message,
-                "review": run.review,
-                "metadata": {"demo": run.name},
-                "options": options,
-            }
-        )
         await start_run(
-            client, request, task_queue=contract.DEFAULT_TASK_QUEUE, summary=f"demo: {run.name}"
+            client,
+            run.request(),
+            task_queue=contract.DEFAULT_TASK_QUEUE,
+            pipeline=pipelines.named(run.pipeline),
+            summary=f"demo: {run.name}",
         )
 
 
@@ -135,11 +204,12 @@ async def advance(client: Client, run: Scenario, key: SigningKey) -> None:
 
 def render(runs: list[Scenario], elapsed: float) -> Group:
     table = Table(title=f"ai-orchestrator demo ({elapsed:4.1f}s)")
-    for column in ("scenario", "run", "state", "progress", "attempts", "model"):
+    for column in ("pipeline", "scenario", "run", "state", "progress", "attempts", "model"):
         table.add_column(column, no_wrap=True)
     for run in runs:
         s = run.status
         table.add_row(
+            run.pipeline,
             run.name,
             run.workflow_id[:8],
             s.state if s else "starting",
@@ -176,7 +246,7 @@ async def drive(stack: LocalStack, console: Console) -> bool:
         good = final == run.expected
         ok &= good
         mark = "[green]ok[/green]" if good else f"[red]expected {run.expected}[/red]"
-        console.print(f"  {run.name:<16} {final:<12} {mark}")
+        console.print(f"  {run.pipeline:<9} {run.name:<22} {final:<12} {mark}")
     return ok
 
 
@@ -225,6 +295,10 @@ def run_demo(data_dir: Path, *, stay_up: bool) -> bool:
             console.print(
                 f"Shell:   export TEMPORAL_ADDRESS={addresses.temporal_address} "
                 f"OPENAI_BASE_URL={addresses.openai_base_url}; python starter.py list",
+                highlight=False,
+            )
+            console.print(
+                f"Rows:    the invoices' fields in {addresses.document_store_url}",
                 highlight=False,
             )
             if not ok:

@@ -3,6 +3,9 @@ and, with payload encryption on, the codec server, started and stopped together.
 
 - the worker's only ``file://`` input root (``INPUT_FILE_ROOTS``) is ``<data_dir>/inputs``
   (``StackAddresses.input_dir``)
+- the document pipeline stores its rows in the SQLite file ``<data_dir>/documents.db``
+  (``DOCUMENT_STORE_URL``, ``StackAddresses.document_store_url``), next to the embedded vector
+  store: whatever the worker's working directory, a stack keeps its data in its own folder
 - the codec server starts only when payload encryption is on (``PAYLOAD_KEYS`` or
   ``PAYLOAD_KEYS_FILE`` in the environment or ``worker_env``); the Web UI is started with
   ``--ui-codec-endpoint`` pointing at it, and its token is written to ``<data_dir>/codec-token``
@@ -84,6 +87,8 @@ class StackAddresses:
     sqs_endpoint_url: str
     openai_base_url: str
     vector_store_path: Path
+    # The document pipeline's SQL store: an SQLite file (a worker_env entry may replace it).
+    document_store_url: str
     # The worker's only file:// input root (INPUT_FILE_ROOTS): put documents here to use them.
     input_dir: Path
     # Reviewer authentication is on: the stack's key signs for any reviewer (an identity
@@ -112,6 +117,7 @@ class StackAddresses:
             "OPENAI_BASE_URL": self.openai_base_url,
             "OPENAI_API_KEY": "sim-local-key",
             "VECTOR_STORE_PATH": str(self.vector_store_path),
+            "DOCUMENT_STORE_URL": self.document_store_url,
             "INPUT_FILE_ROOTS": str(self.input_dir),
             "REVIEW_PUBLIC_KEYS": self.review_public_keys,
             "REVIEWER_KEY_FILE": str(self.reviewer_key_file),
@@ -186,6 +192,7 @@ class LocalStack:
             sqs_endpoint_url=f"http://{HOST}:{self.sqs_port}",
             openai_base_url=f"http://{HOST}:{self.llm_port}/v1",
             vector_store_path=self.data_dir / "vectors",
+            document_store_url=f"sqlite:///{self.data_dir / 'documents.db'}",
             input_dir=self.data_dir / "inputs",
             review_public_keys=",".join(public_keys),
             reviewer_key_file=self.data_dir / "reviewer-key",

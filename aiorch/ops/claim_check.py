@@ -36,8 +36,17 @@ class ClaimCheckError(OrchestratorError):
 def object_key(request_id: str, data: bytes) -> str:
     """Where a request's document lives: content addressed under the request id (``.pdf`` for
     a PDF, ``.txt`` for text)."""
-    suffix = "pdf" if data.startswith(PDF_SIGNATURE) else "txt"
+    suffix = "pdf" if _is_pdf(data) else "txt"
     return f"inputs/{request_id}/{hashlib.sha256(data).hexdigest()}.{suffix}"
+
+
+def content_type(data: bytes) -> str:
+    """The media type a stored document is labelled with: a PDF's, or UTF-8 text."""
+    return "application/pdf" if _is_pdf(data) else "text/plain; charset=utf-8"
+
+
+def _is_pdf(data: bytes) -> bool:
+    return data.startswith(PDF_SIGNATURE)
 
 
 def store_document(
@@ -78,7 +87,7 @@ def _store_s3(s3: S3Client, bucket: str, key: str, data: bytes, settings: Settin
             Bucket=bucket,
             Key=key,
             Body=data,
-            ContentType="text/plain; charset=utf-8",
+            ContentType=content_type(data),
             ServerSideEncryption="AES256",
         )
     except ClientError as err:
@@ -170,7 +179,7 @@ def _read_document(path: Path, limit: int, *, pdf: bool = False) -> bytes:
         data = path.read_bytes()
     except OSError as err:
         raise ClaimCheckError(f"cannot read {path}: {err.strerror}") from None
-    if pdf and data.startswith(PDF_SIGNATURE):
+    if pdf and _is_pdf(data):
         return data
     try:
         data.decode("utf-8")

@@ -26,10 +26,13 @@ from typing import get_args
 from temporalio.client import Client
 
 from workflows import contract
+from workflows.engine.graph import Event
+from workflows.engine.reviews import event_of
 from workflows.payloads import Decision, HistoryEntry, ReviewDecision, RunStatus
 
-# A history entry whose event is a decision records a review (its round, its reviewer).
-DECISION_EVENTS: frozenset[str] = frozenset(get_args(Decision))
+# A history entry whose event is a decision records a review (its round, its reviewer); an
+# approval with corrected fields is recorded as the ``correct`` event.
+DECISION_EVENTS: frozenset[str] = frozenset(get_args(Decision)) | {Event.CORRECT}
 
 DecisionFor = Callable[[str, int | None], ReviewDecision]
 """Builds the (unsigned) decision for ``(workflow_id, review_round)``; the round is None when
@@ -81,7 +84,7 @@ class ReviewOutcome:
         recorded = self.recorded
         return (
             recorded is not None
-            and recorded.event == self.sent.decision
+            and recorded.event == event_of(self.sent)
             and recorded.reviewer == self.sent.reviewer
             and recorded.review_round == self.sent.review_round
         )
@@ -91,7 +94,7 @@ class ReviewOutcome:
         """False when the round was decided by an earlier, different decision."""
         recorded = self.recorded
         return recorded is None or (
-            recorded.event == self.sent.decision and recorded.reviewer == self.sent.reviewer
+            recorded.event == event_of(self.sent) and recorded.reviewer == self.sent.reviewer
         )
 
     def describe(self, workflow_id: str) -> str:

@@ -226,8 +226,8 @@ time.sleep(60)
 
 
 def test_local_stack_starts_everything_and_stops_by_pid(tmp_path: Path) -> None:
-    """The full stack serves all parts, gives its worker an input root of its own, records PIDs,
-    restarts parts, and leaves no process."""
+    """The full stack serves all parts, gives its worker an input root and a document store of
+    its own, records PIDs, restarts parts, and leaves no process."""
     pytest.importorskip("aiorch.devstack.llm_simulator")
     (tmp_path / "worker.py").write_text(FAKE_WORKER)
     stack = LocalStack(tmp_path / "data", with_worker=True, worker_cwd=tmp_path)
@@ -238,6 +238,7 @@ def test_local_stack_starts_everything_and_stops_by_pid(tmp_path: Path) -> None:
         assert http_ok(env["SQS_ENDPOINT_URL"] + "/moto-api/")()
         assert stack.addresses.input_dir.is_dir()
         assert env["INPUT_FILE_ROOTS"] == str(stack.addresses.input_dir)
+        assert env["DOCUMENT_STORE_URL"] == f"sqlite:///{stack.data_dir / 'documents.db'}"
         state = json.loads((stack.data_dir / "stack.json").read_text())
         pids = {name: info["pid"] for name, info in state["processes"].items()}
         assert set(pids) == {"temporal", "sqs", "llm", "worker"}

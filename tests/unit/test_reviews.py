@@ -34,6 +34,22 @@ def test_applied_only_when_the_round_records_this_decision() -> None:
     assert not outcome(approve, [*history, decided("reject", "ann", 2)]).applied
 
 
+def test_an_approval_with_corrected_fields_is_applied_as_the_correct_event() -> None:
+    """An approval carrying corrected fields is recorded as the ``correct`` event: that record
+    is this approval applied (not "no decision for it"); a plain approval of the same round
+    is not, nor is the corrected one when the round recorded a plain approval."""
+    corrected = ReviewDecision(
+        decision="approve", reviewer="ann", review_round=1, fields={"total": "22.20"}
+    )
+    plain = corrected.model_copy(update={"fields": None})
+    correct = history_entry("await_review", "validate", "correct", reviewer="ann", review_round=1)
+
+    assert outcome(corrected, [correct]).applied
+    assert "approve accepted (round 1)" in outcome(corrected, [correct]).describe("w1")
+    assert not outcome(plain, [correct]).applied
+    assert not outcome(corrected, [decided("approve", "ann", 1)]).applied
+
+
 def test_each_round_gets_its_own_decision_and_update_id() -> None:
     """A batch decision is rebuilt per run with that run's round, so the update id differs per
     round and a later round is never answered from an earlier round's cache."""
