@@ -99,6 +99,14 @@ async def start(client: Client, payload: dict[str, Any]) -> WorkflowHandle[Any, 
     )
 
 
+async def llm_call_key(handle: WorkflowHandle[Any, Any], attempt: int) -> str:
+    """The ``Idempotency-Key`` of the run's LLM call ``attempt``: the workflow id and the run
+    chain (its first run id), so a new run under the same id never shares a key."""
+    described = await handle.describe()
+    chain = described.raw_description.workflow_execution_info.first_run_id
+    return f"{handle.id}/{chain}:invoke_llm:{attempt}"
+
+
 async def status_of(handle: WorkflowHandle[Any, Any]) -> RunStatus:
     result: RunStatus = await handle.query(contract.QUERY_STATUS, result_type=RunStatus)
     return result

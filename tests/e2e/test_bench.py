@@ -204,6 +204,22 @@ def test_baseline_counts_start_plus_three_activities(
 
 
 @pytest.mark.timeout(240)
+def test_the_llm_pipeline_costs_five_eight_and_nine_actions(
+    actions_reports: dict[int, tuple[dict[str, Any], str]],
+) -> None:
+    """What a run of the LLM pipeline costs on the engine is what it cost before: 5 actions on
+    the happy path (start, two activities, the markers' task, one search-attribute upsert), 8
+    with a review (its timer, update and second upsert), 9 with one retry (its timer, the
+    third activity and two more upserts)."""
+    paths = actions_reports[10][0]["actions"]["paths"]
+    assert {path: paths[path]["ours"]["per_run"] for path in PATHS} == {
+        "happy": 5,
+        "review": 8,
+        "retry": 9,
+    }
+
+
+@pytest.mark.timeout(240)
 def test_action_costs_and_checks_follow_the_counts(
     actions_reports: dict[int, tuple[dict[str, Any], str]],
 ) -> None:

@@ -30,7 +30,7 @@ from aiorch.ops.dead_letters import DeadLetter, DeadLetterQueue
 from aiorch.ops.results import finished
 from aiorch.runtime.config import load_settings
 from aiorch.runtime.temporal import DATA_CONVERTER
-from tests.e2e.conftest import Simulator, request, start, status_of, wait_for_state
+from tests.e2e.conftest import Simulator, llm_call_key, request, start, status_of, wait_for_state
 from tests.history_events import scheduled_activities
 from tests.live import starter
 from tests.reviewing import signed
@@ -179,7 +179,7 @@ async def test_rate_limit_waits_at_least_retry_after(client: Client, simulator: 
     status = await status_of(handle)
     assert status.attempts == 3
     assert [chat["idempotency_key"] for chat in chats] == [
-        f"{handle.id}:invoke_llm:{attempt}" for attempt in (1, 2, 3)
+        await llm_call_key(handle, attempt) for attempt in (1, 2, 3)
     ]
 
 

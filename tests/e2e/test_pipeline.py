@@ -15,6 +15,7 @@ from aiorch.ops.results import finished
 from aiorch.ops.signing import SigningKey
 from tests.e2e.conftest import (
     Simulator,
+    llm_call_key,
     new_id,
     request,
     start,
@@ -60,7 +61,7 @@ async def test_happy_path_completes_with_content_and_embedding(
     assert await visible_state(client, handle.id, "completed")
     chats = simulator.chat_requests(handle.id)
     assert len(chats) == 1
-    assert chats[0]["idempotency_key"] == f"{handle.id}:invoke_llm:1"
+    assert chats[0]["idempotency_key"] == await llm_call_key(handle, 1)
 
 
 async def test_review_approve_via_signal(client: Client, reviewer_key: SigningKey) -> None:

@@ -6,19 +6,19 @@ Temporal client and starts a run whose id is a channel-wide mention and a phishi
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
-from urllib.parse import unquote
 
 import pytest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowFailureError
 
 from aiorch.devstack.processes import free_port
 from aiorch.devstack.stack import LocalStack
 from tests.e2e.conftest import new_id, request, wait_for_state
 from tests.live import E2E_WORKER_ENV, stack_with_worker
 from tests.webhooks import HOOK_PATH, Receiver, running_receiver
-from workflows import contract
+from workflows import contract, errors
 
 pytestmark = pytest.mark.e2e
 
@@ -27,7 +27,6 @@ ATTACK_ID = (
     "<!channel> @here [approve here](https://evil.example/login) "
     "<https://evil.example/inbox|Review in the inbox>"
 )
-MARKUP = set("<>&[]*_`~@|")
 
 
 @pytest.fixture(scope="module")
@@ -65,24 +64,26 @@ async def test_a_run_id_cannot_mention_the_channel_or_plant_a_link(
     stack: LocalStack, client: Client, receiver: Receiver
 ) -> None:
     """A run started by a plain client with the id ``<!channel> @here [approve here](...)
-    <https://evil.example/inbox|...>`` waits for review; the Slack notification the receiver
-    gets shows that id percent-encoded in its text and its section, so no mention fires and no
-    link of the attacker's is drawn, and the buttons still lead to the run's inbox page."""
+    <https://evil.example/inbox|...>`` fails at once (a run's id must be its request id) and
+    posts nothing, while a run under its own id, asking for the same review, is announced: the
+    id never reaches the channel. (Should an id with markup ever reach the activity, its text
+    is percent-encoded: ``tests/activities/test_notify.py``.)"""
     payload = request("Quarterly summary", review="always", request_id=new_id())
-    handle = await client.start_workflow(
+    attack = await client.start_workflow(
         contract.WORKFLOW_TYPE, payload, id=ATTACK_ID, task_queue=contract.DEFAULT_TASK_QUEUE
     )
-    await wait_for_state(handle, "await_review")
+    with pytest.raises(WorkflowFailureError) as failed:
+        await asyncio.wait_for(attack.result(), 30)
+    assert errors.INVALID_REQUEST in str(failed.value.cause)
+    honest = await client.start_workflow(
+        contract.WORKFLOW_TYPE,
+        payload,
+        id=payload["request_id"],
+        task_queue=contract.DEFAULT_TASK_QUEUE,
+    )
+    await wait_for_state(honest, "await_review")
     body = await first_notice(receiver)
-    section = body["blocks"][0]["text"]["text"]
-    inbox_button = body["blocks"][1]["elements"][0]["url"]
-    assert unquote(inbox_button) == f"https://inbox.example.com/runs/{ATTACK_ID}"
-    headline = body["text"].removesuffix(" " + inbox_button)
-    shown = section.removesuffix(f"* <{inbox_button}|Open it in the review inbox>")
-    for text in (headline, shown.removeprefix("*")):
-        assert not MARKUP & set(text), text
-        assert "evil.example" not in text
-        [encoded] = [word for word in text.split() if word.startswith("%3C%21channel")]
-        assert unquote(encoded) == ATTACK_ID
-    assert not set(inbox_button) & {"<", ">", "|", " "}
-    await handle.terminate("the attack is over")
+    assert len(receiver.bodies) == 1
+    assert payload["request_id"] in body["text"]
+    assert "evil.example" not in json.dumps(receiver.bodies)
+    await honest.terminate("the attack is over")

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import boto3
 import pytest
+from temporalio.client import WorkflowFailureError
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from typer.testing import CliRunner
 
@@ -29,8 +30,9 @@ pytestmark = pytest.mark.e2e
 MARKUP = "[/][bold red]x"
 # ESC sequences (colour, clear screen, a window title ended by BEL) and a C1 CSI.
 ESCAPES = "\x1b[31m\x1b[2J\x1b]0;pwned\x07\x9b2J"
-# A run that must reach review: an id with control characters cannot (its LLM call's
-# Idempotency-Key header refuses them), so its escapes come through the reason instead.
+# A run's id must be its request id (hex), so a run under this id fails at once: what it
+# leaves (its id in lists and histories) is still the attacker's text; escapes come through an
+# operator's reason on a run that did start.
 EVIL_ID = f"run-{MARKUP}-end"
 EVIL_REASON = f"{MARKUP} reason {ESCAPES} done"
 CONTROL_BYTES = ("\x1b", "\x07", "\x9b")
@@ -46,30 +48,32 @@ class Planted:
     """What the attacker left for the operator to look at."""
 
     dead_run: str  # ended dead_letter by an operator signal carrying the reason
-    waiting_run: str  # waits for review under an id made of markup
+    evil_run: str  # failed at once under an id made of markup
     forged_id: str  # the workflow id of a dead letter no run sent
 
 
 async def plant(stack: LocalStack) -> Planted:
     client = await connect(stack)
+    dead_request = request("Look at me", review="always")
     dead = await client.start_workflow(
         contract.WORKFLOW_TYPE,
-        request("Look at me", review="always", request_id=new_id()),
+        dead_request,
+        id=dead_request["request_id"],
+        task_queue=contract.DEFAULT_TASK_QUEUE,
+    )
+    evil = await client.start_workflow(
+        contract.WORKFLOW_TYPE,
+        request("Review me", review="always"),
         id=EVIL_ID,
         task_queue=contract.DEFAULT_TASK_QUEUE,
     )
-    waiting = await client.start_workflow(
-        contract.WORKFLOW_TYPE,
-        request("Review me", review="always", request_id=new_id()),
-        id=f"wait-{MARKUP}",
-        task_queue=contract.DEFAULT_TASK_QUEUE,
-    )
     await wait_for_state(dead, "await_review")
-    await wait_for_state(waiting, "await_review")
     await dead.signal(contract.SIGNAL_EXPIRE_REVIEW, {"reason": EVIL_REASON})
     await wait_for_state(dead, "escalate")
     await dead.signal(contract.SIGNAL_DEAD_LETTER, {"reason": EVIL_REASON})
     assert (await finished(dead)).state == "dead_letter"
+    with pytest.raises(WorkflowFailureError):
+        await evil.result()
     stray_id, forged_id = f"stray-{MARKUP}-{ESCAPES}", f"forged-{MARKUP}-{ESCAPES}"
     await client.start_workflow(
         contract.WORKFLOW_TYPE,
@@ -93,7 +97,7 @@ async def plant(stack: LocalStack) -> Planted:
         "last_error": EVIL_REASON,
     }
     sqs.send_message(QueueUrl=queue_url, MessageBody=json.dumps(forged))
-    return Planted(dead_run=dead.id, waiting_run=waiting.id, forged_id=forged_id)
+    return Planted(dead_run=dead.id, evil_run=evil.id, forged_id=forged_id)
 
 
 @pytest.fixture(scope="module")
@@ -129,13 +133,13 @@ FORGED = f"forged-{MARKUP}-{SHOWN_ESCAPES}"
 @pytest.mark.parametrize(
     ("command", "shown"),
     [
-        (["history", "{dead}"], [f"{EVIL_ID}: dead_letter", SHOWN_REASON]),
+        (["history", "{dead}"], [SHOWN_REASON]),
+        (["history", "{evil}"], [f"{EVIL_ID}: idle"]),
         (["status", "{dead}"], [f"dead-lettered by operator: {SHOWN_REASON}"]),
         (["list"], [EVIL_ID, STRAY, f"{MARKUP}{SHOWN_ESCAPES}"]),
-        (["list", "--state", "dead_letter"], [EVIL_ID]),
         (["stats"], ["dead_letter", "(no AiState)"]),
         (["stuck", "--older-than", "0s"], [STRAY, f"{MARKUP}{SHOWN_ESCAPES}"]),
-        (["dlq", "list"], [EVIL_ID, FORGED, SHOWN_REASON]),
+        (["dlq", "list"], [FORGED, SHOWN_REASON]),
     ],
 )
 def test_attacker_text_is_shown_as_text_without_control_bytes(
@@ -144,7 +148,8 @@ def test_attacker_text_is_shown_as_text_without_control_bytes(
     """history, status, list, stats, stuck and dlq list each show the workflow ids, reasons,
     states and queue messages an attacker wrote as the characters they are made of (markup
     included) and without a control byte; none crashes on ``[/]``."""
-    output = operator(stack, *(part.format(dead=planted.dead_run) for part in command))
+    parts = (part.format(dead=planted.dead_run, evil=planted.evil_run) for part in command)
+    output = operator(stack, *parts)
     assert_shown_literally(output, *shown)
 
 
@@ -161,10 +166,14 @@ def test_result_json_keeps_the_data_and_escapes_every_control_character(
 
 
 def test_a_review_outcome_names_the_run_as_text(stack: LocalStack, planted: Planted) -> None:
-    """`review` on a run whose id is markup reports the run's answer, naming the run, as one
-    literal line (it used to crash on ``[/]`` after the decision was applied)."""
-    output = operator(stack, "review", planted.waiting_run, "approve", "--reviewer", "alice")
-    assert_shown_literally(output, f"{planted.waiting_run}: approve accepted (round 1)")
+    """`review` on the run whose id is markup (it failed at once) refuses, naming the run as
+    one literal line (it used to crash on ``[/]``)."""
+    env = {**stack.addresses.env(), "COLUMNS": "1000", "OTEL_EXPORTER_OTLP_ENDPOINT": ""}
+    args = ["review", planted.evil_run, "approve", "--reviewer", "alice"]
+    done = CliRunner().invoke(build_app(), args, env=env)
+    assert done.exit_code != 0 and isinstance(done.exception, SystemExit), done.output
+    assert_shown_literally(done.output, planted.evil_run)
+    assert len(done.output.strip().splitlines()) == 1, done.output
 
 
 def test_a_refused_redrive_names_the_forged_run_as_text(
