@@ -224,23 +224,9 @@ class Inbox:
         try:
             view = await self.runs.view(workflow_id, reviewer.name)
         except NotYours:
-            return self.page(
-                request,
-                "error.html",
-                404,
-                reviewer=reviewer,
-                title="No such run",
-                message=f"There is no run {workflow_id} waiting for your review.",
-            )
+            return self.not_yours(request, reviewer, workflow_id)
         except RunUnreadable as err:
-            return self.page(
-                request,
-                "error.html",
-                502,
-                reviewer=reviewer,
-                title="Cannot show this run",
-                message=str(err),
-            )
+            return self.unreadable(request, reviewer, err)
         except RPCError as err:
             if err.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT):
                 return self.page(
@@ -305,6 +291,15 @@ class Inbox:
         if reviewer is None:
             return self.unauthorized(request)
         workflow_id = request.path_params["workflow_id"]
+        try:
+            await self.runs.view(workflow_id, reviewer.name)
+        except NotYours:
+            # Refused before it is sent: what the run would answer is not this reviewer's to read.
+            return self.not_yours(request, reviewer, workflow_id)
+        except RunUnreadable as err:
+            return self.unreadable(request, reviewer, err)
+        except RPCError as err:
+            return self.temporal_down(request, reviewer, err)
         back = RedirectResponse(f"/runs/{quote(workflow_id, safe='')}", status_code=303)
         try:
             decision = _decision(form, reviewer.name)
@@ -316,6 +311,27 @@ class Inbox:
         # Applied: the run waits for nobody now, so the list of those that do comes next.
         # Refused: the page again, with why.
         return RedirectResponse("/", status_code=303) if flash["level"] == "ok" else back
+
+    def unreadable(self, request: Request, reviewer: auth.Reviewer, err: RunUnreadable) -> Response:
+        return self.page(
+            request,
+            "error.html",
+            502,
+            reviewer=reviewer,
+            title="Cannot show this run",
+            message=str(err),
+        )
+
+    def not_yours(self, request: Request, reviewer: auth.Reviewer, workflow_id: str) -> Response:
+        """The one 404 for a run that does not exist and one the reviewer may not decide now."""
+        return self.page(
+            request,
+            "error.html",
+            404,
+            reviewer=reviewer,
+            title="No such run",
+            message=f"There is no run {workflow_id} waiting for your review.",
+        )
 
     async def send(self, target: ReviewTarget, decision: ReviewDecision) -> dict[str, str]:
         """Send ``decision`` to the run ``target`` names; the message for the page (what
