@@ -5,9 +5,7 @@ outsiders with a Temporal client and the CLI, against a real dev server and work
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,10 +15,10 @@ from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops.signing import SigningKey
 from tests.e2e.conftest import new_id, request, start, status_of, wait_for_state
-from tests.live import E2E_WORKER_ENV, connect, stack_with_worker, starter
+from tests.live import E2E_WORKER_ENV, starter
 from tests.reviewing import signed
 from workflows import contract, errors
-from workflows.payloads import PipelineRequest, RunStatus
+from workflows.payloads import BudgetDecision, PipelineRequest, RunStatus
 
 pytestmark = pytest.mark.e2e
 
@@ -29,16 +27,9 @@ BOB = SigningKey.generate("bob")
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+def worker_env() -> dict[str, str]:
     keys = f"{ALICE.requester_entry('acme')},{BOB.requester_entry('bigco')}"
-    env = {**E2E_WORKER_ENV, "REQUESTER_PUBLIC_KEYS": keys}
-    data_dir: Path = tmp_path_factory.mktemp("requesters")
-    yield from stack_with_worker(data_dir, worker_env=env)
-
-
-@pytest.fixture(scope="module")
-async def client(stack: LocalStack) -> Client:
-    return await connect(stack)
+    return {**E2E_WORKER_ENV, "REQUESTER_PUBLIC_KEYS": keys}
 
 
 async def refused(client: Client, payload: dict[str, Any], words: str) -> None:
@@ -113,3 +104,48 @@ async def test_a_signed_start_names_its_requester_and_tenant(
     other = await signed(handle, stack.reviewer_key, "approve", "carol")
     await handle.execute_update(contract.UPDATE_SUBMIT_REVIEW, other, result_type=RunStatus)
     assert (await status_of(handle)).state in ("generate_embedding", "completed")
+
+
+async def test_a_requester_cannot_approve_their_own_overspend(
+    stack: LocalStack, client: Client
+) -> None:
+    """alice's signed run waits in await_budget; as its requester she sends ``decide_budget``
+    unsigned as "cfo", with a token signed for her own name, and with one made for another
+    run: each is refused and the run still waits; the operator's own signed approval goes
+    through."""
+    payload = signed_start(ALICE, "Spend freely", options={"max_cost_usd": 0.000001})
+    handle = await start(client, payload)
+    await wait_for_state(handle, "await_budget")
+    chain = (await handle.describe()).raw_description.workflow_execution_info.first_run_id
+    now = datetime.now(UTC)
+    key = stack.reviewer_key
+
+    async def refused_budget(decision: BudgetDecision, words: str) -> None:
+        with pytest.raises(WorkflowUpdateFailedError) as refusal:
+            await handle.execute_update(
+                contract.UPDATE_DECIDE_BUDGET,
+                decision.model_dump(mode="json", exclude_none=True),
+                result_type=RunStatus,
+            )
+        assert words in str(refusal.value.cause), refusal.value.cause
+        assert (await status_of(handle)).state == "await_budget"
+
+    cfo = BudgetDecision(decision="approve", operator="cfo")
+    await refused_budget(cfo, "not signed")
+    own = key.sign_budget(
+        BudgetDecision(decision="approve", operator="alice"),
+        workflow_id=handle.id,
+        run_id=chain,
+        now=now,
+    )
+    await refused_budget(own, "requested this run")
+    elsewhere = key.sign_budget(cfo, workflow_id=new_id(), run_id=chain, now=now)
+    await refused_budget(elsewhere, "issued for another run")
+    approved = key.sign_budget(cfo, workflow_id=handle.id, run_id=chain, now=now)
+    await handle.execute_update(
+        contract.UPDATE_DECIDE_BUDGET,
+        approved.model_dump(mode="json", exclude_none=True),
+        result_type=RunStatus,
+    )
+    assert (await status_of(handle)).state != "await_budget"
+    await handle.terminate("the test is over")
