@@ -86,7 +86,8 @@ class _Marks:
 
 
 class _Reader:
-    """YAML into plain data, keeping marks and refusing duplicate keys and non-JSON values."""
+    """YAML into plain data, keeping marks and refusing duplicate keys and non-JSON values;
+    keys are taken as written (``on:`` is the key "on", not YAML 1.1's true)."""
 
     def __init__(self, text: str) -> None:
         self.loader = yaml.SafeLoader(text)
@@ -112,11 +113,12 @@ class _Reader:
             self.loader.flatten_mapping(node)
             data: dict[str, Any] = {}
             for key_node, value_node in node.value:
-                key = self.loader.construct_object(key_node, deep=True)
-                if not isinstance(key, str | int) or isinstance(key, bool):
+                # A key is its text: YAML 1.1 would read `on:` as true and `1:` as a number.
+                if not isinstance(key_node, yaml.ScalarNode):
+                    self._mark((*path,), key_node)
                     self.problems.append(((*path,), Rule.INVALID_VALUE, "a key must be a name"))
                     continue
-                key = str(key)
+                key = str(key_node.value)
                 entry = (*path, key)
                 if key in data:
                     self._mark(entry, key_node)

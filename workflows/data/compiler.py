@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, Final
 
 import jsonschema
+from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from pydantic import ValidationError
 
@@ -219,7 +220,22 @@ class _Builder:
         compiled = self._compile()
         if self.strict:
             self._marked(self.compiled_steps)
-        return None if self.problems else compiled
+        if compiled is None or self.problems:
+            return None
+        try:
+            templates_by_text = {text: self.env.from_string(text) for text in self._texts()}
+        except TemplateError as err:
+            self.problem(("steps",), Rule.TEMPLATE_SYNTAX, str(err))
+            return None
+        return replace(compiled, compiled_templates=MappingProxyType(templates_by_text))
+
+    def _texts(self) -> set[str]:
+        return {
+            value
+            for step in self.compiled_steps.values()
+            for _, mark, value in marked(step.settings)
+            if mark == Mark.TEMPLATE
+        }
 
     def _compile(self) -> Compiled | None:
         self._steps()
@@ -249,19 +265,13 @@ class _Builder:
         except GraphError as err:
             self.problem(("steps",), Rule.INVALID_VALUE, str(err))
             return None
-        texts = {
-            value
-            for step in steps.values()
-            for _, mark, value in marked(step.settings)
-            if mark == Mark.TEMPLATE
-        }
         return Compiled(
             spec=self.spec,
             catalog=self.catalog,
             steps=MappingProxyType(steps),
             graph=graph,
             env=self.env,
-            compiled_templates=MappingProxyType({t: self.env.from_string(t) for t in texts}),
+            compiled_templates=MappingProxyType({}),
             review_states=MappingProxyType(
                 {
                     state: step_id
@@ -430,7 +440,7 @@ class _Builder:
             earlier = [
                 other.id
                 for other in self.spec.steps[:i]
-                if getattr(self.types.get(other.id), "kind", "") == "model"
+                if getattr(self.catalog.get(other.type), "kind", "") == "model"
             ]
             if not earlier:
                 self.problem(

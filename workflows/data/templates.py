@@ -5,8 +5,9 @@ output, by step id): ``Ticket: {{ input.ticket }}``, ``{{ steps.classify.categor
 environment has no globals (no ``range``, ``lipsum``, ``cycler``, ``namespace``), no ``random``
 filter (a run must render the same on every replay) and no ``attr`` filter; the sandbox refuses
 every attribute a template may not read. The check (`problems`) refuses more, before any run:
-a name other than ``input`` and ``steps``, any ``_``-name (``{{ ''.__class__ }}``), any call,
-and a field the input or the step does not have.
+a name other than ``input``, ``steps`` and the template's own loop and ``set`` variables, any
+``_``-name (``{{ ''.__class__ }}``), any call, any include, import, macro or block, and a field
+the input or the step does not have.
 
 A client's input is data: rendering puts its value in the text and never reads it as a
 template, so ``{{ 7*7 }}`` in a ticket reaches the model as those characters.
@@ -31,6 +32,18 @@ from workflows.data.contract import Rule
 ROOTS: Final = ("input", "steps")
 # random: different on every replay; attr: reaches an attribute by a computed name.
 REMOVED_FILTERS: Final = ("random", "attr")
+# Names Jinja2 gives a template itself (the template, macro arguments), never the run's data.
+SPECIAL_NAMES: Final = frozenset({"self", "caller", "varargs", "kwargs"})
+# Statements that reach other templates or define code: a prompt needs none.
+STATEMENTS: Final = (
+    nodes.Include,
+    nodes.Import,
+    nodes.FromImport,
+    nodes.Extends,
+    nodes.Macro,
+    nodes.CallBlock,
+    nodes.Block,
+)
 
 
 @dataclass(frozen=True)
@@ -98,7 +111,16 @@ def problems(
                 "a template calls nothing (filters such as |upper or |tojson are the way)",
             )
         )
-    declared = meta.find_undeclared_variables(tree)
+    for statement in tree.find_all(STATEMENTS):
+        found.append(
+            TemplateProblem(
+                statement.lineno,
+                Rule.TEMPLATE_UNSAFE,
+                f"a template has no {type(statement).__name__.lower()} (it reads input and "
+                "steps, and may use if, for and set)",
+            )
+        )
+    declared = meta.find_undeclared_variables(tree) | SPECIAL_NAMES
     for name in tree.find_all(nodes.Name):
         if name.ctx == "load" and name.name in declared and name.name not in ROOTS:
             found.append(
