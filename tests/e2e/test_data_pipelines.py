@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Replayer
 
@@ -27,8 +28,6 @@ from tests.pipeline_files import TRIAGE, TRIAGE_V1, TRIAGE_V2, V2_PROMPT, write_
 from workflows.data import CATALOG, DataResult, compile_spec
 from workflows.data.spec import PipelineSpec
 from workflows.orchestrator import AiOrchestrator
-
-import yaml
 
 pytestmark = pytest.mark.e2e
 BROKEN = Path(__file__).resolve().parents[1] / "unit" / "pipeline_files"
@@ -74,8 +73,15 @@ def cli(stack: LocalStack, folder: Path, *args: str) -> Any:
 def start_ticket(stack: LocalStack, folder: Path, ticket: str) -> str:
     run_id = new_id()
     started = cli(
-        stack, folder, "start", "--pipeline", TRIAGE, "--id", run_id,
-        "--input", json.dumps({"ticket": ticket, "customer": "ACME"}),
+        stack,
+        folder,
+        "start",
+        "--pipeline",
+        TRIAGE,
+        "--id",
+        run_id,
+        "--input",
+        json.dumps({"ticket": ticket, "customer": "ACME"}),
     )
     assert started.returncode == 0, started.stderr
     assert f"started {run_id}" in started.stdout
@@ -124,7 +130,13 @@ async def test_the_triage_file_runs_end_to_end_with_no_python_of_its_own(
     result = await handle.result()
     states = [entry.to_state for entry in result.history]
     assert states == [
-        "classify", "route", "urgent_review", "draft", "reply_review", "store", "completed"
+        "classify",
+        "route",
+        "urgent_review",
+        "draft",
+        "reply_review",
+        "store",
+        "completed",
     ]
     figures = [graph().progress_of(state) for state in states]
     assert figures == sorted(figures)
@@ -175,7 +187,10 @@ async def test_runs_keep_their_version_while_the_file_changes(
     more step) while the worker runs: the five finish on version 1's steps, a new run takes
     version 2's, and both versions' histories replay without the file."""
     write_pipeline(folder, TRIAGE_V1)
-    old = [start_ticket(data_stack, folder, f"Billing: invoice {n} was charged twice") for n in range(5)]
+    old = [
+        start_ticket(data_stack, folder, f"Billing: invoice {n} was charged twice")
+        for n in range(5)
+    ]
     handles = [data_client.get_workflow_handle(run_id, result_type=DataResult) for run_id in old]
     for handle in handles:
         await wait_for_state(handle, "reply_review")
@@ -190,19 +205,26 @@ async def test_runs_keep_their_version_while_the_file_changes(
         classify = data_simulator.chat_requests(new_id_)[0]
         assert V2_PROMPT in classify["messages"][1]["content"]
         for run_id in old:
-            assert V2_PROMPT not in data_simulator.chat_requests(run_id)[0]["messages"][1]["content"]
+            assert (
+                V2_PROMPT not in data_simulator.chat_requests(run_id)[0]["messages"][1]["content"]
+            )
         for run_id in [*old, new_id_]:
             approve(data_stack, folder, run_id)
         for handle in handles:
             result = await handle.result()
             assert result.version == v1
             assert [e.to_state for e in result.history][-3:] == [
-                "reply_review", "store", "completed"
+                "reply_review",
+                "store",
+                "completed",
             ]
         result = await new.result()
         assert result.version == v2
         assert [e.to_state for e in result.history][-4:] == [
-            "reply_review", "check_reply", "store", "completed"
+            "reply_review",
+            "check_reply",
+            "store",
+            "completed",
         ]
         # The folder no longer has version 1; the replayer has no folder at all.
         for handle in (handles[0], new):
