@@ -9,7 +9,8 @@ fetch       loads a document (inline text or a file:// / s3:// reference) and ch
 extract     extracts a document's text (a PDF's too): ``extracted``; a store that keeps
             failing dead-letters the run, to be redriven
 llm         calls the model with a prompt template and, optionally, an output JSON Schema
-            (a reply that breaks it is asked for again, ``repair``), a model and a fallback:
+            (a reply that breaks it is asked for again unless ``repair: false`` leaves it to
+            a validate step), a model and a fallback:
             ``answered``, or ``needs_review`` when the reply asks for one and the file routes it
 validate    checks a step's output against a JSON Schema and declarative rules: ``valid``,
             ``problems`` (route it to a review), ``invalid`` (problems with review off)
@@ -138,9 +139,10 @@ class ModelStates(Settings):
 class LlmSettings(Settings):
     """``llm``: the prompt (a template), the system prompt (a template), the JSON Schema the
     reply must follow (none: the contract's ``{content, needs_review}``), the model (default:
-    the worker's), a fallback model, the temperature, whether a reply that breaks the schema is
-    asked for again (``repair``), and a ``fetch``/``extract`` step whose referenced document
-    the model reads before the prompt."""
+    the worker's), a fallback model, the temperature, ``repair`` (true: a reply that breaks the
+    schema is asked for again with a corrective instruction, within the plan's attempts; false:
+    any JSON object is taken as it is, for a validate step and a reviewer to judge), and a
+    ``fetch``/``extract`` step whose referenced document the model reads before the prompt."""
 
     prompt: Template
     system: Annotated[str, Mark.TEMPLATE, Field(max_length=32 * 1024)] = DEFAULT_SYSTEM
@@ -227,20 +229,17 @@ def _answered(
         data: dict[str, Any] = {"content": reply.content, "needs_review": reply.needs_review}
     else:
         data = reply.data or {}
-        found = value_problems(settings.output, data)
+        found = value_problems(settings.output, data) if settings.repair else []
         if found:
             where, message = found[0]
             detail = step.ctx.set_error(
                 f"LlmMalformedReply: the reply breaks the output schema ({len(found)} problem(s); "
                 f"{where}: {message})"
             )
-            if settings.repair:
-                # Asked again with a corrective instruction, as a malformed reply is.
-                run.consecutive_failures = failures + 1
-                run.corrective_next = True
-                step.ctx.move(Event.RETRYABLE_ERROR, detail=detail)
-            else:
-                step.ctx.move(Event.PERMANENT_ERROR, detail=detail)
+            # Asked again with a corrective instruction, as a malformed reply is.
+            run.consecutive_failures = failures + 1
+            run.corrective_next = True
+            step.ctx.move(Event.RETRYABLE_ERROR, detail=detail)
             return
     flagged = bool(data.get("needs_review"))
     review = view.review
