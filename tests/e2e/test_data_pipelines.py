@@ -1,8 +1,8 @@
 """Pipeline files on the real dev server: the support-triage file runs end to end with no
 Python of its own (started and reviewed with the CLI, the real simulator answering), runs keep
-the version they started with while the file changes, both versions' histories replay, a
-client's template syntax reaches the model as text, and a broken file keeps a worker from
-starting."""
+the version they started with while the file changes, both versions' histories replay, and a
+broken file keeps a worker from starting. (What a client may try against them:
+tests/security/test_pipeline_files.py.)"""
 
 from __future__ import annotations
 
@@ -162,22 +162,6 @@ async def test_the_triage_file_runs_end_to_end_with_no_python_of_its_own(
     assert drawn.returncode == 0, drawn.stderr
     assert drawn.stdout == graph().to_mermaid()
     assert "urgent_review --> draft: approve" in drawn.stdout
-
-
-async def test_template_syntax_in_a_ticket_reaches_the_model_as_plain_text(
-    data_stack: LocalStack, data_client: Client, folder: Path, data_simulator: Simulator
-) -> None:
-    """The simulator's request log shows what the model received: the ticket's Jinja syntax as
-    written, never evaluated, inside the prompt the file's template rendered."""
-    attack = "{{ 7*7 }} {{ ''.__class__.__mro__ }} {% for x in [1, 2] %}loop{% endfor %} billing"
-    run_id = start_ticket(data_stack, folder, attack)
-    await wait_for_state(data_client.get_workflow_handle(run_id), "reply_review")
-    classify, draft = data_simulator.chat_requests(run_id)
-    for request in (classify, draft):
-        user = next(m["content"] for m in request["messages"] if m["role"] == "user")
-        assert f"Ticket: {attack}" in user
-        assert "49" not in user and "<class" not in user and "looploop" not in user
-    assert "JSON Schema: " in classify["messages"][0]["content"]
 
 
 async def test_runs_keep_their_version_while_the_file_changes(

@@ -52,6 +52,7 @@ from workflows.engine.inbound import Admission, DecisionInbox, decoded, inbound
 from workflows.engine.pipeline import Context, Pipeline, PipelineSource
 from workflows.payloads import (
     BudgetDecision,
+    ContinuationVerdict,
     OperatorRequest,
     RequestBase,
     ReviewDecision,
@@ -349,10 +350,15 @@ class PipelineWorkflow:
         Raises:
             ApplicationError: ``InvalidRequest`` (non-retryable): the run fails at once.
         """
+        vouched = False
         if self._input_problem is None and self._source is not None and self._ctx is None:
-            await self._resolve(self._source)
+            vouched = await self._resolve(self._source)
         if self._input_problem is None and self._carried is not None:
-            verdict = await commands.verify_continuation()
+            verdict = (
+                ContinuationVerdict(accepted=True)
+                if vouched
+                else await commands.verify_continuation()
+            )
             if verdict.accepted:
                 assert self._ctx is not None
                 self._ctx.run, self._published = self._carried, self._carried.state
@@ -373,15 +379,24 @@ class PipelineWorkflow:
         self._admission.admit()
         return self._ctx
 
-    async def _resolve(self, source: PipelineSource) -> None:
+    async def _resolve(self, source: PipelineSource) -> bool:
         """Find the pipeline of a source's run (its commands are recorded), then take the
-        run's input as a registered pipeline's run takes it in ``__init__``."""
+        run's input as a registered pipeline's run takes it in ``__init__``. A continued run
+        carries its pipeline too: it is vouched for first, so nothing a forged continuation
+        carries is even read. Returns whether it was vouched for."""
+        continued = continuation.carries_state(self._raw)
+        if continued:
+            verdict = await commands.verify_continuation()
+            if not verdict.accepted:
+                self._input_problem = f"carried state refused: {verdict.reason}"
+                return False
         try:
             pipeline = await source.resolve(workflow.info().workflow_type, self._raw)
         except errors.InvalidRequest as err:
             self._input_problem = f"invalid request: {err}"
-            return
+            return False
         self._take_input(pipeline, self._raw)
+        return continued
 
     def _publish(self) -> None:
         ctx = self._context()
