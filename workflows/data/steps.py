@@ -52,11 +52,6 @@ from workflows.engine.pipeline import Context
 from workflows.payloads import REFERENCE_SCHEMES, LlmCallResult, ReviewerName
 
 DEFAULT_SYSTEM: Final = "You are a careful assistant inside an automated pipeline."
-# What a call without an output schema answers: the contract's reply.
-REPLY_SCHEMA: Final = {
-    "type": "object",
-    "properties": {"content": {"type": "string"}, "needs_review": {"type": "boolean"}},
-}
 REPLY_INSTRUCTION: Final = (
     'Reply with ONLY a JSON object of the form {"content": string, "needs_review": boolean} '
     "and nothing else: no Markdown, no code fences. Set needs_review to true when a human "
@@ -69,7 +64,16 @@ OBJECT_INSTRUCTION: Final = (
 
 
 def _object(*fields: str) -> dict[str, Any]:
+    """The JSON Schema of an object with ``fields`` (a new one each call: nothing shared)."""
     return {"type": "object", "properties": {name: {} for name in fields}}
+
+
+def reply_schema() -> dict[str, Any]:
+    """What a call without an output schema answers: the contract's reply."""
+    return {
+        "type": "object",
+        "properties": {"content": {"type": "string"}, "needs_review": {"type": "boolean"}},
+    }
 
 
 # --------------------------------------------------------------------------- fetch, extract
@@ -82,9 +86,11 @@ class DocumentSettings(Settings):
     document: DataPath
 
 
-DOCUMENT_OUTPUT: Final = _object(
-    "kind", "characters", "pages", "sha256", "preview", "preview_truncated", "reference"
-)
+def document_output(settings: DocumentSettings) -> dict[str, Any]:
+    """What ``fetch`` and ``extract`` record: what ``extract_text`` found, and the reference."""
+    return _object(
+        "kind", "characters", "pages", "sha256", "preview", "preview_truncated", "reference"
+    )
 
 
 async def _document(step: StepRun, settings: DocumentSettings, *, fetch: bool) -> None:
@@ -156,7 +162,7 @@ class LlmSettings(Settings):
 
 
 def _llm_output(settings: LlmSettings) -> dict[str, Any]:
-    return settings.output if settings.output is not None else REPLY_SCHEMA
+    return settings.output if settings.output is not None else reply_schema()
 
 
 def _llm_outcomes(settings: LlmSettings) -> tuple[str, ...]:
@@ -566,7 +572,7 @@ CATALOG: Final = Catalog.of(
         outcomes=("fetched",),
         failures=(PERMANENT,),
         description="loading the document",
-        output=lambda settings: DOCUMENT_OUTPUT,
+        output=document_output,
     ),
     StepType(
         "extract",
@@ -575,7 +581,7 @@ CATALOG: Final = Catalog.of(
         outcomes=("extracted",),
         failures=(PERMANENT, EXHAUSTED),
         description="loading the document and extracting its text",
-        output=lambda settings: DOCUMENT_OUTPUT,
+        output=document_output,
     ),
     StepType(
         "llm",
