@@ -6,11 +6,13 @@ catalog by name."""
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.client import WorkflowHandle
+from temporalio import activity
+from temporalio.client import WorkflowFailureError, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.worker import Worker
 
 from activities.pipelines import PipelineActivities
@@ -32,7 +34,7 @@ from tests.workflows.data_workflows import (
     ShoutingWorkflow,
 )
 from workflows import contract
-from workflows.data import CATALOG, DataResult
+from workflows.data import ACTIVITY_NOTIFY_PIPELINE, CATALOG, DataResult, PipelineNotice
 from workflows.payloads import LlmCallResult, ReviewDecision, RunStatus
 
 REFERENCE = ROOT / "pipelines" / "reference"
@@ -152,6 +154,63 @@ async def test_a_notify_step_without_a_webhook_goes_on(orch: Orchestration) -> N
     )
 
 
+class RecordedNotices:
+    """A stand-in for the webhook activity: records each notice, answers 200."""
+
+    def __init__(self) -> None:
+        self.notices: list[PipelineNotice] = []
+
+    @activity.defn(name=ACTIVITY_NOTIFY_PIPELINE)
+    async def notify_pipeline(self, notice: PipelineNotice) -> int:
+        self.notices.append(notice)
+        return 200
+
+
+async def test_a_notify_step_with_a_webhook_sends_ids_and_the_file_s_text(
+    orch: Orchestration,
+) -> None:
+    """On a worker with REVIEW_WEBHOOK_URL, a notify step starts ``notify_pipeline`` with the
+    run, the version, the step and the file's message, and goes on without waiting."""
+    queue = f"wf-{uuid.uuid4()}"
+    notices = RecordedNotices()
+    plans = data_plans(orch.pipelines, review_webhook_url="https://hooks.example/x")
+    notify = "  - id: tell_support\n    type: notify\n    message: a reply was approved\n"
+    write_pipeline(orch.pipelines, TRIAGE_V1.replace("  - id: store\n", notify + "  - id: store\n"))
+    async with Worker(
+        orch.client,
+        task_queue=queue,
+        workflows=[PipelineWorkflowUnderTest],
+        activities=[
+            *orch.fakes.activities,
+            *orch.documents.activities,
+            plans.plan_pipeline,
+            notices.notify_pipeline,
+        ],
+        workflow_runner=workflow_runner(pass_workflows=True),
+    ):
+        orch.fakes.llm_script = [LlmCallResult(model="", data={"category": "other"}), Reply()]
+        request_id = new_request_id()
+        handle: WorkflowHandle[Any, DataResult] = await orch.client.start_workflow(
+            TRIAGE,
+            {"request_id": request_id, "input": {"ticket": "Hello"}},
+            id=request_id,
+            task_queue=queue,
+            result_type=DataResult,
+        )
+        orch.handles.append(handle)
+        await orch.wait_for_state(handle, "reply_review")
+        await decide(handle, "approve")
+        result = await handle.result()
+    [notice] = notices.notices
+    assert (notice.workflow_id, notice.pipeline, notice.step) == (
+        request_id,
+        TRIAGE,
+        "tell_support",
+    )
+    assert notice.version == result.version and notice.message == "a reply was approved"
+    assert [n.reason for n in orch.fakes.notices] == ["review_needed"]
+
+
 async def test_a_continued_run_keeps_its_version_without_reading_the_file(
     orch: Orchestration,
 ) -> None:
@@ -259,3 +318,34 @@ async def test_a_step_type_written_in_python_runs_on_the_engine(
         result = await handle.result()
     assert [e.to_state for e in result.history] == ["loud", "store", "completed"]
     assert orch.documents.stores[0].fields == {"shouted": "HELP!"}
+
+
+async def test_a_review_step_s_timeouts_and_reviewers_are_its_own(orch: Orchestration) -> None:
+    """A review step's reviewers narrow the run's (a decision by anyone else is refused), and
+    its timeouts replace the worker's: unreviewed, it escalates after its own timeout and is
+    dead-lettered after its own escalation timeout."""
+    policy = "    timeout_s: 120\n    escalation_timeout_s: 7200\n    reviewers: [rita, sam]\n"
+    described = "    description: a person checks the drafted reply\n"
+    write_pipeline(orch.pipelines, TRIAGE_V1.replace(described, described + policy))
+    orch.fakes.llm_script = [LlmCallResult(model="", data={"category": "other"}), Reply()]
+    handle = await start(orch, TRIAGE, {"ticket": "Hello"})
+    await orch.wait_for_state(handle, "reply_review")
+    view = await handle.query(contract.QUERY_REVIEW_VIEW)
+    assert view["allowed_reviewers"] == ["rita", "sam"]
+    with pytest.raises(WorkflowUpdateFailedError) as refused:
+        await handle.execute_update(
+            contract.UPDATE_SUBMIT_REVIEW,
+            ReviewDecision(decision="approve", reviewer="tom"),
+            result_type=RunStatus,
+        )
+    assert "not allowed" in str(refused.value.cause)
+    await orch.env.sleep(timedelta(seconds=121))
+    await orch.wait_for_state(handle, "reply_review_escalated")
+    with pytest.raises(WorkflowFailureError):
+        await handle.result()
+    result = await orch.status(handle)
+    escalated = next(e for e in result.history if e.event == "review_timeout")
+    ended = next(e for e in result.history if e.event == "escalation_timeout")
+    assert escalated.detail == "no review in 120s"
+    assert (ended.at - escalated.at) >= timedelta(seconds=7200)
+    assert result.state == "dead_letter"
