@@ -120,7 +120,9 @@ def list_pipelines(
         typer.echo(json.dumps(rows, indent=2))
         return
     table = Table()
-    for column in ("name", "workflow type", "version", "defined in", "description"):
+    for column in ("name", "workflow type", "version"):
+        table.add_column(column, no_wrap=True)
+    for column in ("defined in", "description"):
         table.add_column(column)
     for row in rows:
         table.add_row(

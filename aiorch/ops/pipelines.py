@@ -40,6 +40,7 @@ __all__ = [
     "names",
     "of_type",
     "record_of",
+    "reload",
     "review_states",
     "terminal_states",
     "workflow_types",
@@ -74,6 +75,12 @@ def _scan() -> FolderScan | None:
     return found.check() if found is not None else None
 
 
+def reload() -> None:
+    """Read the settings and the folder afresh at the next use (a long-lived process, a test)."""
+    folder.cache_clear()
+    _scan.cache_clear()
+
+
 def data_pipelines() -> list[Pipeline[Any, Any]]:
     """The pipeline files' pipelines, as their files are now.
 
@@ -83,29 +90,12 @@ def data_pipelines() -> list[Pipeline[Any, Any]]:
     scanned = _scan()
     if scanned is None:
         return []
-    found = []
-    for record in scanned.records.values():
-        compiled = data.compile_spec(record.spec, DATA_PIPELINES.catalog)
-        plan_free = data.as_pipeline(compiled)
-        found.append(_versioned(plan_free, record.label))
-    return found
-
-
-def _versioned(pipeline: Pipeline[Any, Any], version: str) -> Pipeline[Any, Any]:
-    return Pipeline(
-        name=pipeline.name,
-        graph=pipeline.graph,
-        request=pipeline.request,
-        state=pipeline.state,
-        handlers=pipeline.handlers,
-        result_model=pipeline.result_model,
-        result=pipeline.result,
-        review_view=pipeline.review_view,
-        compensate=pipeline.compensate,
-        in_task=pipeline.in_task,
-        first_shown=pipeline.first_shown,
-        version=version,
-    )
+    return [
+        data.as_pipeline(
+            data.compile_spec(record.spec, DATA_PIPELINES.catalog), version=record.label
+        )
+        for record in scanned.records.values()
+    ]
 
 
 def record_of(name: str) -> PipelineRecord | None:

@@ -21,10 +21,11 @@ MAX_SHOWN_CHARS = 16 * 1024
 
 
 def as_pipeline(
-    compiled: Compiled, plan: DataPlan | None = None
+    compiled: Compiled, plan: DataPlan | None = None, *, version: str | None = None
 ) -> Pipeline[DataRequest, DataState]:
     """The engine's pipeline for ``compiled``; ``plan``: the run's plan, settled at its start
-    (installed by the first step that runs; a continued run carries its own)."""
+    (installed by the first step that runs; a continued run carries its own). ``version``:
+    the version it shows without a plan (the operator's tools: a file as it is now)."""
     spec = compiled.spec
     handlers: dict[str, Handler[DataRequest, DataState]] = {
         step_id: _handler(compiled, step, plan)
@@ -32,7 +33,8 @@ def as_pipeline(
         if step.type.kind != "review"
     }
     in_task = compiled.in_task
-    version = plan.pipeline.label if plan is not None else None
+    if plan is not None:
+        version = plan.pipeline.label
     return Pipeline(
         name=spec.name,
         graph=compiled.graph,
