@@ -15,7 +15,7 @@ itself is executing.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Collection
+from collections.abc import Container
 from typing import Any, Final
 
 from temporalio import activity
@@ -37,10 +37,12 @@ KNOWN_RUNS: Final = 10_000
 class CallerCheck(Interceptor):
     """Refuses a regular activity scheduled by a run that is not one of this worker's own."""
 
-    def __init__(self, client: Client, task_queue: str, workflow_types: Collection[str]) -> None:
+    def __init__(self, client: Client, task_queue: str, workflow_types: Container[str]) -> None:
+        # Asked on each new run, not copied: a pipeline file added to the worker's folder
+        # becomes one of its pipelines.
         self._client = client
         self._task_queue = task_queue
-        self._types = frozenset(workflow_types)
+        self._types = workflow_types
         self._known: OrderedDict[tuple[str, str], str | None] = OrderedDict()
 
     def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:

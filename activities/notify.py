@@ -185,6 +185,15 @@ class NotifyActivities:
                 can change, or when this worker has no webhook configured; a retryable one
                 for a receiver that is down, slow or overloaded.
         """
+        return await self.post(idempotency_key(notice), self.body(notice))
+
+    async def post(self, key: str, body: dict[str, Any]) -> int:
+        """POST ``body`` to the webhook with idempotency key ``key`` (what every notification
+        does, mapped for Temporal's retries as the module docstring says).
+
+        Raises:
+            ApplicationError: as `notify_reviewers`.
+        """
         secret = self._settings.review_webhook_url
         if secret is None:
             raise ApplicationError(
@@ -192,8 +201,7 @@ class NotifyActivities:
                 type=errors.NOTIFICATION_REJECTED,
                 non_retryable=True,
             )
-        key = idempotency_key(notice)
-        data = json.dumps(self.body(notice), ensure_ascii=False).encode("utf-8")
+        data = json.dumps(body, ensure_ascii=False).encode("utf-8")
         headers = {
             "Content-Type": "application/json; charset=utf-8",
             "User-Agent": USER_AGENT,
@@ -209,7 +217,7 @@ class NotifyActivities:
             ) as response:
                 status = response.status
                 if 200 <= status < 300:
-                    log.info("notified reviewers: %s (HTTP %s)", key, status)
+                    log.info("notified the webhook: %s (HTTP %s)", key, status)
                     return status
                 if status >= 500 or status in _RETRYABLE_STATUSES:
                     raise ApplicationError(

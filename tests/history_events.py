@@ -26,15 +26,19 @@ async def scheduled_activities(handle: WorkflowHandle[Any, Any]) -> list[str]:
     return activity_types(await handle.fetch_history())
 
 
-async def refused_at_once(failure: WorkflowFailureError, handle: WorkflowHandle[Any, Any]) -> str:
+async def refused_at_once(
+    failure: WorkflowFailureError, handle: WorkflowHandle[Any, Any], *, local_activities: int = 0
+) -> str:
     """The message of the run's ``failure``, checked to be a non-retryable InvalidRequest that
-    ended the run without a failed workflow task, a scheduled activity or a local one."""
+    ended the run without a failed workflow task or a scheduled activity, and with exactly
+    ``local_activities`` local ones (a start of a type no pipeline written in Python has asks
+    the worker's pipeline folder once)."""
     cause = failure.cause
     assert isinstance(cause, ApplicationError), repr(cause)
     assert (cause.type, cause.non_retryable) == (errors.INVALID_REQUEST, True)
     history = [event.event_type for event in (await handle.fetch_history()).events]
     assert EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED not in history
     assert EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED not in history
-    assert EventType.EVENT_TYPE_MARKER_RECORDED not in history
+    assert history.count(EventType.EVENT_TYPE_MARKER_RECORDED) == local_activities
     assert history[-1] == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED
     return cause.message

@@ -39,9 +39,12 @@ SEARCH_ATTRIBUTE_STATE: Final = "AiState"
 SEARCH_ATTRIBUTE_STATE_SINCE: Final = "AiStateSince"
 # The review round a run waits on, so a reviewer signs for it without a (billed) query.
 SEARCH_ATTRIBUTE_REVIEW_ROUND: Final = "AiReviewRound"
+# The version of a pipeline defined as data a run follows (``VERSION@SHA256-PREFIX``).
+SEARCH_ATTRIBUTE_PIPELINE_VERSION: Final = "AiPipelineVersion"
 AI_STATE: Final = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_STATE)
 AI_STATE_SINCE: Final = SearchAttributeKey.for_datetime(SEARCH_ATTRIBUTE_STATE_SINCE)
 AI_REVIEW_ROUND: Final = SearchAttributeKey.for_int(SEARCH_ATTRIBUTE_REVIEW_ROUND)
+AI_PIPELINE_VERSION: Final = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_PIPELINE_VERSION)
 
 ACTIVITY_FETCH_PROMPT: Final = "fetch_prompt"
 ACTIVITY_INVOKE_LLM: Final = "invoke_llm"

@@ -3,8 +3,10 @@ ships on the engine (``workflows.engine.workflow``).
 
 Registered as the worker's dynamic workflow: the SDK hands it every run on the task queue with
 its start's arguments raw, however many came, and the engine picks the pipeline by the run's
-workflow type (``AiOrchestrator`` for the LLM pipeline, ``DocumentPipeline`` for documents);
-a run of any other type fails at once.
+workflow type (``AiOrchestrator`` for the LLM pipeline, ``DocumentPipeline`` for documents).
+A run of any other type is a run of a pipeline defined as data (``workflows.data``): its type is
+the pipeline's name, and ``plan_pipeline`` finds it in the worker's ``PIPELINES_DIR`` when the
+run starts (a name no file has fails the run at once).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from temporalio.common import RawValue
 with workflow.unsafe.imports_passed_through():
     # One `import` per module: `from workflows import x` bypasses the sandbox pass-through, so
     # x would be re-imported for every new run. Imports add no commands.
+    import workflows.data.source as data
+    import workflows.data.steps as data_steps
     import workflows.documents.pipeline as documents
     import workflows.llm.pipeline as llm
     from workflows.engine.pipeline import Pipeline
@@ -25,13 +29,17 @@ with workflow.unsafe.imports_passed_through():
     from workflows.payloads import RunResult
 
 PIPELINES: tuple[Pipeline[Any, Any], ...] = (llm.PIPELINE, documents.PIPELINE)
+# Pipelines defined as data, with the engine's step types.
+DATA_PIPELINES = data.DataPipelines(data_steps.CATALOG)
 
 
 @workflow.defn(dynamic=True)
 class AiOrchestrator(PipelineWorkflow):
-    """Runs each request through its pipeline's graph (see ``PIPELINES``)."""
+    """Runs each request through its pipeline's graph (see ``PIPELINES``, and pipeline files
+    through ``DATA_PIPELINES``)."""
 
     pipelines = PIPELINES
+    sources = (DATA_PIPELINES,)
 
     @workflow.run
     async def run(self, raw_inputs: Sequence[RawValue]) -> RunResult:

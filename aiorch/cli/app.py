@@ -12,6 +12,7 @@ module              commands
 ``inbox``           ``inbox serve``, ``inbox new-key``, ``inbox new-token NAME``
 ``budgets``         ``spend``, ``budget``
 ``contract``        ``graph``, ``schema``
+``pipelines``       ``pipeline check``, ``pipeline list``, ``pipeline show``, ``pipeline graph``
 ==================  ===================================================================
 
 A command line names one command, so `build_app` loads only that command's module: ``keys
@@ -49,6 +50,7 @@ COMMANDS: Mapping[str, str] = MappingProxyType(
         "budget": "budgets",
         "graph": "contract",
         "schema": "contract",
+        "pipeline": "pipelines",
     }
 )
 

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from aiorch.cli import choices
 from aiorch.cli.output import print_error
 from aiorch.ops import pipelines
 from workflows.payloads import ALL_MODELS
@@ -22,7 +23,7 @@ class GraphFormat(StrEnum):
 def graph(
     fmt: Annotated[GraphFormat, typer.Option("--format", help="output format")] = GraphFormat.DOT,
     pipeline: Annotated[
-        str, typer.Option(help=f"the pipeline ({', '.join(pipelines.names())})")
+        str, typer.Option(help=f"the pipeline ({choices.shown(pipelines.names)})")
     ] = pipelines.DEFAULT_PIPELINE,
 ) -> None:
     """Print a pipeline's state graph as Graphviz DOT or Mermaid (generated from its code)."""

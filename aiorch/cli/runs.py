@@ -22,6 +22,7 @@ from aiorch.ops.results import run_result
 from aiorch.ops.signing import requester_key_from_settings
 from aiorch.runtime.config import Settings, load_settings
 from aiorch.runtime.links import inbox_start_line, web_ui_run_url
+from workflows.data.compiler import value_problems
 from workflows.engine.graph import COMPLETED
 from workflows.payloads import (
     REFERENCE_SCHEMES,
@@ -49,9 +50,11 @@ def build_request(
     *,
     pipeline: str = pipelines.DEFAULT_PIPELINE,
     schema: str | None = None,
+    data_input: dict[str, Any] | None = None,
 ) -> RequestBase:
     """The request as ``pipeline``'s contract has it (``message`` is the LLM pipeline's
-    message, the document pipeline's document), validated here so a bad one never starts.
+    message, the document pipeline's document; a pipeline file's run takes ``data_input``),
+    validated here so a bad one never starts.
 
     Raises:
         CliError: invalid metadata JSON or an invalid request; one line says which field.
@@ -66,7 +69,9 @@ def build_request(
         "metadata": meta,
         "options": {k: v for k, v in options.items() if v is not None},
     }
-    if pipeline == DOCUMENTS:
+    if data_input is not None:
+        raw["input"] = data_input
+    elif pipeline == DOCUMENTS:
         raw["document"] = message
         if schema is not None:
             raw["extraction_schema"] = schema
@@ -81,6 +86,30 @@ def build_request(
     except ValidationError as error:
         raise CliError(f"invalid request: {describe_validation_error(error)}") from None
     return request
+
+
+def data_input_of(pipeline: str, text: str | None) -> dict[str, Any]:
+    """A pipeline file's input from ``--input`` (a JSON object), checked against the input
+    schema of the pipeline's file as it is now (the worker checks it again against the
+    version the run starts with).
+
+    Raises:
+        CliError: no input, not a JSON object, or one the file's input schema refuses.
+    """
+    if text is None:
+        raise CliError(f"{pipeline} is a pipeline file's: give its input with --input JSON")
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise CliError(f"--input is not valid JSON: {error}") from None
+    if not isinstance(value, dict):
+        raise CliError("--input must be a JSON object")
+    record = pipelines.record_of(pipeline)
+    found = value_problems(record.spec.input, value) if record is not None else []
+    if found:
+        shown = "; ".join(f"input.{where}: {message}" for where, message in found[:5])
+        raise CliError(f"invalid input for {pipeline} {record.label if record else ''}: {shown}")
+    return value
 
 
 def result_reason(result: RunResult) -> str:
@@ -139,6 +168,10 @@ def start(
         str | None,
         typer.Option(help="--pipeline documents: the extraction schema (default: invoice)"),
     ] = None,
+    data_input: Annotated[
+        str | None,
+        typer.Option("--input", help="a pipeline file's run: its input, a JSON object"),
+    ] = None,
     request_id: Annotated[str | None, typer.Option("--id", help="24 lowercase hex chars")] = None,
     review: Annotated[ReviewMode, typer.Option(help="when a human reviews")] = "auto",
     metadata: Annotated[str | None, typer.Option(help="JSON object passed as context")] = None,
@@ -170,15 +203,27 @@ def start(
     (claim check) and only its reference enters the run's history.
     """
     request_id = request_id or new_request_id()
-    # A document is a file to store, unless it is already a reference.
-    document_file = pipeline == DOCUMENTS and file is None and message is not None
-    if document_file and message is not None and not message.startswith(REFERENCE_SCHEMES):
-        file = Path(message)
-        message = None
     settings = load_settings()
-    user_message, stored = claim_check.resolve_message(
-        settings, request_id, message, file, pdf=pipeline == DOCUMENTS
-    )
+    from_file = pipelines.is_data(pipelines.named(pipeline))
+    if from_file or data_input is not None:
+        if message is not None or file is not None or schema is not None:
+            raise CliError(
+                "a pipeline file's run takes --input JSON only (no message, --file or --schema)"
+            )
+        if not from_file:
+            raise CliError(f"--input is for a pipeline file's runs; {pipeline} is not one")
+        user_message, stored = "", None
+        payload: dict[str, Any] | None = data_input_of(pipeline, data_input)
+    else:
+        # A document is a file to store, unless it is already a reference.
+        document_file = pipeline == DOCUMENTS and file is None and message is not None
+        if document_file and message is not None and not message.startswith(REFERENCE_SCHEMES):
+            file = Path(message)
+            message = None
+        user_message, stored = claim_check.resolve_message(
+            settings, request_id, message, file, pdf=pipeline == DOCUMENTS
+        )
+        payload = None
     request = build_request(
         user_message,
         request_id,
@@ -194,6 +239,7 @@ def start(
         tenant,
         pipeline=pipeline,
         schema=schema,
+        data_input=payload,
     )
     if stored:
         out.print(plain(stored))
@@ -230,6 +276,9 @@ def status(workflow_id: Annotated[str, typer.Argument(help="the run's id")]) -> 
         for key in keys:
             value = getattr(current, key)
             table.add_row(key, plain(f"{value}%" if key == "progress" else value))
+        table.add_row("pipeline", plain(current.pipeline))
+        if current.pipeline_version:
+            table.add_row("version", plain(current.pipeline_version))
         table.add_row("tenant", plain(current.tenant))
         table.add_row("cost", f"${current.cost_usd:.4f}")
         table.add_row("web ui", plain(web_ui_run_url(settings, workflow_id)))
@@ -283,6 +332,8 @@ def list_runs(
             {
                 "workflow_id": execution.id,
                 "run_id": execution.run_id,
+                "pipeline": execution.workflow_type,
+                "version": visibility.version_of(execution),
                 "state": visibility.state_of(execution),
                 "temporal_status": (execution.status or WorkflowExecutionStatus.RUNNING).name,
                 "started_at": execution.start_time.isoformat(),
@@ -296,11 +347,13 @@ def list_runs(
         # Ids are what people copy into the next command: never wrapped or cut.
         width = max((len(str(row["workflow_id"])) for row in rows), default=11)
         table.add_column("workflow id", no_wrap=True, min_width=width)
-        for column in ("state", "temporal status", "started (UTC)"):
+        for column in ("pipeline", "state", "temporal status", "started (UTC)"):
             table.add_column(column)
         for row in rows:
+            version = f" {row['version']}" if row["version"] else ""
             table.add_row(
                 plain(row["workflow_id"]),
+                plain(f"{row['pipeline']}{version}"),
                 plain(row["state"] or "?"),
                 str(row["temporal_status"]),
                 str(row["started_at"])[:19].replace("T", " "),

@@ -1,10 +1,11 @@
 """Generated documentation: each pipeline's graph diagrams and the payload JSON schemas, all
-from code.
+from code (and from the pipeline files the project ships in ``pipelines/``).
 
 ``python -m aiorch.devstack docs`` (``make graph``) rewrites them; ``stale_documents()`` lists the
 ones that no longer match, and a test fails on any, so hand-edited diagrams never drift from the
 graphs. Every pipeline gets ``docs/pipelines/<name>.dot`` and ``.mmd``, and a Mermaid block in
-the README between its ``graph:<name>`` markers.
+the README between its ``graph:<name>`` markers; so does every pipeline file in ``pipelines/``
+(under its pipeline's name).
 """
 
 from __future__ import annotations
@@ -14,10 +15,30 @@ import re
 from pathlib import Path
 
 from aiorch.ops import pipelines
+from aiorch.runtime.pipeline_files import pipeline_paths, read_file
+from workflows.data import CATALOG, compile_spec
+from workflows.engine.graph import Graph
 from workflows.payloads import ALL_MODELS
 
 ROOT = Path(__file__).resolve().parents[2]
 PIPELINE_DOCS = ROOT / "docs" / "pipelines"
+PIPELINE_FILES = ROOT / "pipelines"
+
+
+def drawn_graphs() -> dict[str, Graph]:
+    """The graphs the docs draw, by the name their files and README markers use: each
+    pipeline written in Python, then each shipped pipeline file.
+
+    Raises:
+        ValueError: a shipped pipeline file has a problem.
+    """
+    graphs = {pipeline.name: pipeline.graph for pipeline in pipelines.PIPELINES}
+    for path in pipeline_paths(PIPELINE_FILES):
+        checked = read_file(path, CATALOG)
+        if checked.record is None:
+            raise ValueError(f"{checked.problems[0]}")
+        graphs[checked.record.name] = compile_spec(checked.record.spec, CATALOG).graph
+    return graphs
 
 
 def readme_markers(name: str) -> tuple[str, str]:
@@ -45,12 +66,12 @@ def readme_with_graphs(readme: str) -> str:
     Raises:
         ValueError: the README lacks a pipeline's markers.
     """
-    for pipeline in pipelines.PIPELINES:
-        begin, end = readme_markers(pipeline.name)
-        block = f"{begin}\n```mermaid\n{pipeline.graph.to_mermaid()}```\n{end}"
+    for name, graph in drawn_graphs().items():
+        begin, end = readme_markers(name)
+        block = f"{begin}\n```mermaid\n{graph.to_mermaid()}```\n{end}"
         pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.DOTALL)
         if not pattern.search(readme):
-            raise ValueError(f"README.md lacks the graph:{pipeline.name} markers")
+            raise ValueError(f"README.md lacks the graph:{name} markers")
         readme = pattern.sub(block.replace("\\", "\\\\"), readme)
     return readme
 
@@ -58,9 +79,9 @@ def readme_with_graphs(readme: str) -> str:
 def graph_documents() -> dict[Path, str]:
     """Each pipeline's diagrams: Graphviz DOT and Mermaid."""
     docs: dict[Path, str] = {}
-    for pipeline in pipelines.PIPELINES:
-        docs[PIPELINE_DOCS / f"{pipeline.name}.dot"] = pipeline.graph.to_dot()
-        docs[PIPELINE_DOCS / f"{pipeline.name}.mmd"] = pipeline.graph.to_mermaid()
+    for name, graph in drawn_graphs().items():
+        docs[PIPELINE_DOCS / f"{name}.dot"] = graph.to_dot()
+        docs[PIPELINE_DOCS / f"{name}.mmd"] = graph.to_mermaid()
     return docs
 
 

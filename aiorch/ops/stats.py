@@ -103,7 +103,7 @@ async def count_by_state(client: Client) -> tuple[list[StateCount], int]:
         query = visibility.runs_query(*clauses, pipeline=pipeline)
         return (await client.count_workflows(query)).count
 
-    cells = [(p.name, state) for p in pipelines.PIPELINES for state in p.graph.states]
+    cells = [(p.name, state) for p in pipelines.every() for state in p.graph.states]
     counts = await asyncio.gather(
         count(),
         *(count(visibility.state_is(s), visibility.OPEN, pipeline=p) for p, s in cells),

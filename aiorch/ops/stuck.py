@@ -39,13 +39,11 @@ class StuckAction(StrEnum):
     DEAD_LETTER = "dead-letter"
 
 
-# The states each action can act on; None = any state.
-ACTION_STATES: dict[StuckAction, frozenset[str] | None] = {
-    StuckAction.NONE: frozenset(),
-    StuckAction.TIMEOUT: pipelines.review_states(),
-    StuckAction.DEAD_LETTER: pipelines.review_states(),
-    StuckAction.CANCEL: None,
-}
+def action_states(action: StuckAction) -> frozenset[str] | None:
+    """The states ``action`` can act on (any pipeline's, pipeline files' too); None = any."""
+    if action in (StuckAction.TIMEOUT, StuckAction.DEAD_LETTER):
+        return pipelines.review_states()
+    return None if action == StuckAction.CANCEL else frozenset()
 
 
 def stuck_query(cutoff: datetime, state: str | None = None) -> str:
@@ -94,7 +92,7 @@ async def find_stuck(
 
 def applies(action: StuckAction, run: StuckRun) -> bool:
     """Whether ``action`` can act on ``run`` in its current state."""
-    states = ACTION_STATES[action]
+    states = action_states(action)
     return states is None or run.state in states
 
 

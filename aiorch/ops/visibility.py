@@ -29,7 +29,12 @@ from workflows import contract
 from workflows.engine.pipeline import Pipeline
 from workflows.payloads import FinalState, RequestBase
 
-SEARCH_ATTRIBUTE_KEYS = (contract.AI_STATE, contract.AI_STATE_SINCE, contract.AI_REVIEW_ROUND)
+SEARCH_ATTRIBUTE_KEYS = (
+    contract.AI_STATE,
+    contract.AI_STATE_SINCE,
+    contract.AI_REVIEW_ROUND,
+    contract.AI_PIPELINE_VERSION,
+)
 # The states a run's result can name (`RunResult.state`): it returned in one of them.
 FINAL_STATES: frozenset[str] = frozenset(get_args(FinalState))
 
@@ -99,6 +104,12 @@ def since_before(cutoff: datetime) -> str:
 def state_of(execution: WorkflowExecution) -> str | None:
     """The run's ``AiState`` as visibility shows it (None: not set yet)."""
     return execution.typed_search_attributes.get(contract.AI_STATE)
+
+
+def version_of(execution: WorkflowExecution) -> str | None:
+    """The version of its pipeline file a run follows (``AiPipelineVersion``; None for a
+    pipeline written in Python, or before the run first rests in a state)."""
+    return execution.typed_search_attributes.get(contract.AI_PIPELINE_VERSION)
 
 
 def since_of(execution: WorkflowExecution) -> datetime:

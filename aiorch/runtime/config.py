@@ -132,6 +132,10 @@ class Settings(BaseSettings):
     llm_backoff_initial_s: float = Field(default=1.0, gt=0, le=3600)
     llm_backoff_max_s: float = Field(default=60.0, gt=0, le=86400)
 
+    # Pipelines defined as data: the folder of pipeline files (*.yaml) this worker runs, and
+    # the operator's tools read (unset: none).
+    pipelines_dir: Path | None = None
+
     # Human review
     review_timeout_s: float = Field(default=24 * 3600.0, gt=0)
     escalation_timeout_s: float = Field(default=24 * 3600.0, gt=0)

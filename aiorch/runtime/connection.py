@@ -38,6 +38,7 @@ SEARCH_ATTRIBUTES = {
     contract.SEARCH_ATTRIBUTE_STATE: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
     contract.SEARCH_ATTRIBUTE_STATE_SINCE: IndexedValueType.INDEXED_VALUE_TYPE_DATETIME,
     contract.SEARCH_ATTRIBUTE_REVIEW_ROUND: IndexedValueType.INDEXED_VALUE_TYPE_INT,
+    contract.SEARCH_ATTRIBUTE_PIPELINE_VERSION: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
 }
 
 # What the SDK's connection errors (Rust tonic/rustls text) mean, first match wins; each says

@@ -11,6 +11,12 @@ Passed through (imported once per process, shared by every run, not re-imported 
   the process's tracer provider, which lives in the API module's globals; a copy re-imported in
   the sandbox would hold none and drop every span (the SDK's own OpenTelemetry plugin passes it
   through for the same reason);
+- ``jinja2`` (with ``markupsafe``) and ``jsonschema`` (with ``referencing``, ``rpds``,
+  ``attrs`` and ``jsonschema_specifications``, which reads its metaschemas from files when it
+  is imported): a pipeline defined as data renders its prompt templates in the sandboxed
+  template engine and checks its outputs against their JSON Schemas inside the workflow
+  (``workflows.data``). Both import parts of themselves lazily, which inside the sandbox would
+  be re-imported for every run;
 - with ``pass_workflows`` (the worker's default), the ``workflows`` package itself. The SDK's
   sandbox otherwise imports the module defining a workflow afresh for every run. What the
   sandbox would check in those modules at run time is checked before they ship:
@@ -30,7 +36,18 @@ from temporalio.worker import WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 WORKFLOW_PACKAGE = "workflows"
-THIRD_PARTY_PASS_THROUGH = ("jwt", "cryptography", "opentelemetry")
+THIRD_PARTY_PASS_THROUGH = (
+    "jwt",
+    "cryptography",
+    "opentelemetry",
+    "jinja2",
+    "markupsafe",
+    "jsonschema",
+    "referencing",
+    "rpds",
+    "attrs",
+    "jsonschema_specifications",
+)
 
 
 def pass_through_modules(*, pass_workflows: bool = True) -> tuple[str, ...]:

@@ -42,6 +42,7 @@ from activities.documents.store import StoreActivities, create_store_engine
 from activities.lineage import LineageActivities
 from activities.llm import LlmActivities
 from activities.notify import NotifyActivities
+from activities.pipelines import PipelineActivities
 from activities.prompt import InputLoader, PromptActivities
 from activities.vectors import VectorActivities, embedded_store
 from aiorch.runtime import aws
@@ -51,10 +52,11 @@ from aiorch.runtime.config import ConfigError, Settings, load_settings
 from aiorch.runtime.connection import connect, describe_target, ensure_search_attributes
 from aiorch.runtime.errors import TemporalUnreachable, VectorStoreLocked
 from aiorch.runtime.genai import GenAiTelemetry, install_genai_metrics
+from aiorch.runtime.pipeline_files import PipelineFolder, settings_folder
 from aiorch.runtime.signals import stop_event
 from aiorch.runtime.telemetry import tracing, worker_runtime
 from aiorch.worker.health import WorkerHealth, start_health
-from workflows.orchestrator import PIPELINES, AiOrchestrator
+from workflows.orchestrator import DATA_PIPELINES, PIPELINES, AiOrchestrator
 
 log = logging.getLogger("ai-orchestrator.worker")
 T = TypeVar("T")
@@ -216,9 +218,52 @@ def deployment_options(settings: Settings) -> dict[str, Any]:
     }
 
 
+def code_pipeline_names() -> list[str]:
+    """The names pipeline files may not take: the workflow types and short names of the
+    pipelines written in Python."""
+    return [name for p in PIPELINES for name in (p.workflow_type, p.name)]
+
+
+def pipeline_folder(settings: Settings) -> PipelineFolder | None:
+    """The worker's pipeline folder (``PIPELINES_DIR``), every file in it checked; None when
+    unset.
+
+    Raises:
+        ConfigError: the folder is missing, or a file in it has a problem
+            (``PipelineFilesInvalid``: the message names the file, line and rule).
+    """
+    folder = settings_folder(settings.pipelines_dir, DATA_PIPELINES.catalog, code_pipeline_names())
+    if folder is not None:
+        folder.check()
+    return folder
+
+
+class WorkerPipelines:
+    """The workflow types the worker runs, for the activity caller check: its pipelines
+    written in Python, and the ones its folder has (or had, in this process)."""
+
+    def __init__(self, folder: PipelineFolder | None) -> None:
+        self._types = frozenset(pipeline.workflow_type for pipeline in PIPELINES)
+        self._folder = folder
+
+    def __contains__(self, workflow_type: object) -> bool:
+        if workflow_type in self._types:
+            return True
+        return self._folder is not None and workflow_type in self._folder
+
+
 @contextlib.asynccontextmanager
-async def build_worker(client: Client, settings: Settings) -> AsyncIterator[Worker]:
-    """A worker with every activity wired to real clients; closes them on exit."""
+async def build_worker(
+    client: Client, settings: Settings, folder: PipelineFolder | None = None
+) -> AsyncIterator[Worker]:
+    """A worker with every activity wired to real clients; closes them on exit. ``folder``:
+    the checked pipeline folder (default: ``PIPELINES_DIR``'s, checked here).
+
+    Raises:
+        ConfigError: as `pipeline_folder`.
+    """
+    if folder is None:
+        folder = pipeline_folder(settings)
     sqs = aws.sqs_client(settings, aws.WORKER)
     s3 = aws.s3_client(settings, aws.WORKER)
     llm = openai_client(settings)
@@ -276,6 +321,13 @@ async def build_worker(client: Client, settings: Settings) -> AsyncIterator[Work
     # Review notifications (REVIEW_WEBHOOK_URL); the session's own timeouts are per call.
     webhooks = aiohttp.ClientSession()
     notify = NotifyActivities(settings, webhooks)
+    data_pipelines = PipelineActivities(
+        settings,
+        folder,
+        DATA_PIPELINES.catalog,
+        [pipeline.workflow_type for pipeline in PIPELINES],
+        notify,
+    )
     try:
         yield Worker(
             client,
@@ -285,11 +337,7 @@ async def build_worker(client: Client, settings: Settings) -> AsyncIterator[Work
             workflows=[AiOrchestrator],
             # Only runs of this worker's pipelines on its task queue may call its activities.
             interceptors=[
-                CallerCheck(
-                    client,
-                    settings.temporal_task_queue,
-                    [pipeline.workflow_type for pipeline in PIPELINES],
-                )
+                CallerCheck(client, settings.temporal_task_queue, WorkerPipelines(folder))
             ],
             activities=[
                 prompts.fetch_prompt,
@@ -302,6 +350,8 @@ async def build_worker(client: Client, settings: Settings) -> AsyncIterator[Work
                 documents.plan_document,
                 extracts.extract_text,
                 document_store.store_document,
+                data_pipelines.plan_pipeline,
+                data_pipelines.notify_pipeline,
             ],
             **tuning_options(settings),
             **deployment_options(settings),
@@ -322,10 +372,12 @@ async def run_worker(settings: Settings, client: Client | None = None) -> None:
 
     Raises:
         ConfigError: reviewer authentication is required and no reviewer key is configured
-            (`review_auth_warning`).
+            (`review_auth_warning`), or a pipeline file has a problem (`pipeline_folder`):
+            before anything starts.
         TemporalUnreachable: no connection, or the server refused the worker (an unknown
             namespace, for example) before it could poll.
     """
+    folder = pipeline_folder(settings)
     if warning := review_auth_warning(settings):
         log.warning("%s", warning)
     health = WorkerHealth()
@@ -347,7 +399,7 @@ async def run_worker(settings: Settings, client: Client | None = None) -> None:
         added = await ensure_search_attributes(client)
         if added:
             log.info("registered search attributes: %s", ", ".join(added))
-        async with build_worker(client, settings) as worker:
+        async with build_worker(client, settings, folder) as worker:
             await _poll_until_stopped(worker, settings, health, stop)
     finally:
         if probes is not None:

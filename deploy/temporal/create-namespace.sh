@@ -25,7 +25,7 @@ ensure_namespace() {
 # can fail at first; hence the retry around the whole step.
 ensure_search_attributes() {
   existing=$(temporal operator search-attribute list --namespace "$NAMESPACE") || return 1
-  for pair in AiState:Keyword AiStateSince:Datetime AiReviewRound:Int; do
+  for pair in AiState:Keyword AiStateSince:Datetime AiReviewRound:Int AiPipelineVersion:Keyword; do
     name=${pair%%:*}
     kind=${pair#*:}
     if ! printf '%s\n' "$existing" | grep -qw "$name"; then

@@ -462,3 +462,28 @@ async def test_global_delay_slows_matching_calls_then_lets_them_through(llm, htt
         ("embeddings", None, 200),
         ("chat", None, 200),
     ]
+
+
+async def test_a_schema_s_enum_takes_the_choice_the_text_mentions_last(llm):
+    """Asked for an object whose property has an ``enum`` and no ``Label: value`` line gives
+    it, the simulator answers the choice the user's text mentions last (a prompt lists the
+    choices, then quotes the ticket), or null when it mentions none."""
+    schema = {
+        "type": "object",
+        "properties": {"category": {"type": "string", "enum": ["urgent", "billing", "other"]}},
+    }
+    system = "Classify.\nJSON Schema: " + json.dumps(schema)
+    prompt = "One of: urgent, billing or other.\nTicket: "
+
+    async def category(text: str) -> Any:
+        reply = await llm.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "system", "content": system}, {"role": "user", "content": text}],
+        )
+        return json.loads(reply.choices[0].message.content)["category"]
+
+    assert await category(prompt + "Our site is down, this is URGENT.") == "urgent"
+    assert await category(prompt + "A billing question.") == "billing"
+    assert await category(prompt + "Hello there.") == "other"
+    assert await category("Hello there.") is None
+    assert await category(prompt + "urgent\nCategory: billing") == "billing"

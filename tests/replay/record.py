@@ -1,4 +1,5 @@
-"""Record workflow histories for the replay tests: ``python -m tests.replay.record``.
+"""Record workflow histories for the replay tests: ``python -m tests.replay.record`` (``... record
+data``: only the pipeline files' runs).
 
 Runs each scenario on a fresh local stack (real dev server, worker, simulator, SQS) and writes
 its event history to ``tests/replay/histories/<scenario>.json``. Re-record when a workflow change
@@ -26,6 +27,7 @@ from aiorch.ops.signing import SigningKey
 from aiorch.runtime.capacity import CapacityStore, ProviderSignal, scope_name
 from aiorch.runtime.config import Settings
 from aiorch.runtime.temporal import AiOrchestratorPlugin
+from tests.pipeline_files import TRIAGE, TRIAGE_V1, TRIAGE_V2, write_pipeline
 from tests.reviewing import signed
 from workflows import contract
 from workflows.payloads import RunStatus
@@ -54,9 +56,14 @@ async def until(handle: WorkflowHandle[Any, Any], state: str) -> None:
 
 
 async def review(
-    handle: WorkflowHandle[Any, Any], key: SigningKey, decision: str, feedback: str | None = None
+    handle: WorkflowHandle[Any, Any],
+    key: SigningKey,
+    decision: str,
+    feedback: str | None = None,
+    *,
+    state: str = "await_review",
 ) -> None:
-    await until(handle, "await_review")
+    await until(handle, state)
     await handle.execute_update(
         contract.UPDATE_SUBMIT_REVIEW,
         await signed(handle, key, decision, "recorder", feedback),
@@ -134,11 +141,45 @@ async def record(client: Client, key: SigningKey, stack: LocalStack) -> None:
         print(f"recorded {name}: {len(history.events)} events")
 
 
+async def record_data_pipelines(client: Client, key: SigningKey, folder: Path) -> None:
+    """A pipeline file's runs on two versions: version 1 waits for its reply's review while
+    the file becomes version 2, and finishes on version 1's steps; a run of version 2 takes
+    its own (another prompt, one more step)."""
+
+    async def start(ticket: str) -> WorkflowHandle[Any, Any]:
+        run_id = uuid.uuid4().hex[:24]
+        payload = {"request_id": run_id, "input": {"ticket": ticket, "customer": "ACME"}}
+        return await client.start_workflow(
+            TRIAGE, payload, id=run_id, task_queue=contract.DEFAULT_TASK_QUEUE
+        )
+
+    write_pipeline(folder, TRIAGE_V1)
+    first = await start("Our production site is down, urgent!")
+    await review(first, key, "approve", state="urgent_review")
+    await until(first, "reply_review")
+    write_pipeline(folder, TRIAGE_V2)
+    second = await start("Billing: my invoice was charged twice")
+    await review(second, key, "approve", state="reply_review")
+    await review(first, key, "approve", state="reply_review")
+    HISTORIES.mkdir(exist_ok=True)
+    for name, handle in (("data_pipeline_v1", first), ("data_pipeline_v2", second)):
+        await handle.result()
+        history = await handle.fetch_history()
+        (HISTORIES / f"{name}.json").write_text(history.to_json() + "\n", encoding="utf-8")
+        print(f"recorded {name}: {len(history.events)} events")
+
+
 def main() -> int:
+    """Record every scenario, or with ``data`` only the pipeline files' (the others stay)."""
+    only_data = sys.argv[1:] == ["data"]
     with (
         tempfile.TemporaryDirectory() as data,
+        tempfile.TemporaryDirectory() as pipelines,
         LocalStack(
-            Path(data), with_worker=True, worker_env=WORKER_ENV, with_capacity_store=True
+            Path(data),
+            with_worker=True,
+            worker_env={**WORKER_ENV, "PIPELINES_DIR": pipelines},
+            with_capacity_store=True,
         ) as stack,
     ):
 
@@ -146,7 +187,9 @@ def main() -> int:
             client = await Client.connect(
                 stack.addresses.temporal_address, plugins=[AiOrchestratorPlugin()]
             )
-            await record(client, stack.reviewer_key, stack)
+            if not only_data:
+                await record(client, stack.reviewer_key, stack)
+            await record_data_pipelines(client, stack.reviewer_key, Path(pipelines))
 
         asyncio.run(go())
     return 0

@@ -7,6 +7,7 @@ time), and with the worker's pass-through of the ``workflows`` package
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 
@@ -15,6 +16,8 @@ from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
 from aiorch.runtime.temporal import AiOrchestratorPlugin
+from workflows.data import DataPlan
+from workflows.data.spec import file_digest
 from workflows.orchestrator import AiOrchestrator
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
@@ -33,7 +36,29 @@ def test_histories_are_recorded() -> None:
         "continued_reedit_loop",
         "capacity_wait",
         "budget_approved",
+        "data_pipeline_v1",
+        "data_pipeline_v2",
     } <= names
+
+
+def recorded_plan(path: Path) -> DataPlan:
+    """The plan a pipeline file's run recorded: the result of its plan_pipeline marker."""
+    for event in json.loads(path.read_text(encoding="utf-8"))["events"]:
+        marker = event.get("markerRecordedEventAttributes")
+        if marker is not None:
+            [payload] = marker["details"]["result"]["payloads"]
+            return DataPlan.model_validate_json(base64.b64decode(payload["data"]))
+    raise AssertionError(f"{path.name} recorded no plan")
+
+
+def test_a_pipeline_file_s_histories_hold_their_versions() -> None:
+    """The two pipeline-file histories followed two versions of one file, each held whole in
+    the run's recorded plan (text, hash, spec): the replay reads neither file."""
+    v1, v2 = (recorded_plan(HISTORIES[0].parent / f"data_pipeline_v{n}.json") for n in (1, 2))
+    assert (v1.pipeline.name, v2.pipeline.name) == ("SupportTriage", "SupportTriage")
+    assert (v1.pipeline.version, v2.pipeline.version) == ("1", "2")
+    assert v1.pipeline.sha256 == file_digest(v1.pipeline.text) != v2.pipeline.sha256
+    assert "check_reply" in v2.pipeline.text and "check_reply" not in v1.pipeline.text
 
 
 def recorded(path: Path) -> WorkflowHistory:

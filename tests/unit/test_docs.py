@@ -31,3 +31,26 @@ def test_checked_in_diagrams_match_starter_graph() -> None:
             timeout=60,
         ).stdout
         assert printed == (PIPELINE_DOCS / f"{name}.{suffix}").read_text(encoding="utf-8")
+
+
+def test_a_shipped_pipeline_file_s_diagrams_match_pipeline_graph() -> None:
+    """`starter.py pipeline graph FILE` prints exactly the checked-in diagrams `make graph`
+    draws for the pipeline files in pipelines/."""
+    for fmt, suffix in (("dot", "dot"), ("mermaid", "mmd")):
+        printed = subprocess.run(
+            [
+                sys.executable,
+                "starter.py",
+                "pipeline",
+                "graph",
+                "pipelines/support_triage.yaml",
+                "--format",
+                fmt,
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        ).stdout
+        assert printed == (PIPELINE_DOCS / f"SupportTriage.{suffix}").read_text(encoding="utf-8")

@@ -62,6 +62,7 @@ def test_search_attributes_match_what_the_worker_registers() -> None:
         "AiState": "Keyword",
         "AiStateSince": "Datetime",
         "AiReviewRound": "Int",
+        "AiPipelineVersion": "Keyword",
     }
 
 

@@ -94,7 +94,11 @@ def violations(source: str) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("module", sorted(WORKFLOWS_DIR.glob("*.py")), ids=lambda path: path.name)
+@pytest.mark.parametrize(
+    "module",
+    [*sorted(WORKFLOWS_DIR.glob("*.py")), *sorted(WORKFLOWS_DIR.glob("data/*.py"))],
+    ids=lambda path: str(path.relative_to(WORKFLOWS_DIR)),
+)
 def test_workflow_module_keeps_the_sandbox_rules(module: Path) -> None:
     """No wall clock, randomness, environment, files, I/O clients or mutable module state in
     workflow code."""

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import sysconfig
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -52,6 +53,9 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from activities.lineage import LineageActivities
+from activities.pipelines import PipelineActivities
+from aiorch.runtime.config import Settings
+from aiorch.runtime.pipeline_files import PipelineFolder
 from aiorch.runtime.temporal import SEARCH_ATTRIBUTES, AiOrchestratorPlugin
 from workflows import contract, errors
 from workflows.documents.contract import (
@@ -69,7 +73,7 @@ from workflows.documents.payloads import (
 )
 from workflows.engine.graph import TERMINAL_STATES
 from workflows.llm.graph import GRAPH, State
-from workflows.orchestrator import AiOrchestrator
+from workflows.orchestrator import DATA_PIPELINES, PIPELINES, AiOrchestrator
 from workflows.payloads import (
     NOTE_CONTINUED_AS_NEW,
     ContinuationCheck,
@@ -457,16 +461,49 @@ class HeldLineage:
         return await self._lineage.verify_continuation(check)
 
 
+def pipeline_settings(**overrides: Any) -> Settings:
+    """The worker settings ``plan_pipeline`` plans pipeline files' runs with in these tests:
+    the fakes' models and the timings the other runs get."""
+    values: dict[str, Any] = {
+        "llm_model": PRIMARY_MODEL,
+        "llm_fallback_model": FALLBACK_MODEL,
+        "llm_fallback_after": 2,
+        "llm_timeout_s": 30.0,
+        "llm_max_attempts": 3,
+        "llm_backoff_initial_s": 1.0,
+        "llm_backoff_max_s": 8.0,
+        "review_timeout_s": 600.0,
+        "escalation_timeout_s": 1200.0,
+        "review_min": "auto",
+        **overrides,
+    }
+    return Settings(**values)
+
+
+def data_plans(folder: Path, **settings: Any) -> PipelineActivities:
+    """The real ``plan_pipeline`` over the pipeline files in ``folder``."""
+    catalog = DATA_PIPELINES.catalog
+    reserved = [name for p in PIPELINES for name in (p.workflow_type, p.name)]
+    return PipelineActivities(
+        pipeline_settings(**settings),
+        PipelineFolder(folder, catalog, reserved),
+        catalog,
+        [p.workflow_type for p in PIPELINES],
+    )
+
+
 @dataclass
 class Orchestration:
-    """One test's worker, fakes and runs on the shared time-skipping server."""
+    """One test's worker, fakes and runs on the shared time-skipping server; ``pipelines``:
+    the folder of pipeline files its real ``plan_pipeline`` reads."""
 
     env: WorkflowEnvironment
     task_queue: str
     fakes: FakeActivities
     lineage: HeldLineage
+    pipelines: Path
     documents: FakeDocumentActivities = field(default_factory=FakeDocumentActivities)
-    handles: list[WorkflowHandle[Any, PipelineResult]] = field(default_factory=list)
+    handles: list[WorkflowHandle[Any, Any]] = field(default_factory=list)
 
     @property
     def client(self) -> Client:
@@ -623,23 +660,36 @@ async def assert_time_skips(env: WorkflowEnvironment) -> None:
 async def running_orchestration(
     env: WorkflowEnvironment, *, check_time_skips: bool = True
 ) -> AsyncIterator[Orchestration]:
-    """A worker on a fresh task queue with fresh fakes; open runs are terminated afterwards."""
+    """A worker on a fresh task queue with fresh fakes and an empty pipeline folder; open
+    runs are terminated afterwards."""
     task_queue = f"wf-{uuid.uuid4()}"
+    with tempfile.TemporaryDirectory(prefix="pipelines-") as folder:
+        async with _orchestration(env, task_queue, Path(folder), check_time_skips) as running:
+            yield running
+
+
+@asynccontextmanager
+async def _orchestration(
+    env: WorkflowEnvironment, task_queue: str, folder: Path, check_time_skips: bool
+) -> AsyncIterator[Orchestration]:
     orchestration = Orchestration(
         env=env,
         task_queue=task_queue,
         fakes=FakeActivities(),
         lineage=HeldLineage(env.client, task_queue),
+        pipelines=folder,
     )
     async with Worker(
         env.client,
         task_queue=orchestration.task_queue,
         workflows=[AiOrchestrator],
-        # The real lineage check: it only asks the server, which the test server answers.
+        # The real lineage check: it only asks the server, which the test server answers; the
+        # real plan of pipeline files: it only reads the test's folder.
         activities=[
             *orchestration.fakes.activities,
             *orchestration.documents.activities,
             orchestration.lineage.verify_continuation,
+            data_plans(folder).plan_pipeline,
         ],
         # Heartbeat at once, so a cancel reaches a held fake activity in milliseconds.
         max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,

@@ -51,7 +51,7 @@ async def start(orch: Orchestration, review: str = "auto") -> WorkflowHandle[Any
         task_queue=orch.task_queue,
         result_type=DocumentResult,
     )
-    orch.handles.append(handle)  # type: ignore[arg-type]
+    orch.handles.append(handle)
     return handle
 
 

@@ -31,12 +31,12 @@ def raw(data: bytes, encoding: bytes = b"json/plain") -> RawValue:
     return RawValue(Payload(metadata={"encoding": encoding}, data=data))
 
 
-async def refused(handle: WorkflowHandle[Any, Any]) -> str:
+async def refused(handle: WorkflowHandle[Any, Any], *, local_activities: int = 0) -> str:
     """The run's failure message, checked to be a non-retryable InvalidRequest reached without
-    a single failed workflow task or scheduled activity."""
+    a single failed workflow task or scheduled activity (and ``local_activities`` local ones)."""
     with pytest.raises(WorkflowFailureError) as info:
         await handle.result(follow_runs=False)
-    return await refused_at_once(info.value, handle)
+    return await refused_at_once(info.value, handle, local_activities=local_activities)
 
 
 def nested(depth: int) -> bytes:
@@ -151,23 +151,27 @@ async def test_a_start_without_input_fails_the_run_not_the_task(orch: Orchestrat
 
 
 @pytest.mark.parametrize(
-    ("workflow_type", "inputs", "problem"),
+    ("workflow_type", "inputs", "problem", "lookups"),
     [
-        (contract.WORKFLOW_TYPE, 2, "2 arguments were sent, not one"),
-        ("Evil", 1, "this worker runs AiOrchestrator, DocumentPipeline, not Evil"),
+        (contract.WORKFLOW_TYPE, 2, "2 arguments were sent, not one", 0),
+        ("Evil", 1, "this worker runs AiOrchestrator, DocumentPipeline, not Evil", 1),
+        ("Evil", 2, "2 arguments were sent, not one", 0),
+        ("Evil type!", 1, "this worker runs AiOrchestrator, DocumentPipeline, not Evil type!", 0),
     ],
 )
 async def test_a_start_with_two_inputs_or_of_another_type_fails_the_run_not_the_task(
-    orch: Orchestration, workflow_type: str, inputs: int, problem: str
+    orch: Orchestration, workflow_type: str, inputs: int, problem: str, lookups: int
 ) -> None:
     """`temporal workflow start --input a --input b`, or a workflow type this worker does not
-    run started on its task queue: the run fails with one line, at once."""
+    run started on its task queue: the run fails with one line, at once. A type that could be
+    a pipeline file's name costs one lookup in the worker's pipeline folder (a local activity),
+    nothing more."""
     start = request()
     handle = await orch.client.start_workflow(
         workflow_type, args=[start] * inputs, id=start["request_id"], task_queue=orch.task_queue
     )
     orch.handles.append(handle)
-    assert await refused(handle) == f"invalid request: {problem}"
+    assert await refused(handle, local_activities=lookups) == f"invalid request: {problem}"
 
 
 async def test_signals_and_updates_without_an_argument_never_stall_a_run(

@@ -41,6 +41,11 @@ CONTINUE_AT_BYTES = 2 * 1024 * 1024
 CONTINUE_AT_EVENTS = 2_000
 
 
+def carries_state(raw: Any) -> bool:
+    """Whether ``raw`` (a decoded start input) is a continued run's (``ContinuedRun``)."""
+    return isinstance(raw, dict) and "carried" in raw
+
+
 def parse_input(
     raw: Any,
     graph: Graph,
@@ -54,7 +59,7 @@ def parse_input(
         pydantic.ValidationError: not a valid request (or continued run).
         errors.InvalidRequest: a continued run's state is not one a run may resume in.
     """
-    if isinstance(raw, dict) and "carried" in raw:
+    if carries_state(raw):
         continued = continued_model.model_validate(raw)
         request, carried = continued.request, continued.carried  # type: ignore[attr-defined]
         problem = carried_problem(carried, graph)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel
 
@@ -122,6 +122,8 @@ class Pipeline(Generic[RequestT, StateT]):
     activity), so visibility need not show it. ``first_shown``: the state a new run of a request
     will first rest in (a starter sets it as the run's initial ``AiState``, for free; default:
     the state the start leads to). ``name``: the short name operators type (``--pipeline``).
+    ``version``: which version of a pipeline defined as data a run follows (``status`` and
+    ``AiPipelineVersion`` show it); None for a pipeline defined in code.
     """
 
     name: str
@@ -135,6 +137,7 @@ class Pipeline(Generic[RequestT, StateT]):
     compensate: Callable[[Context[RequestT, StateT]], Awaitable[str]] = nothing_to_undo
     in_task: Callable[[Context[RequestT, StateT]], bool] = never_in_task
     first_shown: Callable[[RequestT], str] | None = None
+    version: str | None = None
     continued: type[BaseModel] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -157,3 +160,24 @@ class Pipeline(Generic[RequestT, StateT]):
         if self.first_shown is not None:
             return self.first_shown(request)
         return self.graph.next_state(self.graph.initial, Event.START)
+
+
+class PipelineSource(Protocol):
+    """Pipelines found when a run starts rather than when the worker's code is imported
+    (pipelines defined as data, ``workflows.data``): the engine asks a source for a run whose
+    workflow type none of its registered pipelines has."""
+
+    def serves(self, workflow_type: str) -> bool:
+        """Whether a run of ``workflow_type`` may be one of this source's. Decided from the
+        name alone (no I/O), so every replay decides alike."""
+        ...
+
+    async def resolve(self, workflow_type: str, raw: Any) -> Pipeline[Any, Any]:
+        """The pipeline this run follows, from its decoded start input ``raw``. What it reads
+        from outside the workflow (the pipeline's definition) it reads through a command, so
+        history records it and a replay never depends on today's definition.
+
+        Raises:
+            errors.InvalidRequest: this run has no such pipeline, or its input does not fit.
+        """
+        ...

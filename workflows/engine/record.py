@@ -132,9 +132,12 @@ def published_at_start(graph: Graph) -> str | None:
     return value if value in graph.states else None
 
 
-def publish_state(graph: Graph, run: RunCore[Any], published: str | None) -> str | None:
-    """Upsert ``AiState``/``AiStateSince`` (and ``AiReviewRound`` in a review state) if the run
-    rests in a shown state other than ``published``; returns what visibility now holds.
+def publish_state(
+    graph: Graph, run: RunCore[Any], published: str | None, *, version: str | None = None
+) -> str | None:
+    """Upsert ``AiState``/``AiStateSince`` (and ``AiReviewRound`` in a review state, and
+    ``AiPipelineVersion`` for a pipeline with a ``version``) if the run rests in a shown state
+    other than ``published``; returns what visibility now holds.
 
     Called whenever the run is about to wait on the server (an activity, a timer, a review)
     and when it ends, that is, before every point where a workflow task can end. Visibility
@@ -150,6 +153,9 @@ def publish_state(graph: Graph, run: RunCore[Any], published: str | None) -> str
     ]
     if run.state in graph.review_states:
         updates.append(contract.AI_REVIEW_ROUND.value_set(run.review_round))
+    if version is not None:
+        # In the same command: the version costs no action of its own.
+        updates.append(contract.AI_PIPELINE_VERSION.value_set(version))
     workflow.upsert_search_attributes(updates)
     return run.state
 
@@ -173,14 +179,16 @@ def details(graph: Graph, run: RunCore[Any]) -> str:
     return " · ".join(parts)
 
 
-def status(graph: Graph, run: RunCore[Any]) -> RunStatus:
-    """What the ``status`` query and the updates return."""
+def status(graph: Graph, run: RunCore[Any], *, version: str | None = None) -> RunStatus:
+    """What the ``status`` query and the updates return (``version``: of a pipeline defined
+    as data)."""
     return RunStatus(
         state=run.state,
         status=graph.status_of(run.state).value,
         progress=graph.progress_of(run.state),
         tenant=run.plan.tenant if run.plan is not None else None,
         pipeline=graph.name,
+        pipeline_version=version,
         **{name: getattr(run, name) for name in RunProgress.model_fields},
     )
 

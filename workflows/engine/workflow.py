@@ -18,7 +18,8 @@ anyone who can signal could cause).
 
 A worker registers one subclass, naming its pipelines in ``pipelines`` (the SDK wants the run
 method defined on the registered class itself, so the subclass defines ``run`` as
-``return await self.walk()``).
+``return await self.walk()``), and in ``sources`` where pipelines defined as data are found: a
+run of a workflow type no registered pipeline has asks them, once it starts.
 
 Deterministic code only: time, randomness and I/O come from ``workflow.*`` or activities.
 """
@@ -48,9 +49,10 @@ import workflows.errors as errors
 from workflows.engine.backoff import full_jitter_delay
 from workflows.engine.graph import Event, Role
 from workflows.engine.inbound import Admission, DecisionInbox, decoded, inbound
-from workflows.engine.pipeline import Context, Pipeline
+from workflows.engine.pipeline import Context, Pipeline, PipelineSource
 from workflows.payloads import (
     BudgetDecision,
+    ContinuationVerdict,
     OperatorRequest,
     RequestBase,
     ReviewDecision,
@@ -71,6 +73,8 @@ class PipelineWorkflow:
     """Walks a registered pipeline's graph for one request, from start to a terminal state."""
 
     pipelines: ClassVar[Sequence[Pipeline[Any, Any]]] = ()
+    # Where runs of any other workflow type may find their pipeline (pipelines as data).
+    sources: ClassVar[Sequence[PipelineSource]] = ()
 
     @workflow.init
     def __init__(self, raw_inputs: Sequence[RawValue]) -> None:
@@ -104,19 +108,39 @@ class PipelineWorkflow:
         self._rounds_this_run = 0
         self._after_reedit = False
         self._published: str | None = None
+        # A run of a pipeline defined as data: its source resolves it once the run starts.
+        self._source: PipelineSource | None = None
+        self._raw: Any = None
         pipeline = self._pipeline
         if pipeline is None:
-            known = ", ".join(p.workflow_type for p in self.pipelines)
-            started = printable(info.workflow_type)
-            self._input_problem = f"invalid request: this worker runs {known}, not {started}"
+            self._source = next((s for s in self.sources if s.serves(info.workflow_type)), None)
+            if self._source is None:
+                known = ", ".join(p.workflow_type for p in self.pipelines)
+                started = printable(info.workflow_type)
+                self._input_problem = f"invalid request: this worker runs {known}, not {started}"
+                return
+        try:
+            raw = decoded(raw_inputs)
+        except errors.InvalidRequest as err:
+            self._input_problem = f"invalid request: {err}"
             return
+        if pipeline is None:
+            self._raw = raw
+            return
+        self._take_input(pipeline, raw)
+
+    def _take_input(self, pipeline: Pipeline[Any, Any], raw: Any) -> None:
+        """Install ``pipeline`` and the run's decoded start input ``raw``, or record why the run
+        may not start."""
+        info = workflow.info()
+        self._pipeline = pipeline
         graph = pipeline.graph
         # What visibility holds: the AiState the run was started with (a starter sets the
         # state it will first rest in, for free), or a continued run's own (see _admit).
         self._published = record.published_at_start(graph)
         try:
             request, self._carried = continuation.parse_input(
-                decoded(raw_inputs), graph, pipeline.request, pipeline.continued
+                raw, graph, pipeline.request, pipeline.continued
             )
         except errors.InvalidRequest as err:
             self._input_problem = f"invalid request: {err}"
@@ -173,7 +197,8 @@ class PipelineWorkflow:
     def status(self) -> RunStatus:
         if self._ctx is None:
             return RunStatus(state="idle", status="Pending", progress=0)
-        return record.status(self._ctx.graph, self._ctx.run)
+        version = self._pipeline.version if self._pipeline is not None else None
+        return record.status(self._ctx.graph, self._ctx.run, version=version)
 
     @workflow.query(name=contract.QUERY_REVIEW_VIEW)
     def review_view(self) -> ReviewView:
@@ -325,8 +350,15 @@ class PipelineWorkflow:
         Raises:
             ApplicationError: ``InvalidRequest`` (non-retryable): the run fails at once.
         """
+        vouched = False
+        if self._input_problem is None and self._source is not None and self._ctx is None:
+            vouched = await self._resolve(self._source)
         if self._input_problem is None and self._carried is not None:
-            verdict = await commands.verify_continuation()
+            verdict = (
+                ContinuationVerdict(accepted=True)
+                if vouched
+                else await commands.verify_continuation()
+            )
             if verdict.accepted:
                 assert self._ctx is not None
                 self._ctx.run, self._published = self._carried, self._carried.state
@@ -347,9 +379,30 @@ class PipelineWorkflow:
         self._admission.admit()
         return self._ctx
 
+    async def _resolve(self, source: PipelineSource) -> bool:
+        """Find the pipeline of a source's run (its commands are recorded), then take the
+        run's input as a registered pipeline's run takes it in ``__init__``. A continued run
+        carries its pipeline too: it is vouched for first, so nothing a forged continuation
+        carries is even read. Returns whether it was vouched for."""
+        continued = continuation.carries_state(self._raw)
+        if continued:
+            verdict = await commands.verify_continuation()
+            if not verdict.accepted:
+                self._input_problem = f"carried state refused: {verdict.reason}"
+                return False
+        try:
+            pipeline = await source.resolve(workflow.info().workflow_type, self._raw)
+        except errors.InvalidRequest as err:
+            self._input_problem = f"invalid request: {err}"
+            return False
+        self._take_input(pipeline, self._raw)
+        return continued
+
     def _publish(self) -> None:
         ctx = self._context()
-        self._published = record.publish_state(ctx.graph, ctx.run, self._published)
+        self._published = record.publish_state(
+            ctx.graph, ctx.run, self._published, version=self._require_pipeline().version
+        )
 
     def _context(self) -> Context[Any, Any]:
         if self._ctx is None:

@@ -239,14 +239,16 @@ class RunProgress(BaseModel):
 
 
 class RunStatus(RunProgress, _Open):
-    """Answer of the ``status`` query: the run's progress, where it is, its tenant, and the
-    pipeline (workflow type) it runs."""
+    """Answer of the ``status`` query: the run's progress, where it is, its tenant, the
+    pipeline (workflow type) it runs, and for a pipeline defined as data the version it
+    follows (``VERSION@SHA256-PREFIX``: the file's version and the start of its hash)."""
 
     state: str
     status: str
     progress: int
     tenant: str | None = None
     pipeline: str | None = None
+    pipeline_version: str | None = None
 
 
 class ReviewSection(_Open):

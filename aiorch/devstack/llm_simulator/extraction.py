@@ -9,6 +9,9 @@ A deterministic stand-in for a model, good enough to exercise the pipeline offli
   of the item's properties;
 - a reviewer's feedback line of the same ``Label: value`` form overrides what the document says
   (so a re-analysis with feedback can fix a field);
+- a property with an ``enum`` that no such line gives takes the value the document mentions
+  last, as a whole word, ignoring case (a prompt that lists the choices and then quotes a
+  ticket gets the choice the ticket names; one that names none gets the last choice listed);
 - a property the document does not show is null.
 
 Values are strings, as the document prints them; directives (``[sim:...]``) are stripped.
@@ -70,6 +73,20 @@ def extract(schema: dict[str, Any], document: str, feedback: list[str]) -> dict[
         if spec.get("type") == "array":
             columns = _item_properties(schema, spec)
             found[name] = [dict(zip(columns, row, strict=False)) for row in rows]
+        elif name not in values and isinstance(spec.get("enum"), list):
+            found[name] = mentioned_last(spec["enum"], strip_directives(document))
         else:
             found[name] = values.get(name)
     return found
+
+
+def mentioned_last(choices: list[Any], text: str) -> Any:
+    """The choice ``text`` mentions last as a whole word (case ignored), or None."""
+    best, at = None, -1
+    for choice in choices:
+        if not isinstance(choice, str) or not choice:
+            continue
+        for match in re.finditer(rf"(?<!\w){re.escape(choice)}(?!\w)", text, re.IGNORECASE):
+            if match.start() > at:
+                best, at = choice, match.start()
+    return best

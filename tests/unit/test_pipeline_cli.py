@@ -1,0 +1,76 @@
+"""`aiorch pipeline check|list|show|graph` in process: what an operator reads, and the exit
+status a script relies on. None of them needs Temporal."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from aiorch.cli import build_app
+from aiorch.ops import pipelines
+from tests.pipeline_files import TRIAGE_V1, write_pipeline
+
+BROKEN = Path(__file__).resolve().parent / "pipeline_files"
+
+
+@pytest.fixture
+def folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """PIPELINES_DIR with the triage file; the operator's tools read it afresh."""
+    write_pipeline(tmp_path, TRIAGE_V1)
+    monkeypatch.setenv("PIPELINES_DIR", str(tmp_path))
+    pipelines.reload()
+    yield tmp_path
+    pipelines.reload()
+
+
+def run(*args: str) -> tuple[int, str]:
+    done = CliRunner().invoke(build_app("pipeline"), ["pipeline", *args])
+    return done.exit_code, done.output
+
+
+def test_check_says_ok_for_a_good_file_and_exits_0(folder: Path) -> None:
+    """A good file: its name, version and steps, exit 0."""
+    code, output = run("check", str(folder / "support_triage.yaml"))
+    assert code == 0
+    assert "ok (SupportTriage 1@" in output and "6 steps" in output
+
+
+def test_check_prints_every_problem_of_a_folder_and_exits_1(folder: Path) -> None:
+    """A folder with broken files: one FILE:LINE:COLUMN: RULE line per problem, exit 1; the
+    good file is still said to be ok."""
+    for name in ("01_unknown_step_type.yaml", "10_template_input_field.yaml"):
+        shutil.copy(BROKEN / name, folder / name)
+    code, output = run("check", str(folder))
+    assert code == 1
+    assert f"{folder / '01_unknown_step_type.yaml'}:31:5: unknown-step-type:" in output
+    assert f"{folder / '10_template_input_field.yaml'}:13:13: unknown-template-field:" in output
+    assert "support_triage.yaml: ok" in output
+
+
+def test_list_names_every_pipeline_with_its_version(folder: Path) -> None:
+    """The pipelines written in Python and the folder's, each file's with its version."""
+    code, output = run("list", "--json")
+    assert code == 0, output
+    rows = {row["name"]: row for row in json.loads(output)}
+    assert set(rows) == {"llm", "documents", "SupportTriage"}
+    assert rows["SupportTriage"]["version"].startswith("1@")
+    assert rows["SupportTriage"]["defined_in"] == str(folder / "support_triage.yaml")
+    assert rows["llm"]["version"] is None
+
+
+def test_show_prints_the_file_with_its_hash_and_graph_draws_it(folder: Path) -> None:
+    """`show NAME` prints the file as it is now under its version and hash; `graph NAME`
+    draws it; a name no file has is one line."""
+    code, output = run("show", "SupportTriage")
+    assert code == 0
+    assert output.startswith("# SupportTriage version 1 (sha256 ")
+    assert "  - id: reply_review" in output
+    code, output = run("graph", "SupportTriage", "--format", "mermaid")
+    assert code == 0 and "route --> urgent_review: urgent" in output
+    code, output = run("show", "Nobody")
+    assert code == 1 and "no pipeline file 'Nobody'" in output
