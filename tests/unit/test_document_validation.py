@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workflows.documents.schemas import INVOICE, MAX_LINE_ITEMS
+from workflows.documents.invoice import ISO_4217_CURRENCIES, MAX_LINE_ITEMS
+from workflows.documents.schemas import INVOICE
 from workflows.documents.validation import (
-    ISO_4217_CURRENCIES,
     MAX_PROBLEMS,
     WHOLE_DOCUMENT,
     Problem,

@@ -13,8 +13,8 @@ Python.
 Workflow code: deterministic, passed through the sandbox.
 """
 
-from workflows.data.catalog import Catalog, StepRun, StepType
-from workflows.data.compiler import CheckProblem, Compiled, SpecInvalid, check, compile_spec
+from workflows.data.catalog import Catalog, Compiled, StepRun, StepType
+from workflows.data.compiler import CheckProblem, SpecInvalid, check, compile_spec
 from workflows.data.contract import ACTIVITY_NOTIFY_PIPELINE, ACTIVITY_PLAN_PIPELINE, Rule
 from workflows.data.payloads import (
     DataPlan,

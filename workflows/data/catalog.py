@@ -22,8 +22,9 @@ import typing
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import Any, Final, Literal
 
+from jinja2.sandbox import ImmutableSandboxedEnvironment
 from pydantic import BaseModel
 from temporalio.exceptions import ActivityError, ApplicationError
 
@@ -32,13 +33,10 @@ import workflows.engine.reviews as reviews
 import workflows.errors as errors
 from workflows.data import templates
 from workflows.data.payloads import DataPlan, DataRequest, DataState
-from workflows.data.spec import Mark, Settings
-from workflows.engine.graph import Event, Role
+from workflows.data.spec import Mark, PipelineSpec, Settings, StepSpec
+from workflows.engine.graph import Event, Graph, Role
 from workflows.engine.pipeline import Context
 from workflows.payloads import LlmCallResult
-
-if TYPE_CHECKING:
-    from workflows.data.compiler import Compiled, CompiledStep
 
 StepKind = Literal["work", "model", "review"]
 Run = Context[DataRequest, DataState]
@@ -115,6 +113,54 @@ class Catalog:
     def names(self) -> list[str]:
         """Every type's name, sorted."""
         return sorted(self.types)
+
+
+@dataclass(frozen=True)
+class Edge:
+    """Where an outcome of a step leads, and the event that takes it there."""
+
+    outcome: str
+    event: str
+    target: str
+
+
+@dataclass(frozen=True)
+class CompiledStep:
+    """A step, compiled: its spec, type, validated settings, its outcomes' edges and the
+    names of its sub-states (``retry``, ``capacity``, ``budget``, ``escalation``)."""
+
+    spec: StepSpec
+    type: StepType
+    settings: Any
+    index: int
+    edges: Mapping[str, Edge]
+    sub_states: Mapping[str, str]
+
+
+@dataclass(frozen=True, eq=False)
+class Compiled:
+    """A compiled pipeline: its spec, steps by id (in file order), graph and templates."""
+
+    spec: PipelineSpec
+    catalog: Catalog
+    steps: Mapping[str, CompiledStep]
+    graph: Graph
+    env: ImmutableSandboxedEnvironment
+    compiled_templates: Mapping[str, Any]
+    review_states: Mapping[str, str]
+
+    def template(self, text: str) -> Any:
+        """The compiled template of ``text`` (a template of this pipeline's)."""
+        return self.compiled_templates[text]
+
+    def review_step_of(self, state: str) -> str:
+        """The review step whose review (or escalation) state ``state`` is."""
+        return self.review_states[state]
+
+    @property
+    def in_task(self) -> frozenset[str]:
+        """The states whose work finishes inside the workflow task."""
+        return frozenset(step_id for step_id, step in self.steps.items() if step.type.in_task)
 
 
 def marks_of(info: Any) -> list[Mark]:

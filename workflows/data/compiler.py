@@ -27,11 +27,18 @@ from typing import Any, Final
 
 import jsonschema
 from jinja2 import TemplateError
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 from pydantic import ValidationError
 
 from workflows.data import templates
-from workflows.data.catalog import FAILURE_TARGETS, Catalog, StepType, marked
+from workflows.data.catalog import (
+    FAILURE_TARGETS,
+    Catalog,
+    Compiled,
+    CompiledStep,
+    Edge,
+    StepType,
+    marked,
+)
 from workflows.data.contract import EVENT_PATTERN, Rule
 from workflows.data.spec import Mark, PipelineSpec, StateName, StepSpec
 from workflows.engine.graph import (
@@ -96,54 +103,6 @@ class SpecInvalid(OrchestratorError):
         self.problems = problems
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         super().__init__(describe(problems[0]) + more)
-
-
-@dataclass(frozen=True)
-class Edge:
-    """Where an outcome of a step leads, and the event that takes it there."""
-
-    outcome: str
-    event: str
-    target: str
-
-
-@dataclass(frozen=True)
-class CompiledStep:
-    """A step, compiled: its spec, type, validated settings, its outcomes' edges and the
-    names of its sub-states (``retry``, ``capacity``, ``budget``, ``escalation``)."""
-
-    spec: StepSpec
-    type: StepType
-    settings: Any
-    index: int
-    edges: Mapping[str, Edge]
-    sub_states: Mapping[str, str]
-
-
-@dataclass(frozen=True, eq=False)
-class Compiled:
-    """A compiled pipeline: its spec, steps by id (in file order), graph and templates."""
-
-    spec: PipelineSpec
-    catalog: Catalog
-    steps: Mapping[str, CompiledStep]
-    graph: Graph
-    env: ImmutableSandboxedEnvironment
-    compiled_templates: Mapping[str, Any]
-    review_states: Mapping[str, str]
-
-    def template(self, text: str) -> Any:
-        """The compiled template of ``text`` (a template of this pipeline's)."""
-        return self.compiled_templates[text]
-
-    def review_step_of(self, state: str) -> str:
-        """The review step whose review (or escalation) state ``state`` is."""
-        return self.review_states[state]
-
-    @property
-    def in_task(self) -> frozenset[str]:
-        """The states whose work finishes inside the workflow task."""
-        return frozenset(step_id for step_id, step in self.steps.items() if step.type.in_task)
 
 
 def check(spec: PipelineSpec, catalog: Catalog) -> list[CheckProblem]:

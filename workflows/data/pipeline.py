@@ -11,8 +11,7 @@ import json
 from typing import Any
 
 import workflows.llm.steps as llm_steps
-from workflows.data.catalog import Run, StepRun, lookup
-from workflows.data.compiler import Compiled, CompiledStep
+from workflows.data.catalog import Compiled, CompiledStep, Run, StepRun, lookup
 from workflows.data.payloads import DataPlan, DataRequest, DataResult, DataState
 from workflows.engine.pipeline import Handler, Pipeline
 from workflows.payloads import FinalState, ReviewContent, ReviewSection, printable

@@ -12,13 +12,14 @@ from workflows.documents.contract import (
     DOCUMENT_UNREADABLE,
     WORKFLOW_TYPE_DOCUMENT_PIPELINE,
 )
+from workflows.documents.invoice import Invoice, LineItem
 from workflows.documents.payloads import (
     ExtractedText,
     ExtractTextInput,
     StoreDocumentInput,
     StoreReceipt,
 )
-from workflows.documents.schemas import SCHEMAS, ExtractionSchema, Invoice, LineItem, schema_named
+from workflows.documents.schemas import SCHEMAS, ExtractionSchema, schema_named
 from workflows.documents.validation import Problem, ValidationReport
 
 # A tuple: workflow modules hold no mutable module state.

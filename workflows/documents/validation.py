@@ -7,51 +7,28 @@ storing it. The business rules compare amounts and dates, which must exist first
 only on a value the schema accepts; a value the schema refuses reports the schema's problems
 alone.
 
-The invoice rules (`INVOICE_RULES`) live here: each line's amount is its quantity times its unit
-price, the lines plus tax make the total (both within a cent), the due date is not before the
-issue date (that both dates parse is the schema's part), and the currency is an ISO 4217 code in
-use (`ISO_4217_CURRENCIES`, kept in this module: nothing is downloaded).
+A schema's rules live with its model (the invoice's: `workflows.documents.invoice`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from decimal import Decimal, localcontext
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from decimal import localcontext
+from typing import Any, Final, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from workflows.payloads import printable
 
-if TYPE_CHECKING:
-    from workflows.documents.schemas import Invoice
-
 M = TypeVar("M", bound=BaseModel)
 Rule = Callable[[M], list["Problem"]]
 
-CENT: Final = Decimal("0.01")
 # A value broken everywhere is reported, not listed in full (the list travels in history).
 MAX_PROBLEMS: Final = 50
 # Enough digits that no product or sum of 18-digit amounts is ever rounded.
 _PRECISION: Final = 80
 # The path shown for a value that is not an object at all.
 WHOLE_DOCUMENT: Final = "(document)"
-
-# ISO 4217 List One: the alphabetic codes of currencies in use (2025 amendments: XCG replaced ANG,
-# ZWG replaced ZWL, SLE replaced SLL). Codes that are not money an invoice is paid in are left
-# out: precious metals (XAU, XAG, XPD, XPT), bond-market units (XBA-XBD), XDR, XSU, XUA, the
-# testing code XTS and "no currency" XXX.
-_LIST_ONE = """
-AED AFN ALL AMD AOA ARS AUD AWG AZN BAM BBD BDT BGN BHD BIF BMD BND BOB BOV BRL BSD BTN BWP
-BYN BZD CAD CDF CHE CHF CHW CLF CLP CNY COP COU CRC CUP CVE CZK DJF DKK DOP DZD EGP ERN ETB
-EUR FJD FKP GBP GEL GHS GIP GMD GNF GTQ GYD HKD HNL HTG HUF IDR ILS INR IQD IRR ISK JMD JOD
-JPY KES KGS KHR KMF KPW KRW KWD KYD KZT LAK LBP LKR LRD LSL LYD MAD MDL MGA MKD MMK MNT MOP
-MRU MUR MVR MWK MXN MXV MYR MZN NAD NGN NIO NOK NPR NZD OMR PAB PEN PGK PHP PKR PLN PYG QAR
-RON RSD RUB RWF SAR SBD SCR SDG SEK SGD SHP SLE SOS SRD SSP STN SVC SYP SZL THB TJS TMT TND
-TOP TRY TTD TWD TZS UAH UGX USD USN UYI UYU UYW UZS VED VES VND VUV WST XAF XCD XCG XOF XPF
-YER ZAR ZMW ZWG
-"""
-ISO_4217_CURRENCIES: Final = frozenset(_LIST_ONE.split())
 
 
 class Problem(BaseModel):
@@ -110,73 +87,3 @@ def validate(model: type[M], rules: Sequence[Rule[M]], value: Any) -> Validation
     with localcontext(prec=_PRECISION):
         found = [problem for rule in rules for problem in rule(fields)]
     return ValidationReport(fields=fields.model_dump(mode="json"), problems=found[:MAX_PROBLEMS])
-
-
-# ------------------------------------------------------------------------------ invoice rules
-
-
-def line_amounts_match(invoice: Invoice) -> list[Problem]:
-    """Each line's amount is its quantity times its unit price, within a cent."""
-    found = []
-    for index, line in enumerate(invoice.line_items):
-        expected = line.quantity * line.unit_price
-        if abs(expected - line.amount) > CENT:
-            found.append(
-                Problem(
-                    field=f"line_items[{index}].amount",
-                    message=f"is {line.amount}, but quantity * unit_price is {expected}",
-                )
-            )
-    return found
-
-
-def total_matches(invoice: Invoice) -> list[Problem]:
-    """The line amounts plus tax make the total, within a cent."""
-    lines = sum((line.amount for line in invoice.line_items), Decimal(0))
-    expected = lines + invoice.tax
-    if abs(expected - invoice.total) <= CENT:
-        return []
-    return [
-        Problem(
-            field="total",
-            message=(
-                f"is {invoice.total}, but the line amounts ({lines}) plus tax ({invoice.tax}) "
-                f"make {expected}"
-            ),
-        )
-    ]
-
-
-def due_after_issue(invoice: Invoice) -> list[Problem]:
-    """The due date, when there is one, is not before the issue date."""
-    if invoice.due_date is None or invoice.due_date >= invoice.issue_date:
-        return []
-    return [
-        Problem(
-            field="due_date",
-            message=(
-                f"{invoice.due_date.isoformat()} is before issue_date "
-                f"{invoice.issue_date.isoformat()}"
-            ),
-        )
-    ]
-
-
-def currency_in_use(invoice: Invoice) -> list[Problem]:
-    """The currency is an ISO 4217 code of a currency in use."""
-    if invoice.currency in ISO_4217_CURRENCIES:
-        return []
-    return [
-        Problem(
-            field="currency",
-            message=f"{invoice.currency} is not an ISO 4217 code of a currency in use",
-        )
-    ]
-
-
-INVOICE_RULES: Final[tuple[Rule[Invoice], ...]] = (
-    line_amounts_match,
-    total_matches,
-    due_after_issue,
-    currency_in_use,
-)
