@@ -186,6 +186,23 @@ async def test_review_always_sends_a_valid_document_to_a_reviewer(orch: Orchestr
     assert result.state == "completed" and result.reviewed_by == "ann" and not result.corrected
 
 
+async def test_review_always_stores_a_reviewers_valid_corrections_at_once(
+    orch: Orchestration,
+) -> None:
+    """With review "always", corrections that pass every rule are stored after the one
+    review that made them: the reviewer is not asked again to approve their own fields."""
+    orch.fakes.llm_script = [fields(VALID)]
+    handle = await start(orch, review="always")
+    await waiting(orch, handle)
+    edited = {**VALID, "vendor": "ACME Supplies Ltd."}
+    approval = {"decision": "approve", "reviewer": "ann", "fields": edited, "review_round": 1}
+    await handle.execute_update(contract.UPDATE_SUBMIT_REVIEW, approval, result_type=RunStatus)
+    result = await asyncio.wait_for(finished(handle), TASK_PROGRESS_TIMEOUT_S)
+    assert result.state == "completed" and result.corrected and result.reviewed_by == "ann"
+    assert orch.documents.rows[handle.id].fields == edited
+    assert [e.event for e in result.history].count("needs_review") == 1
+
+
 async def test_an_unreadable_document_fails_the_run_in_one_line(orch: Orchestration) -> None:
     """An extraction that fails for good (an encrypted PDF) fails the run at once, its error
     type and message in one line, with no model call and nothing stored."""

@@ -94,8 +94,9 @@ async def analyze(ctx: Run) -> None:
 
 async def validate(ctx: Run) -> None:
     """Check the model's fields, or the reviewer's corrections, against the schema and its
-    rules: valid fields are stored; problems (or a plan that always asks) go to a reviewer;
-    problems with review turned off fail the run."""
+    rules: valid fields are stored; problems (or, for the model's fields, a plan that always
+    asks) go to a reviewer; problems with review turned off fail the run. Valid corrections
+    are stored whatever the plan: a reviewer made them."""
     run, plan = ctx.run, ctx.plan
     corrected = run.corrected
     if corrected is not None:
@@ -106,7 +107,7 @@ async def validate(ctx: Run) -> None:
     run.fields = report.fields if report.fields is not None else (corrected or run.analysis)
     run.problems = list(report.problems)
     found = f"{len(report.problems)} problem(s)" if report.problems else "no problems"
-    if report.valid and plan.review != "always":
+    if report.valid and (plan.review != "always" or corrected is not None):
         ctx.move(DocEvent.VALID, detail=found)
     elif plan.review == "never":
         ctx.move(DocEvent.INVALID, detail=ctx.set_error(f"InvalidDocument: {found}"))
