@@ -1,5 +1,5 @@
 """Record workflow histories for the replay tests: ``python -m tests.replay.record`` (``... record
-data``: only the pipeline files' runs).
+data``: only the pipeline files' runs; ``... record documents``: only the document pipeline's).
 
 Runs each scenario on a fresh local stack (real dev server, worker, simulator, SQS) and writes
 its event history to ``tests/replay/histories/<scenario>.json``. Re-record when a workflow change
@@ -16,21 +16,27 @@ import json
 import sys
 import tempfile
 import uuid
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
 
 from aiorch.devstack.stack import LocalStack
+from aiorch.ops import pipelines
+from aiorch.ops.reviews import current_target, submit_review
 from aiorch.ops.signing import SigningKey
+from aiorch.ops.visibility import start_run
 from aiorch.runtime.capacity import CapacityStore, ProviderSignal, scope_name
 from aiorch.runtime.config import Settings
 from aiorch.runtime.temporal import AiOrchestratorPlugin
+from tests.invoices import invoice_fields, text_document
 from tests.pipeline_files import TRIAGE, TRIAGE_V1, TRIAGE_V2, write_pipeline
 from tests.reviewing import signed
 from workflows import contract
-from workflows.payloads import RunStatus
+from workflows.documents.payloads import DocumentRequest
+from workflows.payloads import BudgetDecision, ReviewDecision, RunStatus
 
 HISTORIES = Path(__file__).parent / "histories"
 # Two reedit rounds per run, so a longer loop records a continued run too.
@@ -124,9 +130,12 @@ async def record(client: Client, key: SigningKey, stack: LocalStack) -> None:
     # Over the request's own ceiling: waits in await_budget until an operator approves.
     runs["budget_approved"] = await start("Worth it", options={"max_cost_usd": 0.0001})
     await until(runs["budget_approved"], "await_budget")
-    await runs["budget_approved"].execute_update(
+    budget = runs["budget_approved"]
+    chain = (await budget.describe()).raw_description.workflow_execution_info.first_run_id
+    decision = BudgetDecision(decision="approve", operator="recorder", reason="replay history")
+    await budget.execute_update(
         contract.UPDATE_DECIDE_BUDGET,
-        {"decision": "approve", "operator": "recorder", "reason": "replay history"},
+        key.sign_budget(decision, workflow_id=budget.id, run_id=chain, now=datetime.now(UTC)),
         result_type=RunStatus,
     )
 
@@ -169,9 +178,41 @@ async def record_data_pipelines(client: Client, key: SigningKey, folder: Path) -
         print(f"recorded {name}: {len(history.events)} events")
 
 
+async def record_documents(client: Client, key: SigningKey) -> None:
+    """The document pipeline: an invoice that adds up (stored at once), and one whose total
+    does not (a reviewer approves it with corrected fields, which are stored)."""
+    valid = invoice_fields(1)
+    wrong = {**valid, "total": str(Decimal(valid["total"]) + Decimal("10.00"))}
+
+    async def start(fields: dict[str, Any]) -> WorkflowHandle[Any, Any]:
+        request = DocumentRequest(
+            request_id=uuid.uuid4().hex[:24], document=text_document(fields).data.decode("utf-8")
+        )
+        workflow_id = await start_run(
+            client,
+            request,
+            task_queue=contract.DEFAULT_TASK_QUEUE,
+            pipeline=pipelines.named("documents"),
+        )
+        return client.get_workflow_handle(workflow_id)
+
+    stored, corrected = await start(valid), await start(wrong)
+    await until(corrected, "await_review")
+    target = await current_target(client, corrected.id)
+    approval = ReviewDecision(decision="approve", reviewer="recorder", fields=valid)
+    await submit_review(client, corrected.id, approval, signer=key.signer(), target=target)
+    HISTORIES.mkdir(exist_ok=True)
+    for name, handle in (("document_stored", stored), ("document_corrected", corrected)):
+        await handle.result()
+        history = await handle.fetch_history()
+        (HISTORIES / f"{name}.json").write_text(history.to_json() + "\n", encoding="utf-8")
+        print(f"recorded {name}: {len(history.events)} events")
+
+
 def main() -> int:
-    """Record every scenario, or with ``data`` only the pipeline files' (the others stay)."""
-    only_data = sys.argv[1:] == ["data"]
+    """Record every scenario, or only the pipeline files' (``data``) or the document
+    pipeline's (``documents``): the others stay."""
+    only = sys.argv[1] if sys.argv[1:] else None
     with (
         tempfile.TemporaryDirectory() as data,
         tempfile.TemporaryDirectory() as pipelines,
@@ -187,9 +228,12 @@ def main() -> int:
             client = await Client.connect(
                 stack.addresses.temporal_address, plugins=[AiOrchestratorPlugin()]
             )
-            if not only_data:
+            if only is None:
                 await record(client, stack.reviewer_key, stack)
-            await record_data_pipelines(client, stack.reviewer_key, Path(pipelines))
+            if only in (None, "documents"):
+                await record_documents(client, stack.reviewer_key)
+            if only in (None, "data"):
+                await record_data_pipelines(client, stack.reviewer_key, Path(pipelines))
 
         asyncio.run(go())
     return 0

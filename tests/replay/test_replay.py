@@ -38,6 +38,8 @@ def test_histories_are_recorded() -> None:
         "budget_approved",
         "data_pipeline_v1",
         "data_pipeline_v2",
+        "document_stored",
+        "document_corrected",
     } <= names
 
 
