@@ -132,6 +132,7 @@ def stuck(
         datetime | None,
         typer.Option(
             formats=ISO_8601,
+            metavar="<time>",
             help="instead of --older-than: in their state since before this time "
             "(ISO 8601, UTC unless it says otherwise; e.g. when an incident began)",
         ),

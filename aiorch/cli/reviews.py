@@ -168,8 +168,8 @@ def review_all(
         if not ids:
             out.print(f"no open run is in {state}")
             return
-        if not yes and not typer.confirm(f"{decision} {len(ids)} run(s) in {state}?"):
-            raise typer.Exit(1)
+        if not yes:
+            typer.confirm(f"{decision} {len(ids)} run(s) in {state}?", abort=True)
         done = await batch.review_all_with_progress(
             client, ids, payload, concurrency=concurrency, console=err_console, signer=signer
         )

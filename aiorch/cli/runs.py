@@ -15,10 +15,17 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from aiorch.cli import choices
-from aiorch.cli.output import CliError, one_line_errors, out, plain, print_json
+from aiorch.cli.output import (
+    CliError,
+    RunDidNotComplete,
+    one_line_errors,
+    out,
+    plain,
+    print_json,
+)
 from aiorch.cli.session import about_run, fetch_status, run_async
 from aiorch.ops import claim_check, pipelines, visibility
-from aiorch.ops.results import run_result
+from aiorch.ops.results import NoResult, run_result
 from aiorch.ops.signing import requester_key_from_settings
 from aiorch.runtime.config import Settings, load_settings
 from aiorch.runtime.links import inbox_start_line, web_ui_run_url
@@ -87,6 +94,24 @@ def result_reason(result: RunResult) -> str:
     """Why a run ended where it did: the detail of its last history entry."""
     last = result.history[-1] if result.history else None
     return (last.detail if last and last.detail else None) or "see its history"
+
+
+async def show_final_result(client: Client, workflow_id: str) -> None:
+    """Print the finished run's result as JSON (waiting for it to finish).
+
+    Raises:
+        RunDidNotComplete: it ended failed, dead_letter or cancelled (after its result, if it
+            has one, is printed).
+    """
+    try:
+        result = await run_result(client, workflow_id)
+    except NoResult as error:
+        raise RunDidNotComplete(str(error)) from None
+    print_json(result.model_dump_json())
+    if result.state != COMPLETED:
+        raise RunDidNotComplete(
+            f"run {workflow_id} ended in {result.state}: {result_reason(result)}"
+        )
 
 
 async def start_run(
@@ -162,7 +187,10 @@ def start(
     max_cost: Annotated[
         float | None, typer.Option(help="this run's cost ceiling in USD (below RUN_BUDGET_USD)")
     ] = None,
-    wait: Annotated[bool, typer.Option(help="wait for the result and print it")] = False,
+    wait: Annotated[
+        bool,
+        typer.Option(help="wait for the result and print it; exit status 3 if it did not complete"),
+    ] = False,
 ) -> None:
     """Start a pipeline run and print its id and Web UI link.
 
@@ -209,12 +237,7 @@ def start(
         if inbox := inbox_start_line(settings, workflow_id):
             out.print(plain(inbox))
         if wait:
-            result = await run_result(client, workflow_id)
-            print_json(result.model_dump_json())
-            if result.state != COMPLETED:
-                raise CliError(
-                    f"run {workflow_id} ended in {result.state}: {result_reason(result)}"
-                )
+            await show_final_result(client, workflow_id)
 
     run_async(start_and_report)
 
@@ -317,7 +340,7 @@ def result(
     wait: Annotated[bool, typer.Option(help="wait for a run that is still going")] = False,
 ) -> None:
     """Print a finished run's result as JSON: completed, failed or dead_letter alike (a run
-    that ended failed or dead_letter carries it in its failure)."""
+    that ended failed or dead_letter carries it in its failure; the exit status is then 3)."""
 
     async def show_result(client: Client, settings: Settings) -> None:
         handle = client.get_workflow_handle(workflow_id)
@@ -326,7 +349,7 @@ def result(
         if description.status == WorkflowExecutionStatus.RUNNING and not wait:
             state = visibility.state_of(description) or "running"
             raise CliError(f"run {workflow_id} has not finished ({state}); add --wait to wait")
-        print_json((await run_result(client, workflow_id)).model_dump_json())
+        await show_final_result(client, workflow_id)
 
     run_async(show_result)
 
