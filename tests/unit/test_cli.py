@@ -19,18 +19,31 @@ from aiorch.cli.reviews import signed_json
 from aiorch.devstack.processes import free_port
 from aiorch.ops.reviews import ReviewTarget
 from aiorch.ops.signing import SigningKey
-from aiorch.runtime.codec import KeyRing
+from aiorch.runtime.codec import keyring_from_settings
 from aiorch.runtime.config import Settings
 from workflows.engine.identity import Expected, parse_review_keys, review_token_problem
 from workflows.payloads import ReviewDecision
 
 
-def test_payload_key_is_one_usable_key_line() -> None:
-    """`keys payload` prints one base64 key that a PAYLOAD_KEYS entry accepts."""
-    done = CliRunner().invoke(build_app(), ["keys", "payload"])
+@pytest.mark.parametrize(("options", "key_id"), [([], "k1"), (["--id", "k2"], "k2")])
+def test_payload_key_is_one_whole_configuration_line(options: list[str], key_id: str) -> None:
+    """`keys payload` prints one line, PAYLOAD_KEYS=ID:KEY, which the settings take as the
+    workers read them: a ring of that one key, current (``--id`` names it, for rotation)."""
+    done = CliRunner().invoke(build_app(), ["keys", "payload", *options])
     assert done.exit_code == 0
-    [key] = done.output.splitlines()
-    assert KeyRing.parse(f"k1:{key}").current_id == "k1"
+    [line] = done.output.splitlines()
+    name, value = line.split("=", 1)
+    assert name == "PAYLOAD_KEYS"
+    ring = keyring_from_settings(Settings(payload_keys=value))
+    assert ring is not None and ring.current_id == key_id and set(ring.keys) == {key_id}
+
+
+def test_payload_key_with_an_id_the_workers_refuse_is_one_line() -> None:
+    """A key id the key ring would refuse is refused at once, in one line, printing no key."""
+    done = CliRunner().invoke(build_app(), ["keys", "payload", "--id", "k 2"])
+    assert done.exit_code == 1
+    assert done.output.startswith("error: cannot make this key: PAYLOAD_KEYS: each entry")
+    assert len(done.output.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize(
