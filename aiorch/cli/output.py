@@ -20,12 +20,14 @@ import inspect
 import json
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
 from rich.highlighter import JSONHighlighter
+from rich.measure import Measurement
+from rich.table import Table
 from rich.text import Text
 from temporalio.service import RPCError
 from typer.core import TyperGroup
@@ -87,6 +89,51 @@ def print_json(document: str) -> None:
     ``\\u`` escape: the same data, nothing a terminal acts on."""
     text = json.dumps(json.loads(document), indent=2, ensure_ascii=False)
     out.print(JSONHighlighter()(_RAW_IN_JSON.sub(lambda m: f"\\u{ord(m[0]):04x}", text)))
+
+
+def fits_terminal(table: Table) -> bool:
+    """Whether ``table`` fits the terminal with no cell cut: each column at least as wide as
+    its longest word, and its ``no_wrap`` columns as their longest value."""
+    unbounded = out.options.update(max_width=1_000_000)
+    return Measurement.get(out, unbounded, table).minimum <= out.width
+
+
+def print_table(
+    columns: Sequence[str],
+    rows: Sequence[Sequence[Text | str]],
+    *,
+    title: Text | str | None = None,
+    wrap: Collection[str] = (),
+    justify_right: Collection[str] = (),
+) -> None:
+    """``rows`` under ``columns``, never cut: a table where every cell fits whole (the
+    ``wrap`` columns may wrap between words), else, on a narrow terminal, one line per row with
+    the cells aligned in columns, which the terminal wraps."""
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(
+            column,
+            no_wrap=column not in wrap,
+            overflow="fold",
+            justify="right" if column in justify_right else "left",
+        )
+    for row in rows:
+        table.add_row(*row)
+    if fits_terminal(table):
+        out.print(table)
+        return
+    cells = [[Text(column, style="bold") for column in columns]]
+    cells += [[cell if isinstance(cell, Text) else Text(cell) for cell in row] for row in rows]
+    widths = [max(line[i].cell_len for line in cells) for i in range(len(columns))]
+    if title is not None:
+        out.print(title)
+    for line in cells:
+        padded = [cell.copy() for cell in line]
+        for cell, width in zip(padded[:-1], widths, strict=False):
+            cell.pad_right(width - cell.cell_len)
+        shown = Text("  ").join(padded)
+        shown.rstrip()
+        out.print(shown)
 
 
 class OneLineErrors(TyperGroup):

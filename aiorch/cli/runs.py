@@ -10,7 +10,6 @@ from typing import Annotated, Any
 
 import typer
 from pydantic import ValidationError
-from rich.table import Table
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
@@ -22,10 +21,12 @@ from aiorch.cli.output import (
     out,
     plain,
     print_json,
+    print_table,
 )
 from aiorch.cli.session import about_run, fetch_status, run_async
+from aiorch.cli.views import print_history, print_status, status_document
 from aiorch.ops import claim_check, pipelines, visibility
-from aiorch.ops.results import NoResult, run_result
+from aiorch.ops.results import NoResult, error_details, run_result
 from aiorch.ops.signing import requester_key_from_settings
 from aiorch.runtime.config import Settings, load_settings
 from aiorch.runtime.links import inbox_start_line, web_ui_run_url
@@ -242,44 +243,44 @@ def start(
     run_async(start_and_report)
 
 
+JsonOption = Annotated[bool, typer.Option("--json", help="print JSON, for scripts")]
+
+
 @one_line_errors
-def status(workflow_id: Annotated[str, typer.Argument(help="the run's id")]) -> None:
-    """Show where a run is: state, status, progress, attempts, model, last error."""
+def status(
+    workflow_id: Annotated[str, typer.Argument(help="the run's id")],
+    as_json: JsonOption = False,
+) -> None:
+    """Show where a run is: state, status, progress, attempts, model, its last error in full
+    (with the details its failure carries, such as a model's refusal), the reviews and budget
+    decisions it refused and why, its cost and its Web UI link."""
 
     async def show_status(client: Client, settings: Settings) -> None:
         current = await fetch_status(client, workflow_id)
-        table = Table(show_header=False, box=None)
-        keys = ("state", "status", "progress", "attempts", "review_round", "model", "last_error")
-        for key in keys:
-            value = getattr(current, key)
-            table.add_row(key, plain(f"{value}%" if key == "progress" else value))
-        table.add_row("tenant", plain(current.tenant))
-        table.add_row("cost", f"${current.cost_usd:.4f}")
-        table.add_row("web ui", plain(web_ui_run_url(settings, workflow_id)))
-        out.print(table)
+        details = await error_details(client, workflow_id) if current.last_error else []
+        print_status(
+            status_document(
+                workflow_id,
+                current,
+                error_details=details,
+                web_ui=web_ui_run_url(settings, workflow_id),
+            ),
+            as_json=as_json,
+        )
 
     run_async(show_status)
 
 
 @one_line_errors
-def history(workflow_id: Annotated[str, typer.Argument(help="the run's id")]) -> None:
-    """Show every state change of a run as a table."""
+def history(
+    workflow_id: Annotated[str, typer.Argument(help="the run's id")],
+    as_json: JsonOption = False,
+) -> None:
+    """Show every state change of a run: a table, or one line per change where the table
+    would not fit the terminal."""
 
     async def show_history(client: Client, settings: Settings) -> None:
-        current = await fetch_status(client, workflow_id)
-        table = Table(title=plain(f"{workflow_id}: {current.state}"))
-        for column in ("at (UTC)", "from", "to", "event", "attempt", "detail"):
-            table.add_column(column)
-        for entry in current.history:
-            table.add_row(
-                entry.at.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3],
-                plain(entry.from_state),
-                plain(entry.to_state),
-                plain(entry.event),
-                str(entry.attempt),
-                plain(entry.detail or ""),
-            )
-        out.print(table)
+        print_history(workflow_id, await fetch_status(client, workflow_id), as_json=as_json)
 
     run_async(show_history)
 
@@ -293,10 +294,10 @@ def list_runs(
         str | None, typer.Option(callback=choices.pipeline, help=choices.PIPELINE_HELP)
     ] = None,
     limit: Annotated[int, typer.Option(min=1, help="at most this many")] = 50,
-    as_json: Annotated[bool, typer.Option("--json", help="print JSON, for scripts")] = False,
+    as_json: JsonOption = False,
 ) -> None:
-    """List runs with their state (from visibility, so no worker is needed). Workflow ids are
-    never cut, whatever the terminal's width."""
+    """List runs with their state (from visibility, so no worker is needed). Nothing is cut,
+    whatever the terminal's width."""
 
     async def show_runs(client: Client, settings: Settings) -> None:
         query = visibility.runs_query(
@@ -315,20 +316,18 @@ def list_runs(
         if as_json:
             typer.echo(json.dumps(rows, indent=2))
             return
-        table = Table()
-        # Ids are what people copy into the next command: never wrapped or cut.
-        width = max((len(str(row["workflow_id"])) for row in rows), default=11)
-        table.add_column("workflow id", no_wrap=True, min_width=width)
-        for column in ("state", "temporal status", "started (UTC)"):
-            table.add_column(column)
-        for row in rows:
-            table.add_row(
-                plain(row["workflow_id"]),
-                plain(row["state"] or "?"),
-                str(row["temporal_status"]),
-                str(row["started_at"])[:19].replace("T", " "),
-            )
-        out.print(table)
+        print_table(
+            ("workflow id", "state", "temporal status", "started (UTC)"),
+            [
+                (
+                    plain(row["workflow_id"]),
+                    plain(row["state"] or "?"),
+                    str(row["temporal_status"]),
+                    str(row["started_at"])[:19].replace("T", " "),
+                )
+                for row in rows
+            ],
+        )
         out.print(f"{len(rows)} run(s)")
 
     run_async(show_runs)
@@ -338,6 +337,9 @@ def list_runs(
 def result(
     workflow_id: Annotated[str, typer.Argument(help="the run's id")],
     wait: Annotated[bool, typer.Option(help="wait for a run that is still going")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="JSON (what it prints anyway; as every read command)")
+    ] = False,
 ) -> None:
     """Print a finished run's result as JSON: completed, failed or dead_letter alike (a run
     that ended failed or dead_letter carries it in its failure; the exit status is then 3)."""

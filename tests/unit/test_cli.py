@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from aiorch.cli import build_app
 from aiorch.cli.app import COMMANDS
 from aiorch.cli.ops import stuck_cutoff
-from aiorch.cli.output import CliError, out, plain, print_json
+from aiorch.cli.output import CliError, out, plain, print_json, print_table
 from aiorch.cli.reviews import signed_json
 from aiorch.devstack.processes import free_port
 from aiorch.ops.reviews import ReviewTarget
@@ -159,3 +159,32 @@ def test_untrusted_text_prints_as_its_characters_without_control_bytes() -> None
     shown = captured.get()
     assert "\x1b" not in shown and "\x9b" not in shown
     assert json.loads(shown) == {"reason": "[/]\x1b[2J\x9bZ é"}
+
+
+@pytest.mark.parametrize("width", [40, 80, 200])
+def test_a_table_is_never_cut_it_wraps_or_becomes_lines(
+    monkeypatch: pytest.MonkeyPatch, width: int
+) -> None:
+    """`print_table` at any width shows every cell whole (no ellipsis): a boxed table where
+    it fits, else one aligned line per row under a header line, each value whole."""
+    monkeypatch.setattr(out, "width", width)
+    rows = [
+        ("0123456789abcdef01234567", "generate_embedding", "escalation_timeout", "a b " * 30),
+        ("fedcba9876543210fedcba98", "await_review", "needs_review", ""),
+    ]
+    with out.capture() as captured:
+        print_table(("id", "from", "event", "detail"), rows, title="t", wrap=("detail",))
+    shown = captured.get()
+    assert "…" not in shown
+    for row in rows:
+        for cell in row[:3]:
+            assert cell in shown.split(), (cell, shown)
+    boxed = "┃" in shown
+    assert boxed == (width >= 80)  # a detail column fits from 74 columns, wrapped
+    if not boxed:
+        lines = shown.splitlines()
+        assert lines[:2] == [
+            "t",
+            "id                        from                event               detail",
+        ]
+        assert lines[3] == "fedcba9876543210fedcba98  await_review        needs_review"
