@@ -121,6 +121,30 @@ class ReviewOutcome:
         )
 
 
+def repeated_decision(
+    history: list[HistoryEntry], decision: ReviewDecision, review_round: int
+) -> HistoryEntry | None:
+    """The run's latest decision, when ``decision`` repeats it (same reviewer, decision and
+    feedback) on an earlier round than ``review_round``, the one the run waits in now.
+
+    That is what a decision sent again looks like (a shell retry) once the round it was meant
+    for is over: by default a client decides the round the run waits in, so without this check
+    a repeated reedit would be applied again, to the next round. Within one round the update
+    id (`update_id`) already makes a repeat return the first result.
+    """
+    latest = next((entry for entry in reversed(history) if entry.event in DECISION_EVENTS), None)
+    if (
+        latest is not None
+        and latest.review_round is not None
+        and latest.review_round < review_round
+        and latest.reviewer == decision.reviewer
+        and latest.event == event_of(decision)
+        and (latest.feedback or None) == (decision.feedback or None)
+    ):
+        return latest
+    return None
+
+
 def decision_for_round(history: list[HistoryEntry], review_round: int) -> HistoryEntry | None:
     """The decision recorded for ``review_round``, if any."""
     for entry in reversed(history):
