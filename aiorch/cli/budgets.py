@@ -19,6 +19,7 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from aiorch.cli.output import CliError, one_line_errors, out, plain, print_table
 from aiorch.cli.reviews import refusal_text
 from aiorch.cli.session import about_run, run_async
+from aiorch.ops.retries import retrying
 from aiorch.ops.reviews import current_target
 from aiorch.ops.signing import signing_key_from_settings
 from aiorch.runtime.capacity import CapacityStore, CapacityStoreError
@@ -139,11 +140,13 @@ def budget(
         handle = client.get_workflow_handle(workflow_id, run_id=target.run_id)
         try:
             with about_run(workflow_id):
-                status = await handle.execute_update(
-                    contract.UPDATE_DECIDE_BUDGET,
-                    signed,
-                    id=f"budget:{workflow_id}:{operator}:{decision}",
-                    result_type=RunStatus,
+                status = await retrying(
+                    lambda: handle.execute_update(
+                        contract.UPDATE_DECIDE_BUDGET,
+                        signed,
+                        id=f"budget:{workflow_id}:{operator}:{decision}",
+                        result_type=RunStatus,
+                    )
                 )
         except WorkflowUpdateFailedError as error:
             raise CliError(f"decision refused for {workflow_id}: {refusal_text(error)}") from None

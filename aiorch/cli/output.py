@@ -29,6 +29,7 @@ from rich.highlighter import JSONHighlighter
 from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
+from temporalio.client import RPCTimeoutOrCancelledError
 from temporalio.service import RPCError
 from typer.core import TyperGroup
 
@@ -231,7 +232,7 @@ def one_line_errors(func: Callable[P, T]) -> Callable[P, T]:
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
         try:
             return func(*args, **kwargs)
-        except (OrchestratorError, RPCError) as error:
+        except (OrchestratorError, RPCError, RPCTimeoutOrCancelledError) as error:
             print_error(str(error))
             raise typer.Exit(getattr(error, "exit_code", EXIT_ERROR)) from None
 

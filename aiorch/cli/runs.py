@@ -27,6 +27,7 @@ from aiorch.cli.session import about_run, fetch_status, run_async
 from aiorch.cli.views import print_history, print_status, status_document
 from aiorch.ops import claim_check, pipelines, visibility
 from aiorch.ops.results import NoResult, error_details, run_result
+from aiorch.ops.retries import retrying
 from aiorch.ops.signing import requester_key_from_settings
 from aiorch.runtime.config import Settings, load_settings
 from aiorch.runtime.links import inbox_start_line, web_ui_run_url
@@ -303,16 +304,20 @@ def list_runs(
         query = visibility.runs_query(
             visibility.state_is(state) if state else "", pipeline=pipeline
         )
-        rows = [
-            {
-                "workflow_id": execution.id,
-                "run_id": execution.run_id,
-                "state": visibility.state_of(execution),
-                "temporal_status": (execution.status or WorkflowExecutionStatus.RUNNING).name,
-                "started_at": execution.start_time.isoformat(),
-            }
-            async for execution in client.list_workflows(query, limit=limit)
-        ]
+
+        async def listed() -> list[dict[str, object]]:
+            return [
+                {
+                    "workflow_id": execution.id,
+                    "run_id": execution.run_id,
+                    "state": visibility.state_of(execution),
+                    "temporal_status": (execution.status or WorkflowExecutionStatus.RUNNING).name,
+                    "started_at": execution.start_time.isoformat(),
+                }
+                async for execution in client.list_workflows(query, limit=limit)
+            ]
+
+        rows = await retrying(listed)
         if as_json:
             typer.echo(json.dumps(rows, indent=2))
             return
@@ -347,7 +352,7 @@ def result(
     async def show_result(client: Client, settings: Settings) -> None:
         handle = client.get_workflow_handle(workflow_id)
         with about_run(workflow_id):
-            description = await handle.describe()
+            description = await retrying(handle.describe)
         if description.status == WorkflowExecutionStatus.RUNNING and not wait:
             state = visibility.state_of(description) or "running"
             raise CliError(f"run {workflow_id} has not finished ({state}); add --wait to wait")

@@ -17,11 +17,13 @@ from collections.abc import Sequence
 from typing import Any, TypeVar, cast
 
 from pydantic import ValidationError
+from temporalio.api.failure.v1 import Failure
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.converter import DataConverter, WorkflowSerializationContext
 from temporalio.exceptions import ApplicationError
 
 from aiorch.ops import pipelines
+from aiorch.ops.retries import retrying
 from workflows import errors
 from workflows.errors import OrchestratorError
 from workflows.payloads import RunResult
@@ -92,10 +94,15 @@ async def error_details(client: Client, workflow_id: str) -> list[Any]:
     Raises:
         temporalio.service.RPCError: no such run, or the server is unreachable.
     """
-    failure = None
-    async for event in client.get_workflow_handle(workflow_id).fetch_history_events():
-        if event.HasField("activity_task_failed_event_attributes"):
-            failure = event.activity_task_failed_event_attributes.failure
+
+    async def last_failure() -> Failure | None:
+        found = None
+        async for event in client.get_workflow_handle(workflow_id).fetch_history_events():
+            if event.HasField("activity_task_failed_event_attributes"):
+                found = event.activity_task_failed_event_attributes.failure
+        return found
+
+    failure = await retrying(last_failure)
     if failure is None:
         return []
     error = await run_converter(client, workflow_id).decode_failure(failure)

@@ -25,6 +25,7 @@ from typing import get_args
 
 from temporalio.client import Client
 
+from aiorch.ops.retries import retrying
 from workflows import contract
 from workflows.engine.graph import Event
 from workflows.engine.reviews import event_of
@@ -167,7 +168,7 @@ async def current_target(client: Client, workflow_id: str) -> ReviewTarget:
     Raises:
         temporalio.service.RPCError: no such run, or the server is unreachable.
     """
-    description = await client.get_workflow_handle(workflow_id).describe()
+    description = await retrying(client.get_workflow_handle(workflow_id).describe)
     return ReviewTarget(
         workflow_id=workflow_id,
         run_id=description.run_id,
@@ -197,13 +198,15 @@ async def submit_review(
     (see module doc), signed for it by ``signer`` when reviewer authentication is on.
 
     Without a target the decision is for the run that holds the workflow id now, at the
-    decision's round (by default its current one). Retrying a call that failed in transit
-    with the *same* decision is safe: its update id names the round.
+    decision's round (by default its current one). A call that fails in transit is made again
+    with the *same* decision (`aiorch.ops.retries`), which is safe: its update id names the
+    round. A refused decision is never sent again.
 
     Raises:
         temporalio.client.WorkflowUpdateFailedError: the run refused it (the cause says why).
         temporalio.service.RPCError: no such open run (the run looked at has ended, or another
-            holds the id now), or the server is unreachable.
+            holds the id now), or the server stayed unreachable.
+        temporalio.client.RPCTimeoutOrCancelledError: the answer did not come in time.
     """
     if target is None:
         target = await current_target(client, workflow_id)
@@ -214,11 +217,15 @@ async def submit_review(
     if signer is not None and decision.review_round is not None:
         decision = signer(decision, target)
     handle = client.get_workflow_handle(workflow_id, run_id=target.run_id)
-    status: RunStatus = await handle.execute_update(
-        contract.UPDATE_SUBMIT_REVIEW,
-        decision,
-        id=update_id(workflow_id, decision.review_round, decision.reviewer),
-        result_type=RunStatus,
+    # The same update id on every try: one applied but whose answer was lost in transit
+    # returns that first result (aiorch.ops.retries).
+    status: RunStatus = await retrying(
+        lambda: handle.execute_update(
+            contract.UPDATE_SUBMIT_REVIEW,
+            decision,
+            id=update_id(workflow_id, decision.review_round, decision.reviewer),
+            result_type=RunStatus,
+        )
     )
     recorded = (
         decision_for_round(status.history, decision.review_round) if decision.review_round else None
