@@ -123,8 +123,8 @@ def simulator(
 ) -> None:
     """Serve the OpenAI-compatible LLM simulator (with fault injection) until SIGTERM.
 
-    Its directives and control endpoints: `aiorch.devstack.llm_simulator`; --rpm/--tpm turn
-    on the provider-style rate limits (headers and 429s), also set at run time through
+    Its fault directives and control endpoints: docs/simulator.md; --rpm/--tpm turn on the
+    provider-style rate limits (headers and 429s), also set at run time through
     /_sim/ratelimits.
     """
     asyncio.run(llm_simulator.serve(host, port, embedding_dim, rpm=rpm, tpm=tpm))
