@@ -127,3 +127,27 @@ def test_the_docs_list_the_same_exit_codes() -> None:
     table = page.split("<!-- exit-codes:begin", 1)[1].split("<!-- exit-codes:end -->", 1)[0]
     rows = re.findall(r"^\| (\d+) \| (.+) \|$", table, re.MULTILINE)
     assert rows == [(str(code), meaning) for code, meaning in EXIT_CODES]
+
+
+READ_COMMANDS = [
+    ["list"],
+    ["status"],
+    ["history"],
+    ["result"],
+    ["stats"],
+    ["stuck"],
+    ["spend"],
+    ["dlq", "list"],
+]
+
+
+def test_every_read_command_takes_json() -> None:
+    """Each command that reads runs, spend or dead letters offers ``--json`` for scripts."""
+    for path in READ_COMMANDS:
+        command: object = typer.main.get_command(build_app())
+        for name in path:
+            assert isinstance(command, TyperGroup)
+            command = command.commands[name]
+        params = getattr(command, "params", [])
+        options = {opt for param in params for opt in getattr(param, "opts", [])}
+        assert "--json" in options, path
