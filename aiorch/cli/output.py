@@ -92,11 +92,11 @@ def print_json(document: str) -> None:
     out.print(JSONHighlighter()(_RAW_IN_JSON.sub(lambda m: f"\\u{ord(m[0]):04x}", text)))
 
 
-def fits_terminal(table: Table) -> bool:
-    """Whether ``table`` fits the terminal with no cell cut: each column at least as wide as
-    its longest word, and its ``no_wrap`` columns as their longest value."""
-    unbounded = out.options.update(max_width=1_000_000)
-    return Measurement.get(out, unbounded, table).minimum <= out.width
+def fits_terminal(table: Table, console: Console = out) -> bool:
+    """Whether ``table`` fits ``console``'s width with no cell cut: each column at least as
+    wide as its longest word, and its ``no_wrap`` columns as their longest value."""
+    unbounded = console.options.update(max_width=1_000_000)
+    return Measurement.get(console, unbounded, table).minimum <= console.width
 
 
 def print_table(
