@@ -1,6 +1,15 @@
-"""Start, review and inspect runs: ``python starter.py --help`` (installed: ``aiorch``)."""
+"""Start, review and inspect runs: ``python starter.py --help`` (installed: ``aiorch``).
 
-from aiorch.cli import main
+Run by a Python without the project's packages (``.venv`` not activated), it runs itself with
+the checkout's ``.venv`` (`aiorch.checkout`).
+"""
+
+try:
+    from aiorch.cli import main
+except ModuleNotFoundError as missing:
+    from aiorch.checkout import run_with_checkout_venv
+
+    run_with_checkout_venv(__file__, missing)
 
 if __name__ == "__main__":
     main()

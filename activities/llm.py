@@ -187,8 +187,9 @@ def classify(err: openai.OpenAIError) -> ApplicationError:
     return ApplicationError(f"LLM client error: {err}", type=errors.LLM_RETRYABLE)
 
 
-def reply_text(completion: ChatCompletion) -> str:
-    """The reply's text, once finish reason and refusal are checked.
+def reply_text(completion: ChatCompletion, workflow_id: str) -> str:
+    """The reply's text, once finish reason and refusal are checked (for run ``workflow_id``,
+    which a refusal's message names so its reader can look the text up).
 
     Raises:
         ApplicationError: ``LlmRefused`` (permanent) for a refusal or a filtered reply,
@@ -205,9 +206,10 @@ def reply_text(completion: ChatCompletion) -> str:
         )
     if refusal := choice.message.refusal:
         # The refusal is the model's text, like a reply: never in the message (worker logs),
-        # only in the details, a payload that payload encryption covers.
+        # only in the details, a payload that payload encryption covers, which `status` shows.
         raise ApplicationError(
-            f"the model refused ({len(refusal)} characters; the text is in the details)",
+            f"the model refused ({len(refusal)} characters; "
+            f"`starter.py status {workflow_id}` shows the text)",
             refusal[:REFUSAL_DETAIL_CHARS],
             type=errors.LLM_REFUSED,
             non_retryable=True,
@@ -375,7 +377,7 @@ class LlmActivities:
             ),
         )
         try:
-            text = reply_text(completion)
+            text = reply_text(completion, call.workflow_id)
             if call.output_schema is None:
                 reply = parse_reply(text)
                 content, needs_review, data = reply.content, reply.needs_review, None

@@ -21,8 +21,8 @@ from typing import Any, TypeVar
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.service import RPCStatusCode
 
-from aiorch.ops.batch import TRANSIENT
-from aiorch.ops.batch import retrying as batch_retrying
+from aiorch.ops.retries import TRANSIENT
+from aiorch.ops.retries import retrying as ops_retrying
 from aiorch.ops.visibility import CLOSED, start_run
 from bench.baseline import BASELINE_TASK_QUEUE, BASELINE_WORKFLOW
 from bench.procstat import cpu_seconds
@@ -125,7 +125,7 @@ class BatchFigures:
 async def retrying(call: Callable[[], Awaitable[T]], *, attempts: int = 60) -> T:
     """``call()``, retried while the server is unavailable (a restart, a full queue) or the
     client reconnects: the operator tools' retry, patient enough for a server restart."""
-    return await batch_retrying(
+    return await ops_retrying(
         call,
         attempts=attempts,
         backoff=(0.2, 2.0),

@@ -18,7 +18,8 @@ module              commands
 A command line names one command, so `build_app` loads only that command's module: ``keys
 payload`` or ``graph`` start without Temporal's client, boto3 or aiohttp. Help, and a name that
 is no command, get every module. Every failure a user can cause or meet ends in one clear line
-on stderr and exit status 1 (`aiorch.cli.output`), never a traceback.
+on stderr, starting ``error: ``, and an exit status that says what kind it was
+(`aiorch.cli.output`), never a traceback.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 import typer
+
+from aiorch.cli.output import cli_app
 
 # Each command (or command group) and the module under aiorch.cli that registers it.
 COMMANDS: Mapping[str, str] = MappingProxyType(
@@ -58,15 +61,7 @@ COMMANDS: Mapping[str, str] = MappingProxyType(
 def build_app(command: str | None = None) -> typer.Typer:
     """The Typer app with ``command``'s module registered, or every module's (None, or a name
     that is no command)."""
-    app = typer.Typer(
-        no_args_is_help=True,
-        pretty_exceptions_enable=False,
-        add_completion=False,
-    )
-
-    @app.callback()
-    def aiorch() -> None:
-        """ai-orchestrator: start, review and inspect durable LLM pipeline runs."""
+    app = cli_app("ai-orchestrator: start, review and inspect durable LLM pipeline runs.")
 
     module = COMMANDS.get(command) if command is not None else None
     chosen = [module] if module is not None else list(dict.fromkeys(COMMANDS.values()))

@@ -14,12 +14,12 @@ from typing import Annotated
 
 import typer
 from pydantic import ValidationError
-from rich.table import Table
 from temporalio.client import Client, WorkflowUpdateFailedError
 
-from aiorch.cli.output import CliError, one_line_errors, out, plain
+from aiorch.cli.output import CliError, one_line_errors, out, plain, print_table
 from aiorch.cli.reviews import refusal_text
 from aiorch.cli.session import about_run, run_async
+from aiorch.ops.retries import retrying
 from aiorch.ops.reviews import current_target
 from aiorch.ops.signing import signing_key_from_settings
 from aiorch.runtime.capacity import CapacityStore, CapacityStoreError
@@ -94,15 +94,19 @@ def spend(
     if not rows:
         out.print(f"no spend recorded on {when.isoformat()}")
         return
-    table = Table("tenant", "spent (USD)", "budget (USD)", "left (USD)", title=when.isoformat())
-    for row in rows:
-        table.add_row(
-            plain(row["tenant"]),
-            f"{row['spent_usd']:.4f}",
-            "-" if row["budget_usd"] is None else f"{row['budget_usd']:.2f}",
-            "-" if row["left_usd"] is None else f"{row['left_usd']:.4f}",
-        )
-    out.print(table)
+    print_table(
+        ("tenant", "spent (USD)", "budget (USD)", "left (USD)"),
+        [
+            (
+                plain(row["tenant"]),
+                f"{row['spent_usd']:.4f}",
+                "-" if row["budget_usd"] is None else f"{row['budget_usd']:.2f}",
+                "-" if row["left_usd"] is None else f"{row['left_usd']:.4f}",
+            )
+            for row in rows
+        ],
+        title=when.isoformat(),
+    )
 
 
 @one_line_errors
@@ -136,11 +140,13 @@ def budget(
         handle = client.get_workflow_handle(workflow_id, run_id=target.run_id)
         try:
             with about_run(workflow_id):
-                status = await handle.execute_update(
-                    contract.UPDATE_DECIDE_BUDGET,
-                    signed,
-                    id=f"budget:{workflow_id}:{operator}:{decision}",
-                    result_type=RunStatus,
+                status = await retrying(
+                    lambda: handle.execute_update(
+                        contract.UPDATE_DECIDE_BUDGET,
+                        signed,
+                        id=f"budget:{workflow_id}:{operator}:{decision}",
+                        result_type=RunStatus,
+                    )
                 )
         except WorkflowUpdateFailedError as error:
             raise CliError(f"decision refused for {workflow_id}: {refusal_text(error)}") from None

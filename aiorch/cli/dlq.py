@@ -6,10 +6,16 @@ from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
-from rich.table import Table
 from temporalio.client import Client
 
-from aiorch.cli.output import CliError, command_group, one_line_errors, out, plain
+from aiorch.cli.output import (
+    CliError,
+    command_group,
+    one_line_errors,
+    out,
+    plain,
+    print_table,
+)
 from aiorch.cli.session import run_async
 from aiorch.ops import dead_letters
 from aiorch.ops.durations import format_duration
@@ -32,20 +38,22 @@ def dlq_list(
     if as_json:
         typer.echo(dead_letters.to_json(letters, now))
         return
-    table = Table()
-    table.add_column("workflow id", no_wrap=True)
-    for column in ("failed state", "attempts", "last error", "age"):
-        table.add_column(column)
-    for letter in letters:
-        body = letter.body
-        table.add_row(
-            plain(body.workflow_id if body else f"(message {letter.message_id})"),
-            plain(body.failed_state if body else "?"),
-            str(body.attempts) if body else "?",
-            plain(((body.last_error or "") if body else (letter.problem or ""))[:160]),
-            format_duration(letter.age(now)),
-        )
-    out.print(table)
+    print_table(
+        ("workflow id", "failed state", "attempts", "last error", "age"),
+        [
+            (
+                plain(body.workflow_id if body else f"(message {letter.message_id})"),
+                plain(body.failed_state if body else "?"),
+                str(body.attempts) if body else "?",
+                # The start of it; --json has it whole.
+                plain(((body.last_error or "") if body else (letter.problem or ""))[:160]),
+                format_duration(letter.age(now)),
+            )
+            for letter in letters
+            for body in (letter.body,)
+        ],
+        wrap=("last error",),
+    )
     out.print(plain(f"{len(letters)} dead letter(s) in the {queue.where}"))
 
 

@@ -1,7 +1,8 @@
-"""``keys``: make the keys a deployment configures (payload encryption, reviewer signing).
+"""``keys``: make the keys a deployment configures (payload encryption, reviewer and requester
+signing), and revoke reviewer keys.
 
-Both print configuration lines on stdout and nothing else, so they can be captured into a
-secret store; neither writes a file.
+Each key maker prints whole configuration lines (``NAME=value``, as the workers read them) on
+stdout and nothing else, so they can be captured into a secret store; none writes a file.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from aiorch.cli.output import CliError, command_group, one_line_errors, out, pla
 from aiorch.cli.session import run_async
 from aiorch.ops.revocation import revoke_in_open_runs
 from aiorch.ops.signing import SigningKey
-from aiorch.runtime.codec import new_key
+from aiorch.runtime.codec import KeyRing, new_key
+from aiorch.runtime.errors import ConfigError
 from workflows.engine.identity import KeySpecError, parse_requester_keys, parse_review_keys
 from workflows.payloads import Revocation, describe_validation_error
 
@@ -23,9 +25,23 @@ keys_app = command_group("Make keys: a payload encryption key, or a reviewer's s
 
 
 @keys_app.command("payload")
-def payload_key() -> None:
-    """Print a fresh random AES-256 key, base64, for a PAYLOAD_KEYS entry (KEY_ID:KEY)."""
-    typer.echo(new_key())
+@one_line_errors
+def payload_key(
+    key_id: Annotated[
+        str, typer.Option("--id", help="the key's id in the key ring (rotating: the next one)")
+    ] = "k1",
+) -> None:
+    """Print a fresh random AES-256 key as a configuration line: PAYLOAD_KEYS=KEY_ID:KEY.
+
+    To rotate, make one with the next id (--id k2), add its KEY_ID:KEY entry to the existing
+    PAYLOAD_KEYS (comma-separated) and set PAYLOAD_KEY_ID to the new id.
+    """
+    entry = f"{key_id}:{new_key()}"
+    try:
+        KeyRing.parse(entry)  # the workers' own reading of the entry
+    except ConfigError as error:
+        raise CliError(f"cannot make this key: {error}") from None
+    typer.echo(f"PAYLOAD_KEYS={entry}")
 
 
 @keys_app.command("reviewer")

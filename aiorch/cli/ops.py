@@ -10,11 +10,11 @@ from typing import Annotated
 
 import typer
 from rich.progress import Progress
-from rich.table import Table
+from rich.text import Text
 from temporalio.client import Client
 
 from aiorch.cli import choices
-from aiorch.cli.output import CliError, one_line_errors, out, plain, print_json
+from aiorch.cli.output import CliError, one_line_errors, out, plain, print_json, print_table
 from aiorch.cli.session import run_async
 from aiorch.ops import codec_server, pipelines
 from aiorch.ops.durations import format_duration, parse_duration
@@ -76,16 +76,18 @@ def stats(
     if as_json:
         print_json(_stats_json(result))
         return
-    table = Table(title=f"{result.total} run(s) by state")
-    for column in ("pipeline", "state", "open", "closed", "total"):
-        table.add_column(column, justify="left" if column in ("pipeline", "state") else "right")
-    for row in result.states:
-        table.add_row(
-            plain(row.pipeline), plain(row.state), str(row.open), str(row.closed), str(row.total)
-        )
+    rows: list[tuple[Text | str, ...]] = [
+        (plain(row.pipeline), plain(row.state), str(row.open), str(row.closed), str(row.total))
+        for row in result.states
+    ]
     if result.without_state:
-        table.add_row("", "(no AiState)", "", "", str(result.without_state))
-    out.print(table)
+        rows.append(("", "(no AiState)", "", "", str(result.without_state)))
+    print_table(
+        ("pipeline", "state", "open", "closed", "total"),
+        rows,
+        title=f"{result.total} run(s) by state",
+        justify_right=("open", "closed", "total"),
+    )
     ends = sorted(pipelines.terminal_states())
     out.print("  ".join(f"{state}: {result.count(state)}" for state in ends))
     overall = result.processing.get("all", DurationSummary(None, 0))
@@ -102,15 +104,19 @@ def _show_stuck(runs: list[StuckRun], targets: int, title: str, as_json: bool) -
         ]
         print_json(json.dumps({"runs": listed, "targets": targets}))
         return
-    table = Table(title=plain(f"{len(runs)} run(s) in one state {title}"))
-    for column in ("workflow id", "state", "since (UTC)", "for"):
-        table.add_column(column)
-    for run in runs:
-        since = run.since.strftime("%Y-%m-%d %H:%M:%S")
-        table.add_row(
-            plain(run.workflow_id), plain(run.state or "?"), since, format_duration(run.age(now))
-        )
-    out.print(table)
+    print_table(
+        ("workflow id", "state", "since (UTC)", "for"),
+        [
+            (
+                plain(run.workflow_id),
+                plain(run.state or "?"),
+                run.since.strftime("%Y-%m-%d %H:%M:%S"),
+                format_duration(run.age(now)),
+            )
+            for run in runs
+        ],
+        title=plain(f"{len(runs)} run(s) in one state {title}"),
+    )
 
 
 def stuck_cutoff(older_than: str, before: datetime | None) -> tuple[datetime, str]:
@@ -132,6 +138,7 @@ def stuck(
         datetime | None,
         typer.Option(
             formats=ISO_8601,
+            metavar="<time>",
             help="instead of --older-than: in their state since before this time "
             "(ISO 8601, UTC unless it says otherwise; e.g. when an incident began)",
         ),

@@ -19,7 +19,7 @@ from temporalio.exceptions import ApplicationError
 
 from aiorch.cli import choices
 from aiorch.cli.output import CliError, err_console, one_line_errors, out, plain
-from aiorch.cli.session import about_run, run_async
+from aiorch.cli.session import about_run, fetch_status, run_async
 from aiorch.ops import reviews
 from aiorch.ops.signing import SigningKey, signing_key_from_settings
 from aiorch.runtime.config import Settings, load_settings
@@ -87,6 +87,28 @@ async def review_target(
     return target
 
 
+async def refuse_a_repeat(
+    client: Client, workflow_id: str, decision: ReviewDecision, review_round: int
+) -> None:
+    """Refuse ``decision`` for ``review_round`` (read, not named with ``--round``) when it
+    repeats the run's latest decision on an earlier round (`reviews.repeated_decision`): a
+    command run again after the run moved on would decide the new round unseen.
+
+    Raises:
+        CliError: it repeats it (nothing is sent), or the run cannot be read.
+    """
+    if review_round <= 1:
+        return  # no earlier round: nothing to repeat (and no query, a billed action)
+    status = await fetch_status(client, workflow_id)
+    if repeated := reviews.repeated_decision(status.history, decision, review_round):
+        raise CliError(
+            f"{workflow_id}: {decision.reviewer}'s {repeated.event} for round "
+            f"{repeated.review_round} is already recorded and the run is at round "
+            f"{review_round} now; nothing was sent (to decide round {review_round} too, "
+            f"add --round {review_round})"
+        )
+
+
 def signed_json(
     decision: ReviewDecision, target: reviews.ReviewTarget, signer: reviews.Signer
 ) -> str:
@@ -117,9 +139,12 @@ def review(
 ) -> None:
     """Approve, send back (reedit) or reject a run that awaits review.
 
-    Applied once however often it is sent: the same reviewer's decision on the same round
-    returns the first result, and a decision for a round that is over is refused. With
-    REVIEWER_KEY (or REVIEWER_KEY_FILE) the decision is signed for that round.
+    The decision is for the round the run waits in, read before sending, or the one --round
+    names. Applied once however often it is sent: sent again while that round is open, it
+    returns the first result; once the run has moved to the next round, a repeat of your
+    last decision (same decision and feedback) is refused unless --round names the new round;
+    a decision for a round that is over is refused by the run. With REVIEWER_KEY (or
+    REVIEWER_KEY_FILE) the decision is signed for that round.
     """
     payload, signer = signed_decision(decision, reviewer, feedback, review_round)
     if print_only:
@@ -130,9 +155,19 @@ def review(
         return
 
     async def send(client: Client, settings: Settings) -> None:
+        with about_run(workflow_id):
+            target = await reviews.current_target(client, workflow_id)
+        if payload.review_round is not None:
+            target = replace(target, review_round=payload.review_round)
+        elif target.review_round is not None:
+            await refuse_a_repeat(client, workflow_id, payload, target.review_round)
+        # The round read is the one decided: if the run moves on meanwhile, it refuses.
+        decision = payload.model_copy(update={"review_round": target.review_round})
         try:
             with about_run(workflow_id):
-                outcome = await reviews.submit_review(client, workflow_id, payload, signer=signer)
+                outcome = await reviews.submit_review(
+                    client, workflow_id, decision, signer=signer, target=target
+                )
         except WorkflowUpdateFailedError as error:
             raise CliError(f"review refused for {workflow_id}: {refusal_text(error)}") from None
         out.print(plain(outcome.describe(workflow_id)))
@@ -168,8 +203,8 @@ def review_all(
         if not ids:
             out.print(f"no open run is in {state}")
             return
-        if not yes and not typer.confirm(f"{decision} {len(ids)} run(s) in {state}?"):
-            raise typer.Exit(1)
+        if not yes:
+            typer.confirm(f"{decision} {len(ids)} run(s) in {state}?", abort=True)
         done = await batch.review_all_with_progress(
             client, ids, payload, concurrency=concurrency, console=err_console, signer=signer
         )

@@ -10,15 +10,24 @@ from typing import Annotated, Any
 
 import typer
 from pydantic import ValidationError
-from rich.table import Table
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from aiorch.cli import choices
-from aiorch.cli.output import CliError, one_line_errors, out, plain, print_json
+from aiorch.cli.output import (
+    CliError,
+    RunDidNotComplete,
+    one_line_errors,
+    out,
+    plain,
+    print_json,
+    print_table,
+)
 from aiorch.cli.session import about_run, fetch_status, run_async
+from aiorch.cli.views import print_history, print_status, status_document
 from aiorch.ops import claim_check, pipelines, visibility
-from aiorch.ops.results import run_result
+from aiorch.ops.results import NoResult, error_details, run_result
+from aiorch.ops.retries import retrying
 from aiorch.ops.signing import requester_key_from_settings
 from aiorch.runtime.config import Settings, load_settings
 from aiorch.runtime.links import inbox_start_line, web_ui_run_url
@@ -118,6 +127,24 @@ def result_reason(result: RunResult) -> str:
     return (last.detail if last and last.detail else None) or "see its history"
 
 
+async def show_final_result(client: Client, workflow_id: str) -> None:
+    """Print the finished run's result as JSON (waiting for it to finish).
+
+    Raises:
+        RunDidNotComplete: it ended failed, dead_letter or cancelled (after its result, if it
+            has one, is printed).
+    """
+    try:
+        result = await run_result(client, workflow_id)
+    except NoResult as error:
+        raise RunDidNotComplete(str(error)) from None
+    print_json(result.model_dump_json())
+    if result.state != COMPLETED:
+        raise RunDidNotComplete(
+            f"run {workflow_id} ended in {result.state}: {result_reason(result)}"
+        )
+
+
 async def start_run(
     client: Client,
     settings: Settings,
@@ -195,7 +222,10 @@ def start(
     max_cost: Annotated[
         float | None, typer.Option(help="this run's cost ceiling in USD (below RUN_BUDGET_USD)")
     ] = None,
-    wait: Annotated[bool, typer.Option(help="wait for the result and print it")] = False,
+    wait: Annotated[
+        bool,
+        typer.Option(help="wait for the result and print it; exit status 3 if it did not complete"),
+    ] = False,
 ) -> None:
     """Start a pipeline run and print its id and Web UI link.
 
@@ -255,57 +285,49 @@ def start(
         if inbox := inbox_start_line(settings, workflow_id):
             out.print(plain(inbox))
         if wait:
-            result = await run_result(client, workflow_id)
-            print_json(result.model_dump_json())
-            if result.state != COMPLETED:
-                raise CliError(
-                    f"run {workflow_id} ended in {result.state}: {result_reason(result)}"
-                )
+            await show_final_result(client, workflow_id)
 
     run_async(start_and_report)
 
 
+JsonOption = Annotated[bool, typer.Option("--json", help="print JSON, for scripts")]
+
+
 @one_line_errors
-def status(workflow_id: Annotated[str, typer.Argument(help="the run's id")]) -> None:
-    """Show where a run is: state, status, progress, attempts, model, last error."""
+def status(
+    workflow_id: Annotated[str, typer.Argument(help="the run's id")],
+    as_json: JsonOption = False,
+) -> None:
+    """Show where a run is: state, status, progress, attempts, model, its last error in full
+    (with the details its failure carries, such as a model's refusal), the reviews and budget
+    decisions it refused and why, its cost and its Web UI link."""
 
     async def show_status(client: Client, settings: Settings) -> None:
         current = await fetch_status(client, workflow_id)
-        table = Table(show_header=False, box=None)
-        keys = ("state", "status", "progress", "attempts", "review_round", "model", "last_error")
-        for key in keys:
-            value = getattr(current, key)
-            table.add_row(key, plain(f"{value}%" if key == "progress" else value))
-        table.add_row("pipeline", plain(current.pipeline))
-        if current.pipeline_version:
-            table.add_row("version", plain(current.pipeline_version))
-        table.add_row("tenant", plain(current.tenant))
-        table.add_row("cost", f"${current.cost_usd:.4f}")
-        table.add_row("web ui", plain(web_ui_run_url(settings, workflow_id)))
-        out.print(table)
+        details = await error_details(client, workflow_id) if current.last_error else []
+        print_status(
+            status_document(
+                workflow_id,
+                current,
+                error_details=details,
+                web_ui=web_ui_run_url(settings, workflow_id),
+            ),
+            as_json=as_json,
+        )
 
     run_async(show_status)
 
 
 @one_line_errors
-def history(workflow_id: Annotated[str, typer.Argument(help="the run's id")]) -> None:
-    """Show every state change of a run as a table."""
+def history(
+    workflow_id: Annotated[str, typer.Argument(help="the run's id")],
+    as_json: JsonOption = False,
+) -> None:
+    """Show every state change of a run: a table, or one line per change where the table
+    would not fit the terminal."""
 
     async def show_history(client: Client, settings: Settings) -> None:
-        current = await fetch_status(client, workflow_id)
-        table = Table(title=plain(f"{workflow_id}: {current.state}"))
-        for column in ("at (UTC)", "from", "to", "event", "attempt", "detail"):
-            table.add_column(column)
-        for entry in current.history:
-            table.add_row(
-                entry.at.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3],
-                plain(entry.from_state),
-                plain(entry.to_state),
-                plain(entry.event),
-                str(entry.attempt),
-                plain(entry.detail or ""),
-            )
-        out.print(table)
+        print_history(workflow_id, await fetch_status(client, workflow_id), as_json=as_json)
 
     run_async(show_history)
 
@@ -319,46 +341,47 @@ def list_runs(
         str | None, typer.Option(callback=choices.pipeline, help=choices.PIPELINE_HELP)
     ] = None,
     limit: Annotated[int, typer.Option(min=1, help="at most this many")] = 50,
-    as_json: Annotated[bool, typer.Option("--json", help="print JSON, for scripts")] = False,
+    as_json: JsonOption = False,
 ) -> None:
-    """List runs with their state (from visibility, so no worker is needed). Workflow ids are
-    never cut, whatever the terminal's width."""
+    """List runs with their state (from visibility, so no worker is needed). Nothing is cut,
+    whatever the terminal's width."""
 
     async def show_runs(client: Client, settings: Settings) -> None:
         query = visibility.runs_query(
             visibility.state_is(state) if state else "", pipeline=pipeline
         )
-        rows = [
-            {
-                "workflow_id": execution.id,
-                "run_id": execution.run_id,
-                "pipeline": execution.workflow_type,
-                "version": visibility.version_of(execution),
-                "state": visibility.state_of(execution),
-                "temporal_status": (execution.status or WorkflowExecutionStatus.RUNNING).name,
-                "started_at": execution.start_time.isoformat(),
-            }
-            async for execution in client.list_workflows(query, limit=limit)
-        ]
+
+        async def listed() -> list[dict[str, object]]:
+            return [
+                {
+                    "workflow_id": execution.id,
+                    "run_id": execution.run_id,
+                    "pipeline": execution.workflow_type,
+                    "version": visibility.version_of(execution),
+                    "state": visibility.state_of(execution),
+                    "temporal_status": (execution.status or WorkflowExecutionStatus.RUNNING).name,
+                    "started_at": execution.start_time.isoformat(),
+                }
+                async for execution in client.list_workflows(query, limit=limit)
+            ]
+
+        rows = await retrying(listed)
         if as_json:
             typer.echo(json.dumps(rows, indent=2))
             return
-        table = Table()
-        # Ids are what people copy into the next command: never wrapped or cut.
-        width = max((len(str(row["workflow_id"])) for row in rows), default=11)
-        table.add_column("workflow id", no_wrap=True, min_width=width)
-        for column in ("pipeline", "state", "temporal status", "started (UTC)"):
-            table.add_column(column)
-        for row in rows:
-            version = f" {row['version']}" if row["version"] else ""
-            table.add_row(
-                plain(row["workflow_id"]),
-                plain(f"{row['pipeline']}{version}"),
-                plain(row["state"] or "?"),
-                str(row["temporal_status"]),
-                str(row["started_at"])[:19].replace("T", " "),
-            )
-        out.print(table)
+        print_table(
+            ("workflow id", "pipeline", "state", "temporal status", "started (UTC)"),
+            [
+                (
+                    plain(row["workflow_id"]),
+                    plain(f"{row['pipeline']} {row['version'] or ''}".strip()),
+                    plain(row["state"] or "?"),
+                    str(row["temporal_status"]),
+                    str(row["started_at"])[:19].replace("T", " "),
+                )
+                for row in rows
+            ],
+        )
         out.print(f"{len(rows)} run(s)")
 
     run_async(show_runs)
@@ -368,18 +391,21 @@ def list_runs(
 def result(
     workflow_id: Annotated[str, typer.Argument(help="the run's id")],
     wait: Annotated[bool, typer.Option(help="wait for a run that is still going")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="JSON (what it prints anyway; as every read command)")
+    ] = False,
 ) -> None:
     """Print a finished run's result as JSON: completed, failed or dead_letter alike (a run
-    that ended failed or dead_letter carries it in its failure)."""
+    that ended failed or dead_letter carries it in its failure; the exit status is then 3)."""
 
     async def show_result(client: Client, settings: Settings) -> None:
         handle = client.get_workflow_handle(workflow_id)
         with about_run(workflow_id):
-            description = await handle.describe()
+            description = await retrying(handle.describe)
         if description.status == WorkflowExecutionStatus.RUNNING and not wait:
             state = visibility.state_of(description) or "running"
             raise CliError(f"run {workflow_id} has not finished ({state}); add --wait to wait")
-        print_json((await run_result(client, workflow_id)).model_dump_json())
+        await show_final_result(client, workflow_id)
 
     run_async(show_result)
 

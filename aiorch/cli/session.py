@@ -12,6 +12,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from aiorch.cli.output import CliError
+from aiorch.ops.retries import retrying
 from aiorch.runtime.config import Settings, load_settings
 from aiorch.runtime.telemetry import tracing
 from aiorch.runtime.temporal import connect
@@ -69,7 +70,9 @@ async def fetch_status(client: Client, workflow_id: str) -> RunStatus:
         CliError: no such run, or the server refused.
     """
     with about_run(workflow_id):
-        status: RunStatus = await client.get_workflow_handle(workflow_id).query(
-            contract.QUERY_STATUS, result_type=RunStatus
+        status: RunStatus = await retrying(
+            lambda: client.get_workflow_handle(workflow_id).query(
+                contract.QUERY_STATUS, result_type=RunStatus
+            )
         )
     return status

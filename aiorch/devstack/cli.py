@@ -14,13 +14,13 @@ command         what it does
 from __future__ import annotations
 
 import asyncio
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
+from aiorch.cli.output import cli_app, print_error
 from aiorch.devstack import docs, llm_simulator
 from aiorch.devstack.demo import run_demo
 from aiorch.devstack.processes import LocalStackError
@@ -34,17 +34,13 @@ from aiorch.runtime.config import (
     DEFAULT_SQS_PORT,
 )
 
-app = typer.Typer(
-    help="ai-orchestrator's local dev stack: run it, demo it, serve the LLM simulator.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
+app = cli_app(
+    "ai-orchestrator's local dev stack: run it, demo it, serve the LLM simulator.", epilog=None
 )
 
 
 def _fail(error: LocalStackError) -> typer.Exit:
-    # Plain print: one line (plus a log tail) exactly as the stack wrote it, never wrapped.
-    print(f"error: {error}", file=sys.stderr)
+    print_error(str(error))
     return typer.Exit(1)
 
 
@@ -127,8 +123,8 @@ def simulator(
 ) -> None:
     """Serve the OpenAI-compatible LLM simulator (with fault injection) until SIGTERM.
 
-    Its directives and control endpoints: `aiorch.devstack.llm_simulator`; --rpm/--tpm turn
-    on the provider-style rate limits (headers and 429s), also set at run time through
+    Its fault directives and control endpoints: docs/simulator.md; --rpm/--tpm turn on the
+    provider-style rate limits (headers and 429s), also set at run time through
     /_sim/ratelimits.
     """
     asyncio.run(llm_simulator.serve(host, port, embedding_dim, rpm=rpm, tpm=tpm))

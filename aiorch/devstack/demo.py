@@ -18,13 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console, Group
+from rich.console import Console
 from rich.live import Live
 from rich.progress_bar import ProgressBar
 from rich.table import Table
 from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError
 
+from aiorch.cli.output import fits_terminal
 from aiorch.devstack.processes import port_or_free
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops import pipelines, reviews
@@ -202,22 +203,32 @@ async def advance(client: Client, run: Scenario, key: SigningKey) -> None:
         run.status = outcome.status
 
 
-def render(runs: list[Scenario], elapsed: float) -> Group:
-    table = Table(title=f"ai-orchestrator demo ({elapsed:4.1f}s)")
-    for column in ("pipeline", "scenario", "run", "state", "progress", "attempts", "model"):
-        table.add_column(column, no_wrap=True)
+def render(runs: list[Scenario], elapsed: float, console: Console) -> Table:
+    """The runs as a table that fits ``console``: boxed, with progress bars and run ids, or
+    in a narrow terminal without them, so no state or model name is cut."""
+    table = _runs_table(runs, elapsed, compact=False)
+    return table if fits_terminal(table, console) else _runs_table(runs, elapsed, compact=True)
+
+
+def _runs_table(runs: list[Scenario], elapsed: float, *, compact: bool) -> Table:
+    title = f"ai-orchestrator demo ({elapsed:4.1f}s)"
+    table = Table(title=title, box=None, pad_edge=False) if compact else Table(title=title)
+    columns = ("pipeline", "scenario", "state", "progress", "attempts", "model")
+    for column in columns if compact else ("pipeline", "scenario", "run", *columns[2:]):
+        table.add_column(column, overflow="fold")
     for run in runs:
         s = run.status
-        table.add_row(
+        progress = s.progress if s else 0
+        cells = [
             run.pipeline,
             run.name,
-            run.workflow_id[:8],
             s.state if s else "starting",
-            ProgressBar(total=100, completed=s.progress if s else 0, width=10),
+            f"{progress}%" if compact else ProgressBar(total=100, completed=progress, width=10),
             str(s.attempts) if s else "",
             s.model or "" if s else "",
-        )
-    return Group(table)
+        ]
+        table.add_row(*(cells if compact else [*cells[:2], run.workflow_id[:8], *cells[2:]]))
+    return table
 
 
 async def drive(stack: LocalStack, console: Console) -> bool:
@@ -227,7 +238,7 @@ async def drive(stack: LocalStack, console: Console) -> bool:
     runs = scenarios()
     await start_runs(client, runs)
     started = time.monotonic()
-    with Live(render(runs, 0), console=console, refresh_per_second=8) as live:
+    with Live(render(runs, 0, console), console=console, refresh_per_second=8) as live:
         while time.monotonic() - started < DEMO_TIMEOUT_S:
             for run in runs:
                 if run.status is None or run.status.state not in pipelines.terminal_states():
@@ -235,7 +246,7 @@ async def drive(stack: LocalStack, console: Console) -> bool:
                         await advance(client, run, stack.reviewer_key)
                     except RPCError as error:
                         console.print(f"[yellow]{run.name}: {error.message}[/yellow]")
-            live.update(render(runs, time.monotonic() - started))
+            live.update(render(runs, time.monotonic() - started, console))
             if all(r.status and r.status.state in pipelines.terminal_states() for r in runs):
                 break
             await asyncio.sleep(POLL_S)
@@ -292,10 +303,12 @@ def run_demo(data_dir: Path, *, stay_up: bool) -> bool:
                 f"CLI:     temporal workflow list --address {addresses.temporal_address}",
                 highlight=False,
             )
+            # Soft-wrapped: a line to paste, which the terminal wraps, never broken in two.
             console.print(
                 f"Shell:   export TEMPORAL_ADDRESS={addresses.temporal_address} "
                 f"OPENAI_BASE_URL={addresses.openai_base_url}; python starter.py list",
                 highlight=False,
+                soft_wrap=True,
             )
             console.print(
                 f"Rows:    the invoices' fields in {addresses.document_store_url}",

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Self
 
 from rich.console import Console
-from rich.table import Table
+from rich.text import Text
 
 from aiorch.devstack.processes import HOST, LocalStackError, ManagedProcess, free_port
 from aiorch.devstack.servers import (
@@ -76,7 +76,7 @@ _START_ORDER = ("codec", "temporal", "sqs", "llm", "capacity", "worker", "inbox"
 ENCRYPTION_VARIABLES = ("PAYLOAD_KEYS", "PAYLOAD_KEYS_FILE")
 CODEC_TOKEN_VARIABLES = ("CODEC_SERVER_TOKEN", "CODEC_SERVER_TOKEN_FILE")
 
-__all__ = ["LocalStack", "LocalStackError", "StackAddresses", "up"]
+__all__ = ["LocalStack", "LocalStackError", "StackAddresses", "show_banner", "up"]
 
 
 @dataclass(frozen=True)
@@ -439,30 +439,35 @@ def _distinct_free_port(taken: set[int]) -> int:
     return port
 
 
-def _show(stack: LocalStack, console: Console) -> None:
-    table = Table(title="ai-orchestrator local stack", show_header=False)
-    table.add_row("Web UI", stack.addresses.ui_url or "(headless)")
-    table.add_row("Temporal", stack.addresses.temporal_address)
-    table.add_row("SQS", stack.addresses.sqs_endpoint_url)
-    table.add_row("LLM", stack.addresses.openai_base_url)
-    if stack.addresses.capacity_store_url:
-        table.add_row("Capacity store", stack.addresses.capacity_store_url)
-    table.add_row("Logs", str(stack.log_dir))
-    table.add_row("Inputs (file://)", str(stack.addresses.input_dir))
-    if stack.addresses.inbox_url:
+def show_banner(stack: LocalStack, console: Console) -> None:
+    """What `up` prints once the stack runs: where each part listens (the worker's metrics and
+    health endpoints, or why they did not start), the lines for another shell, how to stop."""
+    addresses = stack.addresses
+    rows = [
+        ("Web UI", addresses.ui_url or "(headless)"),
+        ("Temporal", addresses.temporal_address),
+        ("SQS", addresses.sqs_endpoint_url),
+        ("LLM", addresses.openai_base_url),
+    ]
+    if addresses.capacity_store_url:
+        rows.append(("Capacity store", addresses.capacity_store_url))
+    rows += [("Logs", str(stack.log_dir)), ("Inputs (file://)", str(addresses.input_dir))]
+    if addresses.inbox_url:
         logins = stack.data_dir / "inbox-logins"
-        table.add_row("Review inbox", f"{stack.addresses.inbox_url} (login tokens in {logins})")
-    if stack.addresses.codec_server_url:
-        table.add_row(
-            "Codec server",
-            f"{stack.addresses.codec_server_url} (token in {stack.codec_token_file})",
+        rows.append(("Review inbox", f"{addresses.inbox_url} (login tokens in {logins})"))
+    if addresses.codec_server_url:
+        rows.append(
+            ("Codec server", f"{addresses.codec_server_url} (token in {stack.codec_token_file})")
         )
     if "worker" in stack.processes:
         endpoints = stack.worker_endpoints()
-        for label, name in (("Worker metrics", "metrics"), ("Worker health", "health")):
-            shown = endpoints[name]
-            table.add_row(label, shown, style="bold red" if shown.startswith("NOT") else None)
-    console.print(table)
+        rows += [("Worker metrics", endpoints["metrics"]), ("Worker health", endpoints["health"])]
+    console.print("ai-orchestrator local stack", style="bold")
+    # One line each, wrapped by the terminal, not cut: addresses and paths are copied whole.
+    width = max(len(label) for label, _ in rows) + 2
+    for label, value in rows:
+        style = "bold red" if value.startswith("NOT") else None
+        console.print(Text(f"{label:<{width}}{value}", style=style or ""), soft_wrap=True)
     # Plain print: lines to copy and paste, never wrapped or styled.
     print("\n".join(shell_lines(stack)))
     console.print("Press Ctrl-C to stop.", style="bold")
@@ -499,7 +504,7 @@ def up(stack: LocalStack, console: Console) -> None:
         try:
             with console.status("starting the local stack..."):
                 stack.start()
-            _show(stack, console)
+            show_banner(stack, console)
             _watch(stack, console)
         except KeyboardInterrupt:
             console.print("stopping...")

@@ -7,17 +7,16 @@ update id is per round and every decision is validated by the run itself: a run 
 state or moved to another round in the meantime refuses it, and that refusal is counted, not
 fatal. A run counts as *applied* only when the update's result shows this very decision recorded
 for that round. At most ``concurrency`` runs are in flight; transient server errors (a restart,
-a full queue) are retried with backoff, with the same decision, so a retry can never decide a
-later round; a progress bar shows decisions per second.
+a full queue) are retried with backoff (`aiorch.ops.retries`), with the same decision, so a
+retry can never decide a later round; a progress bar shows decisions per second.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 from rich.console import Console
 from rich.progress import (
@@ -36,11 +35,6 @@ from aiorch.ops import reviews, visibility
 from workflows.payloads import ReviewDecision
 
 DEFAULT_CONCURRENCY = 32
-# Server errors that pass: a restart, a deadline, a full queue.
-TRANSIENT = frozenset(
-    {RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.RESOURCE_EXHAUSTED}
-)
-T = TypeVar("T")
 
 
 @dataclass
@@ -74,31 +68,6 @@ async def waiting_runs(client: Client, state: str, limit: int | None = None) -> 
     return ids
 
 
-async def retrying(
-    call: Callable[[], Awaitable[T]],
-    *,
-    attempts: int = 8,
-    backoff: tuple[float, float] = (0.25, 5.0),
-    transient: frozenset[RPCStatusCode] = TRANSIENT,
-    reconnecting: bool = False,
-) -> T:
-    """``call()``, again after ``transient`` server errors, with exponential ``backoff`` (first
-    and longest wait, seconds); with ``reconnecting``, also while the client re-establishes its
-    connection (the SDK's RuntimeError). Anything else, or the last failure, is raised."""
-    first, longest = backoff
-    for attempt in range(attempts):
-        try:
-            return await call()
-        except RPCError as err:
-            if err.status not in transient or attempt == attempts - 1:
-                raise
-        except RuntimeError:
-            if not reconnecting or attempt == attempts - 1:
-                raise
-        await asyncio.sleep(min(first * 2**attempt, longest))
-    raise AssertionError("unreachable")
-
-
 async def review_one(
     client: Client,
     workflow_id: str,
@@ -114,16 +83,10 @@ async def review_one(
         WorkflowUpdateFailedError: the run refused the decision.
         RPCError: no such open run, or a server error that outlasted the retries.
     """
-    decision, target = await retrying(
-        lambda: reviews.decision_for_current_round(client, workflow_id, decide)
-    )
+    decision, target = await reviews.decision_for_current_round(client, workflow_id, decide)
     if decision.review_round is None:
         return None
-    # The same decision (same round, same update id) for the same run on every retry: a retry
-    # after an update that was applied but whose answer was lost returns that first result.
-    return await retrying(
-        lambda: reviews.submit_review(client, workflow_id, decision, signer=signer, target=target)
-    )
+    return await reviews.submit_review(client, workflow_id, decision, signer=signer, target=target)
 
 
 async def review_all(

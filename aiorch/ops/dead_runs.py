@@ -40,15 +40,11 @@ from temporalio.api.sdk.v1 import UserMetadata
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import StartWorkflowExecutionRequest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
-from temporalio.converter import (
-    DataConverter,
-    WorkflowSerializationContext,
-    encode_search_attributes,
-)
+from temporalio.converter import encode_search_attributes
 from temporalio.service import RPCError, RPCStatusCode
 
 from aiorch.ops import pipelines
-from aiorch.ops.results import result_in, result_of_failure
+from aiorch.ops.results import result_in, result_of_failure, run_converter
 from aiorch.ops.visibility import initial_search_attributes
 from workflows import errors
 from workflows.engine.continuation import parse_input
@@ -91,13 +87,6 @@ class DeadRun:
     def failed_state(self) -> str:
         """The state the run gave up in (the source of its last move)."""
         return self.result.history[-1].from_state if self.result.history else "?"
-
-
-def _converter(client: Client, workflow_id: str) -> DataConverter:
-    # What the SDK uses for a workflow's payloads: the codec may bind ciphertexts to it.
-    return client.data_converter.with_context(
-        WorkflowSerializationContext(namespace=client.namespace, workflow_id=workflow_id)
-    )
 
 
 def final_result(
@@ -199,7 +188,7 @@ async def run_request(
         raise RedriveError(f"run {run_id} of {workflow_id} has no start event")
     started = first.workflow_execution_started_event_attributes
     try:
-        values = await _converter(client, workflow_id).decode(started.input.payloads)
+        values = await run_converter(client, workflow_id).decode(started.input.payloads)
     except Exception as err:  # the codec raises its own errors: a missing key, a bad payload
         raise RedriveError(
             f"cannot decode the input of run {run_id} of {workflow_id} ({type(err).__name__}); "
@@ -247,7 +236,7 @@ async def start_again(client: Client, dead: DeadRun, *, task_queue: str, identit
         RPCError: ``ALREADY_EXISTS`` when another run is open (or, for a dead run that closed
             Failed, a later one completed); any other server error.
     """
-    converter = _converter(client, dead.workflow_id)
+    converter = run_converter(client, dead.workflow_id)
     summary, details = await converter.encode(
         [
             f"{dead.pipeline.name} pipeline run (review: {dead.request.review}), redriven",

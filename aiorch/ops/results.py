@@ -5,6 +5,9 @@ A run that ends ``completed`` returns its pipeline's result (a ``RunResult``); o
 the same result in its details (so the Web UI's failure views and ``ExecutionStatus='Failed'``
 see it). The CLI, redrive and stats read both forms through this module, each as the result of
 the run's own pipeline (its fields kept).
+
+What a run's error message only points at, such as a model's refusal (its text is kept out of
+messages, which the worker logs), is in the details of its failed activity: `error_details`.
 """
 
 from __future__ import annotations
@@ -14,10 +17,13 @@ from collections.abc import Sequence
 from typing import Any, TypeVar, cast
 
 from pydantic import ValidationError
+from temporalio.api.failure.v1 import Failure
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.converter import DataConverter, WorkflowSerializationContext
 from temporalio.exceptions import ApplicationError
 
 from aiorch.ops import pipelines
+from aiorch.ops.retries import retrying
 from workflows import errors
 from workflows.errors import OrchestratorError
 from workflows.payloads import RunResult
@@ -71,6 +77,36 @@ async def result_model(handle: WorkflowHandle[Any, Any]) -> type[RunResult]:
     no pipeline has)."""
     pipeline = pipelines.of_type((await handle.describe()).workflow_type)
     return pipeline.result_model if pipeline is not None else RunResult
+
+
+def run_converter(client: Client, workflow_id: str) -> DataConverter:
+    """What the SDK uses for the payloads of run ``workflow_id``: the codec may bind
+    ciphertexts to it, so reading one from history needs this converter."""
+    return client.data_converter.with_context(
+        WorkflowSerializationContext(namespace=client.namespace, workflow_id=workflow_id)
+    )
+
+
+async def error_details(client: Client, workflow_id: str) -> list[Any]:
+    """The details of the run's last failed activity, decoded (a model's refusal: its text);
+    empty when no activity failed or its failure carries none.
+
+    Raises:
+        temporalio.service.RPCError: no such run, or the server is unreachable.
+    """
+
+    async def last_failure() -> Failure | None:
+        found = None
+        async for event in client.get_workflow_handle(workflow_id).fetch_history_events():
+            if event.HasField("activity_task_failed_event_attributes"):
+                found = event.activity_task_failed_event_attributes.failure
+        return found
+
+    failure = await retrying(last_failure)
+    if failure is None:
+        return []
+    error = await run_converter(client, workflow_id).decode_failure(failure)
+    return list(error.details) if isinstance(error, ApplicationError) else []
 
 
 async def run_result(client: Client, workflow_id: str, run_id: str | None = None) -> RunResult:

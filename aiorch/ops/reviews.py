@@ -25,6 +25,7 @@ from typing import get_args
 
 from temporalio.client import Client
 
+from aiorch.ops.retries import retrying
 from workflows import contract
 from workflows.engine.graph import Event
 from workflows.engine.reviews import event_of
@@ -121,6 +122,30 @@ class ReviewOutcome:
         )
 
 
+def repeated_decision(
+    history: list[HistoryEntry], decision: ReviewDecision, review_round: int
+) -> HistoryEntry | None:
+    """The run's latest decision, when ``decision`` repeats it (same reviewer, decision and
+    feedback) on an earlier round than ``review_round``, the one the run waits in now.
+
+    That is what a decision sent again looks like (a shell retry) once the round it was meant
+    for is over: by default a client decides the round the run waits in, so without this check
+    a repeated reedit would be applied again, to the next round. Within one round the update
+    id (`update_id`) already makes a repeat return the first result.
+    """
+    latest = next((entry for entry in reversed(history) if entry.event in DECISION_EVENTS), None)
+    if (
+        latest is not None
+        and latest.review_round is not None
+        and latest.review_round < review_round
+        and latest.reviewer == decision.reviewer
+        and latest.event == event_of(decision)
+        and (latest.feedback or None) == (decision.feedback or None)
+    ):
+        return latest
+    return None
+
+
 def decision_for_round(history: list[HistoryEntry], review_round: int) -> HistoryEntry | None:
     """The decision recorded for ``review_round``, if any."""
     for entry in reversed(history):
@@ -143,7 +168,7 @@ async def current_target(client: Client, workflow_id: str) -> ReviewTarget:
     Raises:
         temporalio.service.RPCError: no such run, or the server is unreachable.
     """
-    description = await client.get_workflow_handle(workflow_id).describe()
+    description = await retrying(client.get_workflow_handle(workflow_id).describe)
     return ReviewTarget(
         workflow_id=workflow_id,
         run_id=description.run_id,
@@ -173,13 +198,15 @@ async def submit_review(
     (see module doc), signed for it by ``signer`` when reviewer authentication is on.
 
     Without a target the decision is for the run that holds the workflow id now, at the
-    decision's round (by default its current one). Retrying a call that failed in transit
-    with the *same* decision is safe: its update id names the round.
+    decision's round (by default its current one). A call that fails in transit is made again
+    with the *same* decision (`aiorch.ops.retries`), which is safe: its update id names the
+    round. A refused decision is never sent again.
 
     Raises:
         temporalio.client.WorkflowUpdateFailedError: the run refused it (the cause says why).
         temporalio.service.RPCError: no such open run (the run looked at has ended, or another
-            holds the id now), or the server is unreachable.
+            holds the id now), or the server stayed unreachable.
+        temporalio.client.RPCTimeoutOrCancelledError: the answer did not come in time.
     """
     if target is None:
         target = await current_target(client, workflow_id)
@@ -190,11 +217,15 @@ async def submit_review(
     if signer is not None and decision.review_round is not None:
         decision = signer(decision, target)
     handle = client.get_workflow_handle(workflow_id, run_id=target.run_id)
-    status: RunStatus = await handle.execute_update(
-        contract.UPDATE_SUBMIT_REVIEW,
-        decision,
-        id=update_id(workflow_id, decision.review_round, decision.reviewer),
-        result_type=RunStatus,
+    # The same update id on every try: one applied but whose answer was lost in transit
+    # returns that first result (aiorch.ops.retries).
+    status: RunStatus = await retrying(
+        lambda: handle.execute_update(
+            contract.UPDATE_SUBMIT_REVIEW,
+            decision,
+            id=update_id(workflow_id, decision.review_round, decision.reviewer),
+            result_type=RunStatus,
+        )
     )
     recorded = (
         decision_for_round(status.history, decision.review_round) if decision.review_round else None

@@ -64,10 +64,12 @@ fail() {
 
 random_token() { "$PYTHON" -c 'import secrets; print(secrets.token_urlsafe(32))'; }
 
-first_payload_key() {
-  key=$("$PYTHON" -m aiorch keys payload)
-  printf 'k1:%s\n' "$key"
+# payload_key_entry ID: a fresh key ring entry, ID:KEY (the value of the PAYLOAD_KEYS line).
+payload_key_entry() {
+  "$PYTHON" -m aiorch keys payload --id "$1" | sed -n 's/^PAYLOAD_KEYS=//p'
 }
+
+first_payload_key() { payload_key_entry k1; }
 
 # new_temp FILE: a fresh temporary file next to FILE (same volume, so `mv` is atomic).
 new_temp() {
@@ -214,10 +216,10 @@ rotate_payload_key() {
   last=$(tr ',' '\n' <"$KEYS" | sed -n 's/^[[:space:]]*k\([0-9][0-9]*\)[[:space:]]*:.*/\1/p' |
     sort -n | tail -n 1)
   id=k$((${last:-0} + 1))
-  key=$("$PYTHON" -m aiorch keys payload)
+  entry=$(payload_key_entry "$id")
   new_temp "$KEYS"
   cat "$KEYS" >"$tmp"
-  printf '\n%s:%s\n' "$id" "$key" >>"$tmp"
+  printf '\n%s\n' "$entry" >>"$tmp"
   install_temp "$KEYS" "$PAYLOAD_KEYS_OWNER" 0400
   say "added payload key $id; the older keys stay, so older histories still decode"
   say "next: set PAYLOAD_KEY_ID=$id for worker and codec-server and recreate them"

@@ -149,14 +149,16 @@ async def test_invoke_llm_classifies_provider_failures(
 
 async def test_a_refusal_is_in_the_details_never_in_the_message(llm: AsyncOpenAI) -> None:
     """The model's refusal is its own text, which may quote the request: the message (what the
-    SDK logs in plain text when the activity fails) only counts it; the details, a payload the
-    codec encrypts, carry it."""
+    SDK logs in plain text when the activity fails) only counts it and names the command that
+    shows it; the details, a payload the codec encrypts, carry it."""
     activity = LlmActivities(llm, InputLoader(), timeout_s=10)
+    refused = call("Q [sim:refusal]")
     with pytest.raises(ApplicationError) as info:
-        await ActivityEnvironment().run(activity.invoke_llm, call("Q [sim:refusal]"))
+        await ActivityEnvironment().run(activity.invoke_llm, refused)
     assert REFUSAL_TEXT not in str(info.value)
     assert info.value.message == (
-        f"the model refused ({len(REFUSAL_TEXT)} characters; the text is in the details)"
+        f"the model refused ({len(REFUSAL_TEXT)} characters; "
+        f"`starter.py status {refused.workflow_id}` shows the text)"
     )
     assert info.value.details == (REFUSAL_TEXT,)
 

@@ -404,15 +404,15 @@ async def test_an_unreadable_pdf_fails_the_run_in_one_line(
 ) -> None:
     """A PDF that cannot be read, started with ``starter.py start --pipeline documents FILE
     --wait``, fails the run at extraction: the CLI says so in one line naming
-    DocumentUnreadable, the run's failure names it, ``last_error`` is one line, no model call
-    was made and nothing was stored."""
+    DocumentUnreadable (exit status 3: the run did not complete), the run's failure names it,
+    ``last_error`` is one line, no model call was made and nothing was stored."""
     request_id = new_id()
     path = tmp_path / "scan.pdf"
     path.write_bytes(damage(pdf_document(invoice_fields(400)).data))
 
     shown = await asyncio.to_thread(cli_start, doc_stack, request_id, path)
 
-    assert shown.returncode == 1
+    assert shown.returncode == 3
     [line] = shown.stderr.strip().splitlines()
     assert line.startswith(f"error: run {request_id} ended in failed: {DOCUMENT_UNREADABLE}: ")
     assert reason in line

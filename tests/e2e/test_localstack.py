@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import os
 import shlex
@@ -22,6 +23,7 @@ from pathlib import Path
 import boto3
 import openai
 import pytest
+from rich.console import Console
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
@@ -35,7 +37,7 @@ from aiorch.devstack.processes import (
     temporal_test_server_path,
 )
 from aiorch.devstack.servers import start_sqs_server, start_temporal_dev_server
-from aiorch.devstack.stack import LocalStack
+from aiorch.devstack.stack import LocalStack, show_banner
 from aiorch.runtime.codec import KeyRing, new_key
 from aiorch.runtime.temporal import encrypted_converter
 from tests.live import ROOT
@@ -401,3 +403,22 @@ def test_up_lists_the_worker_endpoints_and_says_which_did_not_start(
     assert f"http://127.0.0.1:{metrics}/metrics" in metrics_row
     [health_row] = [line for line in output.splitlines() if "Worker health" in line]
     assert f"NOT STARTED: port {health}" in health_row and "--health-port" in health_row
+
+
+def test_the_banner_prints_each_address_and_path_whole(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`up`'s banner at 80 columns shows each address and path whole on its line (the terminal
+    wraps a long one; nothing is cut), and the shell lines whole."""
+    data = tmp_path / "a-data-folder-with-a-long-name-as-a-checkout-deep-in-a-home-folder-has"
+    stack = LocalStack(data, with_inbox=True)
+    shown = Console(file=io.StringIO(), width=80, record=True)
+    show_banner(stack, shown)
+    text = shown.export_text()
+    assert "…" not in text
+    lines = text.splitlines()
+    assert f"Logs              {stack.log_dir}" in lines
+    assert f"Inputs (file://)  {stack.addresses.input_dir}" in lines
+    assert any(line.endswith(f"(login tokens in {data.resolve()}/inbox-logins)") for line in lines)
+    exported = capsys.readouterr().out.splitlines()
+    assert f"export INPUT_FILE_ROOTS={stack.addresses.input_dir}" in exported

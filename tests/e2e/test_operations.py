@@ -148,7 +148,7 @@ async def test_stats_and_stuck_find_the_right_runs_and_bulk_actions_work(
         expect=1,
     )
     assert "timeout 3 run(s)?" in declined
-    assert "Aborted" in declined
+    assert "error: aborted; nothing was done" in declined
     await all_visible(client, young, "await_review")
 
     timed_out = await starter(

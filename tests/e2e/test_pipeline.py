@@ -226,10 +226,11 @@ def starter(stack: LocalStack, *args: str, **env: str) -> subprocess.CompletedPr
 
 
 async def test_starter_shows_results_and_lists_whole_ids(stack: LocalStack, client: Client) -> None:
-    """`result` prints a finished run's result, a failed one's too (read from its failure),
-    and says in one line when a run has not finished; `list` never cuts a workflow id, even in
-    a narrow terminal or a pipe, and `list --json` gives scripts every id; `start` prints the
-    review inbox's link when INBOX_URL is set."""
+    """`result` prints a finished run's result, a failed one's too (read from its failure,
+    exit status 3 and one line saying why), and says in one line when a run has not
+    finished; `list` never cuts a workflow id, even in a narrow terminal or a pipe, and `list
+    --json` gives scripts every id; `start` prints the review inbox's link when INBOX_URL is
+    set."""
     done = await start(client, request("Result please"))
     failed = await start(client, request("Give up [sim:status=400]"))
     waiting = await start(client, request("Wait for me", review="always"))
@@ -241,8 +242,10 @@ async def test_starter_shows_results_and_lists_whole_ids(stack: LocalStack, clie
     assert shown.returncode == 0, shown.stderr
     assert PipelineResult.model_validate_json(shown.stdout).state == "completed"
     shown_failed = starter(stack, "result", failed.id)
-    assert shown_failed.returncode == 0, shown_failed.stderr
+    assert shown_failed.returncode == 3, shown_failed.stderr
     assert PipelineResult.model_validate_json(shown_failed.stdout).state == "failed"
+    [failure] = shown_failed.stderr.splitlines()
+    assert failure.startswith(f"error: run {failed.id} ended in failed: LlmPermanent")
     pending = starter(stack, "result", waiting.id)
     assert pending.returncode == 1
     assert f"run {waiting.id} has not finished (await_review)" in pending.stderr

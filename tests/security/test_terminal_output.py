@@ -105,13 +105,13 @@ def planted(stack: LocalStack) -> Planted:
     return asyncio.run(plant(stack))
 
 
-def operator(stack: LocalStack, *args: str) -> str:
+def operator(stack: LocalStack, *args: str, exit_code: int = 0) -> str:
     """``aiorch ARGS`` in this process, as the operator runs it against the stack: its output
-    (stdout and stderr), after checking it ended well."""
+    (stdout and stderr), after checking it ended with ``exit_code`` (no crash)."""
     env = {**stack.addresses.env(), "COLUMNS": "1000", "OTEL_EXPORTER_OTLP_ENDPOINT": ""}
     done = CliRunner().invoke(build_app(), list(args), env=env)
     assert done.exception is None or isinstance(done.exception, SystemExit), done.exception
-    assert done.exit_code == 0, done.output
+    assert done.exit_code == exit_code, done.output
     return done.output
 
 
@@ -158,10 +158,13 @@ def test_result_json_keeps_the_data_and_escapes_every_control_character(
 ) -> None:
     """`result` prints the run's result as JSON that parses back to exactly what the run holds
     (the reason with its escape sequences), every control character written as a \\u escape
-    and markup left as text."""
-    output = operator(stack, "result", planted.dead_run)
+    and markup left as text; the line saying it ended dead_letter has no control byte
+    either."""
+    output = operator(stack, "result", planted.dead_run, exit_code=3)
+    document, error_line = output.rsplit("\n}\n", 1)
     assert_shown_literally(output, MARKUP, "\\u001b[31m", "\\u009b2J")
-    details = [entry["detail"] for entry in json.loads(output)["history"]]
+    assert error_line.startswith(f"error: run {planted.dead_run} ended in dead_letter: ")
+    details = [entry["detail"] for entry in json.loads(document + "\n}")["history"]]
     assert details[-1] == f"dead-lettered by operator: {EVIL_REASON}"
 
 

@@ -14,23 +14,36 @@ from typer.testing import CliRunner
 from aiorch.cli import build_app
 from aiorch.cli.app import COMMANDS
 from aiorch.cli.ops import stuck_cutoff
-from aiorch.cli.output import CliError, out, plain, print_json
+from aiorch.cli.output import CliError, out, plain, print_json, print_table
 from aiorch.cli.reviews import signed_json
 from aiorch.devstack.processes import free_port
 from aiorch.ops.reviews import ReviewTarget
 from aiorch.ops.signing import SigningKey
-from aiorch.runtime.codec import KeyRing
+from aiorch.runtime.codec import keyring_from_settings
 from aiorch.runtime.config import Settings
 from workflows.engine.identity import Expected, parse_review_keys, review_token_problem
 from workflows.payloads import ReviewDecision
 
 
-def test_payload_key_is_one_usable_key_line() -> None:
-    """`keys payload` prints one base64 key that a PAYLOAD_KEYS entry accepts."""
-    done = CliRunner().invoke(build_app(), ["keys", "payload"])
+@pytest.mark.parametrize(("options", "key_id"), [([], "k1"), (["--id", "k2"], "k2")])
+def test_payload_key_is_one_whole_configuration_line(options: list[str], key_id: str) -> None:
+    """`keys payload` prints one line, PAYLOAD_KEYS=ID:KEY, which the settings take as the
+    workers read them: a ring of that one key, current (``--id`` names it, for rotation)."""
+    done = CliRunner().invoke(build_app(), ["keys", "payload", *options])
     assert done.exit_code == 0
-    [key] = done.output.splitlines()
-    assert KeyRing.parse(f"k1:{key}").current_id == "k1"
+    [line] = done.output.splitlines()
+    name, value = line.split("=", 1)
+    assert name == "PAYLOAD_KEYS"
+    ring = keyring_from_settings(Settings(payload_keys=value))
+    assert ring is not None and ring.current_id == key_id and set(ring.keys) == {key_id}
+
+
+def test_payload_key_with_an_id_the_workers_refuse_is_one_line() -> None:
+    """A key id the key ring would refuse is refused at once, in one line, printing no key."""
+    done = CliRunner().invoke(build_app(), ["keys", "payload", "--id", "k 2"])
+    assert done.exit_code == 1
+    assert done.output.startswith("error: cannot make this key: PAYLOAD_KEYS: each entry")
+    assert len(done.output.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize(
@@ -146,3 +159,32 @@ def test_untrusted_text_prints_as_its_characters_without_control_bytes() -> None
     shown = captured.get()
     assert "\x1b" not in shown and "\x9b" not in shown
     assert json.loads(shown) == {"reason": "[/]\x1b[2J\x9bZ é"}
+
+
+@pytest.mark.parametrize("width", [40, 80, 200])
+def test_a_table_is_never_cut_it_wraps_or_becomes_lines(
+    monkeypatch: pytest.MonkeyPatch, width: int
+) -> None:
+    """`print_table` at any width shows every cell whole (no ellipsis): a boxed table where
+    it fits, else one aligned line per row under a header line, each value whole."""
+    monkeypatch.setattr(out, "width", width)
+    rows = [
+        ("0123456789abcdef01234567", "generate_embedding", "escalation_timeout", "a b " * 30),
+        ("fedcba9876543210fedcba98", "await_review", "needs_review", ""),
+    ]
+    with out.capture() as captured:
+        print_table(("id", "from", "event", "detail"), rows, title="t", wrap=("detail",))
+    shown = captured.get()
+    assert "…" not in shown
+    for row in rows:
+        for cell in row[:3]:
+            assert cell in shown.split(), (cell, shown)
+    boxed = "┃" in shown
+    assert boxed == (width >= 80)  # a detail column fits from 74 columns, wrapped
+    if not boxed:
+        lines = shown.splitlines()
+        assert lines[:2] == [
+            "t",
+            "id                        from                event               detail",
+        ]
+        assert lines[3] == "fedcba9876543210fedcba98  await_review        needs_review"

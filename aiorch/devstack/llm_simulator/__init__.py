@@ -11,38 +11,12 @@ A chat reply is the JSON text ``{"content": "...", "needs_review": false}`` buil
 user message; ``Reviewer feedback: ...`` lines in any message are echoed into the content, so a
 re-edit visibly changes the answer. Embeddings are unit vectors hashed from the input text.
 
-Directives, written anywhere in a chat message or embedding input and stripped from echoed
-content: ``[sim:NAME]``, ``[sim:NAME=VALUE]``, ``[sim:NAME=VALUE:key=value:...]``.
-
-- ``review``: the reply has ``needs_review: true``.
-- ``status=CODE``: answer HTTP CODE (400-599) with an OpenAI error body; options
-  ``retry_after=S`` (``Retry-After`` header), ``retry_after_ms=MS`` (``retry-after-ms``) and
-  ``code=CODE`` (e.g. ``insufficient_quota``; 429 defaults to ``rate_limit_exceeded``),
-  ``delay_ms=MS`` (wait before answering).
-- ``hang`` (until the client disconnects), ``hang=SECONDS``, ``delay_ms=MS``: wait first.
-- ``malformed`` (not JSON), ``fenced`` (JSON in a Markdown fence), ``badjson`` (JSON of the
-  wrong shape), ``truncated`` (``finish_reason: "length"``, JSON cut in half), ``refusal``
-  (``message.refusal`` set, content null), ``content_filter`` (that finish_reason, no content).
-
-Every directive takes ``times=N`` (only the first N matching calls; default all),
-``model=NAME`` and ``path=chat|embeddings`` (default ``chat``; only ``status``, ``hang`` and
-``delay_ms`` may target embeddings). An unknown name or option is answered with HTTP 400.
-
-Counters are keyed by (run key, directive text); the run key is the ``X-Run-Id`` header, else
-a hash of the first user message (first embedding input), so each run sees its own N faults.
-Directives are evaluated in order; a call counts against a directive only when it is reached
-and its filters match. An error status ends evaluation and the first shape that fires wins, so
-``[sim:status=429:times=2][sim:malformed:times=1]`` gives 429, 429, malformed, then success.
-
-Control endpoints: ``GET /_sim/requests`` lists every request (``seq``, ``at``, ``path``,
-``model``, ``run_id``, ``idempotency_key``, ``messages``, ``status`` (null while unanswered),
-``fault`` (fired directives joined by ``+``), ``temperature``, ``response_format``, ``usage``
-(the usage block of the answer, null for errors));
-``DELETE`` clears the log and every counter. ``POST /_sim/faults`` with a FaultSpec JSON adds
-a global fault checked before any directive (``path``/``model``/``times`` null = any/any/
-forever): an error ``status``, a ``delay_ms`` before answering, or both (a delay alone lets the
-call go on to the directives, e.g. to slow every embeddings call, whose input carries no
-directives); ``GET`` lists them with hit counts, ``DELETE`` removes them.
+Directives (``[sim:NAME]``, ``[sim:NAME=VALUE:key=value:...]``, written anywhere in a chat
+message or embedding input: faults and reply shapes for that run), the global faults of
+``/_sim/faults`` and the control endpoints are documented for users in docs/simulator.md,
+which ``tests/unit/test_simulator_docs.py`` keeps naming every directive and option the parser
+(``faults``) takes. Counters are keyed by (run key, directive text); the run key is the
+``X-Run-Id`` header, else a hash of the first user message (first embedding input).
 
 Shared rate limits (``ratelimit``): ``--rpm``/``--tpm`` at start, or ``PUT /_sim/ratelimits``
 ``{"rpm", "tpm", "model"}`` at run time, limit requests and tokens per minute per model across

@@ -1,5 +1,5 @@
 """Fault injection: the ``[sim:...]`` directives in a request, the global faults of
-``/_sim/faults``, and the error answers they produce (the package's docstring lists them)."""
+``/_sim/faults``, and the error answers they produce (docs/simulator.md lists them)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ EndpointPath = Literal["chat", "embeddings"]
 _DIRECTIVE = re.compile(r"\[sim:([^\[\]]*)\]")
 SHAPES = frozenset({"malformed", "fenced", "badjson", "truncated", "refusal", "content_filter"})
 _FLAGS = SHAPES | {"review"}
-_KNOWN = sorted(_FLAGS | {"status", "hang", "delay_ms"})
+# Every directive name and option the parser takes (docs/simulator.md lists each).
+DIRECTIVES = tuple(sorted(_FLAGS | {"status", "hang", "delay_ms"}))
 _ERROR_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
@@ -119,8 +120,8 @@ def _parse_directive(text: str) -> Directive:
         if not has_eq:
             raise _directive_error(text, f"expected key=value, got {option!r}")
         params[key] = option_value
-    if name not in _KNOWN:
-        raise _directive_error(text, f"unknown directive {name!r}; known: {', '.join(_KNOWN)}")
+    if name not in DIRECTIVES:
+        raise _directive_error(text, f"unknown directive {name!r}; known: {', '.join(DIRECTIVES)}")
     if name in _FLAGS and has_value:
         raise _directive_error(text, f"{name!r} takes no value")
     try:

@@ -28,6 +28,7 @@ from temporalio.client import Client, WorkflowExecution
 from temporalio.service import RPCError, RPCStatusCode
 
 from aiorch.ops import pipelines, visibility
+from aiorch.ops.retries import retrying
 from workflows import contract
 from workflows.engine.graph import Event
 from workflows.payloads import HistoryEntry, ReviewView
@@ -191,7 +192,7 @@ class RunReader:
             temporalio.service.RPCError: Temporal is unreachable.
         """
         try:
-            description = await self._client.get_workflow_handle(workflow_id).describe()
+            description = await retrying(self._client.get_workflow_handle(workflow_id).describe)
         except RPCError as err:
             if err.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT):
                 raise NotYours(workflow_id) from None
@@ -223,8 +224,8 @@ class RunReader:
             return cached
         handle = self._client.get_workflow_handle(workflow_id, run_id=run_id)
         try:
-            found: ReviewView = await handle.query(
-                contract.QUERY_REVIEW_VIEW, result_type=ReviewView
+            found: ReviewView = await retrying(
+                lambda: handle.query(contract.QUERY_REVIEW_VIEW, result_type=ReviewView)
             )
         except RPCError:
             raise

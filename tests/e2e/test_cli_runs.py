@@ -1,0 +1,119 @@
+"""`starter.py status`, `history`, `list` and `result` as a user runs them against the local
+stack: what a run refused, what its failure's details hold, and every read command at 80
+columns and as JSON."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+
+import pytest
+from temporalio.client import Client
+
+from aiorch.devstack.llm_simulator.replies import REFUSAL_TEXT
+from aiorch.devstack.stack import LocalStack
+from aiorch.ops.results import finished
+from aiorch.ops.signing import SigningKey
+from tests.e2e.conftest import request, start, status_of, wait_for_state
+from tests.live import starter, temporal_workflow_signal
+from tests.reviewing import signed
+from workflows import contract
+from workflows.payloads import RunStatus
+
+pytestmark = pytest.mark.e2e
+
+
+def fields(output: str) -> dict[str, str]:
+    """``status``'s lines as field -> value."""
+    return dict(re.split(r"\s{2,}", line.strip(), maxsplit=1) for line in output.splitlines())
+
+
+async def test_status_shows_what_the_run_refused(stack: LocalStack, client: Client) -> None:
+    """A budget decision and then a review sent unsigned with the plain Temporal CLI (which
+    says the signal succeeded) are refused by the run, and `status` says so: both counts and
+    the last reason (the review's), in text at 80 columns and in `--json`."""
+    handle = await start(client, request("Refuse my signals", review="always"))
+    await wait_for_state(handle, "await_review")
+    review = json.dumps({"decision": "approve", "reviewer": "mallory"})
+    budget = json.dumps({"decision": "approve", "operator": "mallory"})
+    for name, payload in (("budget_decision", budget), (contract.SIGNAL_REVIEW, review)):
+        sent = temporal_workflow_signal(stack, handle.id, name, payload)
+        assert sent.returncode == 0 and "succeeded" in sent.stdout, sent.stderr
+    deadline = asyncio.get_running_loop().time() + 10
+    while (await status_of(handle)).reviews_refused < 1:
+        assert asyncio.get_running_loop().time() < deadline
+        await asyncio.sleep(0.1)
+
+    shown = starter(stack, "status", handle.id, columns=80)
+
+    assert shown.returncode == 0, shown.stderr
+    lines = fields(shown.stdout)
+    assert lines["state"] == "await_review"
+    assert (lines["reviews_refused"], lines["budget_decisions_refused"]) == ("1", "1")
+    assert lines["last_refusal"].startswith("review is not signed")
+    as_json = json.loads(starter(stack, "status", handle.id, "--json").stdout)
+    assert (as_json["reviews_refused"], as_json["budget_decisions_refused"]) == (1, 1)
+    assert as_json["last_refusal"] == lines["last_refusal"]
+    assert RunStatus.model_validate(as_json).state == "await_review"
+    await handle.cancel()
+
+
+async def test_a_refused_run_shows_the_refusal_text(stack: LocalStack, client: Client) -> None:
+    """A run the model refused fails with a message that names the command that shows the
+    refusal (never the text itself); that command, `status`, prints the text from the
+    failure's details, and `result` prints the result, says where the run ended and exits 3."""
+    handle = await start(client, request("Say something you should not [sim:refusal]"))
+    assert (await finished(handle)).state == "failed"
+
+    shown = starter(stack, "status", handle.id, columns=80)
+
+    assert shown.returncode == 0, shown.stderr
+    lines = fields(shown.stdout)
+    assert lines["last_error"] == (
+        f"LlmRefused: the model refused ({len(REFUSAL_TEXT)} characters; "
+        f"`starter.py status {handle.id}` shows the text)"
+    )
+    assert lines["error_details"] == REFUSAL_TEXT
+    assert json.loads(starter(stack, "status", handle.id, "--json").stdout)["error_details"] == [
+        REFUSAL_TEXT
+    ]
+    result = starter(stack, "result", handle.id)
+    assert result.returncode == 3
+    assert json.loads(result.stdout)["state"] == "failed"
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"error: run {handle.id} ended in failed: ")
+
+
+async def test_read_commands_cut_nothing_at_80_columns(
+    stack: LocalStack, client: Client, reviewer_key: SigningKey
+) -> None:
+    """At 80 columns `status` prints the Web UI link whole on its line, and `history` and
+    `list` show every state, event and id whole (no ellipsis); each of them, and `result`,
+    prints JSON with --json."""
+    handle = await start(client, request("Review me narrowly", review="always"))
+    await wait_for_state(handle, "await_review")
+    await handle.signal(
+        contract.SIGNAL_REVIEW, await signed(handle, reviewer_key, "approve", "ann")
+    )
+    result = await finished(handle)
+    assert result.state == "completed"
+
+    status = starter(stack, "status", handle.id, columns=80).stdout
+    history = starter(stack, "history", handle.id, columns=80).stdout
+    listed = starter(stack, "list", "--limit", "500", columns=80).stdout
+
+    assert fields(status)["web_ui"].endswith(f"/namespaces/default/workflows/{handle.id}")
+    for output in (status, history, listed):
+        assert "…" not in output
+    words = set(history.split())
+    for entry in result.history:
+        assert {entry.from_state, entry.to_state, entry.event} <= words, entry
+    assert handle.id in listed.split()
+    for command in ("status", "history"):
+        document = json.loads(starter(stack, command, handle.id, "--json").stdout)
+        assert document["workflow_id"] == handle.id
+        assert [e["event"] for e in document["history"]] == [e.event for e in result.history]
+    assert json.loads(starter(stack, "result", handle.id, "--json").stdout) == json.loads(
+        result.model_dump_json()
+    )
