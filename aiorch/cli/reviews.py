@@ -100,7 +100,7 @@ async def refuse_a_repeat(
     if review_round <= 1:
         return  # no earlier round: nothing to repeat (and no query, a billed action)
     status = await fetch_status(client, workflow_id)
-    if repeated := reviews.repeated_decision(status.history, decision, review_round):
+    if repeated := reviews.repeated_decision(status.history, decision, review_round, status.state):
         raise CliError(
             f"{workflow_id}: {decision.reviewer}'s {repeated.event} for round "
             f"{repeated.review_round} is already recorded and the run is at round "

@@ -123,10 +123,12 @@ class ReviewOutcome:
 
 
 def repeated_decision(
-    history: list[HistoryEntry], decision: ReviewDecision, review_round: int
+    history: list[HistoryEntry], decision: ReviewDecision, review_round: int, state: str
 ) -> HistoryEntry | None:
     """The run's latest decision, when ``decision`` repeats it (same reviewer, decision and
-    feedback) on an earlier round than ``review_round``, the one the run waits in now.
+    feedback, taken in the review state ``state`` the run waits in now) on an earlier round
+    than ``review_round``, the one it waits in now. A decision taken in another review state
+    (a pipeline's second review) is another question, never a repeat.
 
     That is what a decision sent again looks like (a shell retry) once the round it was meant
     for is over: by default a client decides the round the run waits in, so without this check
@@ -138,6 +140,7 @@ def repeated_decision(
         latest is not None
         and latest.review_round is not None
         and latest.review_round < review_round
+        and latest.from_state == state
         and latest.reviewer == decision.reviewer
         and latest.event == event_of(decision)
         and (latest.feedback or None) == (decision.feedback or None)

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from aiorch.ops.reviews import ReviewOutcome, decision_for_round, for_each_round, update_id
+from aiorch.ops.reviews import (
+    ReviewOutcome,
+    decision_for_round,
+    for_each_round,
+    repeated_decision,
+    update_id,
+)
 from tests.builders import history_entry
 from workflows.payloads import HistoryEntry, ReviewDecision, RunStatus
 
@@ -60,3 +66,35 @@ def test_each_round_gets_its_own_decision_and_update_id() -> None:
     assert (first.review_round, second.review_round) == (1, 2)
     assert update_id("w1", first.review_round, "cli") != update_id("w1", second.review_round, "cli")
     assert decide("w1", None).review_round is None
+
+
+def test_a_repeat_is_the_latest_decision_sent_again_to_the_same_review() -> None:
+    """A reedit sent again once the run waits in round 2 of the same review repeats round 1's;
+    the same approval in a pipeline's next review state (another question), another feedback
+    or another reviewer does not."""
+    reedit = ReviewDecision(decision="reedit", reviewer="ann", feedback="Shorter")
+    history = [
+        history_entry(
+            "await_review",
+            "invoke_llm",
+            "reedit",
+            reviewer="ann",
+            feedback="Shorter",
+            review_round=1,
+        )
+    ]
+    assert repeated_decision(history, reedit, 2, "await_review") == history[0]
+    assert repeated_decision(history, reedit, 1, "await_review") is None
+    other = reedit.model_copy(update={"feedback": "Longer"})
+    assert repeated_decision(history, other, 2, "await_review") is None
+    assert (
+        repeated_decision(history, reedit.model_copy(update={"reviewer": "bob"}), 2, "await_review")
+        is None
+    )
+
+    approve = ReviewDecision(decision="approve", reviewer="rita")
+    two_reviews = [
+        history_entry("urgent_review", "draft", "approve", reviewer="rita", review_round=1)
+    ]
+    assert repeated_decision(two_reviews, approve, 2, "reply_review") is None
+    assert repeated_decision(two_reviews, approve, 2, "urgent_review") == two_reviews[0]
