@@ -64,7 +64,8 @@ bench: $(STAMP)
 screenshots: $(STAMP)
 	UPDATE_SCREENSHOTS=1 $(BIN)/python -m pytest tests/e2e/test_inbox_browser.py -q
 
-## graph: regenerate the diagrams in docs/ and the README from workflows/graph.py
+## graph: regenerate the generated docs: diagrams (docs/, README), JSON schemas, and the
+## configuration reference (docs/configuration.md, .env.example) from the settings
 graph: $(STAMP)
 	$(BIN)/python -m aiorch.devstack docs
 

@@ -7,7 +7,7 @@ command         what it does
 ``up``          run the embedded stack (``make dev``; ``--inbox`` adds the review inbox)
 ``demo``        run the stack and walk the pipeline's main paths live (``make demo``)
 ``simulator``   serve the OpenAI-compatible LLM simulator until SIGTERM
-``docs``        regenerate the diagrams and schemas in docs/ and the README (``make graph``)
+``docs``        regenerate the diagrams, schemas and configuration reference (``make graph``)
 ==============  =======================================================================
 """
 
@@ -132,6 +132,6 @@ def simulator(
 
 @app.command("docs")
 def docs_command() -> None:
-    """Rewrite the generated diagrams and schemas (docs/, README) from the code."""
+    """Rewrite the generated docs (diagrams, schemas, configuration reference) from the code."""
     for written in docs.write_documents():
         typer.echo(f"wrote {written.relative_to(docs.ROOT)}")

@@ -1,11 +1,13 @@
-"""Generated documentation: each pipeline's graph diagrams and the payload JSON schemas, all
+"""Generated documentation: each pipeline's graph diagrams, the payload JSON schemas and the
+configuration reference (``docs/configuration.md`` and ``.env.example``, from the settings), all
 from code (and from the pipeline files the project ships in ``pipelines/``).
 
 ``python -m aiorch.devstack docs`` (``make graph``) rewrites them; ``stale_documents()`` lists the
 ones that no longer match, and a test fails on any, so hand-edited diagrams never drift from the
-graphs. Every pipeline gets ``docs/pipelines/<name>.dot`` and ``.mmd``, and a Mermaid block in
-the README between its ``graph:<name>`` markers; so does every pipeline file in ``pipelines/``
-(under its pipeline's name).
+graphs, nor the configuration reference from the settings. Every pipeline gets
+``docs/pipelines/<name>.dot`` and ``.mmd``, and a Mermaid block in the README between its
+``graph:<name>`` markers; so does every pipeline file in ``pipelines/`` (under its pipeline's
+name).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import json
 import re
 from pathlib import Path
 
+from aiorch.devstack.config_page import configuration_documents
 from aiorch.ops import pipelines
 from aiorch.runtime.pipeline_files import pipeline_paths, read_file
 from workflows.data import CATALOG, compile_spec
@@ -87,7 +90,7 @@ def graph_documents() -> dict[Path, str]:
 
 def expected_documents() -> dict[Path, str]:
     """Every generated file with the content it must have."""
-    docs = {**graph_documents(), **schema_documents()}
+    docs = {**graph_documents(), **schema_documents(), **configuration_documents(ROOT)}
     readme = ROOT / "README.md"
     docs[readme] = readme_with_graphs(readme.read_text(encoding="utf-8"))
     return docs

@@ -3,15 +3,15 @@
 One frozen, typed settings object is built at process start (``load_settings``). Every variable
 has a local default that works with the embedded stack (``make dev``), so nothing needs setting
 to try the project; production sets the addresses. An invalid value fails at once with one line
-that names the variable.
+that names the variable. Each field carries what the configuration reference says about it: its
+description and a `SettingDoc` (``aiorch.runtime.config_docs``), from which ``make graph`` writes
+``docs/configuration.md`` and ``.env.example``.
 
 The connection to Temporal is read the way the Temporal CLI and SDKs read it
 (``temporalio.envconfig``): the profile ``TEMPORAL_PROFILE`` (default ``default``) of the TOML
 file ``TEMPORAL_CONFIG_FILE`` (default ``~/.config/temporalio/temporal.toml``), overridden by the
-standard variables ``TEMPORAL_ADDRESS``, ``TEMPORAL_NAMESPACE``, ``TEMPORAL_API_KEY``,
-``TEMPORAL_TLS``, ``TEMPORAL_TLS_CLIENT_CERT_PATH``/``_DATA``, ``TEMPORAL_TLS_CLIENT_KEY_PATH``/
-``_DATA``, ``TEMPORAL_TLS_SERVER_CA_CERT_PATH``/``_DATA``, ``TEMPORAL_TLS_SERVER_NAME`` and
-``TEMPORAL_GRPC_META_*``. The result is resolved once, here, into plain settings fields
+standard ``TEMPORAL_*`` variables (those no field holds are listed in
+``config_docs.OUTSIDE_VARIABLES``). The result is resolved once, here, into plain settings fields
 (certificates read, secrets masked), so every process connects alike
 (``aiorch.runtime.connection.connect``).
 """
@@ -37,6 +37,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from aiorch.runtime.config_docs import Section, SettingDoc
 from aiorch.runtime.config_sources import (
     SECRET_FILE_FIELDS,
     secrets_from_files,
@@ -101,207 +102,702 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(frozen=True, extra="ignore", env_prefix="")
 
-    # Temporal (module docstring: read through temporalio.envconfig). Address, namespace and API
-    # key: a variable of that name wins over the profile, the profile over the default.
-    temporal_address: str = Field(default=DEFAULT_TEMPORAL_ADDRESS, min_length=3)
-    temporal_namespace: str = Field(default=DEFAULT_TEMPORAL_NAMESPACE, min_length=1)
-    temporal_profile: str | None = None
-    temporal_config_file: Path | None = None
-    temporal_api_key: SecretStr | None = None
+    # Temporal. Address, namespace and API key: a variable of that name wins over the profile,
+    # the profile over the default (config_sources.temporal_from_profile).
+    temporal_address: Annotated[
+        str, SettingDoc(Section.TEMPORAL, default="the profile's, else `localhost:7233`")
+    ] = Field(
+        default=DEFAULT_TEMPORAL_ADDRESS,
+        min_length=3,
+        description="The Temporal frontend, `host:port`.",
+    )
+    temporal_namespace: Annotated[
+        str, SettingDoc(Section.TEMPORAL, default="the profile's, else `default`")
+    ] = Field(
+        default=DEFAULT_TEMPORAL_NAMESPACE,
+        min_length=1,
+        description="The namespace every process works in; the codec server encodes for it.",
+    )
+    temporal_profile: Annotated[
+        str | None, SettingDoc(Section.TEMPORAL, default="`default`", example="cloud")
+    ] = Field(
+        default=None,
+        description="The profile to read from the profile file; a profile the file lacks is "
+        "an error.",
+    )
+    temporal_config_file: Annotated[
+        Path | None,
+        SettingDoc(
+            Section.TEMPORAL,
+            default="`~/.config/temporalio/temporal.toml`, if it exists",
+            example="/etc/temporal/temporal.toml",
+        ),
+    ] = Field(
+        default=None,
+        description="The Temporal CLI's connection profile file (TOML, what `temporal config "
+        "set` writes); a file named here that does not exist is an error.",
+    )
+    temporal_api_key: Annotated[
+        SecretStr | None,
+        SettingDoc(Section.TEMPORAL, default="the profile's, else unset", example="<key>"),
+    ] = Field(
+        default=None,
+        description="The API key sent on every call (Temporal Cloud); turns TLS on.",
+    )
     temporal_api_key_file: Path | None = None
     # Resolved from the profile and the TEMPORAL_TLS* / TEMPORAL_GRPC_META_* variables, never
     # parsed from one variable of these names. None = plain TCP (the local dev server).
-    temporal_tls: Annotated[TemporalTls | None, NoDecode] = None
-    temporal_grpc_meta: Annotated[dict[str, str], NoDecode] = Field(
-        default_factory=dict, repr=False
+    temporal_tls: Annotated[
+        TemporalTls | None, NoDecode, SettingDoc(Section.TEMPORAL, own_variable=False)
+    ] = Field(
+        default=None,
+        description="TLS to the frontend, from the profile and the `TEMPORAL_TLS*` variables; "
+        "unset: plain TCP.",
     )
-    temporal_task_queue: str = Field(default="ai-orchestrator", min_length=1)
-    temporal_ui_url: str = "http://localhost:8233"
+    temporal_grpc_meta: Annotated[
+        dict[str, str], NoDecode, SettingDoc(Section.TEMPORAL, own_variable=False)
+    ] = Field(
+        default_factory=dict,
+        repr=False,
+        description="gRPC headers on every call, from the profile and the "
+        "`TEMPORAL_GRPC_META_*` variables.",
+    )
+    temporal_task_queue: Annotated[str, SettingDoc(Section.TEMPORAL)] = Field(
+        default="ai-orchestrator",
+        min_length=1,
+        description="The task queue the workers poll and the CLI starts (and redrives) runs on.",
+    )
+    temporal_ui_url: Annotated[str, SettingDoc(Section.TEMPORAL)] = Field(
+        default="http://localhost:8233",
+        description="The Temporal Web UI: the run links the CLI and the inbox show, and the "
+        "one origin the codec server admits (CORS).",
+    )
 
-    # LLM (any OpenAI-compatible server; only Chat Completions and Embeddings are used)
-    openai_base_url: str = f"http://127.0.0.1:{DEFAULT_LLM_PORT}/v1"
-    openai_api_key: SecretStr = SecretStr("sim-local-key")
-    llm_model: str = Field(default="sim-large", min_length=1)
-    # The model tried after LLM_FALLBACK_AFTER failed attempts in a row (unset: none).
-    llm_fallback_model: str | None = "sim-small"
-    llm_fallback_after: int = Field(default=2, ge=1, le=100)
-    embedding_model: str = Field(default="sim-embed", min_length=1)
-    llm_timeout_s: float = Field(default=60.0, gt=0, le=3600)
-    llm_max_attempts: int = Field(default=5, ge=1, le=100)
-    llm_temperature: float = Field(default=0.2, ge=0, le=2)
-    llm_backoff_initial_s: float = Field(default=1.0, gt=0, le=3600)
-    llm_backoff_max_s: float = Field(default=60.0, gt=0, le=86400)
+    # LLM
+    openai_base_url: Annotated[
+        str, SettingDoc(Section.LLM, default="`http://127.0.0.1:8700/v1` (the simulator)")
+    ] = Field(
+        default=f"http://127.0.0.1:{DEFAULT_LLM_PORT}/v1",
+        description="Any OpenAI-compatible server (Chat Completions and Embeddings only).",
+    )
+    openai_api_key: Annotated[SecretStr, SettingDoc(Section.LLM)] = Field(
+        default=SecretStr("sim-local-key"),
+        description="The API key for `OPENAI_BASE_URL` (the default is the simulator's).",
+    )
+    openai_api_key_file: Path | None = None
+    llm_model: Annotated[str, SettingDoc(Section.LLM)] = Field(
+        default="sim-large", min_length=1, description="The model every chat call tries first."
+    )
+    llm_fallback_model: Annotated[str | None, SettingDoc(Section.LLM)] = Field(
+        default="sim-small",
+        description="The model a step calls once it has failed `LLM_FALLBACK_AFTER` times in "
+        "a row; empty: no fallback. A pipeline file's step may name its own.",
+    )
+    llm_fallback_after: Annotated[int, SettingDoc(Section.LLM)] = Field(
+        default=2,
+        ge=1,
+        le=100,
+        description="Failed attempts in a row before a step calls `LLM_FALLBACK_MODEL`.",
+    )
+    embedding_model: Annotated[str, SettingDoc(Section.LLM)] = Field(
+        default="sim-embed", min_length=1, description="The embeddings model."
+    )
+    llm_timeout_s: Annotated[float, SettingDoc(Section.LLM)] = Field(
+        default=60.0,
+        gt=0,
+        le=3600,
+        description="How long one chat or embeddings call may take (its activity gets 15 s more).",
+    )
+    llm_max_attempts: Annotated[int, SettingDoc(Section.LLM)] = Field(
+        default=5,
+        ge=1,
+        le=100,
+        description="Failed attempts in a row after which a step gives up and the run is "
+        "dead-lettered; a request's `options.llm_max_attempts` may only lower it.",
+    )
+    llm_temperature: Annotated[float, SettingDoc(Section.LLM)] = Field(
+        default=0.2, ge=0, le=2, description="The sampling temperature of every chat call."
+    )
+    llm_backoff_initial_s: Annotated[float, SettingDoc(Section.LLM)] = Field(
+        default=1.0,
+        gt=0,
+        le=3600,
+        description="The longest wait after a step's first failed attempt: each wait is drawn "
+        "between 0 and a ceiling that doubles with every failure in a row (full jitter), never "
+        "shorter than the provider's Retry-After.",
+    )
+    llm_backoff_max_s: Annotated[float, SettingDoc(Section.LLM)] = Field(
+        default=60.0,
+        gt=0,
+        le=86400,
+        description="The largest ceiling of that wait.",
+    )
+    llm_max_output_tokens: Annotated[int, SettingDoc(Section.LLM)] = Field(
+        default=4096,
+        ge=1,
+        le=1_000_000,
+        description="The reply limit sent with every chat call (`max_tokens`); reserved, with "
+        "the prompt's estimate, against `LLM_RATE_LIMITS` and budgets before the call.",
+    )
+    max_reply_chars: Annotated[int, SettingDoc(Section.LLM)] = Field(
+        default=100_000,
+        ge=1,
+        le=1024 * 1024,
+        description="The longest reply kept: a longer one fails its attempt for good "
+        "(`LlmReplyTooLarge`) and never enters history.",
+    )
 
-    # Pipelines defined as data: the folder of pipeline files (*.yaml) this worker runs, and
-    # the operator's tools read (unset: none).
-    pipelines_dir: Path | None = None
+    pipelines_dir: Annotated[
+        Path | None,
+        SettingDoc(Section.PIPELINES, default="unset (no pipeline files)", example="pipelines"),
+    ] = Field(
+        default=None,
+        description="The folder of pipeline files (`*.yaml`, top level) a worker runs and the "
+        "operator's tools read; a worker with a file that has a problem does not start.",
+    )
 
     # Human review
-    review_timeout_s: float = Field(default=24 * 3600.0, gt=0)
-    escalation_timeout_s: float = Field(default=24 * 3600.0, gt=0)
+    review_min: Annotated[Literal["never", "auto", "always"], SettingDoc(Section.REVIEW)] = Field(
+        default="auto",
+        description="The least review any run gets: `never` < `auto` (when the model asks for "
+        "it) < `always`; a request may only raise it.",
+    )
+    allowed_reviewers: Annotated[
+        list[str] | None,
+        NoDecode,
+        SettingDoc(Section.REVIEW, default="unset (anyone)", example="alice,bob"),
+    ] = Field(
+        default=None,
+        description="Who may review a run, comma-separated; a request may only narrow the set.",
+    )
+    review_timeout_s: Annotated[float, SettingDoc(Section.REVIEW)] = Field(
+        default=24 * 3600.0,
+        gt=0,
+        description="How long a run waits for a review before it escalates (notified again); "
+        "a request's options may only shorten it.",
+    )
+    escalation_timeout_s: Annotated[float, SettingDoc(Section.REVIEW)] = Field(
+        default=24 * 3600.0,
+        gt=0,
+        description="How long an escalated run waits for a review before it is dead-lettered; "
+        "a request's options may only shorten it.",
+    )
+    max_feedback_chars: Annotated[int, SettingDoc(Section.REVIEW)] = Field(
+        default=4000,
+        ge=1,
+        le=16 * 1024,
+        description="The longest feedback a review decision may carry; a longer one is refused.",
+    )
+    reedit_rounds_per_run: Annotated[int, SettingDoc(Section.REVIEW)] = Field(
+        default=50,
+        ge=1,
+        le=1000,
+        description="Review rounds after which a reedit loop continues as a new run, so its "
+        "history stays small.",
+    )
 
-    # Dead-letter queue (SQS; unset endpoint = real AWS)
-    sqs_endpoint_url: str | None = None
-    dlq_queue_name: str = Field(default="ai-orchestrator-dlq", min_length=1, max_length=80)
-    aws_region: str = "us-east-1"
-    # S3 for inputs given by reference (s3://bucket/key); unset = real AWS
-    s3_endpoint_url: str | None = None
-
-    # Data protection (README "Data protection"). Secrets come from the variable or from a file
-    # named by <NAME>_FILE, never from inputs; SecretStr keeps them out of reprs and logs.
-    openai_api_key_file: Path | None = None
-    # Payload encryption: "id:base64key,id2:base64key"; unset = payloads stay plain text.
-    payload_keys: SecretStr | None = None
-    payload_keys_file: Path | None = None
-    payload_key_id: str | None = None
-    # The codec server (aiorch codec-server) for the Web UI and CLI.
-    codec_server_host: str = "127.0.0.1"
-    codec_server_port: int = Field(default=DEFAULT_CODEC_PORT, ge=0, le=65535)
-    codec_server_token: SecretStr | None = None
-    codec_server_token_file: Path | None = None
-    # With keys configured: refuse payloads that are not encrypted (a plaintext start fails).
-    require_encryption: bool = False
-    # Who may review a run ("alice,bob"); unset = anyone. A request may only narrow this set.
-    allowed_reviewers: Annotated[list[str] | None, NoDecode] = None
-    # The least review a run gets: a request may ask for more (auto -> always), never less.
-    review_min: Literal["never", "auto", "always"] = "auto"
-    # Reviewer authentication: "key_id:base64 Ed25519 public key[:who]" entries; `who` is the
-    # reviewers that key may sign for ("alice|bob", or * for an identity provider such as the
-    # review inbox); without it, only the reviewer named key_id.
-    review_public_keys: str | None = None
+    # Signed reviews and starts
+    review_auth: Annotated[Literal["required", "off"], SettingDoc(Section.AUTHENTICATION)] = Field(
+        default="required",
+        description="`required`: a worker without `REVIEW_PUBLIC_KEYS` refuses to start. `off`: "
+        "unsigned reviews are accepted, for a sandbox (the worker warns at every start, and "
+        "refuses to start if keys are set too).",
+    )
+    review_public_keys: Annotated[
+        str | None,
+        SettingDoc(
+            Section.AUTHENTICATION,
+            default="unset (a worker then refuses to start, unless `REVIEW_AUTH=off`)",
+            example="<the REVIEW_PUBLIC_KEYS line of: aiorch keys reviewer alice>",
+        ),
+    ] = Field(
+        default=None,
+        description="`key_id:base64 Ed25519 public key[:who]` entries (comma- or "
+        "newline-separated): every review must carry a token signed by one of them. `who` is "
+        "the reviewers that key may sign for (`alice|bob`, or `*` for an identity provider such "
+        "as the review inbox); without it, only the reviewer named `key_id`. Keys that hold no "
+        "key (only comments) are refused.",
+    )
     review_public_keys_file: Path | None = None
-    # "required" (the default): a worker without REVIEW_PUBLIC_KEYS refuses to start. "off"
-    # accepts unsigned reviews, for a sandbox; the worker warns at every start
-    # (aiorch.worker.app.review_auth_warning).
-    review_auth: Literal["required", "off"] = "required"
-    # The CLI's own signing key for reviews: "key_id:base64 Ed25519 private key (32 bytes)".
-    reviewer_key: SecretStr | None = None
+    reviewer_key: Annotated[
+        SecretStr | None,
+        SettingDoc(
+            Section.AUTHENTICATION,
+            example="<the REVIEWER_KEY line of: aiorch keys reviewer alice>",
+        ),
+    ] = Field(
+        default=None,
+        description="The CLI's key for signing reviews: `key_id:base64 Ed25519 private key` "
+        "(`aiorch keys reviewer NAME` makes one).",
+    )
     reviewer_key_file: Path | None = None
-    # Start authentication: "requester:base64 Ed25519 public key:tenant" entries. When set,
-    # every run must carry a start claim signed by one of these keys: the run's requester is
-    # the key's and its tenant the key's (a request may not name others); unset, a request's
-    # requested_by and tenant are whatever it says.
-    requester_public_keys: str | None = None
+    review_token_ttl_s: Annotated[float, SettingDoc(Section.AUTHENTICATION)] = Field(
+        default=600.0,
+        gt=0,
+        le=7 * 86400,
+        description="How long a signed review or budget decision stays valid after it is "
+        "signed (checked against workflow time).",
+    )
+    requester_public_keys: Annotated[
+        str | None,
+        SettingDoc(
+            Section.AUTHENTICATION,
+            default="unset (starts are not authenticated)",
+            example="alice:<base64 public key>:acme",
+        ),
+    ] = Field(
+        default=None,
+        description="`requester:base64 Ed25519 public key:tenant` entries. Set, every start "
+        "must carry a claim signed by one of them, and the run's requester and tenant are the "
+        "key's (a request may not name others); unset, a request's `requested_by` and `tenant` "
+        "are whatever it says.",
+    )
     requester_public_keys_file: Path | None = None
-    # The CLI's key for signing starts: "requester:base64 Ed25519 private key (32 bytes)".
-    requester_key: SecretStr | None = None
+    requester_key: Annotated[
+        SecretStr | None,
+        SettingDoc(
+            Section.AUTHENTICATION,
+            example="<the REQUESTER_KEY line of: aiorch keys requester alice --tenant acme>",
+        ),
+    ] = Field(
+        default=None,
+        description="The CLI's key for signing starts: `requester:base64 Ed25519 private key` "
+        "(`aiorch keys requester NAME --tenant T` makes one).",
+    )
     requester_key_file: Path | None = None
-    # How long a signed review stays valid after it is made (checked against workflow time).
-    review_token_ttl_s: float = Field(default=600.0, gt=0, le=7 * 86400)
-    # The review inbox (aiorch inbox serve): where it listens, the URL reviewers open
-    # (links in `starter.py start` and in notifications), its signing key (its public half is
-    # an `inbox:KEY:*` entry of REVIEW_PUBLIC_KEYS) and how it authenticates reviewers: hashed
-    # per-reviewer tokens in a file, and/or the user header of an authenticating proxy.
-    inbox_url: str | None = None
-    inbox_host: str = "127.0.0.1"
-    inbox_port: int = Field(default=DEFAULT_INBOX_PORT, ge=0, le=65535)
-    inbox_signing_key: SecretStr | None = None
+
+    # The review inbox and notifications
+    inbox_url: Annotated[
+        str | None, SettingDoc(Section.INBOX, example="https://review.example.com")
+    ] = Field(
+        default=None,
+        description="Where reviewers open the review inbox (`https://...` in production): the "
+        "links in notifications and in `aiorch start`'s output. Anything but `http://` on a "
+        "loopback host makes the session cookie `Secure`; required when the inbox listens "
+        "beyond loopback.",
+    )
+    inbox_host: Annotated[str, SettingDoc(Section.INBOX)] = Field(
+        default="127.0.0.1", description="The address the review inbox listens on."
+    )
+    inbox_port: Annotated[int, SettingDoc(Section.INBOX)] = Field(
+        default=DEFAULT_INBOX_PORT, ge=0, le=65535, description="The review inbox's port."
+    )
+    inbox_signing_key: Annotated[
+        SecretStr | None,
+        SettingDoc(
+            Section.INBOX,
+            default="unset (required to run the inbox)",
+            example="<the INBOX_SIGNING_KEY line of: aiorch inbox new-key>",
+        ),
+    ] = Field(
+        default=None,
+        description="The inbox's Ed25519 key, `inbox:base64 private key` (`aiorch inbox "
+        "new-key`); its `inbox:KEY:*` entry goes into the workers' `REVIEW_PUBLIC_KEYS`.",
+    )
     inbox_signing_key_file: Path | None = None
-    inbox_tokens_file: Path | None = None
-    inbox_user_header: str | None = Field(default=None, pattern=r"^[A-Za-z0-9-]{1,64}$")
-    # A token session ends this long after its login, however busy (logout ends it sooner).
-    inbox_session_ttl_s: float = Field(default=8 * 3600.0, gt=0, le=7 * 86400)
-    # Notifications: a webhook called when a run starts waiting for review and when it
-    # escalates (off when unset). A Slack incoming-webhook URL is a credential: a secret.
-    review_webhook_url: SecretStr | None = None
+    inbox_tokens_file: Annotated[
+        Path | None, SettingDoc(Section.INBOX, example="/etc/aiorch/inbox-tokens")
+    ] = Field(
+        default=None,
+        description="Reviewers' login tokens, one `NAME:sha256:HEX` line each (`aiorch inbox "
+        "new-token NAME`), re-read when it changes. The inbox needs this or "
+        "`INBOX_USER_HEADER`.",
+    )
+    inbox_user_header: Annotated[
+        str | None,
+        SettingDoc(Section.INBOX, default="unset (not trusted)", example="X-Forwarded-User"),
+    ] = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9-]{1,64}$",
+        description="The header an authenticating proxy in front of the inbox puts the "
+        "reviewer's name in; trusted only when set.",
+    )
+    inbox_session_ttl_s: Annotated[float, SettingDoc(Section.INBOX)] = Field(
+        default=8 * 3600.0,
+        gt=0,
+        le=7 * 86400,
+        description="How long an inbox login lasts, counted from the login (using it does not "
+        "extend it; logging out ends it sooner).",
+    )
+    review_webhook_url: Annotated[
+        SecretStr | None,
+        SettingDoc(
+            Section.INBOX,
+            default="unset (no notifications)",
+            example="https://hooks.slack.com/services/...",
+        ),
+    ] = Field(
+        default=None,
+        description="A webhook called when a run starts waiting for review and when it "
+        "escalates (a Slack incoming-webhook URL is a credential).",
+    )
     review_webhook_url_file: Path | None = None
-    review_webhook_format: Literal["json", "slack"] = "json"
-    # Where referenced inputs (file://, s3://) may come from, besides the claim-check store:
-    # directories ("/srv/inputs,/data/docs") and S3 "bucket/prefix" entries. None by default.
-    input_file_roots: Annotated[list[Path], NoDecode] = Field(default_factory=list)
-    input_s3_prefixes: Annotated[list[str], NoDecode] = Field(default_factory=list)
-    # Bounded inputs: large documents travel by reference (claim check), never in history.
-    claim_check_bucket: str = Field(default="ai-orchestrator-inputs", min_length=3)
-    claim_check_dir: Path | None = None
-    claim_check_threshold_bytes: int = Field(default=32 * 1024, ge=1)
-    max_inline_message_bytes: int = Field(default=256 * 1024, ge=1, le=256 * 1024)
-    max_input_bytes: int = Field(default=DEFAULT_MAX_INPUT_BYTES, ge=1)
-    max_feedback_chars: int = Field(default=4000, ge=1, le=16 * 1024)
-    max_reply_chars: int = Field(default=100_000, ge=1, le=1024 * 1024)
-    # A reedit loop continues as a new run after this many review rounds (history stays small).
-    reedit_rounds_per_run: int = Field(default=50, ge=1, le=1000)
+    review_webhook_format: Annotated[Literal["json", "slack"], SettingDoc(Section.INBOX)] = Field(
+        default="json",
+        description='`json`, or `slack` for Slack-compatible `{"text", "blocks"}` messages.',
+    )
 
-    # Vector store (Qdrant: a server URL, or embedded local mode at a path). A server's API key
-    # (a secret, sent with every request: use https://) and the CA that signed its certificate
-    # (unset: the system's roots) apply to server mode only.
-    vector_store_url: str | None = None
-    vector_store_api_key: SecretStr | None = None
+    # Inputs
+    input_file_roots: Annotated[
+        list[Path], NoDecode, SettingDoc(Section.INPUTS, example="/srv/inputs,/data/docs")
+    ] = Field(
+        default_factory=list,
+        description="Directories `file://` inputs may come from (comma-separated), besides "
+        "`CLAIM_CHECK_DIR`.",
+    )
+    input_s3_prefixes: Annotated[
+        list[str], NoDecode, SettingDoc(Section.INPUTS, example="my-bucket/documents/")
+    ] = Field(
+        default_factory=list,
+        description="`bucket/prefix` entries `s3://` inputs may come from (comma-separated), "
+        "besides the `inputs/` prefix of `CLAIM_CHECK_BUCKET`.",
+    )
+    claim_check_bucket: Annotated[str, SettingDoc(Section.INPUTS)] = Field(
+        default="ai-orchestrator-inputs",
+        min_length=3,
+        description="The S3 bucket the CLI stores documents in (under `inputs/`), unless "
+        "`CLAIM_CHECK_DIR` is set.",
+    )
+    claim_check_dir: Annotated[
+        Path | None, SettingDoc(Section.INPUTS, example="/shared/claims")
+    ] = Field(
+        default=None,
+        description="A directory the CLI and the workers share, where the CLI stores documents "
+        "instead of S3.",
+    )
+    claim_check_threshold_bytes: Annotated[int, SettingDoc(Section.INPUTS)] = Field(
+        default=32 * 1024,
+        ge=1,
+        description="An inline message larger than this is stored, and the run gets its reference.",
+    )
+    max_inline_message_bytes: Annotated[int, SettingDoc(Section.INPUTS)] = Field(
+        default=256 * 1024,
+        ge=1,
+        le=256 * 1024,
+        description="An inline message larger than this is refused (pass it as a file).",
+    )
+    max_input_bytes: Annotated[int, SettingDoc(Section.INPUTS)] = Field(
+        default=DEFAULT_MAX_INPUT_BYTES,
+        ge=1,
+        description="The largest document a run may reference: the CLI refuses to store a "
+        "larger one and the workers to load it.",
+    )
+    s3_endpoint_url: Annotated[
+        str | None,
+        SettingDoc(Section.INPUTS, default="unset (AWS)", example="http://127.0.0.1:8701"),
+    ] = Field(default=None, description="The S3 endpoint of `s3://` inputs and the claim check.")
+
+    # Payload encryption and the codec server. Secrets come from the variable or from a file
+    # named by <NAME>_FILE, never from inputs; SecretStr keeps them out of reprs and logs.
+    payload_keys: Annotated[
+        SecretStr | None,
+        SettingDoc(
+            Section.PAYLOAD_PROTECTION,
+            default="unset (**no encryption**)",
+            example="<the PAYLOAD_KEYS line of: aiorch keys payload>",
+        ),
+    ] = Field(
+        default=None,
+        description="The keys that encrypt payloads, `id:base64key` entries of 32-byte keys "
+        "(comma- or newline-separated; `aiorch keys payload` makes one).",
+    )
+    payload_keys_file: Path | None = None
+    payload_key_id: Annotated[
+        str | None,
+        SettingDoc(Section.PAYLOAD_PROTECTION, default="the only key", example="k2"),
+    ] = Field(
+        default=None,
+        description="The key that encrypts new payloads (required with several keys; every key "
+        "still decrypts).",
+    )
+    require_encryption: Annotated[bool, SettingDoc(Section.PAYLOAD_PROTECTION)] = Field(
+        default=False,
+        description="Refuse payloads that are not encrypted (a plaintext start fails); needs "
+        "`PAYLOAD_KEYS`.",
+    )
+    codec_server_host: Annotated[str, SettingDoc(Section.PAYLOAD_PROTECTION)] = Field(
+        default="127.0.0.1",
+        description="The address the codec server (`aiorch codec-server`) listens on.",
+    )
+    codec_server_port: Annotated[int, SettingDoc(Section.PAYLOAD_PROTECTION)] = Field(
+        default=DEFAULT_CODEC_PORT, ge=0, le=65535, description="The codec server's port."
+    )
+    codec_server_token: Annotated[
+        SecretStr | None,
+        SettingDoc(
+            Section.PAYLOAD_PROTECTION,
+            default="unset (required to run the codec server)",
+            example="<32 random characters or more>",
+        ),
+    ] = Field(
+        default=None,
+        description="The bearer token the codec server demands: at least 32 characters, 8 of "
+        "them distinct.",
+    )
+    codec_server_token_file: Path | None = None
+
+    # Stores
+    vector_store_url: Annotated[
+        str | None,
+        SettingDoc(
+            Section.STORES,
+            default="unset (embedded, at `VECTOR_STORE_PATH`)",
+            example="https://qdrant.internal:6333",
+        ),
+    ] = Field(default=None, description="A Qdrant server's URL (`https://` for TLS).")
+    vector_store_api_key: Annotated[
+        SecretStr | None, SettingDoc(Section.STORES, example="<key>")
+    ] = Field(
+        default=None,
+        description="The Qdrant server's API key, sent with every request (use an `https://` "
+        "URL); server mode only.",
+    )
     vector_store_api_key_file: Path | None = None
-    vector_store_ca_cert_path: Path | None = None
-    vector_store_path: str = ".data/vectors"
-    vector_collection: str = Field(default="ai-orchestrator", min_length=1)
-
-    # The document pipeline's store of extracted fields (SQL): an SQLite file by default, or
-    # PostgreSQL (postgresql://user:password@host:port/db). A secret: it may hold a password.
-    document_store_url: SecretStr = SecretStr(DEFAULT_DOCUMENT_STORE_URL)
+    vector_store_ca_cert_path: Annotated[
+        Path | None,
+        SettingDoc(
+            Section.STORES, default="unset (the system's roots)", example="/etc/aiorch/qdrant.pem"
+        ),
+    ] = Field(
+        default=None,
+        description="The CA that signed the Qdrant server's certificate (`https://` URLs only).",
+    )
+    vector_store_path: Annotated[str, SettingDoc(Section.STORES)] = Field(
+        default=".data/vectors",
+        description="The embedded store's folder; one worker process per folder (more workers "
+        "need `VECTOR_STORE_URL`).",
+    )
+    vector_collection: Annotated[str, SettingDoc(Section.STORES)] = Field(
+        default="ai-orchestrator", min_length=1, description="The Qdrant collection."
+    )
+    document_store_url: Annotated[SecretStr, SettingDoc(Section.STORES)] = Field(
+        default=SecretStr(DEFAULT_DOCUMENT_STORE_URL),
+        description="The document pipeline's SQL store of extracted fields (a `documents` "
+        "table, created if missing): `sqlite:///PATH`, or PostgreSQL as "
+        "`postgresql://user:password@host:port/db` (psycopg 3); empty: the default. The URL may "
+        "hold a password.",
+    )
     document_store_url_file: Path | None = None
 
-    # Telemetry. The OTEL_* names are the standard OpenTelemetry variables: traces go over OTLP
-    # when the endpoint is set (the exporter itself also reads OTEL_EXPORTER_OTLP_HEADERS,
-    # _TIMEOUT, _COMPRESSION, _CERTIFICATE and the _TRACES_ variants); nothing when unset.
-    otel_exporter_otlp_endpoint: str | None = None
-    otel_exporter_otlp_protocol: Literal["grpc", "http/protobuf"] = "grpc"
-    otel_service_name: str = Field(default="ai-orchestrator", min_length=1)
-    # Prompt and reply text may hold personal data: only in spans when explicitly enabled.
-    otel_capture_content: bool = False
-    # The worker's Prometheus endpoint (http://METRICS_HOST:METRICS_PORT/metrics); 0 turns it
-    # off. Loopback unless told otherwise: it names models, costs, tenants and the task queue.
-    metrics_host: str = Field(default="127.0.0.1", min_length=1)
-    metrics_port: int = Field(default=DEFAULT_METRICS_PORT, ge=0, le=65535)
-    # USD per 1K tokens by model (JSON): {"model": {"prompt": 0.005, "completion": 0.015}}.
-    # Decoded here (NoDecode), so a value that is not JSON is reported like any invalid value.
-    llm_price_table: Annotated[dict[str, ModelPrice], NoDecode] = Field(
-        default_factory=lambda: dict(DEFAULT_PRICE_TABLE)
+    # Dead-letter queue (SQS)
+    sqs_endpoint_url: Annotated[
+        str | None,
+        SettingDoc(Section.DEAD_LETTERS, default="unset (AWS)", example="http://127.0.0.1:8701"),
+    ] = Field(default=None, description="The SQS endpoint of the dead-letter queue.")
+    dlq_queue_name: Annotated[str, SettingDoc(Section.DEAD_LETTERS)] = Field(
+        default="ai-orchestrator-dlq",
+        min_length=1,
+        max_length=80,
+        description="The dead-letter queue.",
+    )
+    aws_region: Annotated[str, SettingDoc(Section.DEAD_LETTERS)] = Field(
+        default="us-east-1", description="The region of the SQS and S3 clients."
     )
 
-    # Shared capacity and cost budgets (docs/capacity.md). The store every worker shares
-    # (Redis: redis://[:password@]host:port/db, or rediss:// for TLS); a secret, it may hold a
-    # password. Unset: no shared limits and no tenant budgets (LLM_RATE_LIMITS and
-    # TENANT_BUDGETS_USD need it).
-    capacity_store_url: SecretStr | None = None
+    # Costs, budgets and shared capacity (docs/capacity.md)
+    # Decoded here (NoDecode), so a value that is not JSON is reported like any invalid value.
+    llm_price_table: Annotated[
+        dict[str, ModelPrice],
+        NoDecode,
+        SettingDoc(Section.BUDGETS, default="the simulator's models"),
+    ] = Field(
+        default_factory=lambda: dict(DEFAULT_PRICE_TABLE),
+        description='US dollars per 1,000 tokens by model, JSON `{"model": {"prompt": USD, '
+        '"completion": USD}}`: the cost metric, a run\'s `cost_usd` and every budget. A model '
+        "missing from it is unpriced (no cost, nothing held against a budget).",
+    )
+    capacity_store_url: Annotated[
+        SecretStr | None,
+        SettingDoc(
+            Section.BUDGETS,
+            default="unset (nothing shared)",
+            example="redis://:<password>@redis:6379/0",
+        ),
+    ] = Field(
+        default=None,
+        description="The Redis every worker shares for rate limits and tenant spend "
+        "(`redis://[:password@]host:port/db`, `rediss://` for TLS); `LLM_RATE_LIMITS` and tenant "
+        "budgets need it. The URL may hold a password.",
+    )
     capacity_store_url_file: Path | None = None
-    # Requests and tokens per minute per model (JSON {"model": {"rpm": N, "tpm": N}}), shared by
-    # every worker calling that model at OPENAI_BASE_URL.
-    llm_rate_limits: Annotated[dict[str, RateLimit], NoDecode] = Field(default_factory=dict)
-    # The reply limit sent with every chat call (max_tokens), and reserved before it.
-    llm_max_output_tokens: int = Field(default=4096, ge=1, le=1_000_000)
-    # A reservation whose holder stops renewing it (a worker that died) is given back after this
-    # (a tenant's is charged); a run waiting for capacity checks in every two of these at most.
-    capacity_lease_s: float = Field(default=30.0, ge=1, le=3600)
-    # Cost budgets in USD (priced with LLM_PRICE_TABLE): per run (a request may lower it), and
-    # per tenant per UTC day (JSON {"tenant": USD}); TENANT_BUDGET_DEFAULT_USD is the one pool
-    # the runs that name no tenant share. With either set, a run of any other tenant is refused.
-    run_budget_usd: float | None = Field(default=None, gt=0)
-    tenant_budgets_usd: Annotated[dict[str, float], NoDecode] = Field(default_factory=dict)
-    tenant_budget_default_usd: float | None = Field(default=None, gt=0)
-    # A call that would cross a budget: wait for an operator's decision, or dead-letter the run.
-    budget_policy: Literal["wait", "fail"] = "wait"
-    budget_decision_timeout_s: float = Field(default=24 * 3600.0, gt=0, le=365 * 86400)
+    llm_rate_limits: Annotated[
+        dict[str, RateLimit],
+        NoDecode,
+        SettingDoc(
+            Section.BUDGETS,
+            default="unset (not limited)",
+            example='{"gpt-4o": {"rpm": 500, "tpm": 30000}}',
+        ),
+    ] = Field(
+        default_factory=dict,
+        description="Requests and tokens per minute per model at `OPENAI_BASE_URL`, JSON "
+        '`{"model": {"rpm": N, "tpm": N}}`, shared by every worker.',
+    )
+    capacity_lease_s: Annotated[float, SettingDoc(Section.BUDGETS)] = Field(
+        default=30.0,
+        ge=1,
+        le=3600,
+        description="A reservation whose worker stops renewing it (it died) is given back "
+        "after this (a spend reservation is charged in full); a run waiting for capacity "
+        "checks in at least every two of these, and a place not kept leaves the queue.",
+    )
+    run_budget_usd: Annotated[
+        float | None, SettingDoc(Section.BUDGETS, default="unset (none)", example="0.50")
+    ] = Field(
+        default=None,
+        gt=0,
+        description="A run's cost ceiling in USD; a request's `options.max_cost_usd` may lower it.",
+    )
+    tenant_budgets_usd: Annotated[
+        dict[str, float],
+        NoDecode,
+        SettingDoc(Section.BUDGETS, default="unset (none)", example='{"acme": 25, "globex": 5}'),
+    ] = Field(
+        default_factory=dict,
+        description='Each tenant\'s budget per UTC day in USD, JSON `{"tenant": USD}`. With '
+        "this or `TENANT_BUDGET_DEFAULT_USD` set, a run naming any other tenant is refused.",
+    )
+    tenant_budget_default_usd: Annotated[
+        float | None, SettingDoc(Section.BUDGETS, default="unset (none)", example="1")
+    ] = Field(
+        default=None,
+        gt=0,
+        description="The budget per UTC day of the one pool the runs that name no tenant share.",
+    )
+    budget_policy: Annotated[Literal["wait", "fail"], SettingDoc(Section.BUDGETS)] = Field(
+        default="wait",
+        description="A call that would cross a budget: `wait` for an operator's decision "
+        "(`await_budget`; dead-lettered after `BUDGET_DECISION_TIMEOUT_S`), or `fail` "
+        "(dead-lettered at once).",
+    )
+    budget_decision_timeout_s: Annotated[float, SettingDoc(Section.BUDGETS)] = Field(
+        default=24 * 3600.0,
+        gt=0,
+        le=365 * 86400,
+        description="How long a run waits for an operator's budget decision.",
+    )
 
-    # Worker tuning
-    worker_max_concurrent_activities: int = Field(default=200, ge=1, le=10000)
-    worker_max_concurrent_workflow_tasks: int = Field(default=100, ge=1, le=10000)
+    # Observability. The OTEL_* names are the standard OpenTelemetry variables.
+    otel_exporter_otlp_endpoint: Annotated[
+        str | None,
+        SettingDoc(
+            Section.OBSERVABILITY, default="unset (no export)", example="http://localhost:4317"
+        ),
+    ] = Field(
+        default=None,
+        description="Where traces and the GenAI client metrics go over OTLP; only this "
+        "variable turns export on (a `_TRACES_` or `_METRICS_` variant alone does not).",
+    )
+    otel_exporter_otlp_protocol: Annotated[
+        Literal["grpc", "http/protobuf"], SettingDoc(Section.OBSERVABILITY)
+    ] = Field(default="grpc", description="The OTLP transport: `grpc` or `http/protobuf`.")
+    otel_service_name: Annotated[str, SettingDoc(Section.OBSERVABILITY)] = Field(
+        default="ai-orchestrator",
+        min_length=1,
+        description="`service.name` of spans and OTLP metrics, and the `service_name` label "
+        "of the Prometheus metrics.",
+    )
+    otel_capture_content: Annotated[bool, SettingDoc(Section.OBSERVABILITY)] = Field(
+        default=False,
+        description="Put prompt, reply and transition detail text in spans. They may hold "
+        "personal data, and spans are not encrypted.",
+    )
+    metrics_host: Annotated[str, SettingDoc(Section.OBSERVABILITY)] = Field(
+        default="127.0.0.1",
+        min_length=1,
+        description="The address (an IP) where the worker serves Prometheus metrics "
+        "(`/metrics`): `0.0.0.0` for a scraper on another host (the Docker image sets it). "
+        "Loopback by default: the metrics name models, costs, tenants and the task queue.",
+    )
+    metrics_port: Annotated[int, SettingDoc(Section.OBSERVABILITY)] = Field(
+        default=DEFAULT_METRICS_PORT,
+        ge=0,
+        le=65535,
+        description="The port of `/metrics`; `0` turns it off. A port in use is logged and the "
+        "worker runs without it.",
+    )
+
+    # Worker
+    worker_max_concurrent_activities: Annotated[int, SettingDoc(Section.WORKER)] = Field(
+        default=200, ge=1, le=10000, description="Activities one worker runs at once."
+    )
+    worker_max_concurrent_workflow_tasks: Annotated[int, SettingDoc(Section.WORKER)] = Field(
+        default=100, ge=1, le=10000, description="Workflow tasks one worker runs at once."
+    )
     # ~0.12 MiB per cached run (bench: 2,000 parked runs peak at ~450 MiB with 1000, ~565 with
     # 2000); a run evicted from the cache is replayed from history when it wakes.
-    worker_max_cached_workflows: int = Field(default=1000, ge=0, le=100000)
-    worker_workflow_task_pollers: int = Field(default=5, ge=2, le=1000)
-    worker_activity_task_pollers: int = Field(default=5, ge=1, le=1000)
-    worker_shutdown_grace: float = Field(default=30.0, ge=0, le=3600)
-    # Liveness and readiness (http://HEALTH_HOST:HEALTH_PORT/healthz and /readyz); 0 turns them
-    # off. Loopback unless told otherwise (0.0.0.0 where an orchestrator probes from outside).
-    health_host: str = Field(default="127.0.0.1", min_length=1)
-    health_port: int = Field(default=DEFAULT_HEALTH_PORT, ge=0, le=65535)
-
-    # Rolling deploys (README "Rolling deploys"). WORKER_BUILD_ID names this worker's code; it
-    # is reported to the server as the version WORKER_DEPLOYMENT_NAME.WORKER_BUILD_ID. Only with
-    # WORKER_VERSIONING=true does the server route tasks by version (Worker Versioning); runs
-    # then follow WORKER_VERSIONING_BEHAVIOR unless the workflow type says otherwise.
-    worker_build_id: str | None = Field(default=None, min_length=1, max_length=255)
-    worker_deployment_name: str = Field(
-        default="ai-orchestrator", min_length=1, max_length=255, pattern=r"^[^.]+$"
+    worker_max_cached_workflows: Annotated[int, SettingDoc(Section.WORKER)] = Field(
+        default=1000,
+        ge=0,
+        le=100000,
+        description="Runs kept in the worker's cache (about 0.12 MiB each); an evicted run is "
+        "replayed from history when it wakes. Below `WORKER_MAX_CONCURRENT_WORKFLOW_TASKS` (0 "
+        "included) it is for debugging replays only, and the worker warns: every task then "
+        "replays, and a run evicted during its local `fetch_prompt` waits out the 10 s "
+        "workflow task timeout.",
     )
-    worker_versioning: bool = False
-    worker_versioning_behavior: Literal["auto_upgrade", "pinned"] = "auto_upgrade"
+    worker_workflow_task_pollers: Annotated[int, SettingDoc(Section.WORKER)] = Field(
+        default=5,
+        ge=2,
+        le=1000,
+        description="Concurrent long polls for workflow tasks (at least 2: the sticky and the "
+        "normal queue).",
+    )
+    worker_activity_task_pollers: Annotated[int, SettingDoc(Section.WORKER)] = Field(
+        default=5, ge=1, le=1000, description="Concurrent long polls for activity tasks."
+    )
+    worker_shutdown_grace: Annotated[float, SettingDoc(Section.WORKER)] = Field(
+        default=30.0,
+        ge=0,
+        le=3600,
+        description="On SIGTERM, the seconds activities in flight get to finish before they "
+        "are cancelled (and retried elsewhere).",
+    )
+    health_host: Annotated[str, SettingDoc(Section.WORKER)] = Field(
+        default="127.0.0.1",
+        min_length=1,
+        description="The address (an IP) where the worker serves `/healthz` (liveness) and "
+        "`/readyz` (readiness): `0.0.0.0` for probes from another host (the Docker image sets "
+        "it).",
+    )
+    health_port: Annotated[int, SettingDoc(Section.WORKER)] = Field(
+        default=DEFAULT_HEALTH_PORT,
+        ge=0,
+        le=65535,
+        description="The port of the probes; `0` turns them off. A port in use is logged and "
+        "the worker runs without them.",
+    )
+    # Rolling deploys (README "Rolling deploys").
+    worker_build_id: Annotated[
+        str | None,
+        SettingDoc(Section.WORKER, example="2026-11-30.1"),
+    ] = Field(
+        default=None,
+        min_length=1,
+        max_length=255,
+        description="This build's id (the image tag, say): the worker reports its version as "
+        "`WORKER_DEPLOYMENT_NAME.WORKER_BUILD_ID`, which the Web UI shows.",
+    )
+    worker_deployment_name: Annotated[str, SettingDoc(Section.WORKER)] = Field(
+        default="ai-orchestrator",
+        min_length=1,
+        max_length=255,
+        pattern=r"^[^.]+$",
+        description="The deployment the worker's version belongs to (no `.`).",
+    )
+    worker_versioning: Annotated[bool, SettingDoc(Section.WORKER)] = Field(
+        default=False,
+        description="Worker Versioning: the server routes tasks by build (needs "
+        "`WORKER_BUILD_ID`).",
+    )
+    worker_versioning_behavior: Annotated[
+        Literal["auto_upgrade", "pinned"], SettingDoc(Section.WORKER)
+    ] = Field(
+        default="auto_upgrade",
+        description="What open runs do under Worker Versioning: `auto_upgrade` moves them to "
+        "the current build at their next workflow task; `pinned` keeps each on the build that "
+        "started it.",
+    )
 
     @model_validator(mode="before")
     @classmethod

@@ -58,21 +58,6 @@ def test_invalid_value_names_the_variable(
     assert "\n" not in message
 
 
-def test_every_setting_is_documented() -> None:
-    """Each environment variable the config reads appears in the README and .env.example."""
-    from aiorch.devstack.docs import ROOT
-    from aiorch.runtime.config import Settings
-
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    example = (ROOT / ".env.example").read_text(encoding="utf-8")
-    missing = [
-        name.upper()
-        for name in Settings.model_fields
-        if name.upper() not in readme or name.upper() not in example
-    ]
-    assert missing == []
-
-
 def test_shared_limits_and_tenant_budgets_need_the_capacity_store(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -10,7 +10,8 @@ from aiorch.ops import pipelines
 
 
 def test_generated_documents_are_current() -> None:
-    """docs/ diagrams, schemas and the README's Mermaid block match the code (`make graph`)."""
+    """docs/ diagrams, schemas, the configuration reference (docs/configuration.md and
+    .env.example) and the README's Mermaid block match the code (`make graph`)."""
     assert stale_documents() == []
 
 

@@ -106,10 +106,10 @@ TELEMETRY_VARIABLES = (
 
 @pytest.mark.parametrize("name", TELEMETRY_VARIABLES)
 def test_telemetry_variables_are_documented(name: str) -> None:
-    """Each telemetry setting is a config field, in the README's table and in .env.example."""
+    """Each telemetry setting is a config field, in docs/configuration.md and in .env.example."""
     from aiorch.devstack.docs import ROOT
     from aiorch.runtime.config import Settings
 
     assert name.lower() in Settings.model_fields
-    assert f"`{name}`" in (ROOT / "README.md").read_text(encoding="utf-8")
+    assert f"`{name}`" in (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
     assert f"{name}=" in (ROOT / ".env.example").read_text(encoding="utf-8")
