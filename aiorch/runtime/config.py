@@ -44,6 +44,7 @@ from aiorch.runtime.config_sources import (
     temporal_from_profile,
 )
 from aiorch.runtime.errors import ConfigError as ConfigError
+from aiorch.runtime.review_policies import PolicySpec, check_groups, check_policies, policy_for
 from aiorch.runtime.temporal_profile import TemporalTls
 from workflows.engine.identity import KeySpecError, parse_review_keys
 from workflows.payloads import DEFAULT_TENANT, TENANT_PATTERN, ReviewKey
@@ -175,6 +176,12 @@ class Settings(BaseSettings):
     reviewer_key_file: Path | None = None
     # How long a signed review stays valid after it is made (checked against workflow time).
     review_token_ttl_s: float = Field(default=600.0, gt=0, le=7 * 86400)
+    # Review policies per pipeline (and per tenant: "documents@acme"), JSON: stages (a group, its
+    # quorum, its deadline), rejections that end a round, auto-approve rules
+    # (aiorch.runtime.review_policies, docs/reviews.md); and the groups' members, JSON
+    # {"finance": ["alice", "bob"]}. Unset: one decision from one allowed reviewer decides.
+    review_policies: Annotated[dict[str, PolicySpec], NoDecode] = Field(default_factory=dict)
+    review_groups: Annotated[dict[str, list[str]], NoDecode] = Field(default_factory=dict)
     # The review inbox (aiorch inbox serve): where it listens, the URL reviewers open
     # (links in `starter.py start` and in notifications), its signing key (its public half is
     # an `inbox:KEY:*` entry of REVIEW_PUBLIC_KEYS) and how it authenticates reviewers: hashed
@@ -312,7 +319,14 @@ class Settings(BaseSettings):
             return split_list(value) or None
         return value
 
-    @field_validator("llm_price_table", "llm_rate_limits", "tenant_budgets_usd", mode="before")
+    @field_validator(
+        "llm_price_table",
+        "llm_rate_limits",
+        "tenant_budgets_usd",
+        "review_policies",
+        "review_groups",
+        mode="before",
+    )
     @classmethod
     def _decode_json(cls, value: Any) -> Any:
         if not isinstance(value, str):
@@ -331,6 +345,25 @@ class Settings(BaseSettings):
             if not usd > 0:
                 raise ValueError(f"the budget of {tenant!r} must be more than 0")
         return value
+
+    @field_validator("review_groups")
+    @classmethod
+    def _review_groups(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        check_groups(value)
+        return value
+
+    @model_validator(mode="after")
+    def _review_policies(self) -> Settings:
+        try:
+            check_policies(self.review_policies, self.review_groups)
+        except ValueError as err:
+            raise ConfigError(f"REVIEW_POLICIES: {err}") from None
+        return self
+
+    def review_policy(self, pipeline: str, tenant: str) -> tuple[str, PolicySpec] | None:
+        """The review policy of ``pipeline``'s runs for ``tenant`` (its key and itself), if the
+        operator set one (REVIEW_POLICIES: the tenant's, else the pipeline's)."""
+        return policy_for(self.review_policies, pipeline, tenant)
 
     @field_validator("capacity_store_url")
     @classmethod
