@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
-from aiorch.ops.reviews import ReviewOutcome, decision_for_round, for_each_round, update_id
+from aiorch.ops.reviews import (
+    ReviewOutcome,
+    decision_for_round,
+    for_each_round,
+    update_id,
+    vote_in_round,
+)
 from tests.builders import history_entry
-from workflows.payloads import HistoryEntry, ReviewDecision, RunStatus
+from workflows.payloads import HistoryEntry, ReviewDecision, ReviewProgress, RunStatus
 
 
 def decided(event: str, reviewer: str, review_round: int) -> HistoryEntry:
@@ -44,3 +50,33 @@ def test_each_round_gets_its_own_decision_and_update_id() -> None:
     assert (first.review_round, second.review_round) == (1, 2)
     assert update_id("w1", first.review_round, "cli") != update_id("w1", second.review_round, "cli")
     assert decide("w1", None).review_round is None
+
+
+def test_a_vote_counted_under_a_quorum_is_applied_and_says_what_remains() -> None:
+    """A vote the round counted (a review_vote note for this reviewer, decision and round) is
+    applied and described with the tally; another reviewer's vote or another decision is not
+    this one's; once the round is decided by someone else, the vote still counted."""
+    approve = ReviewDecision(decision="approve", reviewer="ann", review_round=1)
+    vote = history_entry(
+        "await_review",
+        "await_review",
+        "review_vote",
+        reviewer="ann",
+        review_round=1,
+        vote="approve",
+    )
+    tally = ReviewProgress(policy="p", approvals=["ann"], approvals_needed=2)
+    status = RunStatus(
+        state="await_review", status="WaitingForInput", progress=60, history=[vote], review=tally
+    )
+    counted = ReviewOutcome(approve, status, None, vote_in_round([vote], 1, "ann"))
+    assert counted.applied and counted.applied_as_sent
+    assert counted.describe("w1", where=False) == (
+        "w1: approve counted (round 1): 1 of 2 approvals: ann; the round waits for more reviewers"
+    )
+    assert vote_in_round([vote], 1, "bob") is None and vote_in_round([vote], 2, "ann") is None
+    reject = ReviewDecision(decision="reject", reviewer="ann", review_round=1)
+    assert not ReviewOutcome(reject, status, None, vote).applied
+    bob = decided("approve", "bob", 1)
+    later = ReviewOutcome(approve, status, bob, vote_in_round([vote, bob], 1, "ann"))
+    assert later.applied and "then decided" in later.describe("w1")
