@@ -25,6 +25,7 @@ from workflows.payloads import (
     REFERENCE_SCHEMES,
     RequestBase,
     ReviewMode,
+    ReviewProgress,
     RunResult,
     describe_validation_error,
 )
@@ -212,6 +213,18 @@ def start(
     run_async(start_and_report)
 
 
+def review_line(progress: ReviewProgress) -> str:
+    """Where a waiting round stands: ``policy two-of-finance, stage 1 of 2 (group finance): 1
+    of 2 approvals: alice``, or the tally alone without a policy."""
+    if progress.policy is None:
+        return progress.describe()
+    group = f" (group {progress.group})" if progress.group else ""
+    return (
+        f"policy {progress.policy}, stage {progress.stage + 1} of {progress.stages}{group}: "
+        f"{progress.describe()}"
+    )
+
+
 @one_line_errors
 def status(workflow_id: Annotated[str, typer.Argument(help="the run's id")]) -> None:
     """Show where a run is: state, status, progress, attempts, model, last error."""
@@ -223,6 +236,8 @@ def status(workflow_id: Annotated[str, typer.Argument(help="the run's id")]) -> 
         for key in keys:
             value = getattr(current, key)
             table.add_row(key, plain(f"{value}%" if key == "progress" else value))
+        if current.review is not None:
+            table.add_row("review", plain(review_line(current.review)))
         table.add_row("tenant", plain(current.tenant))
         table.add_row("cost", f"${current.cost_usd:.4f}")
         table.add_row("web ui", plain(web_ui_run_url(settings, workflow_id)))

@@ -26,10 +26,20 @@ from typing import get_args
 from temporalio.client import Client
 
 from workflows import contract
+from workflows.engine.graph import Event
 from workflows.payloads import NOTE_REVIEW_VOTE, Decision, HistoryEntry, ReviewDecision, RunStatus
 
-# A history entry whose event is a decision records a review (its round, its reviewer).
-DECISION_EVENTS: frozenset[str] = frozenset(get_args(Decision))
+CORRECT = Event.CORRECT.value
+# A history entry whose event is a decision records a review (its round, its reviewer): an
+# approval with corrected fields records the event ``correct``.
+DECISION_EVENTS: frozenset[str] = frozenset({*get_args(Decision), CORRECT})
+
+
+def recorded_event(decision: ReviewDecision) -> str:
+    """The history event a decision records: its own, or ``correct`` for an approval with
+    corrected fields."""
+    return CORRECT if decision.fields is not None else decision.decision
+
 
 DecisionFor = Callable[[str, int | None], ReviewDecision]
 """Builds the (unsigned) decision for ``(workflow_id, review_round)``; the round is None when
@@ -86,7 +96,7 @@ class ReviewOutcome:
         recorded = self.recorded
         return (
             recorded is not None
-            and recorded.event == self.sent.decision
+            and recorded.event == recorded_event(self.sent)
             and recorded.reviewer == self.sent.reviewer
             and recorded.review_round == self.sent.review_round
         )
@@ -108,7 +118,10 @@ class ReviewOutcome:
         return (
             self.vote_counted
             or recorded is None
-            or (recorded.event == self.sent.decision and recorded.reviewer == self.sent.reviewer)
+            or (
+                recorded.event == recorded_event(self.sent)
+                and recorded.reviewer == self.sent.reviewer
+            )
         )
 
     def describe(self, workflow_id: str, *, where: bool = True) -> str:

@@ -185,8 +185,7 @@ def check_review_policies(settings: Settings) -> None:
         pipeline = by_name.get(pipeline_of(key))
         if pipeline is None:
             raise ConfigError(
-                f"REVIEW_POLICIES: {key!r} names no pipeline of this worker "
-                f"({', '.join(by_name)})"
+                f"REVIEW_POLICIES: {key!r} names no pipeline of this worker ({', '.join(by_name)})"
             )
         for rule in policy.auto_approve:
             for condition in rule.when:

@@ -1,7 +1,9 @@
-"""What counts as an applied review: the run's record of the round, not the update's answer."""
+"""What counts as an applied review: the run's record of the round, not the update's answer;
+and what an exported correction says changed."""
 
 from __future__ import annotations
 
+from aiorch.ops.corrections import field_changes
 from aiorch.ops.reviews import (
     ReviewOutcome,
     decision_for_round,
@@ -80,3 +82,28 @@ def test_a_vote_counted_under_a_quorum_is_applied_and_says_what_remains() -> Non
     bob = decided("approve", "bob", 1)
     later = ReviewOutcome(approve, status, bob, vote_in_round([vote, bob], 1, "ann"))
     assert later.applied and "then decided" in later.describe("w1")
+
+
+def test_an_approval_with_corrected_fields_is_applied_as_a_correction() -> None:
+    """An approval carrying fields records the event ``correct``: that is this decision, applied;
+    a plain approval of the same round by the same reviewer is not it."""
+    fields = ReviewDecision(decision="approve", reviewer="ann", review_round=1, fields={"a": 1})
+    corrected = history_entry("await_review", "validate", "correct", reviewer="ann", review_round=1)
+    assert decision_for_round([corrected], 1) == corrected
+    assert outcome(fields, [corrected]).applied
+    plain = ReviewDecision(decision="approve", reviewer="ann", review_round=1)
+    assert not outcome(plain, [corrected]).applied
+
+
+def test_an_example_lists_the_fields_a_reviewer_changed() -> None:
+    """Corrected fields become changes: each top-level field whose value differs, in the order
+    the fields came; identical objects, or anything but two objects, change nothing."""
+    before = {"total": "25.00", "vendor": "Acme", "tax": "1"}
+    after = {"total": "22.20", "vendor": "Acme", "note": "fixed"}
+    assert [(c.field, c.before, c.after) for c in field_changes(before, after)] == [
+        ("total", "25.00", "22.20"),
+        ("tax", "1", None),
+        ("note", None, "fixed"),
+    ]
+    assert field_changes(before, dict(before)) == []
+    assert field_changes("v1", "v2") == []
