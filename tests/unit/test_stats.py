@@ -16,7 +16,7 @@ def step(source: str, target: str, event: str, seconds: float, **more: str) -> H
         to_state=target,
         event=event,
         at=T0 + timedelta(seconds=seconds),
-        **more,  # type: ignore[arg-type]
+        **more,
     )
 
 
