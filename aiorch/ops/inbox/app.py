@@ -370,7 +370,7 @@ class Inbox:
         typed is kept for the run's page, when the browser says the form was this inbox's own
         (``Sec-Fetch-Site: same-origin``, or a browser that does not say)."""
         if request.headers.get("sec-fetch-site") in (None, "same-origin"):
-            self.keep_draft(request, form, workflow_id)
+            self.keep_draft(request, form, workflow_id, stale=True)
         if reviewer is None:
             return self.unauthorized(
                 request,
@@ -391,8 +391,11 @@ class Inbox:
             link_text="Open the run again",
         )
 
-    def keep_draft(self, request: Request, form: Any, workflow_id: str) -> None:
-        """Keep what the reviewer typed in ``workflow_id``'s form for its page."""
+    def keep_draft(
+        self, request: Request, form: Any, workflow_id: str, *, stale: bool = False
+    ) -> None:
+        """Keep what the reviewer typed in ``workflow_id``'s form for its page (``stale``: the
+        form was not sent because its session had ended or changed)."""
         fields = form.get("fields")
         request.session[DRAFT_KEY] = self.drafts.keep(
             workflow_id,
@@ -401,6 +404,7 @@ class Inbox:
             fields=fields if isinstance(fields, str) else None,
             review_round=_field(form, "review_round"),
             max_feedback=MAX_FEEDBACK_CHARS,
+            stale=stale,
         )
 
     async def send(self, target: ReviewTarget, decision: ReviewDecision) -> dict[str, str]:

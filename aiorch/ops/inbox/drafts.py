@@ -28,7 +28,9 @@ MAX_FIELDS_CHARS: Final = 64 * 1024
 
 @dataclass(frozen=True)
 class Draft:
-    """What a reviewer had typed in a run's review form, and when it was kept."""
+    """What a reviewer had typed in a run's review form, when it was kept, and whether it was
+    kept because the form's session had ended or changed (``stale``; else the form was
+    refused, or the reviewer went back from confirming a reject, and the page says why)."""
 
     workflow_id: str
     decision: str
@@ -36,6 +38,7 @@ class Draft:
     fields: str | None
     review_round: str
     kept_at: datetime
+    stale: bool = False
 
 
 @dataclass
@@ -56,6 +59,7 @@ class Drafts:
         fields: str | None,
         review_round: str,
         max_feedback: int,
+        stale: bool = False,
     ) -> str:
         """Keep what was typed (each part cut to what a form may hold); returns its id."""
         draft = Draft(
@@ -65,6 +69,7 @@ class Drafts:
             fields=fields[:MAX_FIELDS_CHARS] if fields is not None else None,
             review_round=review_round[:12],
             kept_at=self.clock(),
+            stale=stale,
         )
         draft_id = secrets.token_urlsafe(DRAFT_ID_BYTES)
         self._kept[draft_id] = draft
