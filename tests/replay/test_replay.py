@@ -33,6 +33,8 @@ def test_histories_are_recorded() -> None:
         "continued_reedit_loop",
         "capacity_wait",
         "budget_approved",
+        "quorum_two_approvals",
+        "auto_approved",
     } <= names
 
 
