@@ -139,13 +139,13 @@ async def test_export_writes_exactly_the_reedits_and_corrections_made(
     for e in reedits:
         assert e["answered"] and e["before"] != e["after"], e
         assert e["after"].startswith("Simulated answer") and "revised per feedback" in e["after"]
-        assert e["pipeline"] == "AiOrchestrator" and e["pipeline_version"].startswith("graph-")
+        assert e["pipeline"] == "llm" and e["pipeline_version"].startswith("graph-")
         assert e["input"]["user_message"].startswith("Summarise report")
     assert sorted((e["reviewer"], e["review_round"]) for e in reedits) == sorted(
         (f"ann{i}", r) for i in range(RUNS) for r in (1, 2)
     )
     for e in (e for e in examples if e["kind"] == "correct"):
-        assert e["reviewer"] == "carol" and e["pipeline"] == "DocumentPipeline"
+        assert e["reviewer"] == "carol" and e["pipeline"] == "documents"
         assert e["changes"] == [{"field": "total", "before": "25.00", "after": "22.20"}]
 
     none = starter(

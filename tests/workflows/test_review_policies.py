@@ -348,7 +348,7 @@ async def test_reedits_are_kept_as_data_with_the_reply_before_and_after(
         ("reedit", "ann", 1, "shorter", "v1", "v2", True),
         ("reedit", "bob", 2, "cite it", "v2", "v3", True),
     ]
-    assert {c.pipeline for c in result.corrections} == {contract.WORKFLOW_TYPE}
+    assert {c.pipeline for c in result.corrections} == {"llm"}
     assert all(c.pipeline_version.startswith("graph-") for c in result.corrections)
 
 
@@ -418,4 +418,4 @@ async def test_a_correction_is_kept_with_the_fields_before_and_after(
     assert (correction.kind, correction.reviewer, correction.review_round) == ("correct", "ann", 1)
     assert isinstance(correction.before, dict) and correction.before["total"] == "25.00"
     assert correction.after == documents.VALID
-    assert correction.pipeline == "DocumentPipeline" and correction.answered
+    assert correction.pipeline == "documents" and correction.answered

@@ -79,6 +79,11 @@ class Context(Generic[RequestT, StateT]):
         return self.pipeline.subject(self)
 
     @property
+    def pipeline_name(self) -> str:
+        """The short name of the pipeline the run runs (its graph's name without one)."""
+        return self.pipeline.name if self.pipeline is not None else self.graph.name
+
+    @property
     def pipeline_version(self) -> str:
         """The version of the pipeline the run runs (empty without one)."""
         return self.pipeline.version if self.pipeline is not None else ""

@@ -195,7 +195,7 @@ def enter(
             review_round=run.review_round,
             rule=rule.name,
         )
-        observability.count_auto_approval(ctx.graph.name, rule.name)
+        observability.count_auto_approval(ctx.pipeline_name, rule.name)
         return
     commands.notify_reviewers(run, plan, "review_needed")
 
@@ -313,7 +313,7 @@ def apply(ctx: Context[Any, Any], decision: ReviewDecision) -> None:
         record_correction(ctx, decision)
     if run.round_started_at is not None:
         observability.record_approval_delay(
-            graph.name,
+            ctx.pipeline_name,
             tally.group if tally is not None else None,
             event_of(decision),
             (workflow.now() - run.round_started_at).total_seconds(),
@@ -345,7 +345,7 @@ def record_correction(ctx: Context[Any, Any], decision: ReviewDecision) -> None:
             reviewer=decision.reviewer,
             review_round=run.review_round,
             at=workflow.now(),
-            pipeline=ctx.graph.name,
+            pipeline=ctx.pipeline_name,
             pipeline_version=ctx.pipeline_version,
             feedback=decision.feedback,
             before=ctx.subject().value,
