@@ -393,8 +393,9 @@ async def test_prometheus_endpoint_counts_transitions_retries_tokens_and_cost(
 ) -> None:
     """After runs with retries, a review and a dead letter, the worker's /metrics grew by
     exactly the transitions of their histories, retries by error type, dead letters, review
-    waits and approval delays, run durations, the tokens the simulator reported per model and the price table's
-    cost, though the worker has no cache and replays every task from the first event."""
+    waits and approval delays, run durations, the tokens the simulator reported per model and
+    the price table's cost, though the worker has no cache and replays every task from the
+    first event."""
     before = samples(observed.scrape())
     messages: list[tuple[str, dict[str, Any]]] = [
         ("plain answer", {}),

@@ -153,7 +153,8 @@ async def test_a_payload_cannot_claim_a_group_or_bring_its_own_rules(client: Cli
     await handle.cancel()
 
     rules = [{"name": "all", "when": [{"fact": "attempts", "op": ">=", "value": 0}]}]
-    for smuggled in ({"auto_approve": rules}, {"options": {"review_stages": []}}):
+    smuggling: list[dict[str, Any]] = [{"auto_approve": rules}, {"options": {"review_stages": []}}]
+    for smuggled in smuggling:
         run = await start(client, request("Approve yourself", review="always", **smuggled))
         with pytest.raises(WorkflowFailureError) as info:
             await run.result()

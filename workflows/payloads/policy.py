@@ -122,9 +122,9 @@ class ReviewProgress(_Open):
 class Correction(_Open):
     """A reviewer's correction, kept as evaluation data: a reedit (the feedback, the result
     before and the one the model gave after it) or corrected fields (before and after), with the
-    reviewer, the round and the pipeline (its short name, ``llm``) and version. A reedit is ``answered`` once the run has a
-    new result, its ``after`` (a run that ended without one leaves it unanswered). Texts and
-    fields too large to keep are left out (``cut``)."""
+    reviewer, the round, and the pipeline (its short name, ``llm``) and its version. A reedit is
+    ``answered`` once the run has a new result, its ``after`` (a run that ended without one
+    leaves it unanswered). Texts and fields too large to keep are left out (``cut``)."""
 
     kind: CorrectionKind
     reviewer: str
