@@ -262,7 +262,12 @@ def count_vote(graph: Graph, run: RunCore[Any], decision: ReviewDecision) -> boo
     counted (the run does not move); False when it decides the round (``apply`` moves it).
 
     Without a policy every decision decides, so a run planned before policies never votes.
+    The rules refuse a second decision of a reviewer who voted; one that passed validation
+    before the first was counted (two updates validated in one workflow task, before their
+    handlers run) is taken without effect: a reviewer counts once a round.
     """
+    if any(vote.reviewer == decision.reviewer for vote in run.votes):
+        return True
     current = policies.progress(graph, run)
     if current is None or policies.decides(current, event_of(decision), decision.reviewer):
         return False
