@@ -378,9 +378,11 @@ class LlmActivities:
         )
         try:
             text = reply_text(completion, call.workflow_id)
+            confidence: float | None = None
             if call.output_schema is None:
                 reply = parse_reply(text)
                 content, needs_review, data = reply.content, reply.needs_review, None
+                confidence = reply.confidence
             else:
                 content, needs_review, data = text, False, parse_object(text)
             check_reply_size(content, call.max_reply_chars)
@@ -390,6 +392,7 @@ class LlmActivities:
         return LlmCallResult(
             content=content,
             needs_review=needs_review,
+            confidence=confidence,
             data=data,
             model=model,
             usage=tokens,

@@ -103,6 +103,7 @@ class PipelineActivities:
             self._review_keys,
             system_prompt="",
             user_prompt="",
+            pipeline_name=record.name,
             pipeline=record,
             input_digest=input_digest(request.input),
         )

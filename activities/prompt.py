@@ -28,6 +28,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.capacity import unbudgeted_tenant
 from aiorch.runtime.config import DEFAULT_MAX_INPUT_BYTES, Settings
+from aiorch.runtime.review_policies import PolicyUnmet, resolve
 from workflows import contract, errors
 from workflows.engine.identity import start_claim_problem
 from workflows.payloads import (
@@ -68,7 +69,8 @@ SYSTEM_PROMPT = (
     "You are a careful assistant inside an automated pipeline. Answer the user's request. "
     'Reply with ONLY a JSON object of the form {"content": string, "needs_review": boolean} '
     "and nothing else: no Markdown, no code fences. Set needs_review to true when a human "
-    "should check the answer before it is used (uncertain facts, sensitive or risky content)."
+    "should check the answer before it is used (uncertain facts, sensitive or risky content). "
+    'You may add "confidence": a number from 0 to 1, how sure you are that the answer is right.'
 )
 CORRECTIVE_INSTRUCTION = (
     "Your previous reply could not be used: it was not a single JSON object of the form "
@@ -386,6 +388,7 @@ class PromptActivities:
             self._settings,
             request,
             self._review_keys,
+            pipeline_name=contract.PIPELINE_LLM,
             system_prompt=SYSTEM_PROMPT,
             user_prompt=user_prompt,
             input_ref=input_ref,
@@ -400,13 +403,18 @@ def planned(
     settings: Settings,
     request: RequestBase,
     review_keys: list[ReviewKey],
+    *,
+    pipeline_name: str,
     **prompt: Any,
 ) -> P:
-    """A run's plan (a ``plan_type``): its ``prompt`` fields, with every setting the run will
-    use resolved once from the worker's configuration and the request.
+    """A run's plan (a ``plan_type``) for a run of ``pipeline_name`` (its short name, which
+    picks its review policy): its ``prompt``
+    fields, with every setting the run will use resolved once from the worker's configuration
+    and the request.
 
     Raises:
-        ApplicationError: ``InvalidRequest`` when the request's reviewers leave nobody.
+        ApplicationError: ``InvalidRequest`` when the request's reviewers leave nobody, or fewer
+            than the pipeline's review policy needs.
     """
     cfg, opts = settings, request.options
     review, reviewers = review_policy(cfg, request)
@@ -414,6 +422,19 @@ def planned(
     refused = unbudgeted_tenant(tenant, cfg.tenant_budget(tenant), cfg.tenant_budgeted)
     if refused is not None:
         raise ApplicationError(refused, type=errors.INVALID_REQUEST, non_retryable=True)
+    try:
+        reviewed = resolve(
+            cfg.review_policy(pipeline_name, tenant),
+            cfg.review_groups,
+            allowed=reviewers,
+            requested_by=request.requested_by,
+            review_timeout_s=cfg.review_timeout_s,
+            escalation_timeout_s=cfg.escalation_timeout_s,
+            asked_review_timeout_s=opts.review_timeout_s,
+            asked_escalation_timeout_s=opts.escalation_timeout_s,
+        )
+    except PolicyUnmet as err:
+        raise ApplicationError(str(err), type=errors.INVALID_REQUEST, non_retryable=True) from None
     return plan_type(
         **prompt,
         # The LLM calls (a request may lower its attempts).
@@ -434,8 +455,9 @@ def planned(
         review_token_binds_run=True,
         budget_decisions_signed=True,
         review_token_ttl_s=cfg.review_token_ttl_s,
-        review_timeout_s=lowered(cfg.review_timeout_s, opts.review_timeout_s),
-        escalation_timeout_s=lowered(cfg.escalation_timeout_s, opts.escalation_timeout_s),
+        review_timeout_s=reviewed.review_timeout_s,
+        escalation_timeout_s=reviewed.escalation_timeout_s,
+        **reviewed.plan_fields(),
         max_feedback_chars=cfg.max_feedback_chars,
         reedit_rounds_per_run=cfg.reedit_rounds_per_run,
         notify=cfg.notifications_enabled,

@@ -8,6 +8,8 @@ from typing import Final
 from temporalio.common import SearchAttributeKey
 
 WORKFLOW_TYPE: Final = "AiOrchestrator"
+# The LLM pipeline's short name (``--pipeline llm``, REVIEW_POLICIES keys).
+PIPELINE_LLM: Final = "llm"
 DEFAULT_TASK_QUEUE: Final = "ai-orchestrator"
 
 SIGNAL_REVIEW: Final = "review"

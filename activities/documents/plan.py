@@ -17,7 +17,7 @@ from temporalio import activity
 
 from activities.prompt import context_suffix, planned
 from aiorch.runtime.config import Settings
-from workflows.documents.contract import ACTIVITY_PLAN_DOCUMENT
+from workflows.documents.contract import ACTIVITY_PLAN_DOCUMENT, PIPELINE_DOCUMENTS
 from workflows.documents.payloads import DocumentPlan, PlanDocumentInput
 from workflows.documents.schemas import ExtractionSchema, schema_named
 
@@ -57,6 +57,7 @@ class DocumentPlanActivities:
             self._settings,
             request,
             self._review_keys,
+            pipeline_name=PIPELINE_DOCUMENTS,
             system_prompt=extraction_prompt(schema),
             user_prompt=f"{document}{context_suffix(request.metadata)}\n\n{ASK}",
             input_ref=request.document if request.is_reference else None,

@@ -5,7 +5,7 @@ what they act on, one module each.
 module              commands
 ==================  ===================================================================
 ``runs``            ``start``, ``status``, ``history``, ``list``, ``cancel``
-``reviews``         ``review``, ``review-all``
+``reviews``         ``review``, ``review-all``, ``reviews export``
 ``dlq``             ``dlq list``, ``dlq redrive``
 ``ops``             ``stats``, ``stuck``, ``codec-server``
 ``keys``            ``keys payload``, ``keys reviewer NAME``, ``keys revoke KEY_ID``
@@ -43,6 +43,7 @@ COMMANDS: Mapping[str, str] = MappingProxyType(
         "result": "runs",
         "review": "reviews",
         "review-all": "reviews",
+        "reviews": "reviews",
         "dlq": "dlq",
         "stats": "ops",
         "stuck": "ops",

@@ -18,7 +18,7 @@ from aiorch.cli.output import CliError, one_line_errors, out, plain, print_json,
 from aiorch.cli.session import run_async
 from aiorch.ops import codec_server, pipelines
 from aiorch.ops.durations import format_duration, parse_duration
-from aiorch.ops.stats import DurationSummary, RunStats, collect_stats
+from aiorch.ops.stats import NO_GROUP, DurationSummary, RunStats, collect_stats
 from aiorch.ops.stuck import StuckAction, StuckRun, applies, apply_action, find_stuck
 from aiorch.runtime.config import Settings, load_settings
 
@@ -60,6 +60,16 @@ def _stats_json(result: RunStats) -> str:
             "processing_s": {k: _seconds(v) for k, v in result.processing.items()},
             "approval_delay_s": _seconds(result.approval_delay),
             "approvals": result.approval_delay.samples,
+            "approval_delay_by_group": [
+                {
+                    "pipeline": pipeline,
+                    "group": group,
+                    "approval_delay_s": _seconds(value),
+                    "approvals": value.samples,
+                }
+                for (pipeline, group), value in result.approval_by.items()
+            ],
+            "auto_approved": result.auto_approved,
             "runs_sampled": result.runs_sampled,
         }
     )
@@ -93,6 +103,11 @@ def stats(
     overall = result.processing.get("all", DurationSummary(None, 0))
     out.print(f"average processing time: {_mean_text(overall, 'finished runs')}")
     out.print(f"average approval delay: {_mean_text(result.approval_delay, 'approvals')}")
+    for (pipeline, group), value in result.approval_by.items():
+        by = "no group" if group == NO_GROUP else f"group {group}"
+        out.print(plain(f"  {pipeline}, {by}: {_mean_text(value, 'approvals')}"))
+    if result.auto_approved:
+        out.print(f"approved by an auto-approve rule: {result.auto_approved}")
 
 
 def _show_stuck(runs: list[StuckRun], targets: int, title: str, as_json: bool) -> None:

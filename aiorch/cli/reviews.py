@@ -1,15 +1,20 @@
-"""Review commands: decide one run (``review``) or every run waiting in a state (``review-all``).
+"""Review commands: decide one run (``review``) or every run waiting in a state (``review-all``),
+and export reviewers' corrections as evaluation examples (``reviews export``).
 
-Both sign each decision for its run and round with ``REVIEWER_KEY`` (or ``REVIEWER_KEY_FILE``)
-when one is configured, and send it through ``aiorch.ops.reviews.submit_review``.
+Both deciding commands sign each decision for its run and round with ``REVIEWER_KEY`` (or
+``REVIEWER_KEY_FILE``) when one is configured, and send it through
+``aiorch.ops.reviews.submit_review``.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
 from functools import partial
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -18,9 +23,17 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
 from aiorch.cli import choices
-from aiorch.cli.output import CliError, err_console, one_line_errors, out, plain
+from aiorch.cli.output import (
+    CliError,
+    command_group,
+    err_console,
+    one_line_errors,
+    out,
+    plain,
+)
 from aiorch.cli.session import about_run, fetch_status, run_async
-from aiorch.ops import reviews
+from aiorch.ops import corrections, reviews
+from aiorch.ops.durations import parse_duration
 from aiorch.ops.signing import SigningKey, signing_key_from_settings
 from aiorch.runtime.config import Settings, load_settings
 from workflows.engine.graph import AWAIT_REVIEW
@@ -221,7 +234,75 @@ def review_all(
     run_async(send_all)
 
 
+reviews_app = command_group("Reviewers' work as data: export their corrections.")
+
+
+class ExportFormat(StrEnum):
+    JSONL = "jsonl"
+
+
+def moment(text: str, option: str) -> datetime:
+    """An ISO 8601 date or time (UTC unless it says), or a duration back from now (``7d``).
+
+    Raises:
+        CliError: neither.
+    """
+    try:
+        parsed = datetime.fromisoformat(text.strip())
+    except ValueError:
+        try:
+            return datetime.now(UTC) - parse_duration(text)
+        except ValueError:
+            raise CliError(
+                f"{option}: {text!r} is neither a date or time (2026-11-01, "
+                "2026-11-01T09:30:00Z) nor a duration back from now (7d, 12h)"
+            ) from None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+@reviews_app.command("export")
+@one_line_errors
+def export(
+    since: Annotated[
+        str, typer.Option(help="corrections made since then: 2026-11-01, or 7d back from now")
+    ],
+    until: Annotated[str | None, typer.Option(help="and before then (default: now)")] = None,
+    pipeline: Annotated[
+        str | None, typer.Option(callback=choices.pipeline, help=choices.PIPELINE_HELP)
+    ] = None,
+    output_format: Annotated[
+        ExportFormat, typer.Option("--format", help="one JSON object a line")
+    ] = ExportFormat.JSONL,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="write here instead of stdout")
+    ] = None,
+    with_input: Annotated[
+        bool, typer.Option("--input/--no-input", help="include each run's request")
+    ] = True,
+) -> None:
+    """Write every reedit (feedback, reply before and after) and every correction (fields
+    before and after) that reviewers made in runs that have ended, one evaluation example a
+    line, with the reviewer, the round and the pipeline's version."""
+    start = moment(since, "--since")
+    end = moment(until, "--until") if until is not None else None
+
+    async def fetch(client: Client, settings: Settings) -> list[corrections.Example]:
+        return await corrections.export(
+            client, start, until=end, pipeline=pipeline, with_input=with_input
+        )
+
+    examples = run_async(fetch)
+    lines = "".join(f"{example.model_dump_json()}\n" for example in examples)
+    if output is None:
+        sys.stdout.write(lines)
+    else:
+        output.write_text(lines, encoding="utf-8")
+    runs = len({example.workflow_id for example in examples})
+    err_console.print(f"{len(examples)} example(s) from {runs} run(s) ({output_format.value})")
+
+
 def register(app: typer.Typer) -> None:
     """Add these commands to ``app``."""
     app.command()(review)
     app.command("review-all")(review_all)
+    app.add_typer(reviews_app, name="reviews")

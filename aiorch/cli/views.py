@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 from aiorch.cli.output import out, plain, print_json, print_table
-from workflows.payloads import RunStatus
+from workflows.payloads import ReviewProgress, RunStatus
 
 # What `status` shows, in this order (the fields of RunStatus, and what the CLI adds).
 STATUS_FIELDS = (
@@ -24,6 +24,7 @@ STATUS_FIELDS = (
     "progress",
     "attempts",
     "review_round",
+    "review",
     "model",
     "last_error",
     "error_details",
@@ -50,9 +51,23 @@ def status_document(
     }
 
 
+def review_line(progress: ReviewProgress) -> str:
+    """Where a waiting round stands: ``policy two-of-finance, stage 1 of 2 (group finance): 1
+    of 2 approvals: alice``, or the tally alone without a policy."""
+    if progress.policy is None:
+        return progress.describe()
+    group = f" (group {progress.group})" if progress.group else ""
+    return (
+        f"policy {progress.policy}, stage {progress.stage + 1} of {progress.stages}{group}: "
+        f"{progress.describe()}"
+    )
+
+
 def _shown(key: str, value: Any) -> str:
     if value is None or value == []:
         return "-"
+    if key == "review":
+        return review_line(ReviewProgress.model_validate(value))
     if key == "progress":
         return f"{value}%"
     if key == "cost_usd":

@@ -29,11 +29,13 @@ from aiorch.ops.retries import retrying
 from workflows import contract
 from workflows.engine.graph import Event
 from workflows.engine.reviews import event_of
-from workflows.payloads import Decision, HistoryEntry, ReviewDecision, RunStatus
+from workflows.payloads import NOTE_REVIEW_VOTE, Decision, HistoryEntry, ReviewDecision, RunStatus
 
-# A history entry whose event is a decision records a review (its round, its reviewer); an
-# approval with corrected fields is recorded as the ``correct`` event.
-DECISION_EVENTS: frozenset[str] = frozenset(get_args(Decision)) | {Event.CORRECT}
+CORRECT = Event.CORRECT.value
+# A history entry whose event is a decision records a review (its round, its reviewer): an
+# approval with corrected fields records the event ``correct``.
+DECISION_EVENTS: frozenset[str] = frozenset({*get_args(Decision), CORRECT})
+
 
 DecisionFor = Callable[[str, int | None], ReviewDecision]
 """Builds the (unsigned) decision for ``(workflow_id, review_round)``; the round is None when
@@ -69,19 +71,24 @@ def update_id(workflow_id: str, review_round: int | None, reviewer: str) -> str:
 
 @dataclass(frozen=True)
 class ReviewOutcome:
-    """What a sent review led to: the status after it and the decision the round recorded."""
+    """What a sent review led to: the status after it, the decision the round recorded, and,
+    under a review policy, the vote the round counted for this reviewer without deciding."""
 
     sent: ReviewDecision
     status: RunStatus
     recorded: HistoryEntry | None
+    counted: HistoryEntry | None = None
 
     @property
     def applied(self) -> bool:
-        """True when the run's history records this very decision (decision, reviewer, round).
+        """True when the run's history records this very decision (decision, reviewer, round),
+        as the round's decision or as a vote it counted.
 
         False for a cached result of an earlier, different decision with the same update id,
         and when the run returned no record of the round at all.
         """
+        if self.vote_counted:
+            return True
         recorded = self.recorded
         return (
             recorded is not None
@@ -91,29 +98,51 @@ class ReviewOutcome:
         )
 
     @property
+    def vote_counted(self) -> bool:
+        """True when the round counted this decision as a vote (a quorum not reached by it)."""
+        counted = self.counted
+        return (
+            counted is not None
+            and counted.vote == self.sent.decision
+            and (self.recorded is None or self.recorded.reviewer != self.sent.reviewer)
+        )
+
+    @property
     def applied_as_sent(self) -> bool:
         """False when the round was decided by an earlier, different decision."""
         recorded = self.recorded
-        return recorded is None or (
-            recorded.event == event_of(self.sent) and recorded.reviewer == self.sent.reviewer
+        return (
+            self.vote_counted
+            or recorded is None
+            or (recorded.event == event_of(self.sent) and recorded.reviewer == self.sent.reviewer)
         )
 
-    def describe(self, workflow_id: str) -> str:
-        """One line for the reviewer."""
+    def describe(self, workflow_id: str, *, where: bool = True) -> str:
+        """One line for the reviewer; ``where``: with the state the run was in when it
+        answered (the inbox leaves it out: by the time the page shows, the run has moved on)."""
         status = self.status
         round_text = f"round {self.sent.review_round}" if self.sent.review_round else "review"
+        now = f"; now {status.state} ({status.status})" if where else ""
         recorded = self.recorded
+        if self.vote_counted and recorded is None:
+            tally = status.review.describe() if status.review is not None else "counted"
+            return (
+                f"{workflow_id}: {self.sent.decision} counted ({round_text}): {tally}; the "
+                "round waits for more reviewers"
+            )
+        if self.vote_counted:
+            assert recorded is not None
+            return (
+                f"{workflow_id}: {self.sent.decision} counted ({round_text}); the round was "
+                f"then decided: {recorded.detail or recorded.event}{now}"
+            )
         if recorded is None and self.sent.review_round:
             return (
                 f"{workflow_id}: {self.sent.decision} sent for {round_text}, but the run shows "
-                f"no decision for it (see `starter.py history {workflow_id}`); "
-                f"now {status.state} ({status.status})"
+                f"no decision for it (see `starter.py history {workflow_id}`){now}"
             )
         if self.applied_as_sent:
-            return (
-                f"{workflow_id}: {self.sent.decision} accepted ({round_text}); "
-                f"now {status.state} ({status.status})"
-            )
+            return f"{workflow_id}: {self.sent.decision} accepted ({round_text}){now}"
         assert recorded is not None
         return (
             f"{workflow_id}: {round_text} was already decided ({recorded.event} by "
@@ -153,6 +182,20 @@ def decision_for_round(history: list[HistoryEntry], review_round: int) -> Histor
     """The decision recorded for ``review_round``, if any."""
     for entry in reversed(history):
         if entry.event in DECISION_EVENTS and entry.review_round == review_round:
+            return entry
+    return None
+
+
+def vote_in_round(
+    history: list[HistoryEntry], review_round: int, reviewer: str
+) -> HistoryEntry | None:
+    """The vote ``reviewer`` cast in ``review_round`` that a review policy counted, if any."""
+    for entry in reversed(history):
+        if (
+            entry.event == NOTE_REVIEW_VOTE
+            and entry.review_round == review_round
+            and entry.reviewer == reviewer
+        ):
             return entry
     return None
 
@@ -230,7 +273,8 @@ async def submit_review(
             result_type=RunStatus,
         )
     )
-    recorded = (
-        decision_for_round(status.history, decision.review_round) if decision.review_round else None
-    )
-    return ReviewOutcome(sent=decision, status=status, recorded=recorded)
+    recorded, counted = None, None
+    if decision.review_round:
+        recorded = decision_for_round(status.history, decision.review_round)
+        counted = vote_in_round(status.history, decision.review_round, decision.reviewer)
+    return ReviewOutcome(sent=decision, status=status, recorded=recorded, counted=counted)

@@ -71,8 +71,8 @@ class SigningKey:
         return f"{self.key_id}:{base64.b64encode(raw).decode('ascii')}"
 
     def public_entry(self, reviewers: list[str] | None = None) -> str:
-        """The ``REVIEW_PUBLIC_KEYS`` entry: signs for ``reviewers`` (None: anyone), or by
-        default only for the reviewer named like the key."""
+        """The ``REVIEW_PUBLIC_KEYS`` entry: signs for ``reviewers``; None (the default):
+        anyone, as an identity provider; ``[key_id]``: only the reviewer named like the key."""
         public = self.private_key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
         entry = f"{self.key_id}:{base64.b64encode(public).decode('ascii')}"
         if reviewers is None:

@@ -1,14 +1,15 @@
 """Statistics over many runs: how many are in each state, and how long they take.
 
 Counts come from visibility (`aiorch.ops.visibility`), so no worker is needed to look; the
-results of recently closed runs supply the history for the approval delay.
+results of recently closed runs supply the history for the approval delay (overall, and per
+pipeline and the review policy's group that decided) and the count of auto-approvals.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from temporalio.client import Client, WorkflowExecution
@@ -16,7 +17,7 @@ from temporalio.client import Client, WorkflowExecution
 from aiorch.ops import pipelines, visibility
 from aiorch.ops.results import NoResult, run_result
 from workflows.engine.graph import Event
-from workflows.payloads import NOTE_CONTINUED_AS_NEW, HistoryEntry
+from workflows.payloads import HistoryEntry
 
 
 @dataclass(frozen=True)
@@ -41,15 +42,31 @@ class DurationSummary:
     samples: int
 
 
+# The group an approval made under no review policy's group is counted in.
+NO_GROUP = "-"
+
+
+@dataclass(frozen=True)
+class Approval:
+    """One approval a reviewer made: how long after the round began, and the group that
+    decided (``NO_GROUP`` outside a policy's group)."""
+
+    delay: timedelta
+    group: str = NO_GROUP
+
+
 @dataclass(frozen=True)
 class RunStats:
-    """The answer of ``starter.py stats``."""
+    """The answer of ``starter.py stats``: ``approval_by`` is the approval delay per (pipeline,
+    group); ``auto_approved`` the results an auto-approve rule approved."""
 
     states: list[StateCount]
     total: int
     processing: dict[str, DurationSummary]
     approval_delay: DurationSummary
     runs_sampled: int
+    approval_by: dict[tuple[str, str], DurationSummary] = field(default_factory=dict)
+    auto_approved: int = 0
 
     def count(self, state: str, pipeline: str | None = None) -> int:
         """Runs in ``state`` (of ``pipeline``, or of every pipeline)."""
@@ -73,23 +90,35 @@ def mean_duration(values: Iterable[timedelta]) -> DurationSummary:
 
 
 def approval_delays(history: Sequence[HistoryEntry]) -> list[timedelta]:
-    """For each approval, the time since the run asked for that review (entered a review
-    state from outside one).
+    """For each approval by a reviewer, the time since the run asked for that review (entered
+    a review state from outside one).
 
-    An escalation in between counts toward the delay; a reedit starts a new round.
+    An escalation in between counts toward the delay; a reedit starts a new round; an approval
+    by an auto-approve rule is no reviewer's.
     """
+    return [approval.delay for approval in approvals(history)]
+
+
+def approvals(history: Sequence[HistoryEntry]) -> list[Approval]:
+    """Each approval by a reviewer, its delay (see `approval_delays`) and its group."""
     waiting = pipelines.review_states()
-    delays: list[timedelta] = []
+    found: list[Approval] = []
     asked: datetime | None = None
     for entry in history:
-        if entry.event == NOTE_CONTINUED_AS_NEW:
-            continue  # a note, not a transition
+        if entry.from_state == entry.to_state:
+            continue  # a note (continued as new, a vote), not a transition
         if entry.to_state in waiting and entry.from_state not in waiting:
             asked = entry.at
         elif entry.event in (Event.APPROVE, Event.CORRECT) and asked is not None:
-            delays.append(entry.at - asked)
+            if entry.rule is None:
+                found.append(Approval(entry.at - asked, entry.group or NO_GROUP))
             asked = None
-    return delays
+    return found
+
+
+def auto_approvals(history: Sequence[HistoryEntry]) -> int:
+    """The approvals an auto-approve rule made."""
+    return sum(1 for entry in history if entry.event == Event.APPROVE and entry.rule is not None)
 
 
 async def count_by_state(client: Client) -> tuple[list[StateCount], int]:
@@ -142,14 +171,29 @@ async def collect_stats(client: Client, *, sample: int = 200, concurrency: int =
 
     gate = asyncio.Semaphore(concurrency)
 
-    async def delays_of(execution: WorkflowExecution) -> list[timedelta]:
+    async def history_of(execution: WorkflowExecution) -> list[HistoryEntry]:
         async with gate:
             try:
                 result = await run_result(client, execution.id, execution.run_id)
             except NoResult:
                 return []
-        return approval_delays(result.history)
+        return result.history
 
-    per_run = await asyncio.gather(*(delays_of(e) for e in closed))
-    approval = mean_duration(delay for delays in per_run for delay in delays)
-    return RunStats(states, total, processing, approval, len(closed))
+    histories = await asyncio.gather(*(history_of(e) for e in closed))
+    by: dict[tuple[str, str], list[timedelta]] = {}
+    every: list[timedelta] = []
+    for execution, history in zip(closed, histories, strict=True):
+        pipeline = pipelines.of_type(execution.workflow_type)
+        name = pipeline.name if pipeline is not None else execution.workflow_type
+        for approval in approvals(history):
+            by.setdefault((name, approval.group), []).append(approval.delay)
+            every.append(approval.delay)
+    return RunStats(
+        states,
+        total,
+        processing,
+        mean_duration(every),
+        len(closed),
+        approval_by={key: mean_duration(values) for key, values in sorted(by.items())},
+        auto_approved=sum(auto_approvals(history) for history in histories),
+    )

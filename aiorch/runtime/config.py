@@ -45,6 +45,7 @@ from aiorch.runtime.config_sources import (
     temporal_from_profile,
 )
 from aiorch.runtime.errors import ConfigError as ConfigError
+from aiorch.runtime.review_policies import PolicySpec, check_groups, check_policies, policy_for
 from aiorch.runtime.temporal_profile import TemporalTls
 from workflows.engine.identity import KeySpecError, parse_requester_keys, parse_review_keys
 from workflows.payloads import DEFAULT_TENANT, TENANT_PATTERN, RequesterKey, ReviewKey
@@ -365,6 +366,34 @@ class Settings(BaseSettings):
         "(`aiorch keys requester NAME --tenant T` makes one).",
     )
     requester_key_file: Path | None = None
+
+    review_policies: Annotated[
+        dict[str, PolicySpec],
+        NoDecode,
+        SettingDoc(
+            Section.REVIEW,
+            default="unset (one decision from one allowed reviewer decides a round)",
+            example='{"documents": {"stages": [{"group": "finance", "quorum": 2}]}}',
+        ),
+    ] = Field(
+        default_factory=dict,
+        description="Review policies per pipeline written in Python (`llm`, `documents`; a "
+        "pipeline file sets its review steps' own) or per pipeline and tenant "
+        "(`documents@acme`), JSON: stages (a group, its quorum, its deadline), the rejections "
+        "that end a round, auto-approve rules "
+        "([reviews.md](reviews.md)). Each run keeps the policy it was planned with.",
+    )
+    review_groups: Annotated[
+        dict[str, list[str]],
+        NoDecode,
+        SettingDoc(
+            Section.REVIEW, default="unset (no groups)", example='{"finance": ["alice", "bob"]}'
+        ),
+    ] = Field(
+        default_factory=dict,
+        description="The members of the review groups that policies name, JSON; a member must "
+        "also be in `ALLOWED_REVIEWERS` (when set).",
+    )
 
     # The review inbox and notifications
     inbox_url: Annotated[
@@ -821,7 +850,14 @@ class Settings(BaseSettings):
             return split_list(value) or None
         return value
 
-    @field_validator("llm_price_table", "llm_rate_limits", "tenant_budgets_usd", mode="before")
+    @field_validator(
+        "llm_price_table",
+        "llm_rate_limits",
+        "tenant_budgets_usd",
+        "review_policies",
+        "review_groups",
+        mode="before",
+    )
     @classmethod
     def _decode_json(cls, value: Any) -> Any:
         if not isinstance(value, str):
@@ -840,6 +876,25 @@ class Settings(BaseSettings):
             if not usd > 0:
                 raise ValueError(f"the budget of {tenant!r} must be more than 0")
         return value
+
+    @field_validator("review_groups")
+    @classmethod
+    def _review_groups(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        check_groups(value)
+        return value
+
+    @model_validator(mode="after")
+    def _review_policies(self) -> Settings:
+        try:
+            check_policies(self.review_policies, self.review_groups)
+        except ValueError as err:
+            raise ConfigError(f"REVIEW_POLICIES: {err}") from None
+        return self
+
+    def review_policy(self, pipeline: str, tenant: str) -> tuple[str, PolicySpec] | None:
+        """The review policy of ``pipeline``'s runs for ``tenant`` (its key and itself), if the
+        operator set one (REVIEW_POLICIES: the tenant's, else the pipeline's)."""
+        return policy_for(self.review_policies, pipeline, tenant)
 
     @field_validator("capacity_store_url")
     @classmethod

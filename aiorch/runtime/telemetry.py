@@ -38,6 +38,7 @@ from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
 from aiorch.runtime.config import Settings
 from workflows.engine.observability import (
+    METRIC_APPROVAL_DELAY,
     METRIC_LLM_COST,
     METRIC_REVIEW_WAIT,
     METRIC_RUN_DURATION,
@@ -48,6 +49,7 @@ log = logging.getLogger(__name__)
 # Reviews take seconds to days; runs take a second to days (with review); calls cost cents.
 HISTOGRAM_BUCKETS: dict[str, Sequence[float]] = {
     METRIC_REVIEW_WAIT: [1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 12 * 3600, 86400, 2 * 86400],
+    METRIC_APPROVAL_DELAY: [1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 12 * 3600, 86400, 2 * 86400],
     METRIC_RUN_DURATION: [0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600, 86400],
     METRIC_LLM_COST: [0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5],
 }

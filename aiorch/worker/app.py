@@ -53,9 +53,11 @@ from aiorch.runtime.connection import connect, describe_target, ensure_search_at
 from aiorch.runtime.errors import TemporalUnreachable, VectorStoreLocked
 from aiorch.runtime.genai import GenAiTelemetry, install_genai_metrics
 from aiorch.runtime.pipeline_files import PipelineFolder, settings_folder
+from aiorch.runtime.review_policies import pipeline_of
 from aiorch.runtime.signals import stop_event
 from aiorch.runtime.telemetry import tracing, worker_runtime
 from aiorch.worker.health import WorkerHealth, start_health
+from workflows.engine.pipeline import ENGINE_FACTS
 from workflows.orchestrator import DATA_PIPELINES, PIPELINES, AiOrchestrator
 
 log = logging.getLogger("ai-orchestrator.worker")
@@ -171,6 +173,30 @@ def review_auth_warning(settings: Settings) -> str | None:
         "REVIEW_AUTH=off: reviews are not authenticated; anyone who can signal or update a run "
         "can approve it under any allowed reviewer name. Use this in a sandbox only."
     )
+
+
+def check_review_policies(settings: Settings) -> None:
+    """Every review policy names a pipeline this worker runs, and its auto-approve rules read
+    only facts that pipeline's results have (a rule that reads another would never approve).
+
+    Raises:
+        ConfigError: one line naming the policy and what it names wrongly.
+    """
+    by_name = {pipeline.name: pipeline for pipeline in PIPELINES}
+    for key, policy in settings.review_policies.items():
+        pipeline = by_name.get(pipeline_of(key))
+        if pipeline is None:
+            raise ConfigError(
+                f"REVIEW_POLICIES: {key!r} names no pipeline of this worker ({', '.join(by_name)})"
+            )
+        for rule in policy.auto_approve:
+            for condition in rule.when:
+                if not pipeline.knows_fact(condition.fact):
+                    known = ", ".join((*ENGINE_FACTS, *pipeline.facts))
+                    raise ConfigError(
+                        f"REVIEW_POLICIES: {key}: rule {rule.name} reads {condition.fact!r}, "
+                        f"which the {pipeline.name} pipeline does not give (it gives {known})"
+                    )
 
 
 def tuning_options(settings: Settings) -> dict[str, Any]:
@@ -372,14 +398,16 @@ async def run_worker(settings: Settings, client: Client | None = None) -> None:
 
     Raises:
         ConfigError: reviewer authentication is required and no reviewer key is configured
-            (`review_auth_warning`), or a pipeline file has a problem (`pipeline_folder`):
-            before anything starts.
+            (`review_auth_warning`), a pipeline file has a problem (`pipeline_folder`), or a
+            review policy names what no pipeline has (`check_review_policies`): before
+            anything starts.
         TemporalUnreachable: no connection, or the server refused the worker (an unknown
             namespace, for example) before it could poll.
     """
     folder = pipeline_folder(settings)
     if warning := review_auth_warning(settings):
         log.warning("%s", warning)
+    check_review_policies(settings)
     health = WorkerHealth()
     probes = await start_health(health, settings.health_port, settings.health_host)
     # Before anything else, so a signal during start-up is not lost.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -76,3 +77,80 @@ async def test_plan_carries_public_keys_and_the_requester_never_a_private_key() 
     assert plan.requested_by == "alice"
     private = key.private_entry().split(":", 1)[1]
     assert private not in plan.model_dump_json()
+
+
+POLICIES = {
+    "llm": {
+        "name": "two-of-finance",
+        "stages": [
+            {"group": "finance", "approvals": 2, "timeout_s": 3600},
+            {"group": "leads", "timeout_s": 7200},
+        ],
+        "auto_approve": [
+            {"name": "sure", "when": [{"fact": "confidence", "op": ">=", "value": 0.9}]}
+        ],
+    },
+    "llm@acme": {"stages": [{"group": "leads"}]},
+}
+GROUPS = {"finance": ["alice", "bob", "carol"], "leads": ["dave"]}
+
+
+def with_policies(**more: Any) -> Settings:
+    return Settings(review_policies=json.dumps(POLICIES), review_groups=json.dumps(GROUPS), **more)
+
+
+async def test_the_pipelines_policy_travels_in_the_plan_resolved_against_its_groups() -> None:
+    """REVIEW_POLICIES for the pipeline and REVIEW_GROUPS become the plan's stages (members,
+    quorum), deadlines and rules; a tenant's own policy wins for that tenant; a pipeline with
+    none keeps the engine's rule (no stages)."""
+    plan = await plan_for(with_policies(review_timeout_s=86400, escalation_timeout_s=86400))
+
+    assert plan.review_policy == "two-of-finance"
+    assert [(s.group, s.reviewers, s.approvals) for s in plan.review_stages] == [
+        ("finance", ["alice", "bob", "carol"], 2),
+        ("leads", ["dave"], 1),
+    ]
+    assert (plan.review_timeout_s, plan.escalation_timeout_s) == (3600, 7200)
+    assert [rule.name for rule in plan.auto_approve] == ["sure"]
+    acme = await plan_for(with_policies(), tenant="acme")
+    assert acme.review_policy == "llm@acme"
+    assert [s.group for s in acme.review_stages] == ["leads", "leads"]  # escalates to the same
+    assert (await plan_for(Settings())).review_stages == []
+
+
+async def test_a_request_may_narrow_a_policy_never_widen_or_break_it() -> None:
+    """A request's reviewers narrow each group, its timeouts only lower the policy's deadlines;
+    one that leaves a stage fewer reviewers than its quorum (or that names its requester among
+    the few left) fails the run at once with InvalidRequest."""
+    narrowed = await plan_for(
+        with_policies(),
+        options={
+            "allowed_reviewers": ["alice", "bob", "dave"],
+            "review_timeout_s": 60,
+            "escalation_timeout_s": 99999,
+        },
+    )
+    assert narrowed.review_stages[0].reviewers == ["alice", "bob"]
+    assert (narrowed.review_timeout_s, narrowed.escalation_timeout_s) == (60, 7200)
+
+    with pytest.raises(ApplicationError) as info:
+        await plan_for(with_policies(), options={"allowed_reviewers": ["alice", "dave"]})
+    assert info.value.type == errors.INVALID_REQUEST and info.value.non_retryable
+    assert info.value.message == (
+        "review policy two-of-finance, stage 1: group finance leaves 1 reviewer(s) who may "
+        "decide this run (within options.allowed_reviewers, the requester not counted); it "
+        "needs 2 approvals"
+    )
+    with pytest.raises(ApplicationError):
+        await plan_for(
+            with_policies(),
+            requested_by="alice",
+            options={"allowed_reviewers": ["alice", "bob", "dave"]},
+        )
+
+
+async def test_the_operators_allowed_reviewers_bound_every_group() -> None:
+    """ALLOWED_REVIEWERS still bounds a group: a member it leaves out never decides."""
+    plan = await plan_for(with_policies(allowed_reviewers=["alice", "bob", "dave", "erin"]))
+    assert plan.review_stages[0].reviewers == ["alice", "bob"]
+    assert plan.review_stages[1].reviewers == ["dave"]

@@ -9,6 +9,7 @@ The walk-through also takes the README's screenshot, ``docs/images/inbox.png``.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import urllib.error
 import urllib.request
@@ -21,6 +22,7 @@ from playwright.async_api import Browser, BrowserContext, Page, async_playwright
 from temporalio.client import Client, WorkflowHandle
 
 from aiorch.devstack.stack import LocalStack
+from aiorch.ops.results import finished
 from aiorch.runtime.codec import KeyRing, new_key
 from aiorch.runtime.temporal import DATA_CONVERTER, encrypted_converter
 from tests.e2e.conftest import Simulator, new_id, request, start, wait_for_state
@@ -56,18 +58,30 @@ def chromium_or_skip() -> Path:
     pytest.skip(reason)
 
 
+# Runs of the tenant "quorum" need two approvals from the group alice and bob belong to.
+QUORUM_TENANT = "quorum"
+QUORUM_POLICY = {
+    f"llm@{QUORUM_TENANT}": {"name": "two-of-pair", "stages": [{"group": "pair", "approvals": 2}]}
+}
+
+
 @pytest.fixture(scope="module")
 def inbox_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
     """A stack with the inbox; the worker lets only alice and bob review (mallory can log in
-    to the inbox but is outside the allowed set)."""
+    to the inbox but is outside the allowed set), and the tenant ``quorum``'s runs need both."""
     chromium_or_skip()
-    env = {**E2E_WORKER_ENV, "ALLOWED_REVIEWERS": "alice,bob"}
+    env = {
+        **E2E_WORKER_ENV,
+        "ALLOWED_REVIEWERS": "alice,bob",
+        "REVIEW_POLICIES": json.dumps(QUORUM_POLICY),
+        "REVIEW_GROUPS": json.dumps({"pair": ["alice", "bob"]}),
+    }
     with LocalStack(
         tmp_path_factory.mktemp("inbox-stack"),
         with_worker=True,
         worker_env=env,
         with_inbox=True,
-        inbox_reviewers=("alice", "mallory"),
+        inbox_reviewers=("alice", "mallory", "bob"),
     ) as running:
         yield running
 
@@ -107,10 +121,10 @@ async def log_in(context: BrowserContext, stack: LocalStack, reviewer: str) -> P
     return page
 
 
-async def waiting_run(stack: LocalStack, message: str) -> WorkflowHandle[Any, Any]:
-    """A new run (review always) once it waits for review."""
+async def waiting_run(stack: LocalStack, message: str, **fields: Any) -> WorkflowHandle[Any, Any]:
+    """A new run (review always; ``fields`` of its request) once it waits for review."""
     client = await Client.connect(stack.addresses.temporal_address, data_converter=DATA_CONVERTER)
-    handle = await start(client, request(message, review="always"))
+    handle = await start(client, request(message, review="always", **fields))
     await wait_for_state(handle, "await_review")
     return handle
 
@@ -277,3 +291,154 @@ async def test_with_encryption_on_the_inbox_shows_decrypted_content(
         finally:
             await context.close()
         await handle.cancel()
+
+
+async def test_a_quorum_run_shows_one_of_two_and_completes_with_a_second_reviewer(
+    inbox_stack: LocalStack, browser: Browser
+) -> None:
+    """Under a two-approval policy, alice's approval in her browser is counted ("1 of 2
+    approvals: alice") and the run still waits; her page then shows her vote instead of the
+    form. bob, in a browser session of his own, sees "1 of 2 approvals: alice", approves, and
+    the run completes, its history naming both."""
+    handle = await waiting_run(inbox_stack, "Draft the quarterly note", tenant=QUORUM_TENANT)
+    alice_context, bob_context = await browser.new_context(), await browser.new_context()
+    try:
+        alice = await log_in(alice_context, inbox_stack, "alice")
+        await open_run(alice, inbox_stack, handle.id)
+        assert await alice.locator("#approvals").inner_text() == "0 of 2 approvals"
+        await alice.click("button[value=approve]")
+        await alice.wait_for_selector(".flash.ok")
+        assert "1 of 2 approvals: alice" in await alice.locator(".flash").inner_text()
+        assert (await wait_for_state(handle, "await_review")).review_round == 1
+        await alice.goto(f"{inbox_stack.addresses.inbox_url}/runs/{handle.id}")
+        assert await alice.locator("#approvals").inner_text() == "1 of 2 approvals: alice"
+        assert await alice.locator("#voted").count() == 1
+        assert await alice.locator("button[value=approve]").count() == 0
+
+        bob = await log_in(bob_context, inbox_stack, "bob")
+        await open_run(bob, inbox_stack, handle.id)
+        assert await bob.locator("#approvals").inner_text() == "1 of 2 approvals: alice"
+        await bob.click("button[value=approve]")
+        await bob.wait_for_selector(".flash.ok")
+        assert "approve accepted (round 1)" in await bob.locator(".flash").inner_text()
+    finally:
+        await alice_context.close()
+        await bob_context.close()
+    result = await handle.result()
+    assert result["state"] == "completed"
+    votes = [e["reviewer"] for e in result["history"] if e["event"] == "review_vote"]
+    [approval] = [e for e in result["history"] if e["event"] == "approve"]
+    assert votes == ["alice"]
+    assert approval["detail"] == "approve by bob (2 of 2 approvals: alice, bob)"
+
+
+async def test_a_mistyped_token_keeps_the_deep_link(
+    inbox_stack: LocalStack, context: BrowserContext
+) -> None:
+    """Friction: a deep link to a run asks for a login; one mistyped token, then the right one,
+    used to land on the login form again. Now the right one opens the run's page."""
+    handle = await waiting_run(inbox_stack, "Check the onboarding email")
+    url = f"{inbox_stack.addresses.inbox_url}/runs/{handle.id}"
+    page = await context.new_page()
+    response = await page.goto(url)
+    assert response is not None and response.status == 401
+    await page.fill("#token", "mistyped")
+    await page.click("button[type=submit]")
+    assert "That token is not valid." in await page.content()
+    await page.fill("#token", inbox_stack.inbox_token("alice"))
+    await page.click("button[type=submit]")
+    await page.wait_for_url(url)
+    assert await page.locator("#round").inner_text() == "1"
+    await handle.cancel()
+
+
+async def test_a_decision_sent_after_logging_out_elsewhere_is_kept(
+    inbox_stack: LocalStack, context: BrowserContext
+) -> None:
+    """Friction: alice types feedback, logs out in another tab, then presses Reedit. The
+    decision used to be lost (and logging in answered 405 on the review path). Now the login
+    form leads back to the run's page with her feedback filled in, and one click sends it."""
+    handle = await waiting_run(inbox_stack, "Summarise the travel policy")
+    page = await log_in(context, inbox_stack, "alice")
+    await open_run(page, inbox_stack, handle.id)
+    await page.fill("#feedback", FEEDBACK)
+    other = await context.new_page()
+    await other.goto(f"{inbox_stack.addresses.inbox_url}/")
+    await other.click("button.link")  # Log out
+    await page.click("button[value=reedit]")
+    assert "Your session has ended" in await page.content()
+    await page.fill("#token", inbox_stack.inbox_token("alice"))
+    await page.click("button[type=submit]")
+    await page.wait_for_url(f"{inbox_stack.addresses.inbox_url}/runs/{handle.id}")
+    assert await page.locator("#feedback").input_value() == FEEDBACK
+    assert "Not sent yet: your reedit of round 1" in await page.locator("#draft").inner_text()
+    assert (await wait_for_state(handle, "await_review")).review_round == 1  # nothing sent
+    await page.click("button[value=reedit]")
+    await page.wait_for_selector(".flash.ok")
+    assert "reedit accepted (round 1)" in await page.locator(".flash").inner_text()
+    await handle.cancel()
+
+
+async def test_a_tampered_session_keeps_the_decision(
+    inbox_stack: LocalStack, context: BrowserContext
+) -> None:
+    """Friction: with a session cookie that no longer verifies, a reedit answered "form out of
+    date" and lost the feedback. Now it asks for a login and keeps the feedback."""
+    handle = await waiting_run(inbox_stack, "Summarise the expense rules")
+    page = await log_in(context, inbox_stack, "alice")
+    await open_run(page, inbox_stack, handle.id)
+    await page.fill("#feedback", FEEDBACK)
+    [cookie] = await context.cookies()
+    await context.add_cookies([{**cookie, "value": "x" + cookie["value"][1:]}])  # type: ignore[typeddict-item]
+    await page.click("button[value=reedit]")
+    assert "Your session has ended" in await page.content()
+    await page.fill("#token", inbox_stack.inbox_token("alice"))
+    await page.click("button[type=submit]")
+    await page.wait_for_url(f"{inbox_stack.addresses.inbox_url}/runs/{handle.id}")
+    assert await page.locator("#feedback").input_value() == FEEDBACK
+    await handle.cancel()
+
+
+async def test_a_reedit_needs_feedback_and_a_reject_is_confirmed(
+    inbox_stack: LocalStack, context: BrowserContext
+) -> None:
+    """Friction: "Reedit with feedback" took empty feedback, and Reject was one click beside
+    it. Now an empty reedit is refused on the page (nothing sent), and Reject opens a page of
+    its own: "back to the run" sends nothing and keeps the feedback; "Yes, reject" rejects."""
+    handle = await waiting_run(inbox_stack, "Summarise the leave policy")
+    page = await log_in(context, inbox_stack, "alice")
+    await open_run(page, inbox_stack, handle.id)
+
+    await page.click("button[value=reedit]")
+    await page.wait_for_selector(".flash.error")
+    assert "A reedit needs feedback" in await page.locator(".flash").inner_text()
+    await page.fill("#feedback", "Not for publication.")
+    await page.click("button[value=reject]")
+    assert "Reject round 1?" in await page.locator("h1").inner_text()
+    assert (await wait_for_state(handle, "await_review")).review_round == 1
+    await page.click("#cancel-reject")
+    assert await page.locator("#feedback").input_value() == "Not for publication."
+    assert (await wait_for_state(handle, "await_review")).history[-1].event == "needs_review"
+
+    await page.click("button[value=reject]")
+    await page.click("#confirm-reject")
+    await page.wait_for_selector(".flash.ok")
+    result = await finished(handle)
+    assert result.state == "failed"
+    rejection = result.history[-1]
+    assert (rejection.event, rejection.feedback) == ("reject", "Not for publication.")
+
+
+async def test_the_flash_after_an_approve_names_no_passing_state(
+    inbox_stack: LocalStack, context: BrowserContext
+) -> None:
+    """Friction: after an approve the flash said "now generate_embedding" while the run had
+    already completed. Now it says the approval was accepted, and no state."""
+    handle = await waiting_run(inbox_stack, "Summarise the security checklist")
+    page = await log_in(context, inbox_stack, "alice")
+    await open_run(page, inbox_stack, handle.id)
+    await page.click("button[value=approve]")
+    await page.wait_for_selector(".flash.ok")
+    flash = await page.locator(".flash").inner_text()
+    assert "approve accepted (round 1)" in flash and "generate_embedding" not in flash
+    assert (await finished(handle)).state == "completed"

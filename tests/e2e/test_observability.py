@@ -393,8 +393,9 @@ async def test_prometheus_endpoint_counts_transitions_retries_tokens_and_cost(
 ) -> None:
     """After runs with retries, a review and a dead letter, the worker's /metrics grew by
     exactly the transitions of their histories, retries by error type, dead letters, review
-    waits, run durations, the tokens the simulator reported per model and the price table's
-    cost, though the worker has no cache and replays every task from the first event."""
+    waits and approval delays, run durations, the tokens the simulator reported per model and
+    the price table's cost, though the worker has no cache and replays every task from the
+    first event."""
     before = samples(observed.scrape())
     messages: list[tuple[str, dict[str, Any]]] = [
         ("plain answer", {}),
@@ -436,6 +437,8 @@ async def test_prometheus_endpoint_counts_transitions_retries_tokens_and_cost(
 
     assert total(found, "aiorch_dead_letters_total", failed_state="invoke_llm") == 1
     assert total(found, "aiorch_review_wait_seconds_count", outcome="approve") == 1
+    approvals = {"pipeline": "llm", "group": "-", "decision": "approve"}
+    assert total(found, "aiorch_approval_delay_seconds_count", **approvals) == 1
     finals = Counter(result.state for result in results)
     for final, count in finals.items():
         assert total(found, "aiorch_run_duration_seconds_count", final_state=final) == count

@@ -1,5 +1,6 @@
-"""Record workflow histories for the replay tests: ``python -m tests.replay.record`` (``... record
-data``: only the pipeline files' runs; ``... record documents``: only the document pipeline's).
+"""Record workflow histories for the replay tests: ``python -m tests.replay.record`` (every
+scenario), or only some: ``... record data`` (the pipeline files' runs), ``... record
+documents`` (the document pipeline's), ``... record policies`` (the review-policy scenarios).
 
 Runs each scenario on a fresh local stack (real dev server, worker, simulator, SQS) and writes
 its event history to ``tests/replay/histories/<scenario>.json``. Re-record when a workflow change
@@ -16,6 +17,7 @@ import json
 import sys
 import tempfile
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -49,6 +51,23 @@ WORKER_ENV = {
     "REEDIT_ROUNDS_PER_RUN": "2",
     "LLM_RATE_LIMITS": json.dumps({"sim-large": {"tpm": TPM}}),
     "LLM_MAX_OUTPUT_TOKENS": "64",
+    # Review policies for two tenants: two approvals from a pair, and a rule that approves a
+    # reply the model did not flag.
+    "REVIEW_POLICIES": json.dumps(
+        {
+            "llm@quorum": {"name": "two-of-pair", "stages": [{"group": "pair", "approvals": 2}]},
+            "llm@auto": {
+                "name": "unflagged",
+                "auto_approve": [
+                    {
+                        "name": "unflagged",
+                        "when": [{"fact": "needs_review", "op": "==", "value": False}],
+                    }
+                ],
+            },
+        }
+    ),
+    "REVIEW_GROUPS": json.dumps({"pair": ["recorder", "second"]}),
 }
 
 
@@ -66,18 +85,19 @@ async def review(
     key: SigningKey,
     decision: str,
     feedback: str | None = None,
+    reviewer: str = "recorder",
     *,
     state: str = "await_review",
 ) -> None:
     await until(handle, state)
     await handle.execute_update(
         contract.UPDATE_SUBMIT_REVIEW,
-        await signed(handle, key, decision, "recorder", feedback),
+        await signed(handle, key, decision, reviewer, feedback),
         result_type=RunStatus,
     )
 
 
-async def record(client: Client, key: SigningKey, stack: LocalStack) -> None:
+def starter(client: Client) -> Callable[..., Awaitable[WorkflowHandle[Any, Any]]]:
     async def start(message: str, **fields: Any) -> WorkflowHandle[Any, Any]:
         run_id = uuid.uuid4().hex[:24]
         payload = {"request_id": run_id, "user_message": message, **fields}
@@ -85,6 +105,36 @@ async def record(client: Client, key: SigningKey, stack: LocalStack) -> None:
             contract.WORKFLOW_TYPE, payload, id=run_id, task_queue=contract.DEFAULT_TASK_QUEUE
         )
 
+    return start
+
+
+async def save(runs: dict[str, WorkflowHandle[Any, Any]]) -> None:
+    HISTORIES.mkdir(exist_ok=True)
+    for name, handle in runs.items():
+        try:
+            await handle.result()
+        except Exception as error:  # a cancelled run ends in an error, which is its point
+            print(f"{name}: ended with {type(error).__name__}")
+        history = await handle.fetch_history()  # of the latest run: a continued one last
+        (HISTORIES / f"{name}.json").write_text(history.to_json() + "\n", encoding="utf-8")
+        print(f"recorded {name}: {len(history.events)} events")
+
+
+async def record_policies(client: Client, key: SigningKey) -> None:
+    """Review policies: a quorum of two (a vote, then the approval that completes it), and a
+    result an auto-approve rule approves."""
+    start = starter(client)
+    runs = {
+        "quorum_two_approvals": await start("Needs two", review="always", tenant="quorum"),
+        "auto_approved": await start("Routine", review="always", tenant="auto"),
+    }
+    await review(runs["quorum_two_approvals"], key, "approve", reviewer="recorder")
+    await review(runs["quorum_two_approvals"], key, "approve", reviewer="second")
+    await save(runs)
+
+
+async def record(client: Client, key: SigningKey, stack: LocalStack) -> None:
+    start = starter(client)
     runs: dict[str, WorkflowHandle[Any, Any]] = {}
     runs["happy_path"] = await start("Explain replay.")
     runs["review_approve"] = await start("Check this [sim:review]")
@@ -139,15 +189,8 @@ async def record(client: Client, key: SigningKey, stack: LocalStack) -> None:
         result_type=RunStatus,
     )
 
-    HISTORIES.mkdir(exist_ok=True)
-    for name, handle in runs.items():
-        try:
-            await handle.result()
-        except Exception as error:  # a cancelled run ends in an error, which is its point
-            print(f"{name}: ended with {type(error).__name__}")
-        history = await handle.fetch_history()  # of the latest run: a continued one last
-        (HISTORIES / f"{name}.json").write_text(history.to_json() + "\n", encoding="utf-8")
-        print(f"recorded {name}: {len(history.events)} events")
+    await save(runs)
+    await record_policies(client, key)
 
 
 async def record_data_pipelines(client: Client, key: SigningKey, folder: Path) -> None:
@@ -234,6 +277,8 @@ def main() -> int:
                 await record_documents(client, stack.reviewer_key)
             if only in (None, "data"):
                 await record_data_pipelines(client, stack.reviewer_key, Path(pipelines))
+            if only == "policies":
+                await record_policies(client, stack.reviewer_key)
 
         asyncio.run(go())
     return 0

@@ -40,6 +40,8 @@ def test_histories_are_recorded() -> None:
         "data_pipeline_v2",
         "document_stored",
         "document_corrected",
+        "quorum_two_approvals",
+        "auto_approved",
     } <= names
 
 

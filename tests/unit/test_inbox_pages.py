@@ -385,6 +385,7 @@ def test_login_redirects_only_within_the_inbox(inbox: Any) -> None:
         ("//evil.example/", "/"),
         ("https://evil.example", "/"),
     ):
+        client.cookies.clear()  # logged out: a signed-in reviewer's /login moves on at once
         page = client.get("/login")
         response = client.post(
             "/login",

@@ -1,16 +1,19 @@
-"""What counts as an applied review: the run's record of the round, not the update's answer."""
+"""What counts as an applied review: the run's record of the round, not the update's answer;
+and what an exported correction says changed."""
 
 from __future__ import annotations
 
+from aiorch.ops.corrections import field_changes
 from aiorch.ops.reviews import (
     ReviewOutcome,
     decision_for_round,
     for_each_round,
     repeated_decision,
     update_id,
+    vote_in_round,
 )
 from tests.builders import history_entry
-from workflows.payloads import HistoryEntry, ReviewDecision, RunStatus
+from workflows.payloads import HistoryEntry, ReviewDecision, ReviewProgress, RunStatus
 
 
 def decided(event: str, reviewer: str, review_round: int) -> HistoryEntry:
@@ -98,3 +101,58 @@ def test_a_repeat_is_the_latest_decision_sent_again_to_the_same_review() -> None
     ]
     assert repeated_decision(two_reviews, approve, 2, "reply_review") is None
     assert repeated_decision(two_reviews, approve, 2, "urgent_review") == two_reviews[0]
+
+
+def test_a_vote_counted_under_a_quorum_is_applied_and_says_what_remains() -> None:
+    """A vote the round counted (a review_vote note for this reviewer, decision and round) is
+    applied and described with the tally; another reviewer's vote or another decision is not
+    this one's; once the round is decided by someone else, the vote still counted."""
+    approve = ReviewDecision(decision="approve", reviewer="ann", review_round=1)
+    vote = history_entry(
+        "await_review",
+        "await_review",
+        "review_vote",
+        reviewer="ann",
+        review_round=1,
+        vote="approve",
+    )
+    tally = ReviewProgress(policy="p", approvals=["ann"], approvals_needed=2)
+    status = RunStatus(
+        state="await_review", status="WaitingForInput", progress=60, history=[vote], review=tally
+    )
+    counted = ReviewOutcome(approve, status, None, vote_in_round([vote], 1, "ann"))
+    assert counted.applied and counted.applied_as_sent
+    assert counted.describe("w1", where=False) == (
+        "w1: approve counted (round 1): 1 of 2 approvals: ann; the round waits for more reviewers"
+    )
+    assert vote_in_round([vote], 1, "bob") is None and vote_in_round([vote], 2, "ann") is None
+    reject = ReviewDecision(decision="reject", reviewer="ann", review_round=1)
+    assert not ReviewOutcome(reject, status, None, vote).applied
+    bob = decided("approve", "bob", 1)
+    later = ReviewOutcome(approve, status, bob, vote_in_round([vote, bob], 1, "ann"))
+    assert later.applied and "then decided" in later.describe("w1")
+
+
+def test_an_approval_with_corrected_fields_is_applied_as_a_correction() -> None:
+    """An approval carrying fields records the event ``correct``: that is this decision, applied;
+    a plain approval of the same round by the same reviewer is not it."""
+    fields = ReviewDecision(decision="approve", reviewer="ann", review_round=1, fields={"a": 1})
+    corrected = history_entry("await_review", "validate", "correct", reviewer="ann", review_round=1)
+    assert decision_for_round([corrected], 1) == corrected
+    assert outcome(fields, [corrected]).applied
+    plain = ReviewDecision(decision="approve", reviewer="ann", review_round=1)
+    assert not outcome(plain, [corrected]).applied
+
+
+def test_an_example_lists_the_fields_a_reviewer_changed() -> None:
+    """Corrected fields become changes: each top-level field whose value differs, in the order
+    the fields came; identical objects, or anything but two objects, change nothing."""
+    before = {"total": "25.00", "vendor": "Acme", "tax": "1"}
+    after = {"total": "22.20", "vendor": "Acme", "note": "fixed"}
+    assert [(c.field, c.before, c.after) for c in field_changes(before, after)] == [
+        ("total", "25.00", "22.20"),
+        ("tax", "1", None),
+        ("note", None, "fixed"),
+    ]
+    assert field_changes(before, dict(before)) == []
+    assert field_changes("v1", "v2") == []

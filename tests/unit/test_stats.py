@@ -4,15 +4,19 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from aiorch.ops.stats import approval_delays, mean_duration
+from aiorch.ops.stats import Approval, approval_delays, approvals, auto_approvals, mean_duration
 from workflows.payloads import HistoryEntry
 
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 
 
-def step(source: str, target: str, event: str, seconds: float) -> HistoryEntry:
+def step(source: str, target: str, event: str, seconds: float, **more: str) -> HistoryEntry:
     return HistoryEntry(
-        from_state=source, to_state=target, event=event, at=T0 + timedelta(seconds=seconds)
+        from_state=source,
+        to_state=target,
+        event=event,
+        at=T0 + timedelta(seconds=seconds),
+        **more,
     )
 
 
@@ -37,3 +41,19 @@ def test_mean_duration() -> None:
     summary = mean_duration([timedelta(seconds=1), timedelta(seconds=3)])
     assert (summary.mean, summary.samples) == (timedelta(seconds=2), 2)
     assert mean_duration([]).mean is None
+
+
+def test_approvals_name_their_group_and_leave_out_rules_and_votes() -> None:
+    """Under a review policy each approval counts in the group that decided it (a vote before
+    it changes nothing); an approval by an auto-approve rule is no reviewer's delay, but is
+    counted as an auto-approval."""
+    history = [
+        step("invoke_llm", "await_review", "needs_review", 10),
+        step("await_review", "await_review", "review_vote", 20, reviewer="ann", vote="approve"),
+        step("await_review", "escalate", "review_timeout", 70, group="leads"),
+        step("escalate", "generate_embedding", "approve", 100, group="leads", reviewer="dave"),
+        step("invoke_llm", "await_review", "needs_review", 110),
+        step("await_review", "generate_embedding", "approve", 110, rule="confident"),
+    ]
+    assert approvals(history) == [Approval(timedelta(seconds=90), "leads")]
+    assert auto_approvals(history) == 1

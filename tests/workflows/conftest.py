@@ -76,6 +76,7 @@ from workflows.llm.graph import GRAPH, State
 from workflows.orchestrator import DATA_PIPELINES, PIPELINES, AiOrchestrator
 from workflows.payloads import (
     NOTE_CONTINUED_AS_NEW,
+    NOTE_REVIEW_VOTE,
     ContinuationCheck,
     ContinuationVerdict,
     DeadLetterInput,
@@ -107,7 +108,7 @@ DLQ_URL = "fake://sqs/ai-orchestrator-dlq"
 
 GRAPH_EDGES = frozenset((t.source, t.event, t.target) for t in GRAPH.transitions)
 # History entries that record something without moving the run (see workflows.payloads).
-NOTES = frozenset({NOTE_CONTINUED_AS_NEW})
+NOTES = frozenset({NOTE_CONTINUED_AS_NEW, NOTE_REVIEW_VOTE})
 
 # Real time allowed for workflow *tasks* to make progress (never used to wait for a timer).
 TASK_PROGRESS_TIMEOUT_S = 10.0
@@ -127,6 +128,7 @@ class Reply:
 
     content: str = "the answer"
     needs_review: bool = False
+    confidence: float | None = None
 
 
 @dataclass(frozen=True)
@@ -280,6 +282,7 @@ class FakeActivities:
         return LlmCallResult(
             content=step.content,
             needs_review=step.needs_review,
+            confidence=step.confidence,
             model=call.model,
             usage=TokenUsage(prompt_tokens=7, completion_tokens=5, total_tokens=12),
         )
@@ -335,6 +338,7 @@ class FakeDocumentActivities:
     a scripted failure), and a store that keeps the last row per request id."""
 
     def __init__(self) -> None:
+        self.plan_overrides: dict[str, Any] = {}
         self.extract_error: ApplicationError | None = None
         self.store_script: list[BaseException] = []
         self.plans: list[PlanDocumentInput] = []
@@ -350,16 +354,18 @@ class FakeDocumentActivities:
     async def plan_document(self, plan_input: PlanDocumentInput) -> DocumentPlan:
         self.plans.append(plan_input)
         request = plan_input.request
-        return DocumentPlan(
-            system_prompt="Extract the fields. JSON Schema: {}",
-            user_prompt=request.document,
-            review_timeout_s=request.options.review_timeout_s or 600.0,
-            escalation_timeout_s=request.options.escalation_timeout_s or 1200.0,
-            llm_max_attempts=request.options.llm_max_attempts or 3,
-            model=PRIMARY_MODEL,
-            review=request.review,
-            extraction_schema=request.extraction_schema,
-        )
+        values: dict[str, Any] = {
+            "system_prompt": "Extract the fields. JSON Schema: {}",
+            "user_prompt": request.document,
+            "review_timeout_s": request.options.review_timeout_s or 600.0,
+            "escalation_timeout_s": request.options.escalation_timeout_s or 1200.0,
+            "llm_max_attempts": request.options.llm_max_attempts or 3,
+            "model": PRIMARY_MODEL,
+            "review": request.review,
+            "extraction_schema": request.extraction_schema,
+        }
+        values.update(self.plan_overrides)
+        return DocumentPlan(**values)
 
     @activity.defn(name=ACTIVITY_EXTRACT_TEXT)
     async def extract_text(self, extract_input: ExtractTextInput) -> ExtractedText:

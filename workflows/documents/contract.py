@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import Final
 
 WORKFLOW_TYPE_DOCUMENT_PIPELINE: Final = "DocumentPipeline"
+# Its short name (``--pipeline documents``, REVIEW_POLICIES keys).
+PIPELINE_DOCUMENTS: Final = "documents"
 # How a PDF starts: a document that does is a PDF, any other is UTF-8 text.
 PDF_SIGNATURE: Final = b"%PDF-"
 

@@ -20,6 +20,7 @@ import workflows.documents.steps as steps
 import workflows.engine.activity_policy as activity_policy
 import workflows.engine.reviews as reviews
 import workflows.steps.llm_call as llm_call
+from workflows.documents.contract import PIPELINE_DOCUMENTS
 from workflows.documents.graph import GRAPH, DocEvent, DocState
 from workflows.documents.payloads import (
     DocumentRequest,
@@ -29,8 +30,8 @@ from workflows.documents.payloads import (
 )
 from workflows.documents.schemas import schema_named
 from workflows.engine.graph import Event
-from workflows.engine.pipeline import Context, Pipeline
-from workflows.payloads import FinalState, LlmCallResult, ReviewContent, ReviewSection
+from workflows.engine.pipeline import Context, Pipeline, ReviewSubject
+from workflows.payloads import FactValue, FinalState, LlmCallResult, ReviewContent, ReviewSection
 
 Run = Context[DocumentRequest, DocumentState]
 
@@ -184,8 +185,20 @@ def review_view(ctx: Run) -> ReviewContent:
     )
 
 
+def subject(ctx: Run) -> ReviewSubject:
+    """The fields under review, and what auto-approve rules may read of them: how many problems
+    validation found, and each top-level field that holds one value (``fields.total``, a
+    decimal string that compares as a number)."""
+    run = ctx.run
+    facts: dict[str, FactValue] = {"problems": len(run.problems)}
+    for name, value in (run.fields or {}).items():
+        if value is None or isinstance(value, str | int | float | bool):
+            facts[f"fields.{name}"] = value
+    return ReviewSubject(fields=run.fields, facts=facts)
+
+
 PIPELINE = Pipeline(
-    name="documents",
+    name=PIPELINE_DOCUMENTS,
     graph=GRAPH,
     request=DocumentRequest,
     state=DocumentState,
@@ -199,4 +212,6 @@ PIPELINE = Pipeline(
     result=result,
     review_view=review_view,
     in_task=validates_in_task,
+    subject=subject,
+    facts=("problems", "fields.*"),
 )

@@ -121,6 +121,10 @@ class DecisionInbox(Generic[D, R]):
     wait: the validator refuses only what does not decode, and the decision is judged, in the
     order it came, once the run's state is in place; an update the rules refuse then fails
     with the same reason. ``R`` is the desk's refusal.
+
+    A decision the run takes without moving (``settle``: a review policy's vote short of its
+    quorum) is applied as it is accepted, never held, so the next one is judged at once; the
+    update that sent it answers right away.
     """
 
     model: type[D]
@@ -135,6 +139,8 @@ class DecisionInbox(Generic[D, R]):
     count: Callable[[R], None]
     # A refusal's sentence, for the update's caller.
     reason: Callable[[R], str]
+    # Apply an accepted decision at once when it does not move the run; True when it did.
+    settle: Callable[[D], bool] | None = None
     pending: D | None = None
     # Decisions accepted and applied so far: an update waits until its own is applied.
     accepted: int = 0
@@ -212,10 +218,13 @@ class DecisionInbox(Generic[D, R]):
         return self._hold(decision), None
 
     def _hold(self, decision: D) -> int:
-        """Hold a decision the rules accept; its ticket: the count of decisions accepted, which
-        the count applied reaches once it is applied."""
-        self.pending = decision
+        """Hold a decision the rules accept (or apply it now, when ``settle`` can); its ticket:
+        the count of decisions accepted, which the count applied reaches once it is applied."""
         self.accepted += 1
+        if self.settle is not None and self.settle(decision):
+            self.applied += 1
+        else:
+            self.pending = decision
         return self.accepted
 
     def _judged(self, args: Sequence[RawValue]) -> tuple[D | None, R | None]:

@@ -40,6 +40,10 @@ METRIC_DEAD_LETTERS = "aiorch_dead_letters"
 METRIC_REVIEW_WAIT = "aiorch_review_wait_seconds"
 METRIC_RUN_DURATION = "aiorch_run_duration_seconds"
 METRIC_REVIEWS_REFUSED = "aiorch_reviews_refused"
+METRIC_APPROVAL_DELAY = "aiorch_approval_delay_seconds"
+METRIC_AUTO_APPROVALS = "aiorch_auto_approvals"
+# The group label of a decision made under no review policy's group.
+NO_GROUP = "-"
 # Activity side (activity.metric_meter()).
 METRIC_LLM_TOKENS = "aiorch_llm_tokens"
 METRIC_LLM_COST = "aiorch_llm_cost_usd"
@@ -195,3 +199,21 @@ def count_refused_review(code: str) -> None:
     workflow.metric_meter().create_counter(
         METRIC_REVIEWS_REFUSED, "Review signals refused (not applied), by reason"
     ).add(1, {"reason": code})
+
+
+def record_approval_delay(pipeline: str, group: str | None, decision: str, seconds: float) -> None:
+    """The time from a round's start (its result waiting) to the reviewers' decision, by
+    pipeline, the deciding stage's group and the decision (``approve``, ``correct``,
+    ``reedit``, ``reject``)."""
+    workflow.metric_meter().create_histogram_float(
+        METRIC_APPROVAL_DELAY,
+        "Time from a result waiting for review to the reviewers' decision",
+        "s",
+    ).record(seconds, {"pipeline": pipeline, "group": group or NO_GROUP, "decision": decision})
+
+
+def count_auto_approval(pipeline: str, rule: str) -> None:
+    """Count a result an auto-approve rule approved, by pipeline and rule."""
+    workflow.metric_meter().create_counter(
+        METRIC_AUTO_APPROVALS, "Results approved by an auto-approve rule, with no reviewer"
+    ).add(1, {"pipeline": pipeline, "rule": rule})

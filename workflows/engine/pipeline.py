@@ -7,13 +7,20 @@ A handler does its state's work (usually one activity) and reports one event thr
 that its handlers cover exactly its working states, so a pipeline with a missing handler is
 refused when its module is imported, never when a run reaches the state.
 
+What a review decides is, to the engine, a ``ReviewSubject``: the result as text or fields
+(what a reedit or a correction records, before and after) and the facts review policies'
+auto-approve rules read (``Pipeline.facts`` names them, so an operator's rule naming another
+is refused when the worker starts).
+
 Workflow code, passed through the sandbox.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel
@@ -24,6 +31,7 @@ import workflows.errors as errors
 from workflows.engine.graph import Event, Graph, GraphError
 from workflows.payloads import (
     ContinuedRun,
+    FactValue,
     LlmCallResult,
     RequestBase,
     ReviewContent,
@@ -32,17 +40,56 @@ from workflows.payloads import (
     RunResult,
 )
 
+# The facts the engine adds to every pipeline's: the round, the model attempts so far, the model.
+ENGINE_FACTS = ("review_round", "attempts", "model")
 RequestT = TypeVar("RequestT", bound=RequestBase)
 StateT = TypeVar("StateT", bound=RunCore[Any])
 
 
+@dataclass(frozen=True)
+class ReviewSubject:
+    """The result a review decides, as data: its ``text`` (a model's reply) or its ``fields``
+    (extracted data), and ``facts`` about it that auto-approve rules read (``problems``,
+    ``confidence``, ``fields.total``, ...)."""
+
+    text: str | None = None
+    fields: Mapping[str, Any] | None = None
+    facts: Mapping[str, FactValue] = field(default_factory=lambda: MappingProxyType({}))
+
+    @property
+    def value(self) -> str | dict[str, Any] | None:
+        """What a correction records of it: the fields when it has them, else the text."""
+        return dict(self.fields) if self.fields is not None else self.text
+
+
 @dataclass(eq=False)
 class Context(Generic[RequestT, StateT]):
-    """A run as its handlers see it: the pipeline's graph, the request and the run's state."""
+    """A run as its handlers see it: the pipeline's graph, the request and the run's state
+    (and the pipeline, for what the engine asks of it: its review subject, its version)."""
 
     graph: Graph
     request: RequestT
     run: StateT
+    pipeline: Pipeline[Any, Any] | None = None
+
+    def subject(self) -> ReviewSubject:
+        """The result under review, as the pipeline describes it (nothing without one)."""
+        if self.pipeline is None:
+            return ReviewSubject()
+        return self.pipeline.subject(self)
+
+    @property
+    def pipeline_name(self) -> str:
+        """The short name of the pipeline the run runs (its graph's name without one)."""
+        return self.pipeline.name if self.pipeline is not None else self.graph.name
+
+    @property
+    def pipeline_version(self) -> str:
+        """The version of the pipeline the run runs, as corrections record it: a pipeline
+        file's version, else a digest of the graph (``graph_version``)."""
+        if self.pipeline is not None and self.pipeline.version:
+            return self.pipeline.version
+        return graph_version(self.graph)
 
     @property
     def plan(self) -> Any:
@@ -72,6 +119,8 @@ class Context(Generic[RequestT, StateT]):
         review_round: int | None = None,
         answer: LlmCallResult | None = None,
         prompt: str | None = None,
+        group: str | None = None,
+        rule: str | None = None,
     ) -> None:
         """Take the graph's edge for ``event`` from the current state (``record.move``)."""
         record.move(
@@ -85,6 +134,8 @@ class Context(Generic[RequestT, StateT]):
             review_round=review_round,
             answer=answer,
             prompt=prompt,
+            group=group,
+            rule=rule,
         )
 
     def set_error(self, text: str) -> str:
@@ -110,6 +161,24 @@ def never_in_task(ctx: Context[Any, Any]) -> bool:
     return False
 
 
+def no_subject(ctx: Context[Any, Any]) -> ReviewSubject:
+    """A pipeline that says nothing about its results: no facts, nothing to record."""
+    return ReviewSubject()
+
+
+def graph_version(graph: Graph) -> str:
+    """A pipeline's version when it names none: ``graph-`` and a digest of its graph's states
+    and edges, so it changes whenever the graph does."""
+    shape = "\n".join(
+        [
+            graph.name,
+            *sorted(graph.states),
+            *(f"{t.source} {t.event} {t.target}" for t in graph.transitions),
+        ]
+    )
+    return "graph-" + hashlib.sha256(shape.encode("utf-8")).hexdigest()[:12]
+
+
 @dataclass(frozen=True, eq=False)
 class Pipeline(Generic[RequestT, StateT]):
     """One pipeline the engine runs; its workflow type is its graph's name.
@@ -123,7 +192,9 @@ class Pipeline(Generic[RequestT, StateT]):
     will first rest in (a starter sets it as the run's initial ``AiState``, for free; default:
     the state the start leads to). ``name``: the short name operators type (``--pipeline``).
     ``version``: which version of a pipeline defined as data a run follows (``status`` and
-    ``AiPipelineVersion`` show it); None for a pipeline defined in code.
+    ``AiPipelineVersion`` show it); None for a pipeline defined in code. ``subject``: the
+    result a review decides (``ReviewSubject``), and ``facts`` the names of the facts it gives
+    (``fields.*``: any name under ``fields.``).
     """
 
     name: str
@@ -138,6 +209,8 @@ class Pipeline(Generic[RequestT, StateT]):
     in_task: Callable[[Context[RequestT, StateT]], bool] = never_in_task
     first_shown: Callable[[RequestT], str] | None = None
     version: str | None = None
+    subject: Callable[[Context[RequestT, StateT]], ReviewSubject] = no_subject
+    facts: tuple[str, ...] = ()
     continued: type[BaseModel] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -154,6 +227,14 @@ class Pipeline(Generic[RequestT, StateT]):
     def workflow_type(self) -> str:
         """The Temporal workflow type its runs are started with."""
         return self.graph.name
+
+    def knows_fact(self, name: str) -> bool:
+        """Whether ``name`` is a fact this pipeline's results have (an engine fact, one of
+        ``facts``, or a name under a ``prefix.*`` entry)."""
+        known = (*ENGINE_FACTS, *self.facts)
+        return name in known or any(
+            entry.endswith(".*") and name.startswith(entry[:-1]) for entry in known
+        )
 
     def first_state(self, request: RequestT) -> str:
         """The state a new run of ``request`` will first rest in (see ``first_shown``)."""

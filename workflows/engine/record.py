@@ -8,8 +8,10 @@ with the state the task ends in, so the bookkeeping rides on commands the task s
 
 Everything a run keeps is bounded whatever clients send: history entries are appended through
 ``append``, which drops the oldest past ``HISTORY_MAX_BYTES`` (``history_dropped`` counts them),
-and error texts are cut at ``MAX_ERROR_CHARS``. So the status, update results, the carried state
-and the result stay far below Temporal's payload limits.
+corrections through ``add_correction`` (``CORRECTIONS_MAX_BYTES``, ``corrections_dropped``;
+each text or set of fields past ``MAX_CORRECTION_BYTES`` is left out), and error texts are cut
+at ``MAX_ERROR_CHARS``. So the status, update results, the carried state and the result stay
+below Temporal's payload limits.
 
 Workflow code, passed through the sandbox; ``tests/unit/test_workflow_code.py`` holds it to the
 sandbox's rules.
@@ -17,6 +19,7 @@ sandbox's rules.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any
 
@@ -26,9 +29,12 @@ from temporalio.exceptions import ApplicationError
 
 import workflows.contract as contract
 import workflows.engine.observability as observability
+import workflows.engine.policies as policies
 import workflows.errors as errors
 from workflows.engine.graph import COMPLETED, FAILED, FINAL_STATES, Graph, Role
 from workflows.payloads import (
+    Correction,
+    Decision,
     HistoryEntry,
     LlmCallResult,
     ReviewContent,
@@ -42,6 +48,9 @@ from workflows.payloads import (
 # Several hundred review rounds fit; the result, status and carried state stay small.
 HISTORY_MAX_BYTES = 128 * 1024
 MAX_ERROR_CHARS = 2000
+# Corrections kept with the run (the newest), and the largest text or fields one keeps.
+CORRECTIONS_MAX_BYTES = 128 * 1024
+MAX_CORRECTION_BYTES = 16 * 1024
 
 
 def bounded_text(text: str, limit: int) -> str:
@@ -64,8 +73,51 @@ def append(run: RunCore[Any], entry: HistoryEntry) -> None:
         run.history_dropped += 1
 
 
-def _size(entry: HistoryEntry) -> int:
+def _size(entry: HistoryEntry | Correction) -> int:
     return len(entry.model_dump_json()) + 1
+
+
+def bounded_value(value: str | dict[str, Any] | None) -> tuple[str | dict[str, Any] | None, bool]:
+    """``value`` if it is at most ``MAX_CORRECTION_BYTES`` as JSON, else None; and whether it
+    was left out."""
+    if value is None:
+        return None, False
+    size = len(json.dumps(value, ensure_ascii=False, default=str).encode("utf-8"))
+    return (value, False) if size <= MAX_CORRECTION_BYTES else (None, True)
+
+
+def add_correction(run: RunCore[Any], correction: Correction) -> None:
+    """Keep ``correction`` (its before and after bounded), dropping the oldest past
+    ``CORRECTIONS_MAX_BYTES``."""
+    before, cut_before = bounded_value(correction.before)
+    after, cut_after = bounded_value(correction.after)
+    kept = correction.model_copy(
+        update={"before": before, "after": after, "cut": cut_before or cut_after}
+    )
+    run.corrections.append(kept)
+    trim_corrections(run)
+
+
+def complete_reedits(run: RunCore[Any], after: str | dict[str, Any] | None) -> None:
+    """Give the reedits still waiting for the result they asked for (``after`` is None) that
+    result: the run has a new one."""
+    if after is None:
+        return
+    bounded, cut = bounded_value(after)
+    for index, correction in enumerate(run.corrections):
+        if not correction.answered:
+            run.corrections[index] = correction.model_copy(
+                update={"after": bounded, "answered": True, "cut": correction.cut or cut}
+            )
+    trim_corrections(run)
+
+
+def trim_corrections(run: RunCore[Any]) -> None:
+    """Drop the oldest corrections while they take more than ``CORRECTIONS_MAX_BYTES``."""
+    total = sum(_size(c) for c in run.corrections)
+    while total > CORRECTIONS_MAX_BYTES and len(run.corrections) > 1:
+        total -= _size(run.corrections.pop(0))
+        run.corrections_dropped += 1
 
 
 def move(
@@ -80,11 +132,14 @@ def move(
     review_round: int | None = None,
     answer: LlmCallResult | None = None,
     prompt: str | None = None,
+    group: str | None = None,
+    rule: str | None = None,
 ) -> None:
     """Take one graph edge: validate, record it (at ``at``, default now) and show it.
 
     ``answer`` is the model's reply the move reports (and ``prompt`` what it answered), for the
-    transition's span.
+    transition's span. ``group`` and ``rule``: the review policy's group that decided, or the
+    auto-approve rule that approved.
     """
     target = graph.next_state(run.state, event)
     now = at or workflow.now()
@@ -99,6 +154,8 @@ def move(
         reviewer=reviewer,
         feedback=feedback,
         review_round=review_round,
+        group=group,
+        rule=rule,
     )
     append(run, entry)
     run.state = target
@@ -109,8 +166,16 @@ def move(
     workflow.set_current_details(details(graph, run))
 
 
-def note(run: RunCore[Any], event: str, detail: str) -> None:
-    """Record something that happened without moving the run (continue-as-new)."""
+def note(
+    run: RunCore[Any],
+    event: str,
+    detail: str,
+    *,
+    reviewer: str | None = None,
+    group: str | None = None,
+    vote: Decision | None = None,
+) -> None:
+    """Record something that happened without moving the run (continue-as-new, a vote)."""
     append(
         run,
         HistoryEntry(
@@ -119,8 +184,11 @@ def note(run: RunCore[Any], event: str, detail: str) -> None:
             event=event,
             at=workflow.now(),
             attempt=run.attempts,
-            detail=detail,
+            detail=bounded_text(detail, MAX_ERROR_CHARS),
+            reviewer=reviewer,
             review_round=run.review_round or None,
+            group=group,
+            vote=vote,
         ),
     )
 
@@ -170,6 +238,9 @@ def details(graph: Graph, run: RunCore[Any]) -> str:
         parts.append(f"model {run.model}")
     if info.role in (Role.REVIEW, Role.ESCALATION):
         parts.append("waiting for a reviewer: starter.py review <id> approve|reedit|reject")
+        shown = policy_line(graph, run)
+        if shown:
+            parts.append(shown)
     if info.role == Role.CAPACITY and run.capacity_wait_s is not None:
         parts.append(f"queued for the model's capacity for {run.capacity_wait_s:.1f}s")
     if info.role == Role.BUDGET:
@@ -177,6 +248,19 @@ def details(graph: Graph, run: RunCore[Any]) -> str:
     if run.last_error and (info.role in (Role.RETRY, Role.BUDGET) or run.state == FAILED):
         parts.append(f"last error: {observability.error_reason(run.last_error)}")
     return " · ".join(parts)
+
+
+def policy_line(graph: Graph, run: RunCore[Any]) -> str | None:
+    """Where a waiting round stands under the run's review policy, in one line (``policy
+    two-of-finance, stage 1 of 2: group finance, 1 of 2 approvals: alice``); None for a run
+    without a policy, or not waiting."""
+    shown = policies.progress(graph, run)
+    if shown is None or shown.policy is None:
+        return None
+    where = f"policy {shown.policy}, stage {shown.stage + 1} of {shown.stages}"
+    if shown.group:
+        where += f": group {shown.group}"
+    return f"{where}, {shown.describe()}"
 
 
 def status(graph: Graph, run: RunCore[Any], *, version: str | None = None) -> RunStatus:
@@ -189,14 +273,20 @@ def status(graph: Graph, run: RunCore[Any], *, version: str | None = None) -> Ru
         tenant=run.plan.tenant if run.plan is not None else None,
         pipeline=graph.name,
         pipeline_version=version,
+        review=policies.progress(graph, run),
         **{name: getattr(run, name) for name in RunProgress.model_fields},
     )
 
 
 def review_view(graph: Graph, run: RunCore[Any], content: ReviewContent) -> ReviewView:
     """What the ``review_view`` query returns: the pipeline's ``content`` with where the run
-    is, until when it waits for a reviewer, who may decide, and its history."""
+    is, until when it waits for a reviewer, who may decide now (the current stage's reviewers),
+    where its round stands under its review policy, and its history."""
     plan = run.plan
+    shown = policies.progress(graph, run)
+    reviewers = plan.allowed_reviewers if plan is not None else None
+    if shown is not None and shown.reviewers is not None:
+        reviewers = shown.reviewers
     return ReviewView(
         **content.model_dump(),
         content_digest=content.digest(),
@@ -208,15 +298,17 @@ def review_view(graph: Graph, run: RunCore[Any], content: ReviewContent) -> Revi
         waiting=run.state in graph.review_states,
         deadline=run.review_deadline if run.state in graph.review_states else None,
         requested_by=plan.requested_by if plan is not None else None,
-        allowed_reviewers=plan.allowed_reviewers if plan is not None else None,
+        allowed_reviewers=reviewers,
         model=run.model,
         history=list(run.history),
         history_dropped=run.history_dropped,
+        review=shown,
     )
 
 
 def finish(run: RunCore[Any], result: RunResult) -> RunResult:
-    """``result``, the result of a run that ended in a final state.
+    """``result``, the result of a run that ended in a final state, with the corrections its
+    reviewers made.
 
     A run that ended in ``failed`` or ``dead_letter`` closes as a failed Temporal run (so the
     Web UI, ``ExecutionStatus='Failed'`` and the SDK's failure metrics see it): this raises a
@@ -228,6 +320,12 @@ def finish(run: RunCore[Any], result: RunResult) -> RunResult:
     """
     if run.state not in FINAL_STATES:
         raise errors.InvalidTransition(run.state, "(finish)", "run ended in a non-final state")
+    result = result.model_copy(
+        update={
+            "corrections": list(run.corrections),
+            "corrections_dropped": run.corrections_dropped,
+        }
+    )
     if run.state == COMPLETED:
         return result
     reason = observability.error_reason(run.last_error)

@@ -16,6 +16,15 @@ state and ends with the decision (an escalation stays in the same round). A deci
 asks for another try with feedback (reedit), rejects, or, where the pipeline takes them,
 approves with corrected fields (``ReviewDecision.fields``: the ``correct`` event).
 
+Under a review policy (``workflows.engine.policies``) the stage decides who may review (its
+group's members), and an approval or a rejection short of its quorum is a *vote*: counted
+(``count_vote``: a ``review_vote`` note in the history, the tally in ``status``) without moving
+the run, one per reviewer a round (a second is refused). An auto-approve rule that matches the
+result approves it as the round begins (``enter``), with no reviewer.
+
+Every reedit and every correction is also kept as data (``RunCore.corrections``): the
+reviewer, the round, the pipeline's version, the feedback, and the result before and after.
+
 Operator actions (``expire_review``, ``dead_letter`` signals) end review waits early; they have
 the power of a cancel, which Temporal's namespace permissions govern (docs/security.md).
 
@@ -24,25 +33,34 @@ Workflow code, passed through the sandbox; deterministic (``now`` is workflow ti
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final, NoReturn
 
+import jwt
 from temporalio import workflow
 
 import workflows.engine.commands as commands
 import workflows.engine.continuation as continuation
 import workflows.engine.identity as identity
+import workflows.engine.observability as observability
+import workflows.engine.policies as policies
 import workflows.engine.record as record
 from workflows.engine.graph import Event, Graph
 from workflows.engine.pipeline import Context
 from workflows.payloads import (
+    NOTE_REVIEW_VOTE,
+    Correction,
+    FactValue,
     LlmCallResult,
     OperatorRequest,
     ReviewDecision,
+    ReviewProgress,
     Revocation,
     RunCore,
+    RunPolicy,
+    Vote,
 )
 
 MAX_REFUSAL_CHARS = 300
@@ -99,6 +117,20 @@ def refusal(
         )
     if plan.requested_by is not None and decision.reviewer == plan.requested_by:
         return Refusal("own_run", f"{decision.reviewer[:80]!r} requested this run")
+    current = policies.stage(plan, policies.stage_index(graph, run.state))
+    if not policies.eligible(plan, current, decision.reviewer):
+        return Refusal(
+            "not_in_group",
+            f"reviewer {decision.reviewer[:80]!r} is not in group {current.group}, which "
+            f"decides run {workflow_id} now",
+        )
+    earlier = next((v for v in run.votes if v.reviewer == decision.reviewer), None)
+    if earlier is not None:
+        return Refusal(
+            "already_voted",
+            f"{decision.reviewer[:80]!r} already voted {earlier.decision} in round "
+            f"{run.review_round} of run {workflow_id}; a reviewer counts once a round",
+        )
     if decision.feedback and len(decision.feedback) > plan.max_feedback_chars:
         return Refusal(
             "feedback_too_long",
@@ -141,12 +173,64 @@ def enter(
 ) -> None:
     """Move on ``event`` into a review state: a new review round, with its deadline from the
     plan, and the reviewers told when the plan says so (``answer``: the model's reply the move
-    reports, answering ``prompt``)."""
+    reports, answering ``prompt``). An auto-approve rule of the plan that the result matches
+    approves it at once instead, with no reviewer told.
+
+    The result under review is the one the run's open reedits asked for (their ``after``).
+    """
     run, plan = ctx.run, ctx.policy
+    subject = ctx.subject()
+    record.complete_reedits(run, subject.value)
     run.review_round += 1
+    run.votes = []
+    run.round_started_at = workflow.now()
     run.review_deadline = workflow.now() + timedelta(seconds=plan.review_timeout_s)
     ctx.move(event, detail=detail, review_round=run.review_round, answer=answer, prompt=prompt)
+    rule = policies.matching_rule(plan.auto_approve, facts(ctx, subject.facts))
+    if rule is not None:
+        run.review_deadline = None
+        ctx.move(
+            Event.APPROVE,
+            detail=f"approved by rule {rule.name}",
+            review_round=run.review_round,
+            rule=rule.name,
+        )
+        observability.count_auto_approval(ctx.pipeline_name, rule.name)
+        return
     commands.notify_reviewers(run, plan, "review_needed")
+
+
+def facts(ctx: Context[Any, Any], given: Mapping[str, FactValue]) -> dict[str, FactValue]:
+    """What auto-approve rules read: the pipeline's facts about its result, and the engine's
+    (the round, the model attempts so far, the model)."""
+    run = ctx.run
+    return {
+        **given,
+        "review_round": run.review_round,
+        "attempts": run.attempts,
+        "model": run.model,
+    }
+
+
+def finished(ctx: Context[Any, Any]) -> None:
+    """A run that completed: its last result is what its open reedits led to."""
+    record.complete_reedits(ctx.run, ctx.subject().value)
+
+
+def escalation_group(plan: RunPolicy) -> str | None:
+    """The group the escalation stage hands the round to (None without a policy's group)."""
+    return policies.stage(plan, 1).group if plan.review_stages else None
+
+
+def escalation_detail(plan: RunPolicy) -> str | None:
+    """What the escalation changes under a review policy (``escalated to group leads, 1
+    approval``), for its history entry; None without a policy."""
+    if not plan.review_stages:
+        return None
+    escalated = policies.stage(plan, 1)
+    needed = f"{escalated.approvals} approval{'s' if escalated.approvals != 1 else ''}"
+    to = f"group {escalated.group}" if escalated.group else "any allowed reviewer"
+    return f"escalated to {to}, {needed}, until the deadline in {plan.escalation_timeout_s:g}s"
 
 
 def invalid(reason: str) -> Refusal:
@@ -160,6 +244,56 @@ def count_refusal(run: RunCore[Any], refused: Refusal) -> None:
     run.last_refusal = record.bounded_text(refused.reason, MAX_REFUSAL_CHARS)
 
 
+def signing_key(decision: ReviewDecision) -> str | None:
+    """The id of the key that signed ``decision`` (its token's ``kid``), if it is signed. Read
+    only from a token the rules already verified."""
+    if not decision.token:
+        return None
+    try:
+        key_id = jwt.get_unverified_header(decision.token).get("kid")
+    except jwt.PyJWTError:
+        return None
+    return key_id if isinstance(key_id, str) else None
+
+
+def count_vote(graph: Graph, run: RunCore[Any], decision: ReviewDecision) -> bool:
+    """Count ``decision`` (accepted by the rules) as a vote when it does not end the round: an
+    approval or a rejection short of the stage's or the policy's quorum. True when it was
+    counted (the run does not move); False when it decides the round (``apply`` moves it).
+
+    Without a policy every decision decides, so a run planned before policies never votes.
+    The rules refuse a second decision of a reviewer who voted; one that passed validation
+    before the first was counted (two updates validated in one workflow task, before their
+    handlers run) is taken without effect: a reviewer counts once a round.
+    """
+    if any(vote.reviewer == decision.reviewer for vote in run.votes):
+        return True
+    current = policies.progress(graph, run)
+    if current is None or policies.decides(current, event_of(decision), decision.reviewer):
+        return False
+    assert decision.decision in ("approve", "reject")
+    run.votes.append(
+        Vote(
+            reviewer=decision.reviewer,
+            decision=decision.decision,
+            at=workflow.now(),
+            key_id=signing_key(decision),
+        )
+    )
+    tally = policies.progress(graph, run)
+    assert tally is not None
+    record.note(
+        run,
+        NOTE_REVIEW_VOTE,
+        f"{decision.decision} by {decision.reviewer}: {tally.describe()}",
+        reviewer=decision.reviewer,
+        group=tally.group,
+        vote=decision.decision,
+    )
+    workflow.set_current_details(record.details(graph, run))
+    return True
+
+
 def event_of(decision: ReviewDecision) -> Event:
     """The graph event an accepted decision takes: its own, or ``correct`` for an approval
     with corrected fields."""
@@ -168,31 +302,79 @@ def event_of(decision: ReviewDecision) -> Event:
     return Event(decision.decision)
 
 
-def apply(graph: Graph, run: RunCore[Any], decision: ReviewDecision) -> None:
-    """Move the run on an accepted decision: approve (with corrected fields, kept in
-    ``run.corrected`` for the state the correction leads to), reedit (with feedback) or
-    reject."""
+def apply(ctx: Context[Any, Any], decision: ReviewDecision) -> None:
+    """Move the run on an accepted decision that ends the round: approve (with corrected
+    fields, kept in ``run.corrected`` for the state the correction leads to), reedit (with
+    feedback) or reject. A reedit and a correction are also kept as data
+    (``record_correction``)."""
+    graph, run = ctx.graph, ctx.run
+    tally = policies.progress(graph, run)
     if decision.decision == "reedit":
         run.feedback.append(decision.feedback or "Please revise the answer.")
         run.feedback = continuation.bounded_feedback(run.feedback)
     elif decision.decision == "reject":
         record.set_error(run, f"rejected by {decision.reviewer}")
+    if decision.decision == "reedit" or decision.fields is not None:
+        record_correction(ctx, decision)
+    if run.round_started_at is not None:
+        observability.record_approval_delay(
+            ctx.pipeline_name,
+            tally.group if tally is not None else None,
+            event_of(decision),
+            (workflow.now() - run.round_started_at).total_seconds(),
+        )
     run.corrected = decision.fields
     run.review_deadline = None
+    run.votes = []
     record.move(
         graph,
         run,
         event_of(decision),
-        detail=decision_detail(decision),
+        detail=decision_detail(decision, tally),
         reviewer=decision.reviewer,
         feedback=decision.feedback,
         review_round=run.review_round,
+        group=tally.group if tally is not None else None,
     )
 
 
-def decision_detail(decision: ReviewDecision) -> str:
-    """The one-line detail of an accepted decision: ``approve by alice: looks good``."""
+def record_correction(ctx: Context[Any, Any], decision: ReviewDecision) -> None:
+    """Keep a reedit (the feedback, the result it sends back; the next result once there is
+    one) or a correction (the fields before and after) as evaluation data."""
+    run = ctx.run
+    corrected = decision.fields is not None
+    record.add_correction(
+        run,
+        Correction(
+            kind="correct" if corrected else "reedit",
+            reviewer=decision.reviewer,
+            review_round=run.review_round,
+            at=workflow.now(),
+            pipeline=ctx.pipeline_name,
+            pipeline_version=ctx.pipeline_version,
+            feedback=decision.feedback,
+            before=ctx.subject().value,
+            after=decision.fields,
+            answered=corrected,
+        ),
+    )
+
+
+def decision_detail(decision: ReviewDecision, tally: ReviewProgress | None = None) -> str:
+    """The one-line detail of an accepted decision: ``approve by alice: looks good``; under a
+    review policy with the tally it completes (``approve by bob (2 of 2 approvals: alice,
+    bob)``)."""
     detail = f"{decision.decision} by {decision.reviewer}"
+    if tally is not None and tally.policy is not None and decision.fields is None:
+        if decision.decision == "approve":
+            voted, needed, noun = tally.approvals, tally.approvals_needed, "approvals"
+        elif decision.decision == "reject":
+            voted, needed, noun = tally.rejections, tally.rejections_needed, "rejections"
+        else:
+            voted, needed, noun = [], 0, ""
+        if noun:
+            names = [*voted, decision.reviewer]
+            detail += f" ({len(names)} of {needed} {noun}: {', '.join(names)})"
     if decision.fields is not None:
         detail += f" with {len(decision.fields)} corrected field(s)"
     if decision.feedback:

@@ -47,7 +47,7 @@ import workflows.engine.record as record
 import workflows.engine.reviews as reviews
 import workflows.errors as errors
 from workflows.engine.backoff import full_jitter_delay
-from workflows.engine.graph import Event, Role
+from workflows.engine.graph import COMPLETED, Event, Role
 from workflows.engine.inbound import Admission, DecisionInbox, decoded, inbound
 from workflows.engine.pipeline import Context, Pipeline, PipelineSource
 from workflows.payloads import (
@@ -96,6 +96,7 @@ class PipelineWorkflow:
             invalid=reviews.invalid,
             count=self._count_refused_review,
             reason=lambda refused: refused.reason,
+            settle=self._counted_vote,
         )
         self._budgets = DecisionInbox(
             BudgetDecision,
@@ -148,7 +149,7 @@ class PipelineWorkflow:
         except ValidationError as err:
             self._input_problem = f"invalid request: {describe_validation_error(err)}"
             return
-        self._ctx = Context(graph, request, pipeline.state(state=graph.initial))
+        self._ctx = Context(graph, request, pipeline.state(state=graph.initial), pipeline)
         self._input_problem = continuation.start_problem(
             pipeline=graph.name,
             carried=self._carried is not None,
@@ -185,6 +186,8 @@ class PipelineWorkflow:
             raise
         self._publish()
         await workflow.wait_condition(workflow.all_handlers_finished)
+        if run.state == COMPLETED:
+            reviews.finished(ctx)
         return record.finish(run, pipeline.result(ctx))
 
     # Queries, signals and updates: the contract's names.
@@ -326,7 +329,12 @@ class PipelineWorkflow:
         run, plan = ctx.run, ctx.policy
         detail = reviews.take_forced_reason(run) or f"no review in {plan.review_timeout_s:g}s"
         run.review_deadline = workflow.now() + timedelta(seconds=plan.escalation_timeout_s)
-        ctx.move(Event.REVIEW_TIMEOUT, detail=detail)
+        escalation = reviews.escalation_detail(plan)
+        ctx.move(
+            Event.REVIEW_TIMEOUT,
+            detail=f"{detail}; {escalation}" if escalation else detail,
+            group=reviews.escalation_group(plan),
+        )
         if run.dead_letter_requested is None:  # an operator's dead-letter is no news to reviewers
             commands.notify_reviewers(run, plan, "escalated")
 
@@ -434,6 +442,11 @@ class PipelineWorkflow:
             digest=lambda: self.review_view().content_digest,
         )
 
+    def _counted_vote(self, decision: ReviewDecision) -> bool:
+        if self._ctx is None:
+            return False
+        return reviews.count_vote(self._ctx.graph, self._ctx.run, decision)
+
     def _count_refused_review(self, refused: reviews.Refusal) -> None:
         if self._ctx is not None:
             reviews.count_refusal(self._ctx.run, refused)
@@ -506,7 +519,7 @@ class PipelineWorkflow:
             self._rounds_this_run += 1
             self._after_reedit = True
         self._reviews.take()  # wakes the update that sent it, if one did
-        reviews.apply(ctx.graph, ctx.run, decision)
+        reviews.apply(ctx, decision)
         return True
 
     async def _continue_as_new_if_due(self) -> None:

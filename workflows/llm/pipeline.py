@@ -15,12 +15,13 @@ import json
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
+import workflows.contract as contract
 import workflows.engine.activity_policy as activity_policy
 import workflows.engine.reviews as reviews
 import workflows.llm.steps as steps
 import workflows.steps.llm_call as llm_call
 from workflows.engine.graph import Event
-from workflows.engine.pipeline import Context, Pipeline
+from workflows.engine.pipeline import Context, Pipeline, ReviewSubject
 from workflows.llm.graph import GRAPH, LlmEvent, State
 from workflows.payloads import (
     FinalState,
@@ -148,8 +149,24 @@ def review_view(ctx: Run) -> ReviewContent:
     return ReviewContent(title=request.user_message[:200], headline=answer[:200], sections=sections)
 
 
+def subject(ctx: Run) -> ReviewSubject:
+    """The model's reply under review, and what auto-approve rules may read of it: whether the
+    model asked for review, how sure it said it is, and the reply's length."""
+    reply = ctx.run.reply
+    if reply is None:
+        return ReviewSubject()
+    return ReviewSubject(
+        text=reply.content,
+        facts={
+            "needs_review": reply.needs_review,
+            "confidence": reply.confidence,
+            "reply_chars": len(reply.content),
+        },
+    )
+
+
 PIPELINE = Pipeline(
-    name="llm",
+    name=contract.PIPELINE_LLM,
     graph=GRAPH,
     request=PipelineRequest,
     state=RunState,
@@ -165,4 +182,6 @@ PIPELINE = Pipeline(
     in_task=fetches_locally,
     # An inline message is planned inside the first task: the first wait is the model call.
     first_shown=lambda request: State.FETCH_PROMPT if request.is_reference else State.INVOKE_LLM,
+    subject=subject,
+    facts=("needs_review", "confidence", "reply_chars"),
 )

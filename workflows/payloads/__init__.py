@@ -18,15 +18,19 @@ History entries come in two kinds, both ``HistoryEntry``:
   a ``graph.Event``. Review decisions also carry ``reviewer``, ``feedback`` and ``review_round``.
 - ``continued_as_new`` (``NOTE_CONTINUED_AS_NEW``): the run moved on to a fresh Temporal run
   carrying its state; ``from_state == to_state``. Not a transition.
+- ``review_vote`` (``NOTE_REVIEW_VOTE``): a reviewer's approval or rejection that a review
+  policy counted without deciding the round (a quorum not reached yet); ``vote`` says which,
+  ``reviewer`` and ``review_round`` who and when; ``from_state == to_state``. Not a transition.
 
 Reviews the run refused are counted (``RunStatus.reviews_refused``), never stored one by one,
 so no sender can grow a run's state.
 """
 
-from workflows.payloads import _base, activity, client, state
+from workflows.payloads import _base, activity, client, policy, state
 from workflows.payloads._base import *  # noqa: F403
 from workflows.payloads.activity import *  # noqa: F403
 from workflows.payloads.client import *  # noqa: F403
+from workflows.payloads.policy import *  # noqa: F403
 from workflows.payloads.state import *  # noqa: F403
 
-__all__ = [*_base.__all__, *activity.__all__, *client.__all__, *state.__all__]
+__all__ = [*_base.__all__, *activity.__all__, *client.__all__, *policy.__all__, *state.__all__]

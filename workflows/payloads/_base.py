@@ -17,6 +17,7 @@ __all__ = [
     "MAX_REVIEWER_CHARS",
     "MAX_TOKEN_CHARS",
     "NOTE_CONTINUED_AS_NEW",
+    "NOTE_REVIEW_VOTE",
     "REFERENCE_SCHEMES",
     "REQUEST_ID_PATTERN",
     "TENANT_PATTERN",
@@ -52,6 +53,7 @@ MAX_REVIEWER_CHARS: Final = 200
 MAX_METADATA_DEPTH: Final = 16
 MAX_TOKEN_CHARS: Final = 8192
 NOTE_CONTINUED_AS_NEW: Final = "continued_as_new"
+NOTE_REVIEW_VOTE: Final = "review_vote"
 
 
 def _unicode(value: str) -> str:

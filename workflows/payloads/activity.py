@@ -20,6 +20,7 @@ from workflows.payloads.client import (
     PipelineRequest,
     ReviewKey,
 )
+from workflows.payloads.policy import AutoApproveRule, ReviewStage
 
 __all__ = [
     "CallOutcome",
@@ -57,7 +58,10 @@ class RunPolicy(_Open):
 
     Review policy, resolved from the request and the worker's floor (``REVIEW_MIN``,
     ``ALLOWED_REVIEWERS``, ``REVIEW_PUBLIC_KEYS``): who may review, whether review is required,
-    and the public keys that authenticate reviewers (none = authentication off). Capacity and
+    and the public keys that authenticate reviewers (none = authentication off); and, where the
+    operator set one for the pipeline (``REVIEW_POLICIES``), the review policy: the stages of
+    its escalation chain (each a group and its quorum), how many rejections end a round, and the
+    rules that approve a result without a reviewer. Capacity and
     budgets, resolved from the request and the worker's settings: whose daily budget the run
     spends, its cost ceiling (``RUN_BUDGET_USD`` lowered by ``options.max_cost_usd``; None =
     none), what a call that would cross a budget does, and how long an operator has to decide.
@@ -83,6 +87,14 @@ class RunPolicy(_Open):
     # carry a token signed by a key allowed to sign for its operator (older plans took any).
     budget_decisions_signed: bool = False
     max_feedback_chars: int = MAX_FEEDBACK_CHARS
+    # The operator's review policy (REVIEW_POLICIES) by name, and its two stages (the review,
+    # then its escalation) resolved against REVIEW_GROUPS and the request. Plans without
+    # stages (every plan before policies, and runs of a pipeline with none) keep the engine's
+    # first rule: one decision from one reviewer the plan allows decides a round.
+    review_policy: str | None = None
+    review_stages: list[ReviewStage] = Field(default_factory=list, max_length=2)
+    rejections: int = 1
+    auto_approve: list[AutoApproveRule] = Field(default_factory=list)
     reedit_rounds_per_run: int = 50
     # REVIEW_WEBHOOK_URL is set on the worker that built the plan: tell reviewers (by webhook)
     # when the run starts waiting for review and when it escalates. Off = no extra activity.
@@ -192,6 +204,8 @@ class LlmCallResult(_Open):
 
     content: str = ""
     needs_review: bool = False
+    # How sure the model said it is (0 to 1), when its reply said (LlmReply.confidence).
+    confidence: float | None = None
     # The reply's JSON object, when the call asked for one (LlmCallInput.output_schema).
     data: dict[str, Any] | None = None
     model: str

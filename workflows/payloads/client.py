@@ -30,6 +30,7 @@ from workflows.payloads._base import (
     _Open,
     _Strict,
 )
+from workflows.payloads.policy import Correction, ReviewProgress
 
 __all__ = [
     "ALL_MODELS",
@@ -205,7 +206,11 @@ class BudgetDecision(_Strict):
 
 
 class HistoryEntry(_Open):
-    """One entry of a run's history: a transition, or a note (see the module docstring)."""
+    """One entry of a run's history: a transition, or a note (see the module docstring).
+
+    Under a review policy, a decision and a vote name the ``group`` that decided, an approval by
+    an auto-approve ``rule`` names the rule (and no reviewer), and a vote says what it was
+    (``vote``)."""
 
     from_state: str
     to_state: str
@@ -216,6 +221,9 @@ class HistoryEntry(_Open):
     reviewer: str | None = None
     feedback: str | None = None
     review_round: int | None = None
+    group: str | None = None
+    rule: str | None = None
+    vote: Decision | None = None
 
 
 class RunProgress(BaseModel):
@@ -240,8 +248,10 @@ class RunProgress(BaseModel):
 
 class RunStatus(RunProgress, _Open):
     """Answer of the ``status`` query: the run's progress, where it is, its tenant, the
-    pipeline (workflow type) it runs, and for a pipeline defined as data the version it
-    follows (``VERSION@SHA256-PREFIX``: the file's version and the start of its hash)."""
+    pipeline (workflow type) it runs, for a pipeline defined as data the version it follows
+    (``VERSION@SHA256-PREFIX``: the file's version and the start of its hash), and, while it
+    waits for a reviewer, where the round stands under its review policy (``review``: who
+    approved, how many more it needs)."""
 
     state: str
     status: str
@@ -249,6 +259,7 @@ class RunStatus(RunProgress, _Open):
     tenant: str | None = None
     pipeline: str | None = None
     pipeline_version: str | None = None
+    review: ReviewProgress | None = None
 
 
 class ReviewSection(_Open):
@@ -300,19 +311,26 @@ class ReviewView(ReviewContent):
     waiting: bool = False
     deadline: datetime | None = None
     requested_by: str | None = None
+    # Who may decide the round now (the current stage's reviewers, under a review policy).
     allowed_reviewers: list[str] | None = None
     model: str | None = None
     history: list[HistoryEntry] = Field(default_factory=list)
     history_dropped: int = 0
+    # Where the round stands under the run's review policy, while it waits.
+    review: ReviewProgress | None = None
 
 
 class RunResult(_Open):
-    """What every pipeline's run returns: the request, the final state and the history (a
-    pipeline's result adds its own fields)."""
+    """What every pipeline's run returns: the request, the final state, the history and the
+    corrections its reviewers made (reedits and corrected fields, as evaluation data; the
+    oldest are dropped past a bound, ``corrections_dropped``); a pipeline's result adds its own
+    fields."""
 
     request_id: str
     state: FinalState
     history: list[HistoryEntry] = Field(default_factory=list)
+    corrections: list[Correction] = Field(default_factory=list)
+    corrections_dropped: int = 0
 
 
 class PipelineResult(RunResult):
@@ -339,10 +357,12 @@ class DeadLetterMessage(_Open):
 
 
 class LlmReply(_Strict):
-    """What the model must answer (as JSON); anything else is a malformed reply."""
+    """What the model must answer (as JSON); anything else is a malformed reply. ``confidence``
+    (0 to 1) is optional: review policies' auto-approve rules can read it."""
 
     content: Text
     needs_review: bool
+    confidence: float | None = Field(default=None, ge=0, le=1, allow_inf_nan=False)
 
 
 class RequesterKey(_Open):

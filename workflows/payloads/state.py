@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field
 from workflows.payloads._base import _Mutable, _Strict
 from workflows.payloads.activity import LlmCallResult, PromptPlan, RunPolicy
 from workflows.payloads.client import RequestBase, RunProgress
+from workflows.payloads.policy import Correction, Vote
 
 __all__ = [
     "ContinuedRun",
@@ -39,8 +40,11 @@ class RunCore(RunProgress, _Mutable, Generic[PlanT]):
     consecutive_failures: int = 0
     retry_after_s: float | None = None
     feedback: list[str] = Field(default_factory=list)
-    # When the current review wait (a review or escalation state) times out.
+    # When the current review wait (a review or escalation state) times out, when its round
+    # began, and the votes the round counted short of its policy's quorum.
     review_deadline: datetime | None = None
+    round_started_at: datetime | None = None
+    votes: list[Vote] = Field(default_factory=list)
     plan: PlanT | None = None
     # Operator actions: expire_review ends one review wait, dead_letter every one until the end.
     forced_timeout: str | None = None
@@ -57,6 +61,9 @@ class RunCore(RunProgress, _Mutable, Generic[PlanT]):
     # Reviewer keys (ids) and reviewers an operator revoked since the run was planned.
     revoked_keys: list[str] = Field(default_factory=list)
     revoked_reviewers: list[str] = Field(default_factory=list)
+    # Every reedit and correction, as evaluation data (the newest kept, within a bound).
+    corrections: list[Correction] = Field(default_factory=list)
+    corrections_dropped: int = 0
 
 
 class RunState(RunCore[PromptPlan]):

@@ -1,10 +1,16 @@
 """The review inbox's web app (Starlette, Jinja2 templates with autoescaping on).
 
 Pages: ``/`` lists the runs waiting for a reviewer (``runs.RunReader``); ``/runs/{id}`` shows
-one run in full, with a form to approve, reedit with feedback, or reject; ``/login`` and
-``/logout`` for token sessions; ``/healthz`` for health checks (no login, no content). Every
-page needs an authenticated reviewer (``auth.Authenticator``), else 401; every POST needs the
-session's CSRF token, else 403.
+one run in full, with where its review policy stands (who approved, how many more it needs) and
+a form to approve, reedit with feedback (required), or reject (confirmed on a page of its own);
+``/login`` and ``/logout`` for token sessions; ``/healthz`` for health checks (no login, no
+content). Every page needs an authenticated reviewer (``auth.Authenticator``), else 401; every
+POST needs the session's CSRF token, else 403. No page needs JavaScript.
+
+Logging in leads back to the page that asked for it (kept across mistyped tokens; a POST leads
+back to the page its form was on, never to the POST's own path). A review form posted after its
+session ended, or from an earlier session, is not sent: what the reviewer typed is kept
+(``drafts.Drafts``) and shown on the run's page again once they are logged in.
 
 A decision is sent as the ``submit_review`` update for the round the reviewer looked at, signed
 by the inbox's key for the reviewer it authenticated (``aiorch.ops.reviews.submit_review`` with
@@ -45,6 +51,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from aiorch.ops.inbox import auth
+from aiorch.ops.inbox.drafts import Drafts
 from aiorch.ops.inbox.runs import NotYours, RunUnreadable, RunView, WaitingRun, time_left
 from aiorch.ops.reviews import ReviewOutcome, ReviewTarget
 from workflows.payloads import (
@@ -75,6 +82,10 @@ SECURITY_HEADERS: Final = (
 )
 # A failed login costs the guesser this long (tokens are 256-bit random: this is politeness).
 LOGIN_FAILURE_DELAY_S: Final = 0.3
+# The session key that holds the id of a decision kept for its reviewer (drafts.Drafts).
+DRAFT_KEY: Final = "draft"
+# The hidden fields a review form carries (the run and round it was shown for).
+REVIEW_FORM_FIELDS: Final = ("review_round", "run_id", "chain_id", "digest")
 
 
 class RunSource(Protocol):
@@ -148,9 +159,11 @@ class Inbox:
         options: InboxOptions,
         *,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        drafts: Drafts | None = None,
     ) -> None:
         self.runs, self.submit, self.auth = runs, submit, authenticator
         self.options, self.clock = options, clock
+        self.drafts = drafts if drafts is not None else Drafts(clock=clock)
         self.templates = templates()
 
     # Rendering
@@ -177,9 +190,14 @@ class Inbox:
         response.headers["Cache-Control"] = "no-store"
         return response
 
-    def unauthorized(self, request: Request, message: str | None = None) -> Response:
+    def unauthorized(
+        self, request: Request, message: str | None = None, *, next_path: str | None = None
+    ) -> Response:
+        """401: the login form, leading back to ``next_path`` (default: this page, when it is
+        one a browser can open again, else the inbox)."""
         if self.auth.has_login_form:
-            return self.page(request, "login.html", 401, next=_local_path(request), error=message)
+            target = next_path or (_local_path(request) if request.method == "GET" else "/")
+            return self.page(request, "login.html", 401, next=target, error=message)
         return self.page(
             request,
             "error.html",
@@ -238,6 +256,10 @@ class Inbox:
                     message=f"There is no run {workflow_id} (or it is past retention).",
                 )
             return self.temporal_down(request, reviewer, err)
+        draft = self.drafts.take(request.session.get(DRAFT_KEY), workflow_id)
+        if draft is not None:
+            request.session.pop(DRAFT_KEY, None)
+        progress = view.view.review
         return self.page(
             request,
             "run.html",
@@ -245,6 +267,8 @@ class Inbox:
             run=view,
             web_ui_url=self.options.web_ui_url(workflow_id),
             decisions=DECISIONS,
+            draft=draft,
+            voted=progress.voted(reviewer.name) if progress is not None else None,
         )
 
     def temporal_down(self, request: Request, reviewer: auth.Reviewer, err: RPCError) -> Response:
@@ -261,20 +285,27 @@ class Inbox:
     async def login_form(self, request: Request) -> Response:
         if not self.auth.has_login_form:
             return self.unauthorized(request)
-        return self.page(request, "login.html", next=request.query_params.get("next", "/"))
+        target = _safe_next(request.query_params.get("next"))
+        if self.auth.reviewer(request.headers, request.session) is not None:
+            return RedirectResponse(target, status_code=303)  # signed in already: go on
+        return self.page(request, "login.html", next=target)
 
     async def login(self, request: Request) -> Response:
         form = await request.form()
         if not self.same_site_post(request, form):
             return self.forbidden(request)
+        target = _safe_next(form.get("next"))
         token = form.get("token")
+        # A decision kept while the reviewer was logged out outlives the new session's start.
+        draft = request.session.get(DRAFT_KEY)
         name = self.auth.log_in(token if isinstance(token, str) else "", request.session)
         if name is None:
             await asyncio.sleep(LOGIN_FAILURE_DELAY_S)
-            return self.unauthorized(request, "That token is not valid.")
+            return self.unauthorized(request, "That token is not valid.", next_path=target)
+        if isinstance(draft, str):
+            request.session[DRAFT_KEY] = draft
         log.info("reviewer %s logged in", name)
-        target = form.get("next")
-        return RedirectResponse(_safe_next(target), status_code=303)
+        return RedirectResponse(target, status_code=303)
 
     async def logout(self, request: Request) -> Response:
         form = await request.form()
@@ -285,12 +316,12 @@ class Inbox:
 
     async def review(self, request: Request) -> Response:
         form = await request.form()
-        if not self.same_site_post(request, form):
+        if request.headers.get("sec-fetch-site") == "cross-site":
             return self.forbidden(request)
-        reviewer = self.auth.reviewer(request.headers, request.session)
-        if reviewer is None:
-            return self.unauthorized(request)
         workflow_id = request.path_params["workflow_id"]
+        reviewer = self.auth.reviewer(request.headers, request.session)
+        if reviewer is None or not auth.csrf_ok(request.session, form.get(auth.CSRF_FIELD)):
+            return self.not_sent(request, form, workflow_id, reviewer)
         try:
             await self.runs.view(workflow_id, reviewer.name)
         except NotYours:
@@ -300,17 +331,76 @@ class Inbox:
             return self.unreadable(request, reviewer, err)
         except RPCError as err:
             return self.temporal_down(request, reviewer, err)
-        back = RedirectResponse(f"/runs/{quote(workflow_id, safe='')}", status_code=303)
+        back = RedirectResponse(_run_path(workflow_id), status_code=303)
         try:
             decision = _decision(form, reviewer.name)
         except ValueError as err:
+            self.keep_draft(request, form, workflow_id)
             request.session["flash"] = {"level": "error", "text": str(err)}
             return back
+        if decision.decision == "reject" and form.get("confirm") != "yes":
+            self.keep_draft(request, form, workflow_id)  # "back to the run" keeps the feedback
+            return self.page(
+                request,
+                "confirm.html",
+                reviewer=reviewer,
+                workflow_id=workflow_id,
+                feedback=decision.feedback,
+                review_round=decision.review_round,
+                hidden={name: _field(form, name) for name in REVIEW_FORM_FIELDS},
+            )
         flash = await self.send(_target(form, workflow_id, decision), decision)
         request.session["flash"] = flash
-        # Applied: the run waits for nobody now, so the list of those that do comes next.
-        # Refused: the page again, with why.
-        return RedirectResponse("/", status_code=303) if flash["level"] == "ok" else back
+        if flash["level"] != "ok":
+            return back  # refused: the page again, with why
+        self.drafts.take(request.session.pop(DRAFT_KEY, None), workflow_id)
+        # Applied: the run waits for this reviewer no more, so the list of those that do.
+        return RedirectResponse("/", status_code=303)
+
+    def not_sent(
+        self, request: Request, form: Any, workflow_id: str, reviewer: auth.Reviewer | None
+    ) -> Response:
+        """A review form the inbox must not send: its session has ended (401, the login form,
+        leading back to the run), or it came from another session (403). What the reviewer
+        typed is kept for the run's page, when the browser says the form was this inbox's own
+        (``Sec-Fetch-Site: same-origin``, or a browser that does not say)."""
+        if request.headers.get("sec-fetch-site") in (None, "same-origin"):
+            self.keep_draft(request, form, workflow_id, stale=True)
+        if reviewer is None:
+            return self.unauthorized(
+                request,
+                "Your session has ended: log in again. Your decision was not sent; what you "
+                "typed is kept on the run's page.",
+                next_path=_run_path(workflow_id),
+            )
+        return self.page(
+            request,
+            "error.html",
+            403,
+            reviewer=reviewer,
+            title="Your decision was not sent",
+            message="This form is out of date or did not come from this inbox (it was shown "
+            "in a session that has ended or changed): nothing was sent. What you typed is "
+            "kept: open the run again to check it and send it.",
+            link=_run_path(workflow_id),
+            link_text="Open the run again",
+        )
+
+    def keep_draft(
+        self, request: Request, form: Any, workflow_id: str, *, stale: bool = False
+    ) -> None:
+        """Keep what the reviewer typed in ``workflow_id``'s form for its page (``stale``: the
+        form was not sent because its session had ended or changed)."""
+        fields = form.get("fields")
+        request.session[DRAFT_KEY] = self.drafts.keep(
+            workflow_id,
+            decision=_field(form, "decision"),
+            feedback=_field(form, "feedback"),
+            fields=fields if isinstance(fields, str) else None,
+            review_round=_field(form, "review_round"),
+            max_feedback=MAX_FEEDBACK_CHARS,
+            stale=stale,
+        )
 
     def unreadable(self, request: Request, reviewer: auth.Reviewer, err: RunUnreadable) -> Response:
         return self.page(
@@ -367,7 +457,7 @@ class Inbox:
             workflow_id,
         )
         level = "ok" if outcome.applied_as_sent else "error"
-        return {"level": level, "text": outcome.describe(workflow_id)}
+        return {"level": level, "text": outcome.describe(workflow_id, where=False)}
 
     async def healthz(self, request: Request) -> Response:
         return PlainTextResponse("ok\n")
@@ -389,6 +479,10 @@ def _decision(form: Any, reviewer: str) -> ReviewDecision:
     feedback = feedback_raw.strip() if isinstance(feedback_raw, str) else ""
     if len(feedback) > MAX_FEEDBACK_CHARS:
         raise ValueError(f"Feedback is limited to {MAX_FEEDBACK_CHARS} characters.")
+    if decision == "reedit" and not feedback:
+        raise ValueError(
+            "A reedit needs feedback: say what the model should change. Nothing was sent."
+        )
     try:
         review_round = int(str(form.get("review_round", "")))
     except ValueError:
@@ -437,6 +531,16 @@ def _corrected_fields(raw: object) -> dict[str, Any]:
     if not isinstance(fields, dict):
         raise ValueError("The corrected fields must be one JSON object.")
     return fields
+
+
+def _field(form: Any, name: str) -> str:
+    """A form field's text ("" when it is missing or a file)."""
+    value = form.get(name)
+    return value if isinstance(value, str) else ""
+
+
+def _run_path(workflow_id: str) -> str:
+    return f"/runs/{quote(workflow_id, safe='')}"
 
 
 def _local_path(request: Request) -> str:

@@ -1,0 +1,421 @@
+"""Review policies on the time-skipping server: a quorum of distinct reviewers from a group, a
+reject that ends the round (or needs its own quorum), the requester who never counts, the
+escalation chain that hands the round to a second group at the first deadline and dead-letters
+it at the second, and auto-approve rules that approve a matching result with no reviewer."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from temporalio.api.sdk.v1 import WorkflowMetadata
+from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
+
+import tests.workflows.test_document_pipeline as documents
+from aiorch.ops.results import finished
+from tests.workflows.conftest import (
+    Orchestration,
+    Reply,
+    assert_waited,
+    entry_for,
+    events,
+    new_request_id,
+    notes,
+)
+from workflows import contract
+from workflows.payloads import (
+    NOTE_REVIEW_VOTE,
+    PipelineResult,
+    ReviewView,
+    RunStatus,
+)
+
+FINANCE = ["alice", "bob", "carol"]
+TWO_OF_THREE: dict[str, Any] = {
+    "review_policy": "two-of-finance",
+    "review_stages": [
+        {"group": "finance", "reviewers": FINANCE, "approvals": 2},
+        {"group": "finance", "reviewers": FINANCE, "approvals": 2},
+    ],
+}
+
+
+async def submit(handle: WorkflowHandle[Any, Any], decision: str, reviewer: str) -> RunStatus:
+    status: RunStatus = await handle.execute_update(
+        contract.UPDATE_SUBMIT_REVIEW,
+        {"decision": decision, "reviewer": reviewer},
+        result_type=RunStatus,
+    )
+    return status
+
+
+async def refusal(handle: WorkflowHandle[Any, Any], decision: str, reviewer: str) -> str:
+    with pytest.raises(WorkflowUpdateFailedError) as info:
+        await submit(handle, decision, reviewer)
+    cause = info.value.cause
+    assert isinstance(cause, ApplicationError), repr(cause)
+    return cause.message
+
+
+async def test_two_of_three_approvals_release_the_run_and_a_reviewer_counts_once(
+    orch: Orchestration,
+) -> None:
+    """Under a 2-of-3 policy, alice's approval is counted without moving the run (the update
+    answers with the tally, the history has a vote note, status shows "1 of 2 approvals:
+    alice"); her second approval, by update or by signal, is refused and counts nothing; bob's
+    approval completes the quorum and the run goes on, the history naming both and the group."""
+    orch.fakes.plan_overrides.update(TWO_OF_THREE)
+    handle = await orch.awaiting_review()
+
+    after_alice = await submit(handle, "approve", "alice")
+    assert after_alice.state == "await_review"
+    assert after_alice.review is not None
+    assert (after_alice.review.approvals, after_alice.review.approvals_needed) == (["alice"], 2)
+    assert after_alice.review.describe() == "1 of 2 approvals: alice"
+    vote = notes(after_alice.history, NOTE_REVIEW_VOTE)
+    assert [(v.reviewer, v.vote, v.group, v.review_round) for v in vote] == [
+        ("alice", "approve", "finance", 1)
+    ]
+
+    again = await refusal(handle, "approve", "alice")
+    assert again == (
+        f"'alice' already voted approve in round 1 of run {handle.id}; a reviewer counts once "
+        "a round"
+    )
+    await handle.signal(contract.SIGNAL_REVIEW, {"decision": "approve", "reviewer": "alice"})
+    still = await orch.wait_for_state(handle, "await_review")
+    assert still.review is not None and still.review.approvals == ["alice"]
+
+    after_bob = await submit(handle, "approve", "bob")
+    result = await finished(handle)
+
+    assert after_bob.state == "generate_embedding"
+    assert result.state == "completed"
+    approval = entry_for(result.history, "approve")
+    assert (approval.reviewer, approval.group, approval.review_round) == ("bob", "finance", 1)
+    assert approval.detail == "approve by bob (2 of 2 approvals: alice, bob)"
+    assert events(result.history).count("approve") == 1
+    final = await orch.status(handle)
+    assert final.reviews_refused == 1
+    assert final.last_refusal is not None and "already voted approve" in final.last_refusal
+    await orch.check_finished(handle, result)
+
+
+async def test_one_approval_does_not_release_the_run_before_its_deadline(
+    orch: Orchestration,
+) -> None:
+    """One approval of two leaves the run waiting, in the review state with its deadline, and
+    the reviewer's inbox view shows the tally; the Web UI's details name the policy's
+    progress."""
+    orch.fakes.plan_overrides.update(TWO_OF_THREE)
+    handle = await orch.awaiting_review(options={"review_timeout_s": 600})
+
+    await submit(handle, "approve", "carol")
+    await orch.env.sleep(timedelta(seconds=300))
+
+    view: ReviewView = await handle.query(contract.QUERY_REVIEW_VIEW, result_type=ReviewView)
+    assert view.state == "await_review" and view.waiting
+    assert view.review is not None and view.review.approvals == ["carol"]
+    assert view.allowed_reviewers == FINANCE
+    assert len(orch.fakes.embedding_calls) == 0
+    metadata = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
+    assert metadata.current_details.endswith(
+        "policy two-of-finance, stage 1 of 2: group finance, 1 of 2 approvals: carol"
+    )
+
+
+async def test_a_reject_by_anyone_in_the_group_ends_the_round(orch: Orchestration) -> None:
+    """With the policy's default of one rejection, carol's reject after alice's approval ends
+    the round: the run fails, rejected by carol, and alice's vote stays in the history."""
+    orch.fakes.plan_overrides.update(TWO_OF_THREE)
+    handle = await orch.awaiting_review()
+
+    await submit(handle, "approve", "alice")
+    after = await submit(handle, "reject", "carol")
+    result = await finished(handle)
+
+    assert after.state == "failed"
+    assert result.state == "failed"
+    rejection = entry_for(result.history, "reject")
+    assert (rejection.reviewer, rejection.group) == ("carol", "finance")
+    assert [v.reviewer for v in notes(result.history, NOTE_REVIEW_VOTE)] == ["alice"]
+    await orch.check_finished(handle, result)
+
+
+async def test_a_reject_needs_its_own_quorum_when_the_policy_says_so(
+    orch: Orchestration,
+) -> None:
+    """With rejections: 2, one reject is a vote; approvals and rejections are tallied apart;
+    a second reject from another reviewer ends the round."""
+    orch.fakes.plan_overrides.update({**TWO_OF_THREE, "rejections": 2})
+    handle = await orch.awaiting_review()
+
+    first = await submit(handle, "reject", "alice")
+    assert first.state == "await_review"
+    assert first.review is not None and first.review.rejections == ["alice"]
+    assert first.review.describe() == "0 of 2 approvals; 1 of 2 rejections: alice"
+    await submit(handle, "approve", "bob")
+    second = await submit(handle, "reject", "carol")
+    result = await finished(handle)
+
+    assert second.state == "failed"
+    assert entry_for(result.history, "reject").detail == (
+        "reject by carol (2 of 2 rejections: alice, carol)"
+    )
+
+
+async def test_the_requester_never_counts(orch: Orchestration) -> None:
+    """alice asked for the run: her approval is refused (she is in the group, but the requester
+    never counts), and the quorum needs bob and carol."""
+    orch.fakes.plan_overrides.update(TWO_OF_THREE)
+    orch.fakes.llm_script = [Reply(needs_review=True)]
+    request_id = new_request_id()
+    handle = await orch.start(
+        raw={
+            "request_id": request_id,
+            "user_message": "Summarise",
+            "review": "auto",
+            "requested_by": "alice",
+        },
+        workflow_id=request_id,
+    )
+    await orch.wait_for_state(handle, "await_review")
+
+    assert await refusal(handle, "approve", "alice") == "'alice' requested this run"
+    assert (await submit(handle, "approve", "bob")).state == "await_review"
+    await submit(handle, "approve", "carol")
+    result = await finished(handle)
+
+    assert result.state == "completed"
+    assert entry_for(result.history, "approve").detail == (
+        "approve by carol (2 of 2 approvals: bob, carol)"
+    )
+
+
+CHAIN: dict[str, Any] = {
+    "review_policy": "finance-then-leads",
+    "review_stages": [
+        {"group": "finance", "reviewers": ["alice", "bob"], "approvals": 2},
+        {"group": "leads", "reviewers": ["dave"], "approvals": 1},
+    ],
+    "review_timeout_s": 60,
+    "escalation_timeout_s": 120,
+}
+
+
+async def test_the_escalation_chain_hands_the_round_to_the_second_group_at_its_deadline(
+    orch: Orchestration,
+) -> None:
+    """Before the first deadline only finance decides (dave is refused); at 60 s the round
+    escalates to leads (the history says so, naming the group), where finance is refused and
+    dave's one approval releases the run."""
+    orch.fakes.plan_overrides.update(CHAIN)
+    handle = await orch.awaiting_review()
+
+    assert await refusal(handle, "approve", "dave") == (
+        f"reviewer 'dave' is not in group finance, which decides run {handle.id} now"
+    )
+    await submit(handle, "approve", "alice")
+    await orch.env.sleep(timedelta(seconds=61))
+    escalated = await orch.wait_for_state(handle, "escalate")
+
+    timeout = entry_for(escalated.history, "review_timeout")
+    assert_waited(entry_for(escalated.history, "needs_review").at, timeout.at, 60)
+    assert timeout.group == "leads"
+    assert timeout.detail == (
+        "no review in 60s; escalated to group leads, 1 approval, until the deadline in 120s"
+    )
+    assert escalated.review is not None
+    assert (escalated.review.stage, escalated.review.group) == (1, "leads")
+    assert escalated.review.approvals == []  # alice's vote does not count for leads
+    assert await refusal(handle, "approve", "bob") == (
+        f"reviewer 'bob' is not in group leads, which decides run {handle.id} now"
+    )
+    await submit(handle, "approve", "dave")
+    result = await finished(handle)
+
+    assert result.state == "completed"
+    approval = entry_for(result.history, "approve")
+    assert (approval.reviewer, approval.group) == ("dave", "leads")
+
+
+async def test_the_escalation_chain_dead_letters_at_the_second_deadline(
+    orch: Orchestration,
+) -> None:
+    """Nobody decides: the round escalates at 60 s and the run is dead-lettered 120 s later,
+    each step at its own deadline."""
+    orch.fakes.plan_overrides.update(CHAIN)
+    handle = await orch.awaiting_review()
+
+    result = await finished(handle)
+
+    assert result.state == "dead_letter"
+    asked = entry_for(result.history, "needs_review").at
+    escalated = entry_for(result.history, "review_timeout").at
+    gave_up = entry_for(result.history, "escalation_timeout").at
+    assert_waited(asked, escalated, 60)
+    assert_waited(escalated, gave_up, 120)
+    assert len(orch.fakes.dead_letters) == 1
+    await orch.check_finished(handle, result)
+
+
+CONFIDENT = {
+    "name": "confident",
+    "when": [{"fact": "confidence", "op": ">=", "value": 0.9}],
+}
+
+
+async def test_an_auto_approve_rule_approves_a_matching_result_with_no_reviewer(
+    orch: Orchestration,
+) -> None:
+    """A reply the rule matches (confidence 0.95) is approved as its round begins: no reviewer
+    acts, nobody is notified, and the history says which rule approved it."""
+    orch.fakes.plan_overrides.update(
+        {"review_policy": "auto-confident", "auto_approve": [CONFIDENT], "notify": True}
+    )
+    orch.fakes.llm_script = [Reply(confidence=0.95)]
+    handle = await orch.start(review="always")
+
+    result = await finished(handle)
+
+    assert result.state == "completed"
+    approval = entry_for(result.history, "approve")
+    assert (approval.rule, approval.reviewer, approval.detail) == (
+        "confident",
+        None,
+        "approved by rule confident",
+    )
+    assert [e.event for e in result.history[-3:]] == ["needs_review", "approve", "embedded"]
+    assert orch.fakes.notices == []
+    await orch.check_finished(handle, result)
+
+
+async def test_a_result_the_rules_do_not_match_waits_for_a_reviewer(orch: Orchestration) -> None:
+    """A reply below the rule's threshold (0.5), and one with no confidence at all, wait for a
+    reviewer as before, who is told."""
+    orch.fakes.plan_overrides.update(
+        {"review_policy": "auto-confident", "auto_approve": [CONFIDENT], "notify": True}
+    )
+    orch.fakes.llm_script = [Reply(confidence=0.5)]
+    unsure = await orch.start(review="always")
+    waiting = await orch.wait_for_state(unsure, "await_review")
+    orch.fakes.llm_script = [Reply()]
+    silent = await orch.start(review="always")
+    await orch.wait_for_state(silent, "await_review")
+
+    assert "approve" not in events(waiting.history)
+    assert {notice.workflow_id for notice in orch.fakes.notices} == {unsure.id, silent.id}
+    await submit(unsure, "approve", "ann")
+    assert (await finished(unsure)).state == "completed"
+
+
+async def test_reedits_are_kept_as_data_with_the_reply_before_and_after(
+    orch: Orchestration,
+) -> None:
+    """Two reedits, then an approval: the result carries both reedits with the reviewer, the
+    round, the feedback, the reply each sent back and the one the model gave next, and the
+    pipeline's version; the approval is no correction."""
+    handle = await orch.awaiting_review(
+        Reply(content="v1", needs_review=True),
+        Reply(content="v2", needs_review=True),
+        Reply(content="v3", needs_review=True),
+    )
+    await handle.execute_update(
+        contract.UPDATE_SUBMIT_REVIEW,
+        {"decision": "reedit", "reviewer": "ann", "feedback": "shorter"},
+        result_type=RunStatus,
+    )
+    await orch.wait_for_state(handle, "await_review")
+    while (await orch.status(handle)).review_round < 2:
+        await orch.wait_for_state(handle, "await_review")
+    await handle.execute_update(
+        contract.UPDATE_SUBMIT_REVIEW,
+        {"decision": "reedit", "reviewer": "bob", "feedback": "cite it", "review_round": 2},
+        result_type=RunStatus,
+    )
+    while (await orch.status(handle)).review_round < 3:
+        await orch.wait_for_state(handle, "await_review")
+    await submit(handle, "approve", "ann")
+    result: PipelineResult = await finished(handle)
+
+    kept = [
+        (c.kind, c.reviewer, c.review_round, c.feedback, c.before, c.after, c.answered)
+        for c in result.corrections
+    ]
+    assert kept == [
+        ("reedit", "ann", 1, "shorter", "v1", "v2", True),
+        ("reedit", "bob", 2, "cite it", "v2", "v3", True),
+    ]
+    assert {c.pipeline for c in result.corrections} == {"llm"}
+    assert all(c.pipeline_version.startswith("graph-") for c in result.corrections)
+
+
+SMALL_CLEAN_INVOICE: dict[str, Any] = {
+    "review_policy": "auto-small",
+    "auto_approve": [
+        {
+            "name": "clean-small-invoice",
+            "when": [
+                {"fact": "problems", "op": "==", "value": 0},
+                {"fact": "fields.total", "op": "<=", "value": 1000},
+                {"fact": "fields.currency", "op": "in", "value": ["EUR", "USD"]},
+            ],
+        }
+    ],
+}
+
+
+async def test_a_document_rule_approves_a_clean_small_invoice_and_not_a_large_one(
+    orch: Orchestration,
+) -> None:
+    """With review always and a rule "no problems, total at most 1000, EUR or USD": an invoice
+    of 22.20 EUR is stored with no reviewer (the stored row names none, the history names the
+    rule); one of 2,200.00 waits for a reviewer."""
+    orch.documents.plan_overrides.update(SMALL_CLEAN_INVOICE)
+    orch.fakes.llm_script = [documents.fields(documents.VALID)]
+    small = await documents.start(orch, review="always")
+    result = await finished(small)
+
+    assert result.state == "completed"
+    approval = entry_for(result.history, "approve")
+    assert (approval.rule, approval.reviewer) == ("clean-small-invoice", None)
+    assert orch.documents.rows[small.id].reviewed_by is None
+
+    large = {
+        **documents.VALID,
+        "line_items": [
+            {"description": "Widgets", "quantity": "3", "unit_price": "600", "amount": "1800"},
+            {"description": "Shipping", "quantity": "1", "unit_price": "5.00", "amount": "5.00"},
+        ],
+        "tax": "395.00",
+        "total": "2200.00",
+    }
+    orch.fakes.llm_script = [documents.fields(large)]
+    waiting = await documents.start(orch, review="always")
+    view = await documents.waiting(orch, waiting)
+    assert view.problems == [] and "approve" not in events(view.history)
+
+
+async def test_a_correction_is_kept_with_the_fields_before_and_after(
+    orch: Orchestration,
+) -> None:
+    """An approval with corrected fields is kept as a correction: the reviewer, the round, the
+    fields the reviewer saw and the ones they sent, and the document pipeline's version."""
+    orch.fakes.llm_script = [documents.fields(documents.WRONG_TOTAL)]
+    handle = await documents.start(orch)
+    await documents.waiting(orch, handle)
+    await handle.execute_update(
+        contract.UPDATE_SUBMIT_REVIEW,
+        {"decision": "approve", "reviewer": "ann", "fields": documents.VALID},
+        result_type=RunStatus,
+    )
+    result = await finished(handle)
+
+    assert result.state == "completed"
+    [correction] = result.corrections
+    assert (correction.kind, correction.reviewer, correction.review_round) == ("correct", "ann", 1)
+    assert isinstance(correction.before, dict) and correction.before["total"] == "25.00"
+    assert correction.after == documents.VALID
+    assert correction.pipeline == "documents" and correction.answered
