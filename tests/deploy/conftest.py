@@ -21,7 +21,8 @@ import pytest
 from aiorch.devstack.processes import READY_TIMEOUT_S, ManagedProcess
 from aiorch.devstack.servers import WORKER_READY_LINE
 from aiorch.devstack.stack import LocalStack
-from tests.live import E2E_WORKER_ENV, ROOT
+from tests.support import ROOT
+from tests.support.live_stack import E2E_WORKER_ENV
 
 # Several workers share one host: no fixed health port either.
 WORKER_ENV = {**E2E_WORKER_ENV, "HEALTH_PORT": "0"}

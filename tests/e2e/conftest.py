@@ -19,7 +19,7 @@ from temporalio.client import Client, WorkflowHandle
 
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops.signing import SigningKey
-from tests.live import connect, stack_with_worker
+from tests.support.live_stack import connect, stack_with_worker
 from workflows import contract
 from workflows.payloads import RunStatus
 

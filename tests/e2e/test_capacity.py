@@ -33,7 +33,7 @@ from aiorch.runtime.capacity import CapacityStore, scope_name
 from aiorch.runtime.config import Settings
 from aiorch.runtime.temporal import DATA_CONVERTER
 from tests.e2e.conftest import Simulator, request, start
-from tests.live import E2E_WORKER_ENV
+from tests.support.live_stack import E2E_WORKER_ENV
 
 pytestmark = pytest.mark.e2e
 

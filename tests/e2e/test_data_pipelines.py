@@ -23,8 +23,8 @@ from activities.documents.store import StoreActivities, create_store_engine
 from aiorch.devstack.stack import LocalStack
 from aiorch.runtime.temporal import AiOrchestratorPlugin
 from tests.e2e.conftest import Simulator, new_id, status_of, wait_for_state
-from tests.live import E2E_WORKER_ENV, connect, run_script, stack_with_worker
-from tests.pipeline_files import TRIAGE, TRIAGE_V1, TRIAGE_V2, V2_PROMPT, write_pipeline
+from tests.support.live_stack import E2E_WORKER_ENV, connect, run_script, stack_with_worker
+from tests.support.pipeline_files import TRIAGE, TRIAGE_V1, TRIAGE_V2, V2_PROMPT, write_pipeline
 from workflows.data import CATALOG, DataResult, compile_spec
 from workflows.data.spec import PipelineSpec
 from workflows.orchestrator import AiOrchestrator

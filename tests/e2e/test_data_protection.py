@@ -43,8 +43,8 @@ from aiorch.runtime.codec import METADATA_KEY_ID, KeyRing, PayloadUnreadable, ne
 from aiorch.runtime.temporal import DATA_CONVERTER, encrypted_converter
 from tests.e2e.conftest import Simulator, new_id, request, start, wait_for_state
 from tests.e2e.test_observability import OtlpReceiver
-from tests.live import E2E_WORKER_ENV, post_json, run_script
-from tests.reviewing import signed
+from tests.support.live_stack import E2E_WORKER_ENV, post_json, run_script
+from tests.support.reviewing import signed
 from workflows import contract
 from workflows.orchestrator import AiOrchestrator
 from workflows.payloads import (

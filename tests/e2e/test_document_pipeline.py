@@ -38,10 +38,10 @@ from aiorch.ops.reviews import submit_review
 from aiorch.ops.visibility import start_run
 from aiorch.runtime.config import Settings
 from tests.e2e.conftest import Simulator, new_id, status_of, wait_for_state
-from tests.invoices import Document, batch, invoice_fields, pdf_document, text_document
-from tests.live import E2E_WORKER_ENV, connect, stack_with_worker, starter
-from tests.pdfs import encrypted
-from tests.postgres import running_postgres
+from tests.support.invoices import Document, batch, invoice_fields, pdf_document, text_document
+from tests.support.live_stack import E2E_WORKER_ENV, connect, stack_with_worker, starter
+from tests.support.pdfs import encrypted
+from tests.support.postgres import running_postgres
 from workflows import contract, errors
 from workflows.documents.contract import DOCUMENT_UNREADABLE
 from workflows.documents.graph import GRAPH

@@ -24,7 +24,7 @@ from aiorch.devstack.stack import LocalStack
 from aiorch.runtime.codec import KeyRing, new_key
 from aiorch.runtime.temporal import DATA_CONVERTER, encrypted_converter
 from tests.e2e.conftest import Simulator, new_id, request, start, wait_for_state
-from tests.live import E2E_WORKER_ENV
+from tests.support.live_stack import E2E_WORKER_ENV
 
 pytestmark = pytest.mark.e2e
 

@@ -18,8 +18,8 @@ from aiorch.ops.results import finished
 from aiorch.ops.stuck import find_stuck
 from aiorch.runtime.temporal import DATA_CONVERTER
 from tests.e2e.conftest import request, start, status_of, visible_state
-from tests.live import ROOT
-from tests.reviewing import signed
+from tests.support import ROOT
+from tests.support.reviewing import signed
 from workflows import contract
 from workflows.payloads import PipelineResult
 

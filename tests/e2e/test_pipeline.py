@@ -23,8 +23,8 @@ from tests.e2e.conftest import (
     visible_state,
     wait_for_state,
 )
-from tests.live import run_script, temporal_workflow_start
-from tests.reviewing import signed
+from tests.support.live_stack import run_script, temporal_workflow_start
+from tests.support.reviewing import signed
 from workflows import contract
 from workflows.llm.graph import GRAPH
 from workflows.payloads import PipelineResult, RunStatus

@@ -24,7 +24,7 @@ from aiorch.ops.results import finished
 from aiorch.runtime.capacity import CapacityStore, scope_name
 from aiorch.runtime.config import Settings
 from tests.e2e.conftest import Simulator, request, start, wait_for_state
-from tests.live import E2E_WORKER_ENV
+from tests.support.live_stack import E2E_WORKER_ENV
 
 pytestmark = pytest.mark.e2e
 

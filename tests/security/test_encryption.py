@@ -35,9 +35,9 @@ from aiorch.ops.results import finished
 from aiorch.runtime.codec import Binding, EncryptionCodec, KeyRing, new_key
 from aiorch.runtime.temporal import encrypted_converter
 from tests.e2e.conftest import new_id, request, start, status_of, wait_for_state
-from tests.history_events import refused_at_once
-from tests.live import CLOSES_WITHIN_S, E2E_WORKER_ENV, connect, post_json, run_script
-from tests.reviewing import signed
+from tests.support.history_events import refused_at_once
+from tests.support.live_stack import CLOSES_WITHIN_S, E2E_WORKER_ENV, connect, post_json, run_script
+from tests.support.reviewing import signed
 from workflows import contract
 from workflows.payloads import RunStatus
 

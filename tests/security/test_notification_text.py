@@ -16,8 +16,8 @@ from temporalio.client import Client, WorkflowFailureError
 from aiorch.devstack.processes import free_port
 from aiorch.devstack.stack import LocalStack
 from tests.e2e.conftest import new_id, request, wait_for_state
-from tests.live import E2E_WORKER_ENV, stack_with_worker
-from tests.webhooks import HOOK_PATH, Receiver, running_receiver
+from tests.support.live_stack import E2E_WORKER_ENV, stack_with_worker
+from tests.support.webhooks import HOOK_PATH, Receiver, running_receiver
 from workflows import contract, errors
 
 pytestmark = pytest.mark.e2e

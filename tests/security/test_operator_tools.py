@@ -26,7 +26,7 @@ from aiorch.ops.dead_letters import DeadLetterQueue
 from aiorch.ops.results import finished
 from aiorch.runtime.temporal import DATA_CONVERTER
 from tests.e2e.conftest import Simulator, new_id, request, start, wait_for_state
-from tests.live import starter
+from tests.support.live_stack import starter
 from workflows.payloads import DeadLetterMessage, PipelineRequest, PipelineResult
 
 if TYPE_CHECKING:

@@ -17,8 +17,8 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 
 from aiorch.devstack.stack import LocalStack
 from tests.e2e.conftest import Simulator, new_id, wait_for_state
-from tests.live import E2E_WORKER_ENV, temporal_workflow
-from tests.pipeline_files import TRIAGE, TRIAGE_V1, write_pipeline
+from tests.support.live_stack import E2E_WORKER_ENV, temporal_workflow
+from tests.support.pipeline_files import TRIAGE, TRIAGE_V1, write_pipeline
 from workflows import contract, errors
 
 pytestmark = pytest.mark.e2e

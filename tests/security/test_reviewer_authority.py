@@ -33,9 +33,9 @@ from aiorch.devstack.stack import LocalStack
 from aiorch.ops.results import finished
 from aiorch.ops.signing import SigningKey
 from aiorch.runtime.temporal import DATA_CONVERTER
-from tests.builders import attacker_plan
 from tests.e2e.conftest import Simulator, new_id, request, start, status_of, wait_for_state
-from tests.live import (
+from tests.support.builders import attacker_plan
+from tests.support.live_stack import (
     CLOSES_WITHIN_S,
     E2E_WORKER_ENV,
     connect,
@@ -43,7 +43,7 @@ from tests.live import (
     temporal_workflow_signal,
     temporal_workflow_start,
 )
-from tests.reviewing import signed
+from tests.support.reviewing import signed
 from workflows import contract, errors
 from workflows.llm.graph import State
 from workflows.payloads import ContinuedRun, PipelineRequest, RunState, RunStatus

@@ -25,8 +25,8 @@ from temporalio.exceptions import ApplicationError
 
 from aiorch.devstack.stack import LocalStack
 from tests.e2e.conftest import new_id, request, status_of, wait_for_state
-from tests.live import E2E_WORKER_ENV, connect
-from tests.reviewing import signed
+from tests.support.live_stack import E2E_WORKER_ENV, connect
+from tests.support.reviewing import signed
 from workflows import contract, errors
 from workflows.payloads import RunStatus
 

@@ -15,8 +15,8 @@ from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops.signing import SigningKey
 from tests.e2e.conftest import new_id, request, start, status_of, wait_for_state
-from tests.live import E2E_WORKER_ENV, starter
-from tests.reviewing import signed
+from tests.support.live_stack import E2E_WORKER_ENV, starter
+from tests.support.reviewing import signed
 from workflows import contract, errors
 from workflows.payloads import BudgetDecision, PipelineRequest, RunStatus
 

@@ -22,7 +22,7 @@ from aiorch.cli import build_app
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops.results import finished
 from tests.e2e.conftest import new_id, request, wait_for_state
-from tests.live import E2E_WORKER_ENV, connect, stack_with_worker
+from tests.support.live_stack import E2E_WORKER_ENV, connect, stack_with_worker
 from workflows import contract
 
 pytestmark = pytest.mark.e2e

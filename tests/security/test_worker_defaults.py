@@ -27,7 +27,8 @@ from aiorch.devstack.servers import start_worker
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops.results import finished
 from tests.e2e.conftest import new_id, request, wait_for_state
-from tests.live import E2E_WORKER_ENV, ROOT, connect, run_script, starter, temporal_cli
+from tests.support import ROOT
+from tests.support.live_stack import E2E_WORKER_ENV, connect, run_script, starter, temporal_cli
 from workflows import contract
 
 pytestmark = pytest.mark.e2e

@@ -9,7 +9,7 @@ from aiorch.ops.reviews import (
     repeated_decision,
     update_id,
 )
-from tests.builders import history_entry
+from tests.support.builders import history_entry
 from workflows.payloads import HistoryEntry, ReviewDecision, RunStatus
 
 

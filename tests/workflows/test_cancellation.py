@@ -10,7 +10,7 @@ import pytest
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import CancelledError
 
-from tests.history_events import scheduled_activities
+from tests.support.history_events import scheduled_activities
 from tests.workflows.conftest import Gate, Orchestration, rate_limited, step
 from workflows import contract
 from workflows.payloads import PipelineResult, RunStatus, vector_key

@@ -18,7 +18,8 @@ from temporalio.worker import Worker
 from activities.pipelines import PipelineActivities
 from aiorch.runtime.pipeline_files import PipelineFolder, check_text
 from aiorch.runtime.sandbox import workflow_runner
-from tests.pipeline_files import ROOT, TRIAGE, TRIAGE_V1, TRIAGE_V2, write_pipeline
+from tests.support import ROOT
+from tests.support.pipeline_files import TRIAGE, TRIAGE_V1, TRIAGE_V2, write_pipeline
 from tests.workflows.conftest import (
     HeldLineage,
     Orchestration,

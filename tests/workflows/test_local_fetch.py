@@ -13,7 +13,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle
 
 from aiorch.ops.results import finished
-from tests.history_events import scheduled_activities
+from tests.support.history_events import scheduled_activities
 from tests.workflows.conftest import HAPPY_PATH, Orchestration, Reply, path
 from workflows import contract
 from workflows.payloads import RunStatus

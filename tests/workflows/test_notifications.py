@@ -8,7 +8,7 @@ from datetime import timedelta
 from temporalio.exceptions import ApplicationError
 
 from aiorch.ops.results import finished
-from tests.history_events import scheduled_activities
+from tests.support.history_events import scheduled_activities
 from tests.workflows.conftest import Orchestration, Reply, assert_waited, entry_for
 from workflows import contract, errors
 
