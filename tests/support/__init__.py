@@ -1,5 +1,11 @@
 """The test library: what the test packages import, kept apart from the tests themselves.
 
+The workflow layer's harness (tests/workflows), on Temporal's time-skipping test server:
+``time_skipping`` (the server, how it behaves, the real-time bounds on task progress),
+``scripted_activities`` (a scripted double of every activity, recording its inputs),
+``orchestration`` (``Orchestration``: one test's worker, activities and runs) and
+``run_history`` (a run's own history, checked against the graph).
+
 For the live-server layers (tests/e2e, tests/security, tests/deploy): ``live_stack`` (the
 worker's test settings, a local stack with its worker, the command lines), ``reviewing``
 (signed reviews), ``webhooks`` (webhook receivers), ``postgres`` (a real PostgreSQL server),
