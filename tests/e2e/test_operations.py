@@ -17,8 +17,8 @@ from aiorch.devstack.stack import LocalStack
 from aiorch.ops.results import finished
 from aiorch.ops.stuck import find_stuck
 from aiorch.runtime.temporal import DATA_CONVERTER
-from tests.e2e.conftest import request, start, status_of, visible_state
 from tests.support import ROOT
+from tests.support.live_runs import request, start, status_of, visible_state
 from tests.support.reviewing import signed
 from workflows import contract
 from workflows.payloads import PipelineResult

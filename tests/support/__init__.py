@@ -7,9 +7,11 @@ The workflow layer's harness (tests/workflows), on Temporal's time-skipping test
 ``run_history`` (a run's own history, checked against the graph).
 
 For the live-server layers (tests/e2e, tests/security, tests/deploy): ``live_stack`` (the
-worker's test settings, a local stack with its worker, the command lines), ``reviewing``
-(signed reviews), ``webhooks`` (webhook receivers), ``postgres`` (a real PostgreSQL server),
-``certs`` and ``grpc_proxy`` (a secured or flaky Temporal frontend).
+worker's test settings, a local stack with its worker, the command lines), ``live_runs``
+(starting runs on it and waiting for their states), ``simulator`` (the LLM simulator's request
+log and faults), ``reviewing`` (signed reviews), ``webhooks`` (webhook receivers), ``postgres``
+(a real PostgreSQL server), ``certs`` and ``grpc_proxy`` (a secured or flaky Temporal
+frontend).
 
 For every layer: ``builders`` (valid payloads), ``history_events`` (what the server recorded),
 ``pipeline_files``, ``invoices`` and ``pdfs`` (inputs the tests write themselves).
