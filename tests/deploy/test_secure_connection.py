@@ -18,7 +18,7 @@ import pytest
 
 from aiorch.devstack.processes import free_port
 from aiorch.devstack.stack import LocalStack
-from tests.deploy.conftest import error_lines, probe, process_env, run_command, start_worker
+from tests.deploy.processes import error_lines, probe, process_env, run_command, start_worker
 from tests.support.certs import SERVER_NAME, Authority, Pem, issue, make_authority
 from tests.support.grpc_proxy import Proxy, methods, mtls_proxy
 
