@@ -25,7 +25,7 @@ from activities.documents.extract import (
     preview,
 )
 from activities.prompt import InputLoader
-from tests.pdfs import encrypted, image_pdf, text_pdf
+from tests.support.pdfs import encrypted, image_pdf, text_pdf
 from workflows import errors
 from workflows.documents import (
     DOCUMENT_CHANGED,

@@ -1,6 +1,6 @@
 """The document store against a real PostgreSQL server (Debian's packages, started by the tests
-in a temporary directory; ``tests/postgres.py``): the same cases as on SQLite through the same
-code, and a wrong password, which must be retried and never shown."""
+in a temporary directory; ``tests/support/postgres.py``): the same cases as on SQLite through
+the same code, and a wrong password, which must be retried and never shown."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from tests.activities import store_cases
 from tests.activities.store_cases import assert_unavailable, document, opened, refusal
-from tests.postgres import Postgres, running_postgres
+from tests.support.postgres import Postgres, running_postgres
 from workflows.documents import DOCUMENT_STORE_REJECTED
 
 pytestmark = pytest.mark.e2e

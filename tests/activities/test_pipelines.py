@@ -19,8 +19,8 @@ from activities.notify import NotifyActivities
 from activities.pipelines import PipelineActivities
 from aiorch.runtime.config import Settings
 from aiorch.runtime.pipeline_files import PipelineFolder
-from tests.pipeline_files import TRIAGE, TRIAGE_V1, write_pipeline
-from tests.webhooks import Receiver, running_receiver
+from tests.support.pipeline_files import TRIAGE, TRIAGE_V1, write_pipeline
+from tests.support.webhooks import Receiver, running_receiver
 from workflows import errors
 from workflows.data import CATALOG, DataPlan, PipelineNotice, PlanPipelineInput
 

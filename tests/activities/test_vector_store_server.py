@@ -19,7 +19,7 @@ from qdrant_client.http.exceptions import ResponseHandlingException
 
 from aiorch.runtime.config import ConfigError, Settings
 from aiorch.worker.app import vector_store
-from tests.deploy.certs import issue, make_authority
+from tests.support.certs import issue, make_authority
 
 API_KEY = "qdrant-key-canary-7f3a"
 

@@ -12,8 +12,8 @@ import pytest
 
 from aiorch.devstack.processes import temporal_cli_path
 from aiorch.devstack.stack import LocalStack
-from tests.deploy.conftest import process_env, start_worker
-from tests.live import ROOT
+from tests.deploy.processes import process_env, start_worker
+from tests.support import ROOT
 
 pytestmark = pytest.mark.e2e
 

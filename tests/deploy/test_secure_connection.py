@@ -1,5 +1,5 @@
 """A worker and the starter reach a secured Temporal frontend: mutual TLS with certificates made
-here, and an API key on every call (``tests.deploy.grpc_proxy`` in front of the dev server,
+here, and an API key on every call (``tests.support.grpc_proxy`` in front of the dev server,
 verifying client certificates against its CA). The worker reads a TOML profile
 (``TEMPORAL_CONFIG_FILE``/``TEMPORAL_PROFILE``), the starter the ``TEMPORAL_*`` variables: the
 two ways ``temporalio.envconfig`` offers. What a user gets wrong (a certificate from another
@@ -18,9 +18,9 @@ import pytest
 
 from aiorch.devstack.processes import free_port
 from aiorch.devstack.stack import LocalStack
-from tests.deploy.certs import SERVER_NAME, Authority, Pem, issue, make_authority
-from tests.deploy.conftest import error_lines, probe, process_env, run_command, start_worker
-from tests.deploy.grpc_proxy import Proxy, methods, mtls_proxy
+from tests.deploy.processes import error_lines, probe, process_env, run_command, start_worker
+from tests.support.certs import SERVER_NAME, Authority, Pem, issue, make_authority
+from tests.support.grpc_proxy import Proxy, methods, mtls_proxy
 
 pytestmark = pytest.mark.e2e
 

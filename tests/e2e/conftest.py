@@ -6,22 +6,16 @@ purpose (killing the worker, restarting the server) take a private stack of thei
 
 from __future__ import annotations
 
-import asyncio
-import json
-import urllib.request
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client
 
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops.signing import SigningKey
-from tests.live import connect, stack_with_worker
-from workflows import contract
-from workflows.payloads import RunStatus
+from tests.support.live_stack import connect, stack_with_worker
+from tests.support.simulator import Simulator
 
 
 @pytest.fixture(scope="session")
@@ -45,95 +39,6 @@ async def client(stack: LocalStack) -> Client:
     return await connect(stack)
 
 
-class Simulator:
-    """Reads the LLM simulator's request log over HTTP."""
-
-    def __init__(self, base_url: str) -> None:
-        self.root = base_url.removesuffix("/v1")
-
-    def requests(self, run_id: str | None = None) -> list[dict[str, Any]]:
-        with urllib.request.urlopen(f"{self.root}/_sim/requests", timeout=10) as response:
-            log: list[dict[str, Any]] = json.load(response)
-        return [r for r in log if run_id is None or r.get("run_id") == run_id]
-
-    def chat_requests(self, run_id: str) -> list[dict[str, Any]]:
-        return [r for r in self.requests(run_id) if r["path"] == "chat"]
-
-    def set_fault(self, fault: dict[str, Any]) -> None:
-        self.send("POST", "/_sim/faults", fault)
-
-    def clear_faults(self) -> None:
-        self.send("DELETE", "/_sim/faults", None)
-
-    def send(self, method: str, path: str, body: dict[str, Any] | None) -> None:
-        data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(
-            f"{self.root}{path}",
-            data=data,
-            method=method,
-            headers={"Content-Type": "application/json"},
-        )
-        with urllib.request.urlopen(request, timeout=10):
-            pass
-
-
 @pytest.fixture(scope="session")
 def simulator(stack: LocalStack) -> Simulator:
     return Simulator(stack.addresses.openai_base_url)
-
-
-def new_id() -> str:
-    return uuid.uuid4().hex[:24]
-
-
-def request(message: str, **fields: Any) -> dict[str, Any]:
-    return {"request_id": fields.pop("request_id", new_id()), "user_message": message, **fields}
-
-
-async def start(client: Client, payload: dict[str, Any]) -> WorkflowHandle[Any, Any]:
-    return await client.start_workflow(
-        contract.WORKFLOW_TYPE,
-        payload,
-        id=payload["request_id"],
-        task_queue=contract.DEFAULT_TASK_QUEUE,
-    )
-
-
-async def llm_call_key(handle: WorkflowHandle[Any, Any], attempt: int) -> str:
-    """The ``Idempotency-Key`` of the run's LLM call ``attempt``: the workflow id and the run
-    chain (its first run id), so a new run under the same id never shares a key."""
-    described = await handle.describe()
-    chain = described.raw_description.workflow_execution_info.first_run_id
-    return f"{handle.id}/{chain}:invoke_llm:{attempt}"
-
-
-async def status_of(handle: WorkflowHandle[Any, Any]) -> RunStatus:
-    result: RunStatus = await handle.query(contract.QUERY_STATUS, result_type=RunStatus)
-    return result
-
-
-async def wait_for_state(
-    handle: WorkflowHandle[Any, Any], state: str, timeout: float = 30.0
-) -> RunStatus:
-    """Poll the status query until the run is in ``state``."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        current = await status_of(handle)
-        if current.state == state:
-            return current
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"{handle.id} stuck in {current.state}, expected {state}")
-        await asyncio.sleep(0.1)
-
-
-async def visible_state(
-    client: Client, workflow_id: str, state: str, timeout: float = 10.0
-) -> bool:
-    """True once visibility finds the run with ``AiState = state`` (visibility may lag)."""
-    query = f"WorkflowId = '{workflow_id}' AND {contract.SEARCH_ATTRIBUTE_STATE} = '{state}'"
-    deadline = asyncio.get_running_loop().time() + timeout
-    while asyncio.get_running_loop().time() < deadline:
-        if [w async for w in client.list_workflows(query)]:
-            return True
-        await asyncio.sleep(0.2)
-    return False

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from bench.profile import py_spy
-from tests.live import ROOT
+from tests.support import ROOT
 
 FIGURE_KEYS = {
     "runs_per_s",

@@ -12,8 +12,8 @@ import pytest
 
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops.results import finished
-from tests.e2e.conftest import request, start, wait_for_state
-from tests.live import E2E_WORKER_ENV, connect, stack_with_worker, starter
+from tests.support.live_runs import request, start, wait_for_state
+from tests.support.live_stack import E2E_WORKER_ENV, connect, stack_with_worker, starter
 from workflows import contract
 
 pytestmark = pytest.mark.e2e

@@ -13,9 +13,9 @@ from temporalio.client import Client
 
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops.results import finished
-from tests.deploy.grpc_proxy import Fault, Proxy, plain_proxy
-from tests.e2e.conftest import request, start, status_of, wait_for_state
-from tests.live import starter
+from tests.support.grpc_proxy import Fault, Proxy, plain_proxy
+from tests.support.live_runs import request, start, status_of, wait_for_state
+from tests.support.live_stack import starter
 
 pytestmark = pytest.mark.e2e
 

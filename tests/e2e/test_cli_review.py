@@ -12,8 +12,9 @@ from temporalio.client import Client, WorkflowHandle
 
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops.results import finished
-from tests.e2e.conftest import Simulator, request, start, status_of, wait_for_state
-from tests.live import connect, stack_with_worker, starter
+from tests.support.live_runs import request, start, status_of, wait_for_state
+from tests.support.live_stack import connect, stack_with_worker, starter
+from tests.support.simulator import Simulator
 from workflows import contract
 
 pytestmark = pytest.mark.e2e

@@ -15,9 +15,9 @@ from aiorch.devstack.llm_simulator.replies import REFUSAL_TEXT
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops.results import finished
 from aiorch.ops.signing import SigningKey
-from tests.e2e.conftest import request, start, status_of, wait_for_state
-from tests.live import starter, temporal_workflow_signal
-from tests.reviewing import signed
+from tests.support.live_runs import request, start, status_of, wait_for_state
+from tests.support.live_stack import starter, temporal_workflow_signal
+from tests.support.reviewing import signed
 from workflows import contract
 from workflows.payloads import RunStatus
 

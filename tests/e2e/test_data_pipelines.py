@@ -22,9 +22,11 @@ from temporalio.worker import Replayer
 from activities.documents.store import StoreActivities, create_store_engine
 from aiorch.devstack.stack import LocalStack
 from aiorch.runtime.temporal import AiOrchestratorPlugin
-from tests.e2e.conftest import Simulator, new_id, status_of, wait_for_state
-from tests.live import E2E_WORKER_ENV, connect, run_script, stack_with_worker
-from tests.pipeline_files import TRIAGE, TRIAGE_V1, TRIAGE_V2, V2_PROMPT, write_pipeline
+from tests.support.builders import new_request_id
+from tests.support.live_runs import status_of, wait_for_state
+from tests.support.live_stack import E2E_WORKER_ENV, connect, run_script, stack_with_worker
+from tests.support.pipeline_files import TRIAGE, TRIAGE_V1, TRIAGE_V2, V2_PROMPT, write_pipeline
+from tests.support.simulator import Simulator
 from workflows.data import CATALOG, DataResult, compile_spec
 from workflows.data.spec import PipelineSpec
 from workflows.orchestrator import AiOrchestrator
@@ -71,7 +73,7 @@ def cli(stack: LocalStack, folder: Path, *args: str) -> Any:
 
 
 def start_ticket(stack: LocalStack, folder: Path, ticket: str) -> str:
-    run_id = new_id()
+    run_id = new_request_id()
     started = cli(
         stack,
         folder,

@@ -41,17 +41,15 @@ from aiorch.ops.results import finished
 from aiorch.ops.signing import SigningKey
 from aiorch.runtime.codec import METADATA_KEY_ID, KeyRing, PayloadUnreadable, new_key
 from aiorch.runtime.temporal import DATA_CONVERTER, encrypted_converter
-from tests.e2e.conftest import Simulator, new_id, request, start, wait_for_state
 from tests.e2e.test_observability import OtlpReceiver
-from tests.live import E2E_WORKER_ENV, post_json, run_script
-from tests.reviewing import signed
+from tests.support.builders import new_request_id
+from tests.support.live_runs import request, start, wait_for_state
+from tests.support.live_stack import E2E_WORKER_ENV, post_json, run_script
+from tests.support.reviewing import signed
+from tests.support.simulator import Simulator
 from workflows import contract
 from workflows.orchestrator import AiOrchestrator
-from workflows.payloads import (
-    DeadLetterMessage,
-    PipelineRequest,
-    RunStatus,
-)
+from workflows.payloads import DeadLetterMessage, PipelineRequest, RunStatus
 
 pytestmark = pytest.mark.e2e
 
@@ -433,7 +431,7 @@ def test_five_mb_document_runs_through_the_claim_check(
     filler = "lorem ipsum dolor sit amet " * 100_000
     doc.write_text(f"{CANARY} big document. {filler} MIDDLE-OF-THE-DOCUMENT {filler}")
     assert doc.stat().st_size > 5_000_000
-    run_id = new_id()
+    run_id = new_request_id()
     done = run_script(
         "starter.py",
         "start",

@@ -37,11 +37,13 @@ from aiorch.ops.results import run_result
 from aiorch.ops.reviews import submit_review
 from aiorch.ops.visibility import start_run
 from aiorch.runtime.config import Settings
-from tests.e2e.conftest import Simulator, new_id, status_of, wait_for_state
-from tests.invoices import Document, batch, invoice_fields, pdf_document, text_document
-from tests.live import E2E_WORKER_ENV, connect, stack_with_worker, starter
-from tests.pdfs import encrypted
-from tests.postgres import running_postgres
+from tests.support.builders import new_request_id
+from tests.support.invoices import Document, batch, invoice_fields, pdf_document, text_document
+from tests.support.live_runs import status_of, wait_for_state
+from tests.support.live_stack import E2E_WORKER_ENV, connect, stack_with_worker, starter
+from tests.support.pdfs import encrypted
+from tests.support.postgres import running_postgres
+from tests.support.simulator import Simulator
 from workflows import contract, errors
 from workflows.documents.contract import DOCUMENT_UNREADABLE
 from workflows.documents.graph import GRAPH
@@ -186,7 +188,7 @@ async def start_document(
     client: Client, document: str, *, task_queue: str = contract.DEFAULT_TASK_QUEUE
 ) -> str:
     """Start a document run the way the CLI does; its request id is its workflow id."""
-    request = DocumentRequest(request_id=new_id(), document=document)
+    request = DocumentRequest(request_id=new_request_id(), document=document)
     return await start_run(client, request, task_queue=task_queue, pipeline=DOCUMENTS)
 
 
@@ -250,7 +252,7 @@ async def run_batch(
     """Start every document at once (the first through the CLI when ``cli`` is given, the rest
     from S3 and ``file://`` in turn), wait for all, and check each run, its one model call and
     its row; return the seconds from the first start to the last result."""
-    ids = [new_id() for _ in documents]
+    ids = [new_request_id() for _ in documents]
     started = time.monotonic()
     waiting = []
     stored: list[tuple[str, Document]] = []
@@ -351,7 +353,7 @@ async def test_a_total_that_does_not_add_up_waits_for_review_and_stores_the_corr
     printed["total"] = str(Decimal(printed["total"]) + Decimal("10.00"))
     document = text_document(printed)
     workflow_id = await start_document(
-        doc_client, reference(doc_stack, new_id(), document, by_s3=False)
+        doc_client, reference(doc_stack, new_request_id(), document, by_s3=False)
     )
     handle = doc_client.get_workflow_handle(workflow_id)
 
@@ -409,7 +411,7 @@ async def test_an_unreadable_pdf_fails_the_run_in_one_line(
     --wait``, fails the run at extraction: the CLI says so in one line naming
     DocumentUnreadable (exit status 3: the run did not complete), the run's failure names it,
     ``last_error`` is one line, no model call was made and nothing was stored."""
-    request_id = new_id()
+    request_id = new_request_id()
     path = tmp_path / "scan.pdf"
     path.write_bytes(damage(pdf_document(invoice_fields(400)).data))
 
@@ -447,7 +449,7 @@ async def test_a_worker_killed_during_analysis_leaves_one_row_and_no_extra_call(
     fields = invoice_fields(500)
     document = text_document(fields, "[sim:hang=60:times=1]")
     workflow_id = await start_document(
-        doc_client, reference(doc_stack, new_id(), document, by_s3=True)
+        doc_client, reference(doc_stack, new_request_id(), document, by_s3=True)
     )
     deadline = time.monotonic() + RUN_TIMEOUT_S
     while not any(r["status"] is None for r in doc_simulator.chat_requests(workflow_id)):

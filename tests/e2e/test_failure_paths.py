@@ -30,10 +30,11 @@ from aiorch.ops.dead_letters import DeadLetter, DeadLetterQueue
 from aiorch.ops.results import finished
 from aiorch.runtime.config import load_settings
 from aiorch.runtime.temporal import DATA_CONVERTER
-from tests.e2e.conftest import Simulator, llm_call_key, request, start, status_of, wait_for_state
-from tests.history_events import scheduled_activities
-from tests.live import starter
-from tests.reviewing import signed
+from tests.support.history_events import scheduled_activities
+from tests.support.live_runs import llm_call_key, request, start, status_of, wait_for_state
+from tests.support.live_stack import starter
+from tests.support.reviewing import signed
+from tests.support.simulator import Simulator
 from workflows import contract
 from workflows.payloads import DeadLetterMessage, RunStatus
 

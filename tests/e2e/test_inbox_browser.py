@@ -25,8 +25,10 @@ from aiorch.devstack.stack import LocalStack
 from aiorch.ops.results import finished
 from aiorch.runtime.codec import KeyRing, new_key
 from aiorch.runtime.temporal import DATA_CONVERTER, encrypted_converter
-from tests.e2e.conftest import Simulator, new_id, request, start, wait_for_state
-from tests.live import E2E_WORKER_ENV
+from tests.support.builders import new_request_id
+from tests.support.live_runs import request, start, wait_for_state
+from tests.support.live_stack import E2E_WORKER_ENV
+from tests.support.simulator import Simulator
 
 pytestmark = pytest.mark.e2e
 
@@ -245,7 +247,7 @@ def test_no_login_gets_401(inbox_stack: LocalStack) -> None:
     """Without a session (or a proxy header the inbox trusts) every page answers 401, and no
     run is shown; the health check needs no login."""
     url = inbox_stack.addresses.inbox_url
-    for path in ("/", f"/runs/{new_id()}"):
+    for path in ("/", f"/runs/{new_request_id()}"):
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(f"{url}{path}", timeout=10)
         assert refused.value.code == 401

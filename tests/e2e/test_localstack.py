@@ -40,7 +40,7 @@ from aiorch.devstack.servers import start_sqs_server, start_temporal_dev_server
 from aiorch.devstack.stack import LocalStack, show_banner
 from aiorch.runtime.codec import KeyRing, new_key
 from aiorch.runtime.temporal import encrypted_converter
-from tests.live import ROOT
+from tests.support import ROOT
 
 pytestmark = pytest.mark.e2e
 

@@ -15,9 +15,9 @@ from temporalio.exceptions import ApplicationError
 
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops.results import finished
-from tests.e2e.conftest import request, start, status_of
-from tests.live import connect, stack_with_worker
-from tests.reviewing import signed
+from tests.support.live_runs import request, start, status_of
+from tests.support.live_stack import connect, stack_with_worker
+from tests.support.reviewing import signed
 from workflows import contract, errors
 from workflows.payloads import NOTE_CONTINUED_AS_NEW, RunStatus
 

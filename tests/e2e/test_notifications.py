@@ -12,11 +12,11 @@ from temporalio.client import Client
 
 from aiorch.devstack.processes import free_port
 from aiorch.devstack.stack import LocalStack
-from tests.e2e.conftest import request, start, wait_for_state
-from tests.history_events import scheduled_activities
-from tests.live import E2E_WORKER_ENV, connect, stack_with_worker
-from tests.reviewing import signed
-from tests.webhooks import HOOK_PATH, Receiver, running_receiver
+from tests.support.history_events import scheduled_activities
+from tests.support.live_runs import request, start, wait_for_state
+from tests.support.live_stack import E2E_WORKER_ENV, connect, stack_with_worker
+from tests.support.reviewing import signed
+from tests.support.webhooks import HOOK_PATH, Receiver, running_receiver
 from workflows import contract
 
 pytestmark = pytest.mark.e2e

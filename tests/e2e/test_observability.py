@@ -41,10 +41,11 @@ from aiorch.devstack.stack import LocalStack
 from aiorch.ops.results import finished
 from aiorch.runtime.config import DEFAULT_PRICE_TABLE
 from aiorch.runtime.temporal import DATA_CONVERTER
-from tests.e2e.conftest import Simulator, request, start, visible_state
-from tests.history_events import scheduled_activities
-from tests.live import E2E_WORKER_ENV
-from tests.reviewing import signed
+from tests.support.history_events import scheduled_activities
+from tests.support.live_runs import request, start, visible_state
+from tests.support.live_stack import E2E_WORKER_ENV
+from tests.support.reviewing import signed
+from tests.support.simulator import Simulator
 from workflows import contract
 from workflows.engine.observability import error_reason
 

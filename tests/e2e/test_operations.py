@@ -17,9 +17,9 @@ from aiorch.devstack.stack import LocalStack
 from aiorch.ops.results import finished
 from aiorch.ops.stuck import find_stuck
 from aiorch.runtime.temporal import DATA_CONVERTER
-from tests.e2e.conftest import request, start, status_of, visible_state
-from tests.live import ROOT
-from tests.reviewing import signed
+from tests.support import ROOT
+from tests.support.live_runs import request, start, status_of, visible_state
+from tests.support.reviewing import signed
 from workflows import contract
 from workflows.payloads import PipelineResult
 

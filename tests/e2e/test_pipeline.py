@@ -13,18 +13,18 @@ from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops.results import finished
 from aiorch.ops.signing import SigningKey
-from tests.e2e.conftest import (
-    Simulator,
+from tests.support.builders import new_request_id
+from tests.support.live_runs import (
     llm_call_key,
-    new_id,
     request,
     start,
     status_of,
     visible_state,
     wait_for_state,
 )
-from tests.live import run_script, temporal_workflow_start
-from tests.reviewing import signed
+from tests.support.live_stack import run_script, temporal_workflow_start
+from tests.support.reviewing import signed
+from tests.support.simulator import Simulator
 from workflows import contract
 from workflows.llm.graph import GRAPH
 from workflows.payloads import PipelineResult, RunStatus
@@ -166,7 +166,7 @@ async def test_same_request_id_runs_once(client: Client, simulator: Simulator) -
 def test_starter_cli_start_status_and_refused_review(stack: LocalStack) -> None:
     """starter.py start prints the id and a UI link; a refused review is one clear line."""
     env = {**stack.addresses.env(), "TEMPORAL_UI_URL": "http://ui.example"}
-    run_id = new_id()
+    run_id = new_request_id()
     started = run_script(
         "starter.py", "start", "Hello from the CLI", "--id", run_id, "--wait", env=env
     )
@@ -191,7 +191,7 @@ async def test_bad_request_from_the_temporal_cli_fails_at_once(
     stack: LocalStack, client: Client
 ) -> None:
     """A bad request_id sent by the plain Temporal CLI fails the run within seconds, naming it."""
-    workflow_id = f"cli-bad-{new_id()}"
+    workflow_id = f"cli-bad-{new_request_id()}"
     raw_input = json.dumps({"request_id": "NOT-HEX", "user_message": "hi"})
     started = temporal_workflow_start(stack, workflow_id, raw_input)
     assert started.returncode == 0, started.stderr
@@ -260,7 +260,7 @@ async def test_starter_shows_results_and_lists_whole_ids(stack: LocalStack, clie
     assert by_id[failed.id]["temporal_status"] == "FAILED"
 
     inbox = starter(
-        stack, "start", "Link please", "--id", new_id(), INBOX_URL="http://inbox.example"
+        stack, "start", "Link please", "--id", new_request_id(), INBOX_URL="http://inbox.example"
     )
     assert inbox.returncode == 0, inbox.stderr
     assert "Review inbox: http://inbox.example/runs/" in inbox.stdout

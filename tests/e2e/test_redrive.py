@@ -30,8 +30,10 @@ from aiorch.ops.redrive import redrive, summarize
 from aiorch.ops.results import finished
 from aiorch.runtime.codec import KeyRing, new_key
 from aiorch.runtime.temporal import encrypted_converter
-from tests.e2e.conftest import Simulator, request, start, status_of
-from tests.live import E2E_WORKER_ENV, ROOT
+from tests.support import ROOT
+from tests.support.live_runs import request, start, status_of
+from tests.support.live_stack import E2E_WORKER_ENV
+from tests.support.simulator import Simulator
 from workflows import contract
 from workflows.payloads import PipelineRequest, ReviewDecision
 

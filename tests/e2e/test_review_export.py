@@ -22,8 +22,9 @@ from aiorch.ops import pipelines
 from aiorch.ops.results import run_result
 from aiorch.ops.reviews import submit_review
 from aiorch.ops.visibility import start_run
-from tests.e2e.conftest import new_id, wait_for_state
-from tests.live import E2E_WORKER_ENV, connect, stack_with_worker, starter
+from tests.support.builders import new_request_id
+from tests.support.live_runs import wait_for_state
+from tests.support.live_stack import E2E_WORKER_ENV, connect, stack_with_worker, starter
 from workflows import contract
 from workflows.documents.payloads import DocumentRequest
 from workflows.payloads import PipelineRequest, ReviewDecision
@@ -77,7 +78,7 @@ async def waiting_round(client: Client, workflow_id: str, review_round: int) -> 
 async def reedited_twice(client: Client, stack: LocalStack, index: int) -> str:
     """An LLM run (review always) sent back twice with feedback, then approved."""
     request = PipelineRequest(
-        request_id=new_id(), user_message=f"Summarise report {index}", review="always"
+        request_id=new_request_id(), user_message=f"Summarise report {index}", review="always"
     )
     workflow_id = await start_run(client, request, task_queue=contract.DEFAULT_TASK_QUEUE)
     for review_round, feedback in ((1, f"shorter, please ({index})"), (2, "cite the source")):
@@ -91,7 +92,7 @@ async def reedited_twice(client: Client, stack: LocalStack, index: int) -> str:
 
 async def corrected(client: Client, stack: LocalStack, index: int) -> str:
     """An invoice with a wrong total, approved with the total corrected."""
-    request = DocumentRequest(request_id=new_id(), document=INVOICE.format(number=index))
+    request = DocumentRequest(request_id=new_request_id(), document=INVOICE.format(number=index))
     workflow_id = await start_run(
         client,
         request,

@@ -33,9 +33,9 @@ from aiorch.ops.visibility import start_run
 from aiorch.runtime.capacity import CapacityStore, ProviderSignal, scope_name
 from aiorch.runtime.config import Settings
 from aiorch.runtime.temporal import AiOrchestratorPlugin
-from tests.invoices import invoice_fields, text_document
-from tests.pipeline_files import TRIAGE, TRIAGE_V1, TRIAGE_V2, write_pipeline
-from tests.reviewing import signed
+from tests.support.invoices import invoice_fields, text_document
+from tests.support.pipeline_files import TRIAGE, TRIAGE_V1, TRIAGE_V2, write_pipeline
+from tests.support.reviewing import signed
 from workflows import contract
 from workflows.documents.payloads import DocumentRequest
 from workflows.payloads import BudgetDecision, ReviewDecision, RunStatus

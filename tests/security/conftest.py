@@ -11,7 +11,7 @@ import pytest
 from temporalio.client import Client
 
 from aiorch.devstack.stack import LocalStack
-from tests.live import E2E_WORKER_ENV, connect, stack_with_worker
+from tests.support.live_stack import E2E_WORKER_ENV, connect, stack_with_worker
 
 
 @pytest.fixture(scope="module")

@@ -24,8 +24,9 @@ from aiorch.devstack.stack import LocalStack
 from aiorch.ops.results import finished
 from aiorch.runtime.capacity import CapacityStore
 from aiorch.runtime.config import Settings
-from tests.e2e.conftest import Simulator, request, start
-from tests.live import E2E_WORKER_ENV, starter
+from tests.support.live_runs import request, start
+from tests.support.live_stack import E2E_WORKER_ENV, starter
+from tests.support.simulator import Simulator
 from workflows.payloads import PipelineResult
 
 pytestmark = pytest.mark.e2e

@@ -23,8 +23,9 @@ from aiorch.devstack.stack import LocalStack
 from aiorch.ops.results import finished
 from aiorch.runtime.capacity import CapacityStore, scope_name
 from aiorch.runtime.config import Settings
-from tests.e2e.conftest import Simulator, request, start, wait_for_state
-from tests.live import E2E_WORKER_ENV
+from tests.support.live_runs import request, start, wait_for_state
+from tests.support.live_stack import E2E_WORKER_ENV
+from tests.support.simulator import Simulator
 
 pytestmark = pytest.mark.e2e
 

@@ -34,10 +34,11 @@ from aiorch.devstack.stack import LocalStack
 from aiorch.ops.results import finished
 from aiorch.runtime.codec import Binding, EncryptionCodec, KeyRing, new_key
 from aiorch.runtime.temporal import encrypted_converter
-from tests.e2e.conftest import new_id, request, start, status_of, wait_for_state
-from tests.history_events import refused_at_once
-from tests.live import CLOSES_WITHIN_S, E2E_WORKER_ENV, connect, post_json, run_script
-from tests.reviewing import signed
+from tests.support.builders import new_request_id
+from tests.support.history_events import refused_at_once
+from tests.support.live_runs import request, start, status_of, wait_for_state
+from tests.support.live_stack import CLOSES_WITHIN_S, E2E_WORKER_ENV, connect, post_json, run_script
+from tests.support.reviewing import signed
 from workflows import contract
 from workflows.payloads import RunStatus
 
@@ -102,7 +103,7 @@ async def refused_raw_start(client: Client, attacker: Client, payload: Payload) 
     handle = await attacker.start_workflow(
         contract.WORKFLOW_TYPE,
         RawValue(payload),
-        id=new_id(),
+        id=new_request_id(),
         task_queue=contract.DEFAULT_TASK_QUEUE,
     )
     return await refused_start(client, handle, began)

@@ -15,8 +15,8 @@ from temporalio.client import Client
 
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops.results import finished
-from tests.e2e.conftest import request, start, wait_for_state
-from tests.live import E2E_WORKER_ENV
+from tests.support.live_runs import request, start, wait_for_state
+from tests.support.live_stack import E2E_WORKER_ENV
 
 pytestmark = pytest.mark.e2e
 

@@ -21,7 +21,8 @@ import pytest
 from aiorch.devstack.processes import free_port
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops.signing import SigningKey
-from tests.live import E2E_WORKER_ENV, ROOT, stack_with_worker
+from tests.support import ROOT
+from tests.support.live_stack import E2E_WORKER_ENV, stack_with_worker
 
 pytestmark = pytest.mark.e2e
 

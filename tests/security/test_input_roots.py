@@ -21,8 +21,9 @@ from temporalio.client import Client
 
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops.results import finished
-from tests.e2e.conftest import Simulator, request, start
-from tests.live import CLOSES_WITHIN_S
+from tests.support.live_runs import request, start
+from tests.support.live_stack import CLOSES_WITHIN_S
+from tests.support.simulator import Simulator
 from workflows.payloads import PipelineResult
 
 pytestmark = pytest.mark.e2e

@@ -21,8 +21,10 @@ from temporalio.worker import Worker
 
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops.results import finished
-from tests.e2e.conftest import Simulator, new_id, request, start
 from tests.security.test_reviewer_authority import closes_failed, forged_continuation
+from tests.support.builders import new_request_id
+from tests.support.live_runs import request, start
+from tests.support.simulator import Simulator
 from workflows import contract, errors
 
 pytestmark = pytest.mark.e2e
@@ -67,12 +69,12 @@ async def test_a_lookalike_cannot_continue_as_new_into_our_task_queue(
     run refuses the carried state at once (it continues a run on another task queue) and no
     model is called for it."""
     simulator = Simulator(stack.addresses.openai_base_url)
-    queue = f"evil-{new_id()}"
+    queue = f"evil-{new_request_id()}"
     async with Worker(client, task_queue=queue, workflows=[LookAlike]):
         handoff = await client.start_workflow(
             contract.WORKFLOW_TYPE,
             {"forged": forged_continuation()},
-            id=f"evil-{new_id()}",
+            id=f"evil-{new_request_id()}",
             task_queue=queue,
         )
         with pytest.raises(WorkflowContinuedAsNewError):
@@ -113,8 +115,8 @@ async def test_a_lookalike_cannot_call_our_activities(stack: LocalStack, client:
         ("invoke_llm", call),
         ("notify_reviewers", notice),
     ]
-    queue = f"evil-{new_id()}"
-    attacker_id = f"evil-{new_id()}"
+    queue = f"evil-{new_request_id()}"
+    attacker_id = f"evil-{new_request_id()}"
     async with Worker(client, task_queue=queue, workflows=[LookAlike]):
         answers = await client.execute_workflow(
             contract.WORKFLOW_TYPE, {"calls": calls}, id=attacker_id, task_queue=queue

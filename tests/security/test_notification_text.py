@@ -15,9 +15,10 @@ from temporalio.client import Client, WorkflowFailureError
 
 from aiorch.devstack.processes import free_port
 from aiorch.devstack.stack import LocalStack
-from tests.e2e.conftest import new_id, request, wait_for_state
-from tests.live import E2E_WORKER_ENV, stack_with_worker
-from tests.webhooks import HOOK_PATH, Receiver, running_receiver
+from tests.support.builders import new_request_id
+from tests.support.live_runs import request, wait_for_state
+from tests.support.live_stack import E2E_WORKER_ENV, stack_with_worker
+from tests.support.webhooks import HOOK_PATH, Receiver, running_receiver
 from workflows import contract, errors
 
 pytestmark = pytest.mark.e2e
@@ -68,7 +69,7 @@ async def test_a_run_id_cannot_mention_the_channel_or_plant_a_link(
     posts nothing, while a run under its own id, asking for the same review, is announced: the
     id never reaches the channel. (Should an id with markup ever reach the activity, its text
     is percent-encoded: ``tests/activities/test_notify.py``.)"""
-    payload = request("Quarterly summary", review="always", request_id=new_id())
+    payload = request("Quarterly summary", review="always", request_id=new_request_id())
     attack = await client.start_workflow(
         contract.WORKFLOW_TYPE, payload, id=ATTACK_ID, task_queue=contract.DEFAULT_TASK_QUEUE
     )

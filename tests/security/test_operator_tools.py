@@ -25,8 +25,10 @@ from aiorch.devstack.stack import LocalStack
 from aiorch.ops.dead_letters import DeadLetterQueue
 from aiorch.ops.results import finished
 from aiorch.runtime.temporal import DATA_CONVERTER
-from tests.e2e.conftest import Simulator, new_id, request, start, wait_for_state
-from tests.live import starter
+from tests.support.builders import new_request_id
+from tests.support.live_runs import request, start, wait_for_state
+from tests.support.live_stack import starter
+from tests.support.simulator import Simulator
 from workflows.payloads import DeadLetterMessage, PipelineRequest, PipelineResult
 
 if TYPE_CHECKING:
@@ -110,7 +112,7 @@ async def test_redrive_refuses_forged_messages_for_runs_that_never_dead_lettered
     await wait_for_state(terminated, "await_review")
     fake_result = PipelineResult(request_id=terminated.id, state="dead_letter")
     await terminated.terminate(fake_result.model_dump(mode="json"), reason="mallory")
-    never = new_id()
+    never = new_request_id()
     runs = {h.id: (await h.describe()).run_id for h in (completed, failed, running, terminated)}
     for workflow_id, run_id in [*runs.items(), (never, str(uuid.uuid4()))]:
         forge(stack, forged(workflow_id, run_id))

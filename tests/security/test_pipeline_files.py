@@ -16,9 +16,11 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 
 from aiorch.devstack.stack import LocalStack
-from tests.e2e.conftest import Simulator, new_id, wait_for_state
-from tests.live import E2E_WORKER_ENV, temporal_workflow
-from tests.pipeline_files import TRIAGE, TRIAGE_V1, write_pipeline
+from tests.support.builders import new_request_id
+from tests.support.live_runs import wait_for_state
+from tests.support.live_stack import E2E_WORKER_ENV, temporal_workflow
+from tests.support.pipeline_files import TRIAGE, TRIAGE_V1, write_pipeline
+from tests.support.simulator import Simulator
 from workflows import contract, errors
 
 pytestmark = pytest.mark.e2e
@@ -75,7 +77,7 @@ async def test_a_forged_continuation_carrying_a_pipeline_is_refused_before_it_is
     pipeline: the run is vouched for first (the lineage check refuses it), so the carried
     pipeline is never compiled, let alone run: the run fails at once and her model is never
     called."""
-    request_id = new_id()
+    request_id = new_request_id()
     forged = {
         "request": {"request_id": request_id, "input": {"ticket": "hello"}},
         "carried": {
@@ -98,7 +100,7 @@ async def test_a_start_cannot_bring_its_own_pipeline_or_plan(
     plain Temporal CLI) fails at once: the request takes the input and the contract's fields,
     and the pipeline comes only from the worker's folder."""
     for extra in ("pipeline", "plan"):
-        request_id = new_id()
+        request_id = new_request_id()
         payload = {"request_id": request_id, "input": {"ticket": "hi"}, extra: EVIL_SPEC}
         started = temporal_workflow(
             stack,
@@ -119,7 +121,7 @@ async def test_a_start_cannot_bring_its_own_pipeline_or_plan(
 async def test_a_pipeline_the_folder_does_not_have_is_refused_at_once(client: Client) -> None:
     """A start of a type that looks like a pipeline's name but names none of the folder's
     fails at once with the pipelines the worker has (one folder lookup, no activity)."""
-    request_id = new_id()
+    request_id = new_request_id()
     handle = await client.start_workflow(
         "SupportTriageAdmin",
         {"request_id": request_id, "input": {"ticket": "x"}},
@@ -137,7 +139,7 @@ async def test_template_syntax_in_the_input_reaches_the_model_as_plain_text(
     request log shows the ticket's Jinja syntax as written (no 49, no class, no loop), inside
     the prompt the file's template rendered, in both model calls that quote it."""
     attack = "{{ 7*7 }} {{ ''.__class__.__mro__ }} {% for x in [1, 2] %}loop{% endfor %} billing"
-    request_id = new_id()
+    request_id = new_request_id()
     handle = await client.start_workflow(
         TRIAGE,
         {"request_id": request_id, "input": {"ticket": attack}},

@@ -12,8 +12,9 @@ from temporalio.client import Client
 
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops.results import finished
-from tests.e2e.conftest import Simulator, request, start
-from tests.live import E2E_WORKER_ENV
+from tests.support.live_runs import request, start
+from tests.support.live_stack import E2E_WORKER_ENV
+from tests.support.simulator import Simulator
 
 pytestmark = pytest.mark.e2e
 

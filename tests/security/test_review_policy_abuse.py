@@ -24,8 +24,8 @@ from temporalio.exceptions import ApplicationError
 
 from aiorch.ops.results import finished
 from aiorch.ops.signing import SigningKey
-from tests.e2e.conftest import request, start, status_of, wait_for_state
-from tests.live import E2E_WORKER_ENV
+from tests.support.live_runs import request, start, status_of, wait_for_state
+from tests.support.live_stack import E2E_WORKER_ENV
 from workflows import contract, errors
 from workflows.payloads import ReviewDecision, RunStatus
 

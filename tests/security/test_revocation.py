@@ -12,9 +12,9 @@ from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops.results import finished
-from tests.e2e.conftest import request, start, status_of, wait_for_state
-from tests.live import E2E_WORKER_ENV, starter
-from tests.reviewing import signed
+from tests.support.live_runs import request, start, status_of, wait_for_state
+from tests.support.live_stack import E2E_WORKER_ENV, starter
+from tests.support.reviewing import signed
 from workflows import contract
 from workflows.payloads import RunStatus
 

@@ -24,9 +24,10 @@ from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError
 
 from aiorch.devstack.stack import LocalStack
-from tests.e2e.conftest import new_id, request, status_of, wait_for_state
-from tests.live import E2E_WORKER_ENV, connect
-from tests.reviewing import signed
+from tests.support.builders import new_request_id
+from tests.support.live_runs import request, status_of, wait_for_state
+from tests.support.live_stack import E2E_WORKER_ENV, connect
+from tests.support.reviewing import signed
 from workflows import contract, errors
 from workflows.payloads import RunStatus
 
@@ -72,7 +73,7 @@ async def test_an_approval_is_not_replayed_onto_a_run_that_reuses_the_id(
     refused by the requester's new run under the same id (same round number, other content):
     the update is rejected naming another run of this id, the signal counted as refused, and
     the new run still waits."""
-    request_id = new_id()
+    request_id = new_request_id()
     benign = await waiting(client, "Benign question", request_id)
     approval = await signed(benign, stack.reviewer_key, "approve", "alice")
     await benign.terminate(reason="the requester swaps the run")
@@ -108,7 +109,7 @@ async def test_a_run_swapped_under_an_open_inbox_page_is_not_approved(
     says the run ended or was replaced, and the malicious run still waits, unapproved."""
     url = stack.addresses.inbox_url
     assert url is not None
-    request_id = new_id()
+    request_id = new_request_id()
     benign = await waiting(client, "BENIGN: summarise the refund policy", request_id)
     async with httpx.AsyncClient(base_url=url, follow_redirects=True, timeout=30) as browser:
         login = (await browser.get("/login")).text

@@ -14,9 +14,10 @@ from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops.signing import SigningKey
-from tests.e2e.conftest import new_id, request, start, status_of, wait_for_state
-from tests.live import E2E_WORKER_ENV, starter
-from tests.reviewing import signed
+from tests.support.builders import new_request_id
+from tests.support.live_runs import request, start, status_of, wait_for_state
+from tests.support.live_stack import E2E_WORKER_ENV, starter
+from tests.support.reviewing import signed
 from workflows import contract, errors
 from workflows.payloads import BudgetDecision, PipelineRequest, RunStatus
 
@@ -74,7 +75,7 @@ async def test_a_claim_starts_one_run_only(client: Client) -> None:
     assert (await wait_for_state(handle, "await_review")).tenant == "bigco"
     with pytest.raises(WorkflowAlreadyStartedError):
         await start(client, original)
-    replayed = {**original, "request_id": new_id()}
+    replayed = {**original, "request_id": new_request_id()}
     await refused(client, replayed, "issued for another request")
     await handle.cancel()
 
@@ -139,7 +140,7 @@ async def test_a_requester_cannot_approve_their_own_overspend(
         now=now,
     )
     await refused_budget(own, "requested this run")
-    elsewhere = key.sign_budget(cfo, workflow_id=new_id(), run_id=chain, now=now)
+    elsewhere = key.sign_budget(cfo, workflow_id=new_request_id(), run_id=chain, now=now)
     await refused_budget(elsewhere, "issued for another run")
     approved = key.sign_budget(cfo, workflow_id=handle.id, run_id=chain, now=now)
     await handle.execute_update(

@@ -21,8 +21,9 @@ from typer.testing import CliRunner
 from aiorch.cli import build_app
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops.results import finished
-from tests.e2e.conftest import new_id, request, wait_for_state
-from tests.live import E2E_WORKER_ENV, connect, stack_with_worker
+from tests.support.builders import new_request_id
+from tests.support.live_runs import request, wait_for_state
+from tests.support.live_stack import E2E_WORKER_ENV, connect, stack_with_worker
 from workflows import contract
 
 pytestmark = pytest.mark.e2e
@@ -77,9 +78,9 @@ async def plant(stack: LocalStack) -> Planted:
     stray_id, forged_id = f"stray-{MARKUP}-{ESCAPES}", f"forged-{MARKUP}-{ESCAPES}"
     await client.start_workflow(
         contract.WORKFLOW_TYPE,
-        request("never picked up", request_id=new_id()),
+        request("never picked up", request_id=new_request_id()),
         id=stray_id,
-        task_queue=f"nobody-{new_id()}",
+        task_queue=f"nobody-{new_request_id()}",
         search_attributes=TypedSearchAttributes(
             [SearchAttributePair(contract.AI_STATE, f"{MARKUP}{ESCAPES}")]
         ),

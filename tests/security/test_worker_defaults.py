@@ -26,8 +26,10 @@ from aiorch.devstack.processes import ManagedProcess, free_port
 from aiorch.devstack.servers import start_worker
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops.results import finished
-from tests.e2e.conftest import new_id, request, wait_for_state
-from tests.live import E2E_WORKER_ENV, ROOT, connect, run_script, starter, temporal_cli
+from tests.support import ROOT
+from tests.support.builders import new_request_id
+from tests.support.live_runs import request, wait_for_state
+from tests.support.live_stack import E2E_WORKER_ENV, connect, run_script, starter, temporal_cli
 from workflows import contract
 
 pytestmark = pytest.mark.e2e
@@ -72,7 +74,7 @@ def test_a_worker_without_reviewer_keys_does_not_start(stack: LocalStack, tmp_pa
             "worker: REVIEW_PUBLIC_KEYS_FILE holds no key (only comments or blank lines)",
         ),
     ):
-        done = run_script("worker.py", env=worker_env(stack, f"q-{new_id()}", **overrides))
+        done = run_script("worker.py", env=worker_env(stack, f"q-{new_request_id()}", **overrides))
         assert done.returncode == 1, done.stderr
         assert done.stderr.startswith(line), done.stderr
         assert len(done.stderr.strip().splitlines()) == 1, done.stderr

@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 import workflows.llm.pipeline as llm
-from tests.builders import history_entry, prompt_plan
+from tests.support.builders import history_entry, prompt_plan
 from workflows.engine.continuation import (
     CONTINUE_AT_BYTES,
     CONTINUE_AT_EVENTS,

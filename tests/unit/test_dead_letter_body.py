@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from activities.dead_letter import MAX_BODY_BYTES, dedup_key, fit_body, reduced_body
-from tests.builders import REQUEST_ID, dead_letter, history_entry, triage_fields
+from tests.support.builders import REQUEST_ID, dead_letter, history_entry, triage_fields
 from workflows.payloads import DeadLetterMessage
 
 

@@ -6,7 +6,7 @@ from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.exceptions import ApplicationError, TerminatedError
 
 from aiorch.ops.dead_runs import final_result, start_request_id
-from tests.builders import REQUEST_ID, history_entry
+from tests.support.builders import REQUEST_ID, history_entry
 from workflows.payloads import PipelineResult
 
 DEAD = PipelineResult(

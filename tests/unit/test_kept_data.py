@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from aiorch.ops.inbox.drafts import Drafts
-from tests.builders import AT, prompt_plan
+from tests.support.builders import AT, prompt_plan
 from workflows.engine.record import (
     CORRECTIONS_MAX_BYTES,
     MAX_CORRECTION_BYTES,

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from aiorch.cli import build_app
 from aiorch.ops import pipelines
-from tests.pipeline_files import TRIAGE_V1, write_pipeline
+from tests.support.pipeline_files import TRIAGE_V1, write_pipeline
 
 BROKEN = Path(__file__).resolve().parent / "pipeline_files"
 

@@ -18,7 +18,7 @@ from aiorch.runtime.pipeline_files import (
     read_file,
 )
 from aiorch.worker.app import code_pipeline_names, run_worker
-from tests.pipeline_files import TRIAGE_V1, TRIAGE_V2, write_pipeline
+from tests.support.pipeline_files import TRIAGE_V1, TRIAGE_V2, write_pipeline
 from workflows.data import CATALOG, compile_spec, templates
 from workflows.data.spec import PipelineSpec
 

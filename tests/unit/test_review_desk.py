@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from aiorch.ops.reviews import ReviewOutcome, decision_for_round, update_id
 from aiorch.ops.signing import SigningKey
-from tests.builders import AT, history_entry, prompt_plan
+from tests.support.builders import AT, history_entry, prompt_plan
 from workflows.engine.reviews import MAX_REFUSAL_CHARS, Refusal, count_refusal, refusal
 from workflows.llm.graph import GRAPH, State
 from workflows.payloads import (

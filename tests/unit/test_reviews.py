@@ -12,7 +12,7 @@ from aiorch.ops.reviews import (
     update_id,
     vote_in_round,
 )
-from tests.builders import history_entry
+from tests.support.builders import history_entry
 from workflows.payloads import HistoryEntry, ReviewDecision, ReviewProgress, RunStatus
 
 

@@ -14,7 +14,7 @@ from activities.prompt import InputLoader, PromptActivities
 from activities.redaction import REDACTED, content_free_dead_letter, scrub, scrubbed_error
 from aiorch.runtime.codec import new_key
 from aiorch.runtime.config import ConfigError, Settings, load_settings
-from tests.builders import REQUEST_ID, dead_letter, history_entry, triage_fields
+from tests.support.builders import REQUEST_ID, dead_letter, history_entry, triage_fields
 from workflows.payloads import DeadLetterMessage, PipelineRequest, PromptPlan
 
 API_KEY = "sk-canary-4c1d9e7f00aa11bb22cc33dd"

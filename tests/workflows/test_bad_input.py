@@ -10,7 +10,9 @@ from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError, Wor
 from temporalio.exceptions import ApplicationError
 
 from aiorch.ops.results import finished
-from tests.workflows.conftest import Orchestration, new_request_id, step
+from tests.support.builders import new_request_id
+from tests.support.orchestration import Orchestration
+from tests.support.run_history import step
 from workflows import errors
 from workflows.payloads import PipelineResult
 

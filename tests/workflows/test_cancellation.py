@@ -10,8 +10,10 @@ import pytest
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import CancelledError
 
-from tests.history_events import scheduled_activities
-from tests.workflows.conftest import Gate, Orchestration, rate_limited, step
+from tests.support.history_events import scheduled_activities
+from tests.support.orchestration import Orchestration
+from tests.support.run_history import step
+from tests.support.scripted_activities import Gate, rate_limited
 from workflows import contract
 from workflows.payloads import PipelineResult, RunStatus, vector_key
 

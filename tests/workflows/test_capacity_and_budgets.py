@@ -9,16 +9,10 @@ from temporalio.client import WorkflowUpdateFailedError
 
 from aiorch.ops.results import finished
 from aiorch.ops.signing import SigningKey
-from tests.workflows.conftest import (
-    Orchestration,
-    Reply,
-    assert_waited,
-    entry_for,
-    events,
-    no_capacity,
-    over_budget,
-    path,
-)
+from tests.support.orchestration import Orchestration
+from tests.support.run_history import entry_for, events, path
+from tests.support.scripted_activities import Reply, no_capacity, over_budget
+from tests.support.time_skipping import assert_waited
 from workflows import contract, errors
 from workflows.engine.identity import parse_review_keys
 from workflows.payloads import BudgetDecision

@@ -8,7 +8,9 @@ from typing import Any
 from temporalio.client import WorkflowHandle
 
 from aiorch.ops.results import finished
-from tests.workflows.conftest import Orchestration, Reply, events, notes, transitions
+from tests.support.orchestration import Orchestration
+from tests.support.run_history import events, notes, transitions
+from tests.support.scripted_activities import Reply
 from workflows import contract
 from workflows.payloads import NOTE_CONTINUED_AS_NEW, PipelineResult, RunStatus
 

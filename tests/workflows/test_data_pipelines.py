@@ -11,8 +11,10 @@ import pytest
 import yaml
 from temporalio.client import WorkflowFailureError, WorkflowHandle
 
-from tests.pipeline_files import TRIAGE, TRIAGE_V1, TRIAGE_V2, V2_PROMPT, write_pipeline
-from tests.workflows.conftest import Orchestration, Reply, new_request_id
+from tests.support.builders import new_request_id
+from tests.support.orchestration import Orchestration
+from tests.support.pipeline_files import TRIAGE, TRIAGE_V1, TRIAGE_V2, V2_PROMPT, write_pipeline
+from tests.support.scripted_activities import Reply
 from workflows import contract
 from workflows.data import CATALOG, DataResult, compile_spec
 from workflows.data.spec import PipelineSpec

@@ -18,15 +18,11 @@ from temporalio.worker import Worker
 from activities.pipelines import PipelineActivities
 from aiorch.runtime.pipeline_files import PipelineFolder, check_text
 from aiorch.runtime.sandbox import workflow_runner
-from tests.pipeline_files import ROOT, TRIAGE, TRIAGE_V1, TRIAGE_V2, write_pipeline
-from tests.workflows.conftest import (
-    HeldLineage,
-    Orchestration,
-    Reply,
-    data_plans,
-    new_request_id,
-    pipeline_settings,
-)
+from tests.support import ROOT
+from tests.support.builders import new_request_id
+from tests.support.orchestration import Orchestration, data_plans, pipeline_settings
+from tests.support.pipeline_files import TRIAGE, TRIAGE_V1, TRIAGE_V2, write_pipeline
+from tests.support.scripted_activities import HeldLineage, Reply
 from tests.workflows.data_workflows import (
     SHOUT,
     SHOUTING,

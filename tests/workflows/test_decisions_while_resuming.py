@@ -14,7 +14,10 @@ from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
 from aiorch.ops.results import finished
-from tests.workflows.conftest import TASK_PROGRESS_TIMEOUT_S, Orchestration, Reply, notes, path
+from tests.support.orchestration import Orchestration
+from tests.support.run_history import notes, path
+from tests.support.scripted_activities import Reply
+from tests.support.time_skipping import TASK_PROGRESS_TIMEOUT_S
 from workflows import contract, errors
 from workflows.payloads import NOTE_CONTINUED_AS_NEW, PipelineResult, RunStatus
 

@@ -13,7 +13,9 @@ from temporalio.client import WorkflowFailureError, WorkflowHandle, WorkflowUpda
 from temporalio.exceptions import ApplicationError
 
 from aiorch.ops.results import finished
-from tests.workflows.conftest import TASK_PROGRESS_TIMEOUT_S, Orchestration, new_request_id
+from tests.support.builders import new_request_id
+from tests.support.orchestration import Orchestration
+from tests.support.time_skipping import TASK_PROGRESS_TIMEOUT_S
 from workflows import contract, errors
 from workflows.documents.contract import DOCUMENT_UNREADABLE, WORKFLOW_TYPE_DOCUMENT_PIPELINE
 from workflows.documents.graph import GRAPH

@@ -7,7 +7,9 @@ from datetime import timedelta
 from temporalio.exceptions import ApplicationError
 
 from aiorch.ops.results import finished
-from tests.workflows.conftest import Orchestration, Reply, path, server_error, step
+from tests.support.orchestration import Orchestration
+from tests.support.run_history import path, step
+from tests.support.scripted_activities import Reply, server_error
 from workflows import errors
 from workflows.payloads import vector_key
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from aiorch.ops.results import finished
-from tests.workflows.conftest import HAPPY_PATH, PRIMARY_MODEL, Orchestration, Reply, path
+from tests.support.orchestration import Orchestration
+from tests.support.run_history import HAPPY_PATH, path
+from tests.support.scripted_activities import PRIMARY_MODEL, Reply
 
 
 async def test_run_without_review_completes_with_embedding(orch: Orchestration) -> None:

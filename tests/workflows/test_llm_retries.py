@@ -9,19 +9,16 @@ from itertools import pairwise
 from temporalio.exceptions import ApplicationError
 
 from aiorch.ops.results import finished
-from tests.workflows.conftest import (
+from tests.support.orchestration import Orchestration
+from tests.support.run_history import entry_for, events, path, step
+from tests.support.scripted_activities import (
     FALLBACK_MODEL,
     PRIMARY_MODEL,
-    Orchestration,
     Reply,
-    assert_waited,
-    entry_for,
-    events,
-    path,
     rate_limited,
     server_error,
-    step,
 )
+from tests.support.time_skipping import assert_waited
 from workflows import errors
 
 

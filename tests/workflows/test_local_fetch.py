@@ -13,8 +13,10 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle
 
 from aiorch.ops.results import finished
-from tests.history_events import scheduled_activities
-from tests.workflows.conftest import HAPPY_PATH, Orchestration, Reply, path
+from tests.support.history_events import scheduled_activities
+from tests.support.orchestration import Orchestration
+from tests.support.run_history import HAPPY_PATH, path
+from tests.support.scripted_activities import Reply
 from workflows import contract
 from workflows.payloads import RunStatus
 

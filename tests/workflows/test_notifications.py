@@ -8,8 +8,11 @@ from datetime import timedelta
 from temporalio.exceptions import ApplicationError
 
 from aiorch.ops.results import finished
-from tests.history_events import scheduled_activities
-from tests.workflows.conftest import Orchestration, Reply, assert_waited, entry_for
+from tests.support.history_events import scheduled_activities
+from tests.support.orchestration import Orchestration
+from tests.support.run_history import entry_for
+from tests.support.scripted_activities import Reply
+from tests.support.time_skipping import assert_waited
 from workflows import contract, errors
 
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 from datetime import timedelta
 
 from aiorch.ops.results import finished
-from tests.workflows.conftest import Gate, Orchestration, Reply, entry_for, path
+from tests.support.orchestration import Orchestration
+from tests.support.run_history import entry_for, path
+from tests.support.scripted_activities import Gate, Reply
 from workflows import contract
 
 

@@ -7,7 +7,9 @@ from typing import Any
 from temporalio.client import WorkflowHandle
 
 from aiorch.ops.results import finished
-from tests.workflows.conftest import Orchestration, Reply, entry_for, events, path, step
+from tests.support.orchestration import Orchestration
+from tests.support.run_history import entry_for, events, path, step
+from tests.support.scripted_activities import Reply
 from workflows import contract
 from workflows.payloads import Decision, PipelineResult, ReviewDecision, RunStatus
 

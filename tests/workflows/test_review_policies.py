@@ -15,15 +15,11 @@ from temporalio.exceptions import ApplicationError
 
 import tests.workflows.test_document_pipeline as documents
 from aiorch.ops.results import finished
-from tests.workflows.conftest import (
-    Orchestration,
-    Reply,
-    assert_waited,
-    entry_for,
-    events,
-    new_request_id,
-    notes,
-)
+from tests.support.builders import new_request_id
+from tests.support.orchestration import Orchestration
+from tests.support.run_history import entry_for, events, notes
+from tests.support.scripted_activities import Reply
+from tests.support.time_skipping import assert_waited
 from workflows import contract
 from workflows.payloads import (
     NOTE_REVIEW_VOTE,

@@ -11,7 +11,9 @@ from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
 from aiorch.ops.results import finished
-from tests.workflows.conftest import Orchestration, Reply, events
+from tests.support.orchestration import Orchestration
+from tests.support.run_history import events
+from tests.support.scripted_activities import Reply
 from workflows import contract
 from workflows.payloads import PipelineResult, RunStatus
 

@@ -6,14 +6,10 @@ from __future__ import annotations
 from datetime import timedelta
 
 from aiorch.ops.results import finished
-from tests.workflows.conftest import (
-    Orchestration,
-    Reply,
-    assert_waited,
-    entry_for,
-    events,
-    path,
-)
+from tests.support.orchestration import Orchestration
+from tests.support.run_history import entry_for, events, path
+from tests.support.scripted_activities import Reply
+from tests.support.time_skipping import assert_waited
 
 
 async def test_unanswered_review_escalates_then_dead_letters(orch: Orchestration) -> None:

@@ -11,15 +11,9 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from aiorch.ops.results import finished
-from tests.workflows.conftest import (
-    Gate,
-    Orchestration,
-    Reply,
-    entry_for,
-    events,
-    step,
-    transitions,
-)
+from tests.support.orchestration import Orchestration
+from tests.support.run_history import entry_for, events, step, transitions
+from tests.support.scripted_activities import Gate, Reply
 from workflows import contract
 from workflows.payloads import PipelineResult, RunStatus
 

@@ -10,7 +10,8 @@ from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
 from aiorch.ops.results import finished, result_of_failure
-from tests.workflows.conftest import Orchestration, Reply, server_error
+from tests.support.orchestration import Orchestration
+from tests.support.scripted_activities import Reply, server_error
 from workflows import contract, errors
 from workflows.payloads import PipelineResult, RunStatus
 

@@ -18,7 +18,8 @@ from temporalio.worker import Worker
 import workflows.engine.reviews as reviews
 from aiorch.ops.results import finished
 from aiorch.runtime.sandbox import workflow_runner
-from tests.workflows.conftest import TASK_PROGRESS_TIMEOUT_S, Orchestration
+from tests.support.orchestration import Orchestration
+from tests.support.time_skipping import TASK_PROGRESS_TIMEOUT_S
 from workflows import contract
 from workflows.engine.graph import (
     IDLE,

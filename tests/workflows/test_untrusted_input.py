@@ -19,9 +19,9 @@ from temporalio.client import (
 from temporalio.common import RawValue, RetryPolicy
 
 from aiorch.ops.results import finished
-from tests.builders import attacker_plan
-from tests.history_events import refused_at_once
-from tests.workflows.conftest import Orchestration, new_request_id
+from tests.support.builders import attacker_plan, new_request_id
+from tests.support.history_events import refused_at_once
+from tests.support.orchestration import Orchestration
 from workflows import contract
 from workflows.llm.graph import State
 from workflows.payloads import ContinuedRun, PipelineRequest, RunState

@@ -1,7 +1,7 @@
 """Invoices the document tests write themselves: fields chosen by a seed (vendors,
 currencies, one to four lines, tax rates and dates vary), printed as the ``Label: value`` and
 ``Line: description | quantity | unit_price | amount`` lines the LLM simulator reads, as UTF-8
-text or as a PDF (``tests.pdfs``)."""
+text or as a PDF (``tests.support.pdfs``)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pypdf import PdfReader
 
-from tests.pdfs import text_pdf
+from tests.support.pdfs import text_pdf
 
 BATCH = 20  # half text, half PDF
 VENDORS = (

@@ -3,6 +3,7 @@ on, so that each test names only the fields it is about."""
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime
 from typing import Any
 
@@ -10,6 +11,11 @@ from workflows.payloads import DeadLetterMessage, HistoryEntry, PromptPlan
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 REQUEST_ID = "a" * 24
+
+
+def new_request_id() -> str:
+    """A fresh contract-valid request id (24 lowercase hex chars), for a run of its own."""
+    return uuid.uuid4().hex[:24]
 
 
 def history_entry(source: str, target: str, event: str, **fields: Any) -> HistoryEntry:

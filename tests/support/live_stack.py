@@ -20,9 +20,8 @@ from temporalio.converter import DataConverter
 from aiorch.devstack.processes import temporal_cli_path
 from aiorch.devstack.stack import LocalStack
 from aiorch.runtime.temporal import DATA_CONVERTER
+from tests.support import ROOT
 from workflows import contract
-
-ROOT = Path(__file__).resolve().parents[1]
 
 # Short timings so retry paths play out in seconds; review timeouts are per-run options.
 E2E_WORKER_ENV = {

