@@ -17,6 +17,7 @@ from aiorch.cli import choices
 from aiorch.cli.output import (
     CliError,
     RunDidNotComplete,
+    err_console,
     one_line_errors,
     out,
     plain,
@@ -226,6 +227,15 @@ def start(
         bool,
         typer.Option(help="wait for the result and print it; exit status 3 if it did not complete"),
     ] = False,
+    print_only: Annotated[
+        bool,
+        typer.Option(
+            "--print",
+            help="print the start's input as JSON (signed with REQUESTER_KEY when set), for the "
+            "Temporal CLI or another client to start with its request_id as the workflow id, "
+            "instead of starting it",
+        ),
+    ] = False,
 ) -> None:
     """Start a pipeline run and print its id and Web UI link.
 
@@ -272,11 +282,14 @@ def start(
         data_input=payload,
     )
     if stored:
-        out.print(plain(stored))
+        (err_console if print_only else out).print(plain(stored))
     if (starts := requester_key_from_settings(settings)) is not None:
         # The claim vouches for this request: the workers take requester and tenant from it.
         ttl = timedelta(seconds=settings.review_token_ttl_s)
         request = starts.sign_start(request, now=datetime.now(UTC), ttl=ttl)
+    if print_only:
+        typer.echo(request.model_dump_json(exclude_none=True))
+        return
 
     async def start_and_report(client: Client, settings: Settings) -> None:
         workflow_id = await start_run(client, settings, request, pipeline)

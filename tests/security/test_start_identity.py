@@ -5,6 +5,7 @@ outsiders with a Temporal client and the CLI, against a real dev server and work
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,7 +17,7 @@ from aiorch.devstack.stack import LocalStack
 from aiorch.ops.signing import SigningKey
 from tests.support.builders import new_request_id
 from tests.support.live_runs import request, start, status_of, wait_for_state
-from tests.support.live_stack import E2E_WORKER_ENV, starter
+from tests.support.live_stack import E2E_WORKER_ENV, starter, temporal_workflow_start
 from tests.support.reviewing import signed
 from workflows import contract, errors
 from workflows.payloads import BudgetDecision, PipelineRequest, RunStatus
@@ -150,3 +151,31 @@ async def test_a_requester_cannot_approve_their_own_overspend(
     )
     assert (await status_of(handle)).state != "await_budget"
     await handle.terminate("the test is over")
+
+
+async def test_the_temporal_cli_starts_a_run_the_cli_signed_for_it(
+    stack: LocalStack, client: Client
+) -> None:
+    """`start --print` (with REQUESTER_KEY) prints the signed input; the plain Temporal CLI
+    starts it under its request id and the run is bob's, spending bigco's budget. The same
+    input without its claim fails at once."""
+    request_id = new_request_id()
+    printed = starter(
+        stack,
+        "start",
+        "Started by another client",
+        "--id",
+        request_id,
+        "--print",
+        env={"REQUESTER_KEY": BOB.private_entry()},
+    )
+    assert printed.returncode == 0, printed.stderr
+    payload = json.loads(printed.stdout)
+    assert payload["request_id"] == request_id and payload["start_claim"]
+    started = temporal_workflow_start(stack, request_id, printed.stdout.strip())
+    assert started.returncode == 0, started.stderr
+    handle = client.get_workflow_handle(request_id)
+    assert (await wait_for_state(handle, "completed", timeout=60)).tenant == "bigco"
+    unsigned = {key: value for key, value in payload.items() if key != "start_claim"}
+    unsigned["request_id"] = new_request_id()
+    await refused(client, unsigned, "the start is not signed")
