@@ -115,6 +115,14 @@ def budget(
     decision: Annotated[BudgetVerdict, typer.Argument()],
     operator: Annotated[str, typer.Option(help="who decides (recorded in the run's history)")],
     reason: Annotated[str | None, typer.Option(help="why (recorded)")] = None,
+    print_only: Annotated[
+        bool,
+        typer.Option(
+            "--print",
+            help="print the signed decision as JSON, for the Temporal CLI or the Web UI to send "
+            "(the decide_budget update, or the budget_decision signal), instead of sending it",
+        ),
+    ] = False,
 ) -> None:
     """Approve the overspend of a run waiting in await_budget (it goes on), or reject it (it
     fails with BudgetExceeded). With REVIEWER_KEY (or REVIEWER_KEY_FILE) the decision is signed
@@ -137,6 +145,11 @@ def budget(
                 now=datetime.now(UTC),
                 ttl=timedelta(seconds=settings.review_token_ttl_s),
             )
+        if print_only:
+            if signed.token is None:
+                raise CliError("--print prints a signed decision: set REVIEWER_KEY (or _FILE)")
+            typer.echo(signed.model_dump_json(exclude_none=True))
+            return
         handle = client.get_workflow_handle(workflow_id, run_id=target.run_id)
         try:
             with about_run(workflow_id):

@@ -17,7 +17,12 @@ from aiorch.devstack.stack import LocalStack
 from aiorch.ops.signing import SigningKey
 from tests.support.builders import new_request_id
 from tests.support.live_runs import request, start, status_of, wait_for_state
-from tests.support.live_stack import E2E_WORKER_ENV, starter, temporal_workflow_start
+from tests.support.live_stack import (
+    E2E_WORKER_ENV,
+    starter,
+    temporal_cli,
+    temporal_workflow_start,
+)
 from tests.support.reviewing import signed
 from workflows import contract, errors
 from workflows.payloads import BudgetDecision, PipelineRequest, RunStatus
@@ -113,8 +118,9 @@ async def test_a_requester_cannot_approve_their_own_overspend(
 ) -> None:
     """alice's signed run waits in await_budget; as its requester she sends ``decide_budget``
     unsigned as "cfo", with a token signed for her own name, and with one made for another
-    run: each is refused and the run still waits; the operator's own signed approval goes
-    through."""
+    run: each is refused and the run still waits; the operator's own approval, signed by
+    `budget --print` (the stack's REVIEWER_KEY_FILE) and sent with the plain Temporal CLI,
+    goes through."""
     payload = signed_start(ALICE, "Spend freely", options={"max_cost_usd": 0.000001})
     handle = await start(client, payload)
     await wait_for_state(handle, "await_budget")
@@ -143,14 +149,31 @@ async def test_a_requester_cannot_approve_their_own_overspend(
     await refused_budget(own, "requested this run")
     elsewhere = key.sign_budget(cfo, workflow_id=new_request_id(), run_id=chain, now=now)
     await refused_budget(elsewhere, "issued for another run")
-    approved = key.sign_budget(cfo, workflow_id=handle.id, run_id=chain, now=now)
-    await handle.execute_update(
-        contract.UPDATE_DECIDE_BUDGET,
-        approved.model_dump(mode="json", exclude_none=True),
-        result_type=RunStatus,
+    printed = starter(
+        stack,
+        "budget",
+        handle.id,
+        "approve",
+        "--operator",
+        "cfo",
+        "--print",
     )
-    assert (await status_of(handle)).state != "await_budget"
-    await handle.terminate("the test is over")
+    assert printed.returncode == 0, printed.stderr
+    sent = temporal_cli(
+        "workflow",
+        "update",
+        "execute",
+        "--address",
+        stack.addresses.temporal_address,
+        "--workflow-id",
+        handle.id,
+        "--name",
+        contract.UPDATE_DECIDE_BUDGET,
+        "--input",
+        printed.stdout.strip(),
+    )
+    assert sent.returncode == 0, sent.stderr
+    await wait_for_state(handle, "completed", timeout=60)
 
 
 async def test_the_temporal_cli_starts_a_run_the_cli_signed_for_it(
