@@ -25,7 +25,7 @@ class Section(Enum):
         "`TEMPORAL_PROFILE` of the TOML file `TEMPORAL_CONFIG_FILE`, with the standard "
         "`TEMPORAL_*` variables over it, resolved once at start; every process (worker, CLI, "
         "codec server, inbox, dev stack) connects alike. Recipes for Temporal Cloud and "
-        "self-hosted mTLS: [Connecting to Temporal](../README.md#connecting-to-temporal).",
+        "self-hosted mTLS: [Connecting to Temporal](deployment.md#connecting-to-temporal).",
     )
     LLM = (
         "LLM calls",
@@ -45,24 +45,24 @@ class Section(Enum):
     AUTHENTICATION = (
         "Signed reviews and starts",
         "Who may decide a review, and who may start a run on whose budget: see "
-        "[Reviewer authority](../README.md#reviewer-authority) and "
+        "[Reviewer authority](security.md#reviewer-authority) and "
         "[security.md](security.md).",
     )
     INBOX = (
         "Review inbox and notifications",
         "The web page reviewers decide in (`aiorch inbox serve`), and the webhook that tells "
-        "them a run waits: see [Review inbox](../README.md#review-inbox).",
+        "them a run waits: see [Review inbox](inbox.md).",
     )
     INPUTS = (
         "Inputs",
         "Large documents travel by reference (a claim check), never in history; a worker "
         "reads a referenced input only from the places listed here. See "
-        "[Bounded inputs](../README.md#bounded-inputs).",
+        "[Bounded inputs](security.md#bounded-inputs).",
     )
     PAYLOAD_PROTECTION = (
         "Payload encryption and the codec server",
         "Without keys every input, result and signal sits in plain text in Temporal's history. "
-        "See [Data protection](../README.md#data-protection).",
+        "See [Data protection](security.md#data-protection).",
     )
     STORES = (
         "Stores",
@@ -85,7 +85,7 @@ class Section(Enum):
     WORKER = (
         "Worker",
         "Slots, pollers, cache, probes and versions of one worker process: see "
-        "[Running workers](../README.md#running-workers) and "
+        "[Running workers](deployment.md#running-workers) and "
         "[performance.md](performance.md).",
     )
 

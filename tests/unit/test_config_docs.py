@@ -150,9 +150,9 @@ def _headings(path: Path) -> set[str]:
 
 def test_every_link_of_the_page_resolves() -> None:
     """Each relative link on docs/configuration.md names a file that exists and, with a
-    fragment, a heading in it (the README sections it points to move, the link must follow)."""
+    fragment, a heading in it (the sections it points to move, the link must follow)."""
     links = re.findall(r"\]\(([^)\s]+)\)", PAGE.read_text(encoding="utf-8"))
-    assert any(link.startswith("../README.md#") for link in links)
+    assert any("#" in link for link in links)
     for link in links:
         target, _, fragment = link.partition("#")
         path = (PAGE.parent / target).resolve() if target else PAGE

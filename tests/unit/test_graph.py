@@ -156,3 +156,15 @@ def test_waiting_for_capacity_or_budget_is_shown_and_leads_back_or_out() -> None
     assert next_state(State.AWAIT_BUDGET, Event.OVERSPEND_REJECTED) == State.FAILED
     assert next_state(State.AWAIT_BUDGET, Event.BUDGET_TIMEOUT) == State.DEAD_LETTER
     assert next_state(State.AWAIT_BUDGET, Event.CANCEL) == State.CANCELLED
+
+
+def test_a_short_mermaid_diagram_notes_cancel_once_instead_of_its_edges() -> None:
+    """Without cancel edges, the diagram keeps every other transition and says once, on
+    `cancelled`, that every open state can be cancelled."""
+    lines = [line.strip() for line in GRAPH.to_mermaid(cancel_edges=False).splitlines()]
+    kept = [t for t in TRANSITIONS if t.event != Event.CANCEL]
+    assert [line for line in lines if ": " in line and "note" not in line] == [
+        f"{t.source} --> {t.target}: {t.event}" for t in kept
+    ]
+    assert lines.count("note left of cancelled: cancel, from every open state") == 1
+    assert "cancelled --> [*]" in lines

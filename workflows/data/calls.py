@@ -7,12 +7,10 @@ Workflow code, passed through the sandbox.
 
 from __future__ import annotations
 
-import asyncio
 from datetime import timedelta
 
 from temporalio import workflow
 
-import workflows.contract as contract
 import workflows.engine.activity_policy as activity_policy
 import workflows.engine.commands as commands
 from workflows.data.contract import ACTIVITY_NOTIFY_PIPELINE, ACTIVITY_PLAN_PIPELINE
@@ -20,7 +18,6 @@ from workflows.data.payloads import DataPlan, PipelineNotice, PlanPipelineInput
 from workflows.documents.contract import ACTIVITY_EXTRACT_TEXT
 from workflows.documents.payloads import ExtractedText, ExtractTextInput
 from workflows.documents.steps import EXTRACT_RETRY
-from workflows.payloads import EmbeddingInput, EmbeddingResult
 
 
 async def plan(pipeline: str, request: dict[str, object]) -> DataPlan:
@@ -56,29 +53,6 @@ async def extract(request_id: str, document: str, *, reference: bool, fetch: boo
     )
 
 
-async def embed(request_id: str, content: str) -> EmbeddingResult:
-    """``generate_embedding``: embed ``content`` and upsert it under the run's point id (as
-    the LLM pipeline does; ``workflows.llm.steps.delete_embedding`` undoes it)."""
-    info = workflow.info()
-    return await commands.execute(
-        contract.ACTIVITY_GENERATE_EMBEDDING,
-        EmbeddingInput(
-            workflow_id=info.workflow_id,
-            chain_id=info.first_execution_run_id,
-            request_id=request_id,
-            content=content,
-        ),
-        EmbeddingResult,
-        timeout=timedelta(seconds=60),
-        heartbeat=activity_policy.HEARTBEAT_TIMEOUT,
-        retry=activity_policy.EMBEDDING_RETRY,
-        # On cancel, wait until the activity has really stopped before compensating: the
-        # delete must not race the upsert.
-        cancellation=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-        summary="generate_embedding: embed and upsert",
-    )
-
-
 def notify(notice: PipelineNotice) -> None:
     """``notify_pipeline``: started and never awaited, as reviewers' notifications are: however
     it ends, the run goes on."""
@@ -91,11 +65,4 @@ def notify(notice: PipelineNotice) -> None:
         retry_policy=activity_policy.NOTIFY_RETRY,
         summary=f"notify_pipeline: {notice.step}",
     )
-    handle.add_done_callback(_outcome_seen)
-
-
-def _outcome_seen(task: asyncio.Task[int]) -> None:
-    # Nobody awaits a notification: take its failure here, so the event loop does not report
-    # it as "never retrieved". The failure itself is in the run's event history.
-    if not task.cancelled():
-        task.exception()
+    commands.unawaited(handle)

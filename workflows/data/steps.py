@@ -38,6 +38,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 import workflows.documents.steps as document_steps
+import workflows.llm.steps as llm_steps
 import workflows.steps.llm_call as llm_call
 from workflows.data import calls, templates
 from workflows.data.catalog import Catalog, StepRun, StepType, lookup
@@ -465,7 +466,7 @@ async def embed(step: StepRun, settings: EmbedSettings) -> None:
         await step.fail(f"step {step.id}: a template failed: {err}")
         return
     try:
-        result = await calls.embed(step.request.request_id, text)
+        result = await llm_steps.embed(step.request.request_id, text)
     except ActivityError as err:
         await step.failed(err)
         return

@@ -155,10 +155,16 @@ def notify_reviewers(run: RunCore[Any], plan: RunPolicy, reason: NoticeReason) -
         retry_policy=activity_policy.NOTIFY_RETRY,
         summary=f"notify_reviewers: {reason} (round {run.review_round})",
     )
+    unawaited(handle)
+
+
+def unawaited(handle: asyncio.Task[Any]) -> None:
+    """Let an activity ``handle`` nobody awaits (a notification) end however it ends: its
+    failure is taken here, and stays in the run's event history."""
     handle.add_done_callback(_outcome_seen)
 
 
-def _outcome_seen(task: asyncio.Task[int]) -> None:
+def _outcome_seen(task: asyncio.Task[Any]) -> None:
     # Nobody awaits a notification: take its failure here, so the event loop does not report
     # it as "never retrieved". The failure itself is in the run's event history.
     if not task.cancelled():

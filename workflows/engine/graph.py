@@ -321,11 +321,20 @@ class Graph:
         lines.append("}")
         return "\n".join(lines) + "\n"
 
-    def to_mermaid(self) -> str:
-        """The graph as a Mermaid state diagram, one edge per transition."""
+    def to_mermaid(self, *, cancel_edges: bool = True) -> str:
+        """The graph as a Mermaid state diagram, one edge per transition; without
+        ``cancel_edges`` the ``cancel`` edges give way to one note on their target (every open
+        state has one), for a page where the diagram must stay short."""
         lines = ["stateDiagram-v2", f"    [*] --> {self.initial}"]
+        cancelled = {e.target for e in self.transitions if e.event == Event.CANCEL}
         for edge in self.transitions:
-            lines.append(f"    {edge.source} --> {edge.target}: {edge.event}")
+            if cancel_edges or edge.event != Event.CANCEL:
+                lines.append(f"    {edge.source} --> {edge.target}: {edge.event}")
+        if not cancel_edges:
+            lines += [
+                f"    note left of {state}: cancel, from every open state"
+                for state in sorted(cancelled)
+            ]
         for state in sorted(self.terminal_states):
             lines.append(f"    {state} --> [*]")
         return "\n".join(lines) + "\n"

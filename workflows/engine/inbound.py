@@ -120,7 +120,7 @@ class DecisionInbox(Generic[D, R]):
     which cannot be refused, counts it and does not act on it. Before the run is admitted, both
     wait: the validator refuses only what does not decode, and the decision is judged, in the
     order it came, once the run's state is in place; an update the rules refuse then fails
-    with the same reason. ``R`` is the desk's refusal.
+    with the same reason. ``R`` is the rules' refusal (a review's or a budget decision's).
 
     A decision the run takes without moving (``settle``: a review policy's vote short of its
     quorum) is applied as it is accepted, never held, so the next one is judged at once; the

@@ -97,7 +97,7 @@ async def generate_embedding(ctx: Run) -> None:
     run = ctx.run
     assert run.reply is not None
     try:
-        result = await steps.embed(ctx.request, run.reply.content)
+        result = await steps.embed(ctx.request.request_id, run.reply.content)
     except ActivityError as err:
         if activity_policy.cancelled(err):
             raise

@@ -50,14 +50,15 @@ async def fetch_plan(request: PipelineRequest, *, local: bool) -> PromptPlan:
     )
 
 
-async def embed(request: PipelineRequest, content: str) -> EmbeddingResult:
-    """``generate_embedding``: embed the answer and upsert it under the run's point id."""
+async def embed(request_id: str, content: str) -> EmbeddingResult:
+    """``generate_embedding``: embed the answer and upsert it under the run's point id (the
+    pipelines defined as data embed with it too)."""
     return await commands.execute(
         contract.ACTIVITY_GENERATE_EMBEDDING,
         EmbeddingInput(
             workflow_id=workflow.info().workflow_id,
             chain_id=workflow.info().first_execution_run_id,
-            request_id=request.request_id,
+            request_id=request_id,
             content=content,
         ),
         EmbeddingResult,
