@@ -2,7 +2,9 @@
 
 The worker talks to it with the real ``openai`` client where no model API is reachable (local
 stack, tests, benchmarks). It serves ``POST /v1/chat/completions``, ``POST /v1/embeddings``,
-``GET /v1/models`` and ``GET /healthz``. Run it with
+``GET /v1/models``, ``GET /healthz``, and the Files and Batches API (``batches``: upload,
+download, create, retrieve, cancel, list; per-call failures by directive, a configurable
+completion time and expiry; ``GET /_sim/batches`` counts the batches created). Run it with
 ``python -m aiorch.devstack simulator --host 127.0.0.1 --port 8700 [--embedding-dim 64]``, or in
 this event loop with `running_simulator`. The package: ``faults`` (directives and global
 faults), ``replies`` (what a call answers), ``server`` (the HTTP server and its state).
@@ -29,20 +31,26 @@ Every directive takes ``times=N`` (only the first N matching calls; default all)
 ``delay_ms`` may target embeddings). An unknown name or option is answered with HTTP 400.
 
 Counters are keyed by (run key, directive text); the run key is the ``X-Run-Id`` header, else
-a hash of the first user message (first embedding input), so each run sees its own N faults.
+a hash of the first user message (first embedding input; a batch's lines have no headers), so
+each run sees its own N faults.
+
+Prompt caching (``prompt_cache``): a chat prompt whose prefix the simulator has seen before (per
+model, in blocks of 128 words, from 1,024) reports those words as
+``usage.prompt_tokens_details.cached_tokens``; a request's ``prompt_cache_key`` is logged.
 Directives are evaluated in order; a call counts against a directive only when it is reached
 and its filters match. An error status ends evaluation and the first shape that fires wins, so
 ``[sim:status=429:times=2][sim:malformed:times=1]`` gives 429, 429, malformed, then success.
 
 Control endpoints: ``GET /_sim/requests`` lists every request (``seq``, ``at``, ``path``,
 ``model``, ``run_id``, ``idempotency_key``, ``messages``, ``status`` (null while unanswered),
-``fault`` (fired directives joined by ``+``), ``temperature``, ``response_format``, ``usage``
-(the usage block of the answer, null for errors));
-``DELETE`` clears the log and every counter. ``POST /_sim/faults`` with a FaultSpec JSON adds
-a global fault checked before any directive (``path``/``model``/``times`` null = any/any/
-forever): an error ``status``, a ``delay_ms`` before answering, or both (a delay alone lets the
-call go on to the directives, e.g. to slow every embeddings call, whose input carries no
-directives); ``GET`` lists them with hit counts, ``DELETE`` removes them.
+``fault`` (fired directives joined by ``+``), ``temperature``, ``response_format``,
+``prompt_cache_key``, ``batch_id`` and ``custom_id`` (a batch's line), ``usage`` (the usage
+block of the answer, null for errors));
+``DELETE`` clears the log, every counter and the prompt cache. ``POST /_sim/faults`` with a
+FaultSpec JSON adds a global fault checked before any directive (``path``/``model``/``times``
+null = any/any/forever): an error ``status``, a ``delay_ms`` before answering, or both (a delay
+alone lets the call go on to the directives, e.g. to slow every embeddings call, whose input
+carries no directives); ``GET`` lists them with hit counts, ``DELETE`` removes them.
 
 Shared rate limits (``ratelimit``): ``--rpm``/``--tpm`` at start, or ``PUT /_sim/ratelimits``
 ``{"rpm", "tpm", "model"}`` at run time, limit requests and tokens per minute per model across
