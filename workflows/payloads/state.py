@@ -57,6 +57,10 @@ class RunCore(RunProgress, _Mutable, Generic[PlanT]):
     # Reviewer keys (ids) and reviewers an operator revoked since the run was planned.
     revoked_keys: list[str] = Field(default_factory=list)
     revoked_reviewers: list[str] = Field(default_factory=list)
+    # The batch lane: the batched call the run waits for (in batch_id), and its outcome, which
+    # the model call's step takes up next.
+    batch_item: str | None = None
+    batch_result: LlmCallResult | None = None
 
 
 class RunState(RunCore[PromptPlan]):
