@@ -64,12 +64,19 @@ DEFAULT_DOCUMENT_STORE_URL = "sqlite:///.data/documents.db"
 
 
 class ModelPrice(BaseModel):
-    """US dollars per 1,000 tokens, for each kind of token (an ``LLM_PRICE_TABLE`` entry)."""
+    """US dollars per 1,000 tokens, for each kind of token (an ``LLM_PRICE_TABLE`` entry).
+
+    ``cached_prompt``: the price of a prompt token the provider read from its prompt cache
+    (``usage.prompt_tokens_details.cached_tokens``; None: the same as ``prompt``). ``batch``:
+    the share of every rate a call through the provider's batch API pays (OpenAI's: half).
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     prompt: float = Field(ge=0)
     completion: float = Field(ge=0)
+    cached_prompt: float | None = Field(default=None, ge=0)
+    batch: float = Field(default=0.5, gt=0, le=1)
 
 
 PriceTable = Mapping[str, ModelPrice]
@@ -90,8 +97,8 @@ RateLimits = Mapping[str, RateLimit]
 # production sets the real prices of the models it uses.
 DEFAULT_PRICE_TABLE: Mapping[str, ModelPrice] = MappingProxyType(
     {
-        "sim-large": ModelPrice(prompt=0.005, completion=0.015),
-        "sim-small": ModelPrice(prompt=0.0005, completion=0.0015),
+        "sim-large": ModelPrice(prompt=0.005, completion=0.015, cached_prompt=0.00125),
+        "sim-small": ModelPrice(prompt=0.0005, completion=0.0015, cached_prompt=0.000125),
     }
 )
 
@@ -235,8 +242,10 @@ class Settings(BaseSettings):
     # off. Loopback unless told otherwise: it names models, costs, tenants and the task queue.
     metrics_host: str = Field(default="127.0.0.1", min_length=1)
     metrics_port: int = Field(default=DEFAULT_METRICS_PORT, ge=0, le=65535)
-    # USD per 1K tokens by model (JSON): {"model": {"prompt": 0.005, "completion": 0.015}}.
-    # Decoded here (NoDecode), so a value that is not JSON is reported like any invalid value.
+    # USD per 1K tokens by model (JSON): {"model": {"prompt": 0.005, "completion": 0.015,
+    # "cached_prompt": 0.00125, "batch": 0.5}} (cached_prompt and batch optional; see
+    # ModelPrice). Decoded here (NoDecode), so a value that is not JSON is reported like any
+    # invalid value.
     llm_price_table: Annotated[dict[str, ModelPrice], NoDecode] = Field(
         default_factory=lambda: dict(DEFAULT_PRICE_TABLE)
     )
@@ -264,6 +273,26 @@ class Settings(BaseSettings):
     # A call that would cross a budget: wait for an operator's decision, or dead-letter the run.
     budget_policy: Literal["wait", "fail"] = "wait"
     budget_decision_timeout_s: float = Field(default=24 * 3600.0, gt=0, le=365 * 86400)
+
+    # Model cost (docs/cost.md). The provider's batch API (OpenAI's Files + Batches): "off";
+    # "allowed" (runs that ask for it, options.lane=batch, go through it); "default" (runs go
+    # through it unless they ask for the synchronous lane). Needs CAPACITY_STORE_URL. Calls are
+    # grouped per model, up to LLM_BATCH_SIZE, submitted LLM_BATCH_DELAY_S after a group's first
+    # call (or once it is full), and polled at most every LLM_BATCH_POLL_S; a run waits at most
+    # LLM_BATCH_WAIT_S for its result, then takes its retry path.
+    llm_batch: Literal["off", "allowed", "default"] = "off"
+    llm_batch_size: int = Field(default=1000, ge=1, le=50_000)
+    llm_batch_delay_s: float = Field(default=60.0, gt=0, le=6 * 3600)
+    llm_batch_poll_s: float = Field(default=300.0, ge=1, le=3600)
+    llm_batch_wait_s: float = Field(default=50 * 3600.0, ge=60, le=14 * 86400)
+    # The prompt_cache_key sent with every chat call (providers that take one route calls with
+    # the same key to the same prompt cache): "off" (none sent), "pipeline", or "tenant" (the
+    # pipeline and the run's tenant).
+    llm_prompt_cache_key: Literal["off", "pipeline", "tenant"] = "off"
+    # The result cache (opt-in): a model call identical to one that already succeeded (model,
+    # messages, parameters, pipeline version; per tenant) is answered from the capacity store
+    # for this long, without calling the provider. 0 = off. Needs CAPACITY_STORE_URL.
+    llm_result_cache_ttl_s: float = Field(default=0.0, ge=0, le=90 * 86400)
 
     # Worker tuning
     worker_max_concurrent_activities: int = Field(default=200, ge=1, le=10000)
@@ -403,6 +432,11 @@ class Settings(BaseSettings):
                 "LLM_RATE_LIMITS and tenant budgets are shared by every worker: they need "
                 "CAPACITY_STORE_URL (a Redis every worker reaches)"
             )
+        if self.capacity_store_url is None and (self.batch_enabled or self.result_cache_on):
+            raise ConfigError(
+                "LLM_BATCH and LLM_RESULT_CACHE_TTL_S keep their calls and replies in the "
+                "capacity store: they need CAPACITY_STORE_URL (a Redis every worker reaches)"
+            )
         return self
 
     def review_keys(self) -> list[ReviewKey]:
@@ -443,6 +477,16 @@ class Settings(BaseSettings):
     def notifications_enabled(self) -> bool:
         """True when a review webhook is configured (``REVIEW_WEBHOOK_URL``)."""
         return self.review_webhook_url is not None
+
+    @property
+    def batch_enabled(self) -> bool:
+        """True when runs may go through the provider's batch API (``LLM_BATCH``)."""
+        return self.llm_batch != "off"
+
+    @property
+    def result_cache_on(self) -> bool:
+        """True when model replies are kept for identical calls (``LLM_RESULT_CACHE_TTL_S``)."""
+        return self.llm_result_cache_ttl_s > 0
 
     @property
     def tenant_budgeted(self) -> bool:

@@ -162,9 +162,7 @@ async def test_batch_lines_are_logged_with_their_batch_and_custom_id(llm, http):
     await llm.batches.retrieve(created.id)
     async with http.get("/_sim/requests") as response:
         chats = [r for r in await response.json() if r["path"] == "chat"]
-    assert [(r["batch_id"], r["custom_id"], r["status"]) for r in chats] == [
-        (created.id, "a", 200)
-    ]
+    assert [(r["batch_id"], r["custom_id"], r["status"]) for r in chats] == [(created.id, "a", 200)]
 
 
 @pytest.mark.parametrize("words", [MIN_TOKENS + BLOCK * 7 + 5])
