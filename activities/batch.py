@@ -48,7 +48,7 @@ from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
 from activities.capacity import CallGate, SpendHold, call_key
-from activities.heartbeat import HEARTBEAT_EVERY
+from activities.heartbeat import HEARTBEAT_EVERY, heartbeat_while
 from activities.llm import (
     LlmActivities,
     answer_of,
@@ -359,17 +359,23 @@ class BatchActivities:
             ApplicationError: a passing failure (the submission is retried).
         """
         try:
-            activity.heartbeat("uploading the batch's file")
-            uploaded = await self._client.files.create(
-                file=(f"{key.replace(':', '-')}.jsonl", data, "application/jsonl"),
-                purpose="batch",
+            uploaded = await heartbeat_while(
+                self._client.files.create(
+                    file=(f"{key.replace(':', '-')}.jsonl", data, "application/jsonl"),
+                    purpose="batch",
+                ),
+                "uploading the batch's file",
+                self._heartbeat_every,
             )
-            activity.heartbeat("creating the batch")
-            created = await self._client.batches.create(
-                input_file_id=uploaded.id,
-                endpoint=ENDPOINT,
-                completion_window=COMPLETION_WINDOW,
-                metadata={SUBMISSION_KEY: key},
+            created = await heartbeat_while(
+                self._client.batches.create(
+                    input_file_id=uploaded.id,
+                    endpoint=ENDPOINT,
+                    completion_window=COMPLETION_WINDOW,
+                    metadata={SUBMISSION_KEY: key},
+                ),
+                "creating the batch",
+                self._heartbeat_every,
             )
         except openai.OpenAIError as err:
             refused = scrubbed_error(classify(err), [self._client.api_key])
@@ -469,7 +475,9 @@ class BatchActivities:
         for file_id in file_ids:
             if not file_id:
                 continue
-            content = await self._client.files.content(file_id)
+            content = await heartbeat_while(
+                self._client.files.content(file_id), f"reading {file_id}", self._heartbeat_every
+            )
             for raw in content.text.splitlines():
                 if raw.strip():
                     line = json.loads(raw)
