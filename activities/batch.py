@@ -330,7 +330,7 @@ class BatchActivities:
         changed) is failed back to its run instead."""
         kept, lines = [], []
         for count, queued in enumerate(calls):
-            if count % 100 == 0:
+            if count and count % 100 == 0:  # a heartbeat is a billable action
                 activity.heartbeat(f"writing line {count} of {len(calls)}")
             call = _input(queued)
             try:
@@ -449,7 +449,7 @@ class BatchActivities:
         calls = await self._stored(self._store.calls(scope, items))
         answered = failures = unfinished = 0
         for count, queued in enumerate(calls):
-            if count % 100 == 0:
+            if count and count % 100 == 0:  # a heartbeat is a billable action
                 activity.heartbeat(f"collecting call {count} of {len(calls)}")
             if queued.result is not None:
                 # Kept by an earlier attempt: hand it over again (its run may not have it).
