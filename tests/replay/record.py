@@ -1,7 +1,8 @@
-"""Record workflow histories for the replay tests: ``python -m tests.replay.record``.
+"""Record workflow histories for the replay tests: ``python -m tests.replay.record [NAME...]``.
 
-Runs each scenario on a fresh local stack (real dev server, worker, simulator, SQS) and writes
-its event history to ``tests/replay/histories/<scenario>.json``. Re-record when a workflow change
+Runs each scenario on a fresh local stack (real dev server, worker, simulator, SQS, capacity
+store) and writes its event history to ``tests/replay/histories/<scenario>.json``; given names,
+writes only those (the others' files stay as recorded). Re-record when a workflow change
 is *meant* to alter commands. Until the first release, histories are simply re-recorded; from
 the first tagged release on, a change of commands is guarded by ``workflow.patched`` (then
 ``deprecate_patch``, then removed, each step with its reason and date) and the old files stay,
@@ -31,6 +32,7 @@ from workflows import contract
 from workflows.payloads import RunStatus
 
 HISTORIES = Path(__file__).parent / "histories"
+BATCH_WORKFLOW = contract.WORKFLOW_TYPE_LLM_BATCH
 # Two reedit rounds per run, so a longer loop records a continued run too.
 # The model's shared capacity is limited (far above what the other scenarios use), so the
 # capacity scenario can be made to wait: a provider's 429 pauses the model for everyone.
@@ -41,6 +43,11 @@ WORKER_ENV = {
     "REEDIT_ROUNDS_PER_RUN": "2",
     "LLM_RATE_LIMITS": json.dumps({"sim-large": {"tpm": TPM}}),
     "LLM_MAX_OUTPUT_TOKENS": "64",
+    # The batch lane (each call its own group, at once) and the result cache.
+    "LLM_BATCH": "allowed",
+    "LLM_BATCH_SIZE": "1",
+    "LLM_BATCH_POLL_S": "1",
+    "LLM_RESULT_CACHE_TTL_S": "3600",
 }
 
 
@@ -64,7 +71,9 @@ async def review(
     )
 
 
-async def record(client: Client, key: SigningKey, stack: LocalStack) -> None:
+async def record(
+    client: Client, key: SigningKey, stack: LocalStack, only: frozenset[str]
+) -> None:
     async def start(message: str, **fields: Any) -> WorkflowHandle[Any, Any]:
         run_id = uuid.uuid4().hex[:24]
         payload = {"request_id": run_id, "user_message": message, **fields}
@@ -122,9 +131,22 @@ async def record(client: Client, key: SigningKey, stack: LocalStack) -> None:
         {"decision": "approve", "operator": "recorder", "reason": "replay history"},
         result_type=RunStatus,
     )
+    # The batch lane: answered from a batch; a call a batch failed (503), retried in another.
+    runs["batch_lane"] = await start("Batch me", options={"lane": "batch"})
+    runs["batch_lane_retry"] = await start(
+        "Batch me twice [sim:status=503:times=1]", options={"lane": "batch"}
+    )
+    await runs["batch_lane"].result()
+    group = [w async for w in client.list_workflows(f"WorkflowType = '{BATCH_WORKFLOW}'")][-1]
+    runs["batch_group"] = client.get_workflow_handle(group.id)
+    # The result cache: the second of two identical runs is answered without a call.
+    await (await start("Answer me once")).result()
+    runs["result_cache_hit"] = await start("Answer me once")
 
     HISTORIES.mkdir(exist_ok=True)
     for name, handle in runs.items():
+        if only and name not in only:
+            continue
         try:
             await handle.result()
         except Exception as error:  # a cancelled run ends in an error, which is its point
@@ -135,6 +157,7 @@ async def record(client: Client, key: SigningKey, stack: LocalStack) -> None:
 
 
 def main() -> int:
+    only = frozenset(sys.argv[1:])
     with (
         tempfile.TemporaryDirectory() as data,
         LocalStack(
@@ -146,7 +169,7 @@ def main() -> int:
             client = await Client.connect(
                 stack.addresses.temporal_address, plugins=[AiOrchestratorPlugin()]
             )
-            await record(client, stack.reviewer_key, stack)
+            await record(client, stack.reviewer_key, stack, only)
 
         asyncio.run(go())
     return 0

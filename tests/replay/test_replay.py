@@ -15,6 +15,7 @@ from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
 from aiorch.runtime.temporal import AiOrchestratorPlugin
+from workflows.batch.workflow import LlmBatch
 from workflows.orchestrator import AiOrchestrator
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
@@ -33,6 +34,10 @@ def test_histories_are_recorded() -> None:
         "continued_reedit_loop",
         "capacity_wait",
         "budget_approved",
+        "batch_lane",
+        "batch_lane_retry",
+        "batch_group",
+        "result_cache_hit",
     } <= names
 
 
@@ -51,7 +56,7 @@ async def test_history_replays_without_nondeterminism(path: Path, runner: str) -
     code still issues the same commands in the same order."""
     history = recorded(path)
     replayer = Replayer(
-        workflows=[AiOrchestrator],
+        workflows=[AiOrchestrator, LlmBatch],
         plugins=[AiOrchestratorPlugin(pass_workflows=RUNNERS[runner])],
     )
     # Raises on any replay failure (nondeterminism, a sandbox restriction): that is the check.
