@@ -23,6 +23,7 @@ from aiorch.runtime.links import inbox_start_line, web_ui_run_url
 from workflows.engine.graph import COMPLETED
 from workflows.payloads import (
     REFERENCE_SCHEMES,
+    Lane,
     RequestBase,
     ReviewMode,
     RunResult,
@@ -160,6 +161,10 @@ def start(
     max_cost: Annotated[
         float | None, typer.Option(help="this run's cost ceiling in USD (below RUN_BUDGET_USD)")
     ] = None,
+    lane: Annotated[
+        Lane | None,
+        typer.Option(help="sync, or batch: the provider's batch API where LLM_BATCH allows it"),
+    ] = None,
     wait: Annotated[bool, typer.Option(help="wait for the result and print it")] = False,
 ) -> None:
     """Start a pipeline run and print its id and Web UI link.
@@ -187,6 +192,7 @@ def start(
             "llm_max_attempts": max_attempts,
             "allowed_reviewers": allowed_reviewer or None,
             "max_cost_usd": max_cost,
+            "lane": lane,
         },
         tenant,
         pipeline=pipeline,
@@ -225,6 +231,8 @@ def status(workflow_id: Annotated[str, typer.Argument(help="the run's id")]) -> 
             table.add_row(key, plain(f"{value}%" if key == "progress" else value))
         table.add_row("tenant", plain(current.tenant))
         table.add_row("cost", f"${current.cost_usd:.4f}")
+        if current.batch_id is not None:
+            table.add_row("batch", plain(current.batch_id))
         table.add_row("web ui", plain(web_ui_run_url(settings, workflow_id)))
         out.print(table)
 

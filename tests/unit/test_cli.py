@@ -146,3 +146,16 @@ def test_untrusted_text_prints_as_its_characters_without_control_bytes() -> None
     shown = captured.get()
     assert "\x1b" not in shown and "\x9b" not in shown
     assert json.loads(shown) == {"reason": "[/]\x1b[2J\x9bZ é"}
+
+
+def test_start_asks_for_a_lane_and_refuses_an_unknown_one() -> None:
+    """`start --lane batch` puts the lane in the request's options; a lane that is not sync or
+    batch is refused by the command line before anything starts."""
+    from aiorch.cli.runs import build_request
+
+    request = build_request("hello", None, "auto", None, {"lane": "batch", "max_cost_usd": None})
+    assert request.options.lane == "batch"
+    assert build_request("hello", None, "auto", None, {"lane": None}).options.lane is None
+    done = CliRunner().invoke(build_app(), ["start", "hello", "--lane", "fastest"])
+    assert done.exit_code == 2
+    assert "fastest" in done.output
