@@ -14,7 +14,7 @@ refusals, content filter) raise non-retryable ones with stable type names.
 
 Cost (docs/cost.md): the messages keep what every run of a pipeline shares first (the system
 prompt, then a referenced document) and the run's own text after, so a provider's prompt cache
-can reuse the prefix; with ``LLM_PROMPT_CACHE_KEY`` each call names its pipeline (and tenant) as
+can reuse the prefix; with ``LLM_PROMPT_CACHE_SCOPE`` each call names its pipeline (and tenant) as
 its ``prompt_cache_key``. Cached prompt tokens (``usage.prompt_tokens_details.cached_tokens``)
 are priced at the cached rate. An identical call that already succeeded may be answered from the
 result cache (``LLM_RESULT_CACHE_TTL_S``, per tenant) without a provider call, and a call in the
@@ -73,7 +73,7 @@ if TYPE_CHECKING:
     from activities.batch import BatchLane
 
 log = logging.getLogger(__name__)
-PromptCacheKey = Literal["off", "pipeline", "tenant"]
+CacheScope = Literal["off", "pipeline", "tenant"]
 
 _FENCE = re.compile(r"^\s*```(?:json)?\s*\n(?P<body>.*?)\n\s*```\s*$", re.DOTALL)
 PERMANENT_STATUSES = frozenset({400, 401, 403, 404, 422})
@@ -107,12 +107,12 @@ def build_messages(call: LlmCallInput, document: str | None) -> list[ChatComplet
     return messages
 
 
-def prompt_cache_key(mode: PromptCacheKey, pipeline: str, tenant: str) -> str | None:
-    """The ``prompt_cache_key`` a call sends (``LLM_PROMPT_CACHE_KEY``): its pipeline, or its
+def prompt_cache_key(scope: CacheScope, pipeline: str, tenant: str) -> str | None:
+    """The ``prompt_cache_key`` a call sends (``LLM_PROMPT_CACHE_SCOPE``): its pipeline, or its
     pipeline and tenant; None when off."""
-    if mode == "off":
+    if scope == "off":
         return None
-    return f"aiorch:{pipeline}" if mode == "pipeline" else f"aiorch:{pipeline}:{tenant}"
+    return f"aiorch:{pipeline}" if scope == "pipeline" else f"aiorch:{pipeline}:{tenant}"
 
 
 def chat_body(
@@ -449,7 +449,7 @@ class LlmActivities:
         budgeted_tenants: frozenset[str] = frozenset(),
         results: ResultCache | None = None,
         batch: BatchLane | None = None,
-        cache_key: PromptCacheKey = "off",
+        cache_scope: CacheScope = "off",
     ) -> None:
         self._client = client
         self._loader = loader
@@ -461,7 +461,7 @@ class LlmActivities:
         self._tenants = budgeted_tenants | {DEFAULT_TENANT}
         self._results = results
         self._batch = batch
-        self._cache_key = cache_key
+        self._cache_scope = cache_scope
 
     @property
     def max_output_tokens(self) -> int | None:
@@ -476,7 +476,7 @@ class LlmActivities:
             call,
             messages,
             max_tokens=self.max_output_tokens,
-            cache_key=prompt_cache_key(self._cache_key, pipeline, call.tenant),
+            cache_key=prompt_cache_key(self._cache_scope, pipeline, call.tenant),
         )
 
     @activity.defn(name=contract.ACTIVITY_INVOKE_LLM)
@@ -496,7 +496,14 @@ class LlmActivities:
             _count_result_cache("hit" if kept is not None else "miss", call)
             if kept is not None:
                 return kept.model_copy(
-                    update={"cached_reply": True, "usage": TokenUsage(), "cost_usd": 0.0}
+                    update={
+                        "cached_reply": True,
+                        "usage": TokenUsage(),
+                        "cost_usd": 0.0,
+                        "lane": call.lane,
+                        "batch_id": None,
+                        "batch_item": None,
+                    }
                 )
         batch = self._batch if call.lane == "batch" else None
         if call.lane == "batch" and batch is None:

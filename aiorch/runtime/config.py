@@ -288,7 +288,7 @@ class Settings(BaseSettings):
     # The prompt_cache_key sent with every chat call (providers that take one route calls with
     # the same key to the same prompt cache): "off" (none sent), "pipeline", or "tenant" (the
     # pipeline and the run's tenant).
-    llm_prompt_cache_key: Literal["off", "pipeline", "tenant"] = "off"
+    llm_prompt_cache_scope: Literal["off", "pipeline", "tenant"] = "off"
     # The result cache (opt-in): a model call identical to one that already succeeded (model,
     # messages, parameters, pipeline version; per tenant) is answered from the capacity store
     # for this long, without calling the provider. 0 = off. Needs CAPACITY_STORE_URL.

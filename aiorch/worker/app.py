@@ -307,7 +307,7 @@ async def build_worker(client: Client, settings: Settings) -> AsyncIterator[Work
         budgeted_tenants=frozenset(settings.tenant_budgets_usd),
         results=results,
         batch=lane,
-        cache_key=settings.llm_prompt_cache_key,
+        cache_scope=settings.llm_prompt_cache_scope,
     )
     batch_activities = (
         BatchActivities(

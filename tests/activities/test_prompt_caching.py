@@ -40,11 +40,12 @@ async def chat_log(root: str) -> list[dict[str, Any]]:
 def hand_priced(usage: dict[str, Any]) -> float:
     """The cost of one call from the simulator's token counts and the price table, by hand."""
     assert PRICE.cached_prompt is not None
-    cached = usage["prompt_tokens_details"]["cached_tokens"]
-    uncached = usage["prompt_tokens"] - cached
-    return (uncached * PRICE.prompt + cached * PRICE.cached_prompt) / 1000 + usage[
-        "completion_tokens"
-    ] * PRICE.completion / 1000
+    cached = int(usage["prompt_tokens_details"]["cached_tokens"])
+    uncached = int(usage["prompt_tokens"]) - cached
+    completion = int(usage["completion_tokens"])
+    return (
+        uncached * PRICE.prompt + cached * PRICE.cached_prompt + completion * PRICE.completion
+    ) / 1000
 
 
 OUR_LABELS = frozenset({"kind", "lane", "model"})
@@ -82,7 +83,7 @@ async def test_runs_sharing_a_long_prefix_read_it_from_the_cache_and_pay_the_cac
         base_url=f"{sim_root}/v1", api_key="sim", max_retries=0, timeout=10
     ) as client:
         activities = LlmActivities(
-            client, InputLoader(), 10, prices=DEFAULT_PRICE_TABLE, cache_key="pipeline"
+            client, InputLoader(), 10, prices=DEFAULT_PRICE_TABLE, cache_scope="pipeline"
         )
         results = [
             await environment.run(

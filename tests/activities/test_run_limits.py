@@ -90,7 +90,7 @@ async def test_with_tenant_budgets_off_any_tenant_plans() -> None:
     assert (await plan_for(Settings(), tenant="anyone")).tenant == "anyone"
 
 
-STORE = {"capacity_store_url": SecretStr("redis://127.0.0.1:1/0")}
+STORE: dict[str, Any] = {"capacity_store_url": SecretStr("redis://127.0.0.1:1/0")}
 
 
 async def test_the_lane_is_the_requests_where_the_operator_allows_batches() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Final
 
 import aiohttp
 import openai
@@ -17,7 +17,7 @@ from aiorch.devstack.llm_simulator import running_simulator
 from aiorch.devstack.llm_simulator.prompt_cache import BLOCK, MIN_TOKENS
 
 MODEL = "sim-large"
-ENDPOINT = "/v1/chat/completions"
+ENDPOINT: Final = "/v1/chat/completions"
 
 
 @pytest_asyncio.fixture(scope="module")

@@ -275,15 +275,15 @@ async def test_a_call_is_settled_once_by_its_key(store: CapacityStore) -> None:
     with is given back; another call's key counts. Without a key, every settlement counts."""
     day = date(2026, 12, 1)
     first = await store.settle_call("acme", day, 0.2, call="run-1:invoke_llm:1")
-    assert (first.total, first.counted) == (pytest.approx(0.2), True)
+    assert first.counted and first.total == pytest.approx(0.2)
     await store.reserve_spend("acme", day, budget_usd=9.0, worst_usd=0.5, reservation="again")
     again = await store.settle_call(
         "acme", day, 0.2, reservation="again", call="run-1:invoke_llm:1"
     )
-    assert (again.total, again.counted) == (pytest.approx(0.2), False)
+    assert not again.counted and again.total == pytest.approx(0.2)
     assert await store.spend_state("acme", day) == pytest.approx((0.2, 0.0))
     other = await store.settle_call("acme", day, 0.1, call="run-1:invoke_llm:2")
-    assert (other.total, other.counted) == (pytest.approx(0.3), True)
+    assert other.counted and other.total == pytest.approx(0.3)
     assert await store.settle_spend("acme", day, 0.1) == pytest.approx(0.4)
     assert await store.settle_spend("acme", day, 0.1) == pytest.approx(0.5)
 
@@ -297,4 +297,4 @@ async def test_a_late_duplicate_settlement_refunds_its_expired_charge(store: Cap
     await asyncio.sleep(1.2)
     assert await store.spend("acme", day) == pytest.approx(0.7)  # charged in full
     late = await store.settle_call("acme", day, 0.2, reservation="late", call="run-2:invoke_llm:1")
-    assert (late.total, late.counted) == (pytest.approx(0.2), False)
+    assert not late.counted and late.total == pytest.approx(0.2)

@@ -71,9 +71,7 @@ async def review(
     )
 
 
-async def record(
-    client: Client, key: SigningKey, stack: LocalStack, only: frozenset[str]
-) -> None:
+async def record(client: Client, key: SigningKey, stack: LocalStack, only: frozenset[str]) -> None:
     async def start(message: str, **fields: Any) -> WorkflowHandle[Any, Any]:
         run_id = uuid.uuid4().hex[:24]
         payload = {"request_id": run_id, "user_message": message, **fields}
