@@ -294,6 +294,7 @@ class BatchActivities:
     async def submit_batch(self, batch: BatchRound) -> BatchSubmitted:
         """Submit a group's round (its unanswered calls) as one batch, at most once, and tell
         each run of round 0 which batch holds its call."""
+        _check_group(batch)
         scope, group, number = batch.scope, batch.group, batch.round
         batch_id = await self._stored(self._store.batch_of(scope, group, number))
         now_ms, items = await self._stored(self._store.claim(scope, group))
@@ -439,6 +440,7 @@ class BatchActivities:
         """Hand every call of the batch its outcome (see the module docstring); a call the
         batch left unfinished is kept for the next round, or failed in the last."""
         assert batch.batch_id is not None
+        _check_group(batch)
         scope = batch.scope
         try:
             found = await self._client.batches.retrieve(batch.batch_id)
@@ -629,6 +631,22 @@ class BatchActivities:
             return await pending
         except CapacityStoreError as err:
             raise _unavailable(f"the batch lane's store cannot be reached ({err})") from None
+
+
+def _check_group(batch: BatchRound) -> None:
+    """Only a group's own workflow (its id names the group) may submit or collect it: a
+    workflow started under another id with a group's number must not submit it a second time.
+
+    Raises:
+        ApplicationError: ``UnknownCaller`` (permanent) for any other workflow.
+    """
+    caller = activity.info().workflow_id
+    if caller != group_workflow_id(batch.scope, batch.group):
+        raise ApplicationError(
+            f"group {batch.group} of {batch.model} belongs to its own workflow, not {caller!r}",
+            type=errors.UNKNOWN_CALLER,
+            non_retryable=True,
+        )
 
 
 def _input(queued: QueuedCall) -> LlmCallInput:

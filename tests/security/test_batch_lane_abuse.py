@@ -1,6 +1,6 @@
 """The batch lane, attacked by an outsider who may signal runs: hand a run waiting for its batch
 a made-up answer through the plain Temporal CLI, by signals named like the lane's and by an
-update, and hurry or stall its group's workflow.
+update; hurry its group's workflow; submit a group again from a workflow of their own.
 
 A real dev server, a real worker process with the batch lane allowed, the capacity store (a
 real Redis) and the LLM simulator, whose batches take a few seconds.
@@ -12,13 +12,15 @@ import json
 from typing import Any
 
 import pytest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.exceptions import ActivityError, ApplicationError
 
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops.results import finished
 from tests.e2e.conftest import Simulator, request, start, wait_for_state
 from tests.live import E2E_WORKER_ENV, temporal_cli, temporal_workflow_signal
 from workflows import contract
+from workflows.payloads import BatchGroup
 
 pytestmark = pytest.mark.e2e
 
@@ -86,3 +88,32 @@ async def test_no_signal_or_update_hands_a_waiting_run_an_answer(
     assert "FORGED" not in result.content
     assert result.content.startswith("Simulated answer")
     assert simulator.batches()["submissions"] == 1
+
+
+async def test_a_group_is_submitted_only_by_its_own_workflow(
+    stack: LocalStack, client: Client
+) -> None:
+    """Anyone may start an LlmBatch workflow on the task queue under an id of their own,
+    naming a real group (model, number): its submission is refused as an UnknownCaller, and
+    the group is not submitted a second time."""
+    simulator = Simulator(stack.addresses.openai_base_url)
+    handle = await start(client, request("A group of one", options={"lane": "batch"}))
+    assert (await finished(handle)).state == "completed"
+    before = simulator.batches()["submissions"]
+    groups = [
+        w
+        async for w in client.list_workflows(f"WorkflowType = '{contract.WORKFLOW_TYPE_LLM_BATCH}'")
+    ]
+    scope, number = groups[0].id.split(":", 1)[1].rsplit(":", 1)
+    forged = await client.start_workflow(
+        contract.WORKFLOW_TYPE_LLM_BATCH,
+        BatchGroup(scope=scope, model="sim-large", group=int(number), delay_s=0.1, poll_s=1),
+        id=f"forged-{number}",
+        task_queue=contract.DEFAULT_TASK_QUEUE,
+    )
+    with pytest.raises(WorkflowFailureError) as refused:
+        await forged.result()
+    assert isinstance(refused.value.cause, ActivityError)
+    assert isinstance(refused.value.cause.cause, ApplicationError)
+    assert refused.value.cause.cause.type == "UnknownCaller"
+    assert simulator.batches()["submissions"] == before
