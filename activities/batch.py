@@ -65,6 +65,7 @@ from activities.prompt import InputLoader
 from activities.redaction import scrubbed_error
 from aiorch.runtime.batch_store import BatchStore, QueuedCall
 from aiorch.runtime.capacity import CapacityStoreError, scope_name
+from aiorch.runtime.config import PriceTable
 from aiorch.runtime.genai import OPERATION_CHAT, GenAiTelemetry
 from aiorch.runtime.result_cache import ResultCache
 from workflows import contract, errors
@@ -206,7 +207,7 @@ class BatchLane:
             if queued.again and (batch_id := await self._store.batch_of(scope, queued.group, 0)):
                 return batched(call, item, batch_id)
         except CapacityStoreError as err:
-            await self._give_back(hold, call)
+            await self._give_back(hold)
             raise _unavailable(f"the batch lane cannot queue the call ({err})") from None
         group = BatchGroup(
             scope=scope,
@@ -225,7 +226,7 @@ class BatchLane:
             # Not withdrawn, the call is submitted after all: its answer then goes unused.
             with contextlib.suppress(CapacityStoreError):
                 await self._store.withdraw(scope, queued.group, item)
-            await self._give_back(hold, call)
+            await self._give_back(hold)
             raise _unavailable(
                 f"the batch lane cannot start group {queued.group} ({err})"
             ) from None
@@ -246,7 +247,7 @@ class BatchLane:
                 static_summary=f"batch group {group.group} of {group.model}",
             )
 
-    async def _give_back(self, hold: SpendHold | None, call: LlmCallInput) -> None:
+    async def _give_back(self, hold: SpendHold | None) -> None:
         if self._gate is not None and hold is not None:
             await self._gate.release(hold)
 
@@ -268,7 +269,7 @@ class BatchActivities:
         gate: CallGate | None = None,
         telemetry: GenAiTelemetry | None = None,
         results: ResultCache | None = None,
-        prices: Any = None,
+        prices: PriceTable | None = None,
         heartbeat_every: timedelta = HEARTBEAT_EVERY,
     ) -> None:
         self._llm = llm
@@ -280,7 +281,7 @@ class BatchActivities:
         self._gate = gate
         self._telemetry = telemetry or GenAiTelemetry(base_url)
         self._results = results
-        self._prices = prices or {}
+        self._prices: PriceTable = prices or {}
         self._heartbeat_every = heartbeat_every
 
     @property
