@@ -155,8 +155,13 @@ async def test_a_malformed_batched_reply_is_retried_with_a_correction(orch: Orch
     assert [call.corrective for call in orch.fakes.llm_calls] == [False, True]
 
 
-async def test_a_run_cancelled_in_await_batch_ends_cancelled(orch: Orchestration) -> None:
-    """Cancelled while its call is in a batch, the run ends cancelled (nothing to undo)."""
+async def test_a_run_cancelled_in_await_batch_ends_cancelled(
+    private_orch: Orchestration,
+) -> None:
+    """Cancelled while its call is in a batch, the run ends cancelled (nothing to undo). (On a
+    server of its own: the test server keeps the orphaned await_batch outstanding, and stops
+    skipping time meanwhile.)"""
+    orch = private_orch
     orch.fakes.plan_overrides = {"lane": "batch"}
     orch.fakes.llm_script = [batched()]
     orch.fakes.batch_gate = Gate()
