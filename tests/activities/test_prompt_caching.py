@@ -11,6 +11,11 @@ from typing import Any
 import aiohttp
 import pytest
 from openai import AsyncOpenAI
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from temporalio.runtime import MetricBuffer, MetricBufferDurationFormat, Runtime, TelemetryConfig
 from temporalio.testing import ActivityEnvironment
 
@@ -18,6 +23,7 @@ from activities.llm import LlmActivities, build_messages, prompt_cache_key
 from activities.prompt import InputLoader
 from aiorch.devstack.llm_simulator import running_simulator
 from aiorch.runtime.config import DEFAULT_PRICE_TABLE
+from aiorch.runtime.genai import GenAiTelemetry
 from tests.activities.llm_calls import call
 from workflows.engine.observability import METRIC_LLM_COST, METRIC_LLM_TOKENS
 
@@ -139,3 +145,47 @@ def test_the_stable_prefix_comes_first() -> None:
     assert str(reviewed[1]["content"]).startswith(str(with_document[1]["content"]))
     assert reviewed[0] == with_document[0] == plain[0]
     assert len(reviewed) == 3
+
+
+async def test_the_genai_span_and_metrics_carry_the_cached_tokens(sim_root: str) -> None:
+    """A call whose prefix the provider cached reports it on its chat span
+    (gen_ai.usage.cache_read.input_tokens, within gen_ai.usage.input_tokens) and as a
+    gen_ai.client.token.usage point of type cache_read."""
+    spans = InMemorySpanExporter()
+    tracer = TracerProvider()
+    tracer.add_span_processor(SimpleSpanProcessor(spans))
+    reader = InMemoryMetricReader()
+    prefix = " ".join(f"term{n}" for n in range(1500))
+    async with AsyncOpenAI(
+        base_url=f"{sim_root}/v1", api_key="sim", max_retries=0, timeout=10
+    ) as client:
+        telemetry = GenAiTelemetry(
+            str(client.base_url),
+            meter_provider=MeterProvider(metric_readers=[reader]),
+            tracer_provider=tracer,
+        )
+        activities = LlmActivities(
+            client, InputLoader(), 10, prices=DEFAULT_PRICE_TABLE, telemetry=telemetry
+        )
+        for question in ("first?", "second?"):
+            result = await ActivityEnvironment().run(
+                activities.invoke_llm, call(question, system_prompt=prefix)
+            )
+    assert result.usage.cached_tokens == 1408  # the 11 whole 128-token blocks of its 1,501
+    first, second = spans.get_finished_spans()
+    assert first.attributes is not None and second.attributes is not None
+    assert first.attributes["gen_ai.usage.cache_read.input_tokens"] == 0
+    assert second.attributes["gen_ai.usage.cache_read.input_tokens"] == 1408
+    assert second.attributes["gen_ai.usage.input_tokens"] == result.usage.prompt_tokens
+    data = reader.get_metrics_data()
+    assert data is not None
+    points = [
+        point
+        for resource in data.resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+        if metric.name == "gen_ai.client.token.usage"
+        for point in metric.data.data_points
+        if (point.attributes or {}).get("gen_ai.token.type") == "cache_read"
+    ]
+    assert sum(point.sum for point in points if isinstance(point, HistogramDataPoint)) == 1408
