@@ -31,12 +31,20 @@ import workflows.engine.activity_policy as activity_policy
 import workflows.engine.budgets as budgets
 import workflows.engine.commands as commands
 import workflows.errors as errors
-from workflows.engine.graph import Event
+from workflows.engine.graph import Event, Graph
 from workflows.engine.pipeline import Context
 from workflows.payloads import CallFailure, Lane, LlmCallInput, LlmCallResult, PromptPlan, RunCore
 
 Answered = Callable[[Context[Any, Any], LlmCallResult], None]
 """What the pipeline does with an answer (the attempt is recorded): it moves the run."""
+
+
+def lane_for(graph: Graph, state: str, asked: Lane) -> Lane:
+    """The lane of a call made in ``state``: the one ``asked`` for, but synchronous where the
+    graph has no batch state for the step to wait in (``batch_edges``)."""
+    if asked == "batch" and graph.target_of(state, Event.BATCH_SUBMITTED) is None:
+        return "sync"
+    return asked
 
 
 def choose_model(run: RunCore[Any], plan: PromptPlan) -> str:
@@ -117,8 +125,9 @@ async def invoke(
 ) -> None:
     """The step's handler: one attempt (or the outcome of the run's batched one, when its
     batch answered), then the run moves as its outcome says. ``lane``: the step's own lane
-    (None: the plan's); ``version``: the step's version (a change that alters what a reply
-    means, for the result cache)."""
+    (None: the plan's; synchronous in a graph without a batch state, `lane_for`);
+    ``version``: the step's version (a change that alters what a reply means, for the result
+    cache)."""
     run = ctx.run
     if run.batch_result is not None:
         reply, run.batch_result = run.batch_result, None
