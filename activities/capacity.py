@@ -19,7 +19,12 @@ this module decide what the LLM activity does with it:
 - if the store cannot be reached, calls go ahead without the shared rate limit (a cache
   outage must not stop the pipeline; the provider's 429s still go to ``retry_llm``), but never
   without a tenant's budget: a budgeted call then fails with the retryable
-  ``BudgetStoreUnavailable``. Both are logged and counted (``aiorch_capacity_store_errors``).
+  ``BudgetStoreUnavailable``. Both are logged and counted (``aiorch_capacity_store_errors``);
+- a call through the provider's batch API (the batch lane) takes no capacity (providers limit
+  batches apart from synchronous calls) and holds its spend reservation until its batch
+  answers (``batch_lease``);
+- a call's cost is settled once: the settlement names the call by its idempotency key, and a
+  call settled before adds nothing (``Settlement.counted``), so its metrics are recorded once.
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ from temporalio.exceptions import ApplicationError
 from activities.pricing import estimate_cost
 from aiorch.runtime.capacity import CapacityStore, CapacityStoreError, ProviderSignal, scope_name
 from aiorch.runtime.config import PriceTable, RateLimits
-from workflows import errors
+from workflows import contract, errors
 from workflows.payloads import DEFAULT_TENANT, TENANT_PATTERN, LlmCallInput
 
 log = logging.getLogger(__name__)
@@ -145,6 +150,16 @@ class Settlement:
     cost_usd: float | None
 
 
+# A batched call's spend reservation is held from its admission until its batch answers: its
+# wait in the group and the submission, then up to LLM_BATCH_WAIT_S.
+BATCH_QUEUE_ALLOWANCE = timedelta(hours=2)
+
+
+def batch_lease(call: LlmCallInput) -> timedelta:
+    """How long a batched call's spend reservation is held before it is charged in full."""
+    return timedelta(seconds=call.batch_wait_s) + BATCH_QUEUE_ALLOWANCE
+
+
 class CallGate:
     """Budgets and shared capacity around the LLM activity's calls (see the module docstring)."""
 
@@ -192,11 +207,15 @@ class CallGate:
         tokens = prompt_tokens(messages)
         need = tokens.estimate + self._max_output_tokens
         limit = self._limits.get(call.model)
-        if limit is not None and limit.tpm is not None and need > limit.tpm:
-            raise self._too_large(call, tokens.estimate, limit.tpm, "LLM_RATE_LIMITS")
+        # A batched call takes no capacity: providers limit batches apart.
+        tpm = limit.tpm if limit is not None and call.lane != "batch" else None
+        if tpm is not None and need > tpm:
+            raise self._too_large(call, tokens.estimate, tpm, "LLM_RATE_LIMITS")
         spend: SpendHold | None = None
         if not call.budget_approved:
-            worst = estimate_cost(self._prices, call.model, tokens.bound, self._max_output_tokens)
+            worst = estimate_cost(
+                self._prices, call.model, tokens.bound, self._max_output_tokens, lane=call.lane
+            )
             refused = _over_run_budget(call, worst)
             if refused is not None:
                 return Admission("over_budget", budget=refused)
@@ -204,20 +223,26 @@ class CallGate:
             if isinstance(reserved, Admission):
                 return reserved
             spend = reserved
+        if call.lane == "batch":
+            return Admission("go", spend=spend)
         granted = False
         try:
             admission = await self._reserve_capacity(call, need, tokens.estimate)
             granted = admission.kind == "go"
         finally:
             if spend is not None and not granted:
-                await self._release(spend)
+                await self.release(spend)
         return replace(admission, spend=spend)
 
-    async def settle(self, admission: Admission, call: LlmCallInput, done: Settlement) -> None:
+    async def settle(self, admission: Admission, call: LlmCallInput, done: Settlement) -> bool:
         """After the call: give back what the reservations did not use, pass on the provider's
-        signal, and add the call's cost to the tenant's spend for today."""
+        signal, and add the call's cost to the tenant's spend for today, once per call (its
+        idempotency key, ``call_key``). Returns whether the cost was counted now: False when
+        the call had been settled before (its metrics were recorded then); True without a
+        store, or when the store could not be reached (the metrics are then the only
+        record)."""
         if self._store is None:
-            return
+            return True
         try:
             if admission.hold is not None and admission.scope is not None:
                 await self._store.settle(
@@ -236,20 +261,34 @@ class CallGate:
                 )
         except CapacityStoreError as err:
             self._store_error(err, "the shared limit may lag until the hold's lease runs out")
-        hold = admission.spend
-        if hold is None and not done.cost_usd:
-            return
+        return await self.settle_spend(admission.spend, call, done.cost_usd)
+
+    async def settle_spend(
+        self, hold: SpendHold | None, call: LlmCallInput, cost_usd: float | None
+    ) -> bool:
+        """Settle a call's spend reservation ``hold`` (None: it had none) with its cost, once
+        per call (its idempotency key); whether the cost was counted now (see `settle`)."""
+        if self._store is None or (hold is None and not cost_usd):
+            return True
         try:
             if hold is None:
-                await self._store.settle_spend(call.tenant, today(), done.cost_usd or 0.0)
+                settled = await self._store.settle_call(
+                    call.tenant, today(), cost_usd or 0.0, call=call_key(call)
+                )
             else:
-                await self._store.settle_spend(
-                    hold.tenant, hold.day, done.cost_usd or 0.0, reservation=hold.reservation
+                settled = await self._store.settle_call(
+                    hold.tenant,
+                    hold.day,
+                    cost_usd or 0.0,
+                    reservation=hold.reservation,
+                    call=call_key(call),
                 )
         except CapacityStoreError as err:
             # A reservation left unsettled is charged in full when its lease runs out: the
             # budget errs on the side of having spent.
             self._store_error(err, "the call's cost is not recorded (a reservation is charged)")
+            return True
+        return settled.counted
 
     async def keep_alive(self, admission: Admission) -> None:
         """Renew the call's capacity hold and spend reservation every third of a lease until
@@ -286,6 +325,7 @@ class CallGate:
                 budget_usd=budget,
                 worst_usd=worst,
                 reservation=hold.reservation,
+                lease=batch_lease(call) if call.lane == "batch" else None,
             )
         except CapacityStoreError as err:
             self._store_error(err, f"no call for tenant {call.tenant!r} until it answers")
@@ -337,7 +377,7 @@ class CallGate:
                 activity.heartbeat(f"waiting {grant.wait.total_seconds():.2f}s for capacity")
             await asyncio.sleep(grant.wait.total_seconds())
 
-    async def _release(self, hold: SpendHold) -> None:
+    async def release(self, hold: SpendHold) -> None:
         """Give back a spend reservation whose call is not made now."""
         assert self._store is not None
         try:
@@ -378,6 +418,14 @@ def _over_run_budget(call: LlmCallInput, worst: float | None) -> str | None:
 
 def _reservation_id(call: LlmCallInput) -> str:
     return f"{call.workflow_id}:{call.attempt}:{uuid.uuid4().hex[:8]}"
+
+
+def call_key(call: LlmCallInput) -> str:
+    """Stable per (run chain, state, attempt): what the provider dedupes a re-sent call by
+    (``Idempotency-Key``), what its spend is settled once by, and the name of a batched
+    call."""
+    run = f"{call.workflow_id}/{call.chain_id}" if call.chain_id else call.workflow_id
+    return f"{run}:{contract.ACTIVITY_INVOKE_LLM}:{call.attempt}"
 
 
 def today() -> date:

@@ -11,6 +11,15 @@ the activity's, so every attempt is the workflow's and shows in history. Classif
 place: transient failures (timeouts, connection errors, 408/409/429, 5xx, malformed or truncated
 replies) raise retryable errors; the rest (bad request, auth, not found, exhausted quota,
 refusals, content filter) raise non-retryable ones with stable type names.
+
+Cost (docs/cost.md): the messages keep what every run of a pipeline shares first (the system
+prompt, then a referenced document) and the run's own text after, so a provider's prompt cache
+can reuse the prefix; with ``LLM_PROMPT_CACHE_SCOPE`` each call names its pipeline (and tenant) as
+its ``prompt_cache_key``. Cached prompt tokens (``usage.prompt_tokens_details.cached_tokens``)
+are priced at the cached rate. An identical call that already succeeded may be answered from the
+result cache (``LLM_RESULT_CACHE_TTL_S``, per tenant) without a provider call, and a call in the
+batch lane is handed to ``activities.batch`` instead of being made here. A call's cost is
+settled once (by its idempotency key), and its metrics are recorded when it is.
 """
 
 from __future__ import annotations
@@ -18,12 +27,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import email.utils
+import hashlib
 import json
+import logging
 import re
 import time
 from collections.abc import Mapping
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import openai
 from openai import AsyncOpenAI
@@ -32,7 +43,7 @@ from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.capacity import Admission, CallGate, Settlement, record_spend
+from activities.capacity import Admission, CallGate, Settlement, call_key, record_spend
 from activities.documents.extract import document_text
 from activities.heartbeat import HEARTBEAT_EVERY, heartbeat_while
 from activities.pricing import estimate_cost
@@ -41,9 +52,28 @@ from activities.redaction import scrubbed_error
 from aiorch.runtime.capacity import ProviderSignal
 from aiorch.runtime.config import PriceTable
 from aiorch.runtime.genai import OPERATION_CHAT, CallRecord, GenAiTelemetry, text_messages
+from aiorch.runtime.result_cache import ResultCache
 from workflows import contract, errors
-from workflows.engine.observability import METRIC_LLM_COST, METRIC_LLM_TOKENS
-from workflows.payloads import DEFAULT_TENANT, LlmCallInput, LlmCallResult, LlmReply, TokenUsage
+from workflows.engine.observability import (
+    METRIC_LLM_COST,
+    METRIC_LLM_TOKENS,
+    METRIC_RESULT_CACHE,
+)
+from workflows.payloads import (
+    DEFAULT_TENANT,
+    CallFailure,
+    Lane,
+    LlmCallInput,
+    LlmCallResult,
+    LlmReply,
+    TokenUsage,
+)
+
+if TYPE_CHECKING:
+    from activities.batch import BatchLane
+
+log = logging.getLogger(__name__)
+CacheScope = Literal["off", "pipeline", "tenant"]
 
 _FENCE = re.compile(r"^\s*```(?:json)?\s*\n(?P<body>.*?)\n\s*```\s*$", re.DOTALL)
 PERMANENT_STATUSES = frozenset({400, 401, 403, 404, 422})
@@ -53,12 +83,15 @@ REFUSAL_DETAIL_CHARS = 1000  # a refusal is a sentence or two; the details are b
 def idempotency_key(call: LlmCallInput) -> str:
     """Stable per (run chain, state, attempt): a gateway that honours it dedupes a re-sent
     call, and never answers a new run that reuses the workflow id with an old run's reply."""
-    run = f"{call.workflow_id}/{call.chain_id}" if call.chain_id else call.workflow_id
-    return f"{run}:{contract.ACTIVITY_INVOKE_LLM}:{call.attempt}"
+    return call_key(call)
 
 
 def build_messages(call: LlmCallInput, document: str | None) -> list[ChatCompletionMessageParam]:
-    """System prompt, the user's request, each reviewer's feedback, and a correction if due."""
+    """System prompt, the user's request, each reviewer's feedback, and a correction if due.
+
+    A stable prefix first, for the provider's prompt cache: the system prompt (the pipeline's,
+    the same for each of its runs), then a referenced document, then the run's own text; each
+    review round and a correction only add to the end."""
     user_text = (document or "") + call.user_prompt
     for feedback in call.feedback:
         user_text += f"\n\nReviewer feedback: {feedback}"
@@ -72,6 +105,56 @@ def build_messages(call: LlmCallInput, document: str | None) -> list[ChatComplet
         )
         messages.append({"role": "user", "content": correction})
     return messages
+
+
+def prompt_cache_key(scope: CacheScope, pipeline: str, tenant: str) -> str | None:
+    """The ``prompt_cache_key`` a call sends (``LLM_PROMPT_CACHE_SCOPE``): its pipeline, or its
+    pipeline and tenant; None when off."""
+    if scope == "off":
+        return None
+    return f"aiorch:{pipeline}" if scope == "pipeline" else f"aiorch:{pipeline}:{tenant}"
+
+
+def chat_body(
+    call: LlmCallInput,
+    messages: list[ChatCompletionMessageParam],
+    *,
+    max_tokens: int | None,
+    cache_key: str | None,
+) -> dict[str, Any]:
+    """The Chat Completions request of a call: what a synchronous call sends, and a batch's
+    line's ``body``."""
+    body: dict[str, Any] = {
+        "model": call.model,
+        "messages": messages,
+        "temperature": call.temperature,
+        "response_format": {"type": "json_object"},
+    }
+    if max_tokens is not None:
+        body["max_tokens"] = max_tokens
+    if cache_key is not None:
+        body["prompt_cache_key"] = cache_key
+    return body
+
+
+def call_digest(call: LlmCallInput, body: dict[str, Any], pipeline: str) -> str:
+    """The result cache's name for a call: a digest of everything that decides its reply (the
+    request without its cache routing key, the pipeline and its step's version, what the reply
+    must be and how long it may be)."""
+    request = {key: value for key, value in body.items() if key != "prompt_cache_key"}
+    canonical = json.dumps(
+        {
+            "request": request,
+            "pipeline": pipeline,
+            "version": call.version,
+            "output_schema": call.output_schema,
+            "max_reply_chars": call.max_reply_chars,
+        },
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
 def _json_body(text: str) -> Any:
@@ -169,22 +252,39 @@ def classify(err: openai.OpenAIError) -> ApplicationError:
     if isinstance(err, openai.APIConnectionError):
         return ApplicationError(f"cannot reach the LLM: {err}", type=errors.LLM_RETRYABLE)
     if isinstance(err, openai.APIStatusError):
-        status, code = err.status_code, getattr(err, "code", None)
-        summary = f"HTTP {status} from the LLM: {err.message}"
-        if status == 429 and code == "insufficient_quota":
-            return ApplicationError(summary, type=errors.LLM_QUOTA_EXHAUSTED, non_retryable=True)
-        if status == 429:
-            return ApplicationError(
-                summary,
-                type=errors.LLM_RATE_LIMITED,
-                next_retry_delay=retry_after(err.response.headers),
-            )
-        if status in PERMANENT_STATUSES:
-            return ApplicationError(summary, type=errors.LLM_PERMANENT, non_retryable=True)
-        return ApplicationError(
-            summary, type=errors.LLM_RETRYABLE, next_retry_delay=retry_after(err.response.headers)
+        return status_error(
+            err.status_code,
+            getattr(err, "code", None),
+            err.message,
+            retry_after(err.response.headers),
         )
     return ApplicationError(f"LLM client error: {err}", type=errors.LLM_RETRYABLE)
+
+
+def status_error(
+    status: int, code: str | None, message: str, delay: timedelta | None = None
+) -> ApplicationError:
+    """The error of an HTTP ``status`` answer (a call's, or a batched call's line): retryable
+    or permanent, with a stable type, and the wait it asks for."""
+    summary = f"HTTP {status} from the LLM: {message}"
+    if status == 429 and code == "insufficient_quota":
+        return ApplicationError(summary, type=errors.LLM_QUOTA_EXHAUSTED, non_retryable=True)
+    if status == 429:
+        return ApplicationError(summary, type=errors.LLM_RATE_LIMITED, next_retry_delay=delay)
+    if status in PERMANENT_STATUSES:
+        return ApplicationError(summary, type=errors.LLM_PERMANENT, non_retryable=True)
+    return ApplicationError(summary, type=errors.LLM_RETRYABLE, next_retry_delay=delay)
+
+
+def failure_of(err: ApplicationError) -> CallFailure:
+    """An activity's error as the value a batched call's failure is handed back as."""
+    delay = err.next_retry_delay
+    return CallFailure(
+        error=f"{err.type}: {err.message}" if err.type else err.message,
+        type=err.type,
+        permanent=err.non_retryable,
+        retry_after_s=delay.total_seconds() if delay else None,
+    )
 
 
 def reply_text(completion: ChatCompletion, workflow_id: str) -> str:
@@ -235,27 +335,111 @@ def check_reply_size(content: str, limit: int | None) -> None:
         )
 
 
-def record_usage(prices: PriceTable, model: str, usage: TokenUsage) -> float | None:
-    """Count the tokens a call used (by model and kind) and its estimated cost (by model).
+def token_usage(completion: ChatCompletion) -> TokenUsage:
+    """The tokens a completion reports, the prompt tokens read from the provider's prompt cache
+    included (``usage.prompt_tokens_details.cached_tokens``)."""
+    usage = completion.usage
+    if usage is None:
+        return TokenUsage()
+    details = usage.prompt_tokens_details
+    return TokenUsage(
+        prompt_tokens=usage.prompt_tokens,
+        completion_tokens=usage.completion_tokens,
+        total_tokens=usage.total_tokens,
+        cached_tokens=(details.cached_tokens or 0) if details is not None else 0,
+    )
+
+
+def call_cost(prices: PriceTable, model: str, usage: TokenUsage, lane: Lane) -> float | None:
+    """What a call cost by the price table (None for a model without a price): cached prompt
+    tokens at the cached rate, a batched call at the batch share."""
+    return estimate_cost(
+        prices,
+        model,
+        usage.prompt_tokens,
+        usage.completion_tokens,
+        cached_tokens=usage.cached_tokens,
+        lane=lane,
+    )
+
+
+def record_usage(model: str, usage: TokenUsage, cost: float | None, lane: Lane) -> None:
+    """Count the tokens a call used (by model, kind and lane; ``cache_read``: the prompt tokens
+    read from the provider's prompt cache, part of ``prompt``) and its cost (by model and lane).
 
     Every completion the provider answered counts, a malformed or truncated one too: it is
-    billed all the same. Returns the cost (None for a model without a price).
+    billed all the same. Recorded once per call, when its cost is settled.
     """
     meter = activity.metric_meter()
-    tokens = meter.create_counter(METRIC_LLM_TOKENS, "LLM tokens used, by model and kind")
-    tokens.add(usage.prompt_tokens, {"model": model, "kind": "prompt"})
-    tokens.add(usage.completion_tokens, {"model": model, "kind": "completion"})
-    cost = estimate_cost(prices, model, usage.prompt_tokens, usage.completion_tokens)
+    tokens = meter.create_counter(METRIC_LLM_TOKENS, "LLM tokens used, by model, kind and lane")
+    for kind, count in (
+        ("prompt", usage.prompt_tokens),
+        ("completion", usage.completion_tokens),
+        ("cache_read", usage.cached_tokens),
+    ):
+        tokens.add(count, {"model": model, "kind": kind, "lane": lane})
     if cost is not None:
         meter.create_histogram_float(
             METRIC_LLM_COST, "Estimated cost of each LLM call (sum = total), from LLM_PRICE_TABLE"
-        ).record(cost, {"model": model})
-    return cost
+        ).record(cost, {"model": model, "lane": lane})
+
+
+def answer_of(
+    call: LlmCallInput,
+    completion: ChatCompletion,
+    usage: TokenUsage,
+    cost: float | None,
+    *,
+    lane: Lane = "sync",
+    batch_id: str | None = None,
+) -> LlmCallResult:
+    """The run's answer in ``completion``: the contract's reply, or the object the call's
+    schema asks for.
+
+    Raises:
+        ApplicationError: as `reply_text`, `parse_reply`, `parse_object` and
+            `check_reply_size` say.
+    """
+    text = reply_text(completion, call.workflow_id)
+    confidence: float | None = None
+    if call.output_schema is None:
+        reply = parse_reply(text)
+        content, needs_review, data = reply.content, reply.needs_review, None
+        confidence = reply.confidence
+    else:
+        content, needs_review, data = text, False, parse_object(text)
+    check_reply_size(content, call.max_reply_chars)
+    return LlmCallResult(
+        content=content,
+        needs_review=needs_review,
+        confidence=confidence,
+        data=data,
+        model=completion.model or call.model,
+        usage=usage,
+        cost_usd=cost,
+        lane=lane,
+        batch_id=batch_id,
+    )
+
+
+def record_call(record: CallRecord, completion: ChatCompletion, usage: TokenUsage) -> None:
+    """What the GenAI span of a call says about its answer."""
+    record.response_model = completion.model or None
+    record.response_id = completion.id or None
+    record.finish_reasons = [str(c.finish_reason) for c in completion.choices]
+    record.input_tokens, record.output_tokens = usage.prompt_tokens, usage.completion_tokens
+    record.cache_read_tokens = usage.cached_tokens
+    if completion.choices:
+        message = completion.choices[0].message
+        record.content(
+            "gen_ai.output.messages",
+            _output_messages(message.content, completion.choices[0].finish_reason),
+        )
 
 
 class LlmActivities:
     """The ``invoke_llm`` activity, with its client, loader, call gate (budgets and shared
-    capacity) and GenAI telemetry injected by the worker."""
+    capacity), GenAI telemetry, result cache and batch lane injected by the worker."""
 
     def __init__(
         self,
@@ -268,6 +452,9 @@ class LlmActivities:
         gate: CallGate | None = None,
         telemetry: GenAiTelemetry | None = None,
         budgeted_tenants: frozenset[str] = frozenset(),
+        results: ResultCache | None = None,
+        batch: BatchLane | None = None,
+        cache_scope: CacheScope = "off",
     ) -> None:
         self._client = client
         self._loader = loader
@@ -277,13 +464,56 @@ class LlmActivities:
         self._gate = gate
         self._telemetry = telemetry or GenAiTelemetry(str(client.base_url))
         self._tenants = budgeted_tenants | {DEFAULT_TENANT}
+        self._results = results
+        self._batch = batch
+        self._cache_scope = cache_scope
+
+    @property
+    def max_output_tokens(self) -> int | None:
+        """The reply limit every call is sent with (``max_tokens``), if any."""
+        return self._gate.max_output_tokens if self._gate is not None else None
+
+    def request(
+        self, call: LlmCallInput, messages: list[ChatCompletionMessageParam], pipeline: str
+    ) -> dict[str, Any]:
+        """The Chat Completions request for ``call`` of a run of ``pipeline``."""
+        return chat_body(
+            call,
+            messages,
+            max_tokens=self.max_output_tokens,
+            cache_key=prompt_cache_key(self._cache_scope, pipeline, call.tenant),
+        )
 
     @activity.defn(name=contract.ACTIVITY_INVOKE_LLM)
     async def invoke_llm(self, call: LlmCallInput) -> LlmCallResult:
         """One Chat Completions call, once the budgets and the model's shared capacity allow
-        it (else a result that says why no call was made); heartbeats while waiting."""
+        it (else a result that says why no call was made); heartbeats while waiting. Answered
+        from the result cache when the run allows it and an identical call succeeded; in the
+        batch lane, handed to the batch lane (completed once its batch is submitted)."""
         document = await self._document(call)
         messages = build_messages(call, document)
+        pipeline = activity.info().workflow_type or ""
+        body = self.request(call, messages, pipeline)
+        digest = None
+        if call.result_cache and self._results is not None:
+            digest = call_digest(call, body, pipeline)
+            kept = await self._results.get(call.tenant, digest)
+            _count_result_cache("hit" if kept is not None else "miss", call)
+            if kept is not None:
+                return kept.model_copy(
+                    update={
+                        "cached_reply": True,
+                        "usage": TokenUsage(),
+                        "cost_usd": 0.0,
+                        "lane": call.lane,
+                        "batch_id": None,
+                        "batch_item": None,
+                    }
+                )
+        batch = self._batch if call.lane == "batch" else None
+        if call.lane == "batch" and batch is None:
+            log.warning("LLM_BATCH is off on this worker: a batch-lane call is made now")
+            call = call.model_copy(update={"lane": "sync"})
         admission = Admission("go")
         if self._gate is not None:
             admission = await self._gate.admit(call, messages)
@@ -296,34 +526,35 @@ class LlmActivities:
                 return LlmCallResult(
                     model=call.model, outcome="over_budget", budget=admission.budget
                 )
-        max_tokens = self._gate.max_output_tokens if self._gate is not None else None
+        if batch is not None:
+            return await batch.enqueue(call, admission.spend, pipeline=pipeline, digest=digest)
         with self._telemetry.call(
-            OPERATION_CHAT, call.model, temperature=call.temperature, max_tokens=max_tokens
+            OPERATION_CHAT,
+            call.model,
+            temperature=call.temperature,
+            max_tokens=self.max_output_tokens,
         ) as record:
             record.content("gen_ai.system_instructions", text_messages(messages[:1]))
             record.content("gen_ai.input.messages", text_messages(messages[1:]))
-            return await self._call(call, messages, admission, record, max_tokens)
+            result = await self._call(call, body, admission, record)
+        if digest is not None and self._results is not None:
+            await self._results.put(call.tenant, digest, result)
+        return result
 
     async def _call(
         self,
         call: LlmCallInput,
-        messages: list[ChatCompletionMessageParam],
+        body: dict[str, Any],
         admission: Admission,
         record: CallRecord,
-        max_tokens: int | None,
     ) -> LlmCallResult:
-        extra: dict[str, Any] = {} if max_tokens is None else {"max_tokens": max_tokens}
         request = self._client.chat.completions.with_raw_response.create(
-            model=call.model,
-            messages=messages,
-            temperature=call.temperature,
-            response_format={"type": "json_object"},
+            **body,
             timeout=self._timeout_s,
             extra_headers={
                 "Idempotency-Key": idempotency_key(call),
                 "X-Run-Id": call.workflow_id,
             },
-            **extra,
         )
         renewing = asyncio.ensure_future(
             self._gate.keep_alive(admission) if self._gate else asyncio.sleep(0)
@@ -349,74 +580,64 @@ class LlmActivities:
         finally:
             renewing.cancel()
         completion = raw.parse()
-        usage = completion.usage
-        tokens = TokenUsage(
-            prompt_tokens=usage.prompt_tokens if usage else 0,
-            completion_tokens=usage.completion_tokens if usage else 0,
-            total_tokens=usage.total_tokens if usage else 0,
-        )
+        usage = token_usage(completion)
         model = completion.model or call.model
-        record.response_model, record.response_id = model, completion.id or None
-        record.finish_reasons = [str(c.finish_reason) for c in completion.choices]
-        record.input_tokens, record.output_tokens = tokens.prompt_tokens, tokens.completion_tokens
-        if completion.choices:
-            message = completion.choices[0].message
-            record.content(
-                "gen_ai.output.messages",
-                _output_messages(message.content, completion.choices[0].finish_reason),
-            )
-        cost = record_usage(self._prices, model, tokens)
-        await self._settle(
+        record_call(record, completion, usage)
+        cost = call_cost(self._prices, model, usage, "sync")
+        counted = await self._settle(
             admission,
             call,
             Settlement(
-                used=tokens.total_tokens,
+                used=usage.total_tokens,
                 called=True,
                 signal=provider_signal(raw.headers, throttled=False),
                 cost_usd=cost,
             ),
         )
+        if counted:
+            self.count(call, model, usage, cost, "sync")
         try:
-            text = reply_text(completion, call.workflow_id)
-            confidence: float | None = None
-            if call.output_schema is None:
-                reply = parse_reply(text)
-                content, needs_review, data = reply.content, reply.needs_review, None
-                confidence = reply.confidence
-            else:
-                content, needs_review, data = text, False, parse_object(text)
-            check_reply_size(content, call.max_reply_chars)
+            return answer_of(call, completion, usage, cost)
         except ApplicationError as err:
             record.error_type = err.type or type(err).__name__
             raise
-        return LlmCallResult(
-            content=content,
-            needs_review=needs_review,
-            confidence=confidence,
-            data=data,
-            model=model,
-            usage=tokens,
-            cost_usd=cost,
-        )
+
+    def count(
+        self, call: LlmCallInput, model: str, usage: TokenUsage, cost: float | None, lane: Lane
+    ) -> None:
+        """Record a settled call's tokens, cost and tenant spend in the metrics (once)."""
+        record_usage(model, usage, cost, lane)
+        if cost:
+            record_spend(call.tenant, cost, self._tenants)
 
     async def _document(self, call: LlmCallInput) -> str | None:
         """The referenced document's text, read again (a PDF's extracted), or None."""
-        if not call.input_ref:
-            return None
-        if call.input_sha256 is None:
-            return await self._loader.load(call.input_ref)
-        return await document_text(
-            self._loader,
-            call.input_ref,
-            sha256=call.input_sha256,
-            heartbeat_every=self._heartbeat_every,
-        )
+        return await load_document(self._loader, call, self._heartbeat_every)
 
-    async def _settle(self, admission: Admission, call: LlmCallInput, done: Settlement) -> None:
-        if done.cost_usd:
-            record_spend(call.tenant, done.cost_usd, self._tenants)
-        if self._gate is not None:
-            await self._gate.settle(admission, call, done)
+    async def _settle(self, admission: Admission, call: LlmCallInput, done: Settlement) -> bool:
+        if self._gate is None:
+            return True
+        return await self._gate.settle(admission, call, done)
+
+
+async def load_document(
+    loader: InputLoader, call: LlmCallInput, heartbeat_every: timedelta = HEARTBEAT_EVERY
+) -> str | None:
+    """The document ``call`` references, read again (a PDF's extracted, checked against the
+    hash its run recorded), or None when it references none."""
+    if not call.input_ref:
+        return None
+    if call.input_sha256 is None:
+        return await loader.load(call.input_ref)
+    return await document_text(
+        loader, call.input_ref, sha256=call.input_sha256, heartbeat_every=heartbeat_every
+    )
+
+
+def _count_result_cache(outcome: str, call: LlmCallInput) -> None:
+    activity.metric_meter().create_counter(
+        METRIC_RESULT_CACHE, "Model calls looked up in the result cache, by outcome"
+    ).add(1, {"model": call.model, "outcome": outcome})
 
 
 def _output_messages(content: str | None, finish_reason: str | None) -> str:

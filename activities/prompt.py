@@ -64,6 +64,9 @@ _TRANSIENT_S3_CODES = frozenset(
 )
 _READ_CHUNK = 1024 * 1024
 Limit = TypeVar("Limit", int, float)
+# A batched call waits for its group's delay (LLM_BATCH_DELAY_S), then this long at most for the
+# submission itself (a large file's upload, a provider briefly down), before its run retries.
+BATCH_SUBMISSION_ALLOWANCE_S = 1800.0
 
 SYSTEM_PROMPT = (
     "You are a careful assistant inside an automated pipeline. Answer the user's request. "
@@ -467,6 +470,7 @@ def planned(
         budget_usd=run_budget(cfg.run_budget_usd, opts.max_cost_usd),
         budget_policy=cfg.budget_policy,
         budget_timeout_s=cfg.budget_decision_timeout_s,
+        **model_cost(cfg, request),
     )
 
 
@@ -498,6 +502,32 @@ def requester(settings: Settings, request: RequestBase) -> tuple[str | None, str
             non_retryable=True,
         )
     return found.key_id, found.tenant
+
+
+def model_cost(settings: Settings, request: RequestBase) -> dict[str, Any]:
+    """How a run's model calls are made (docs/cost.md): the lane (the request's, else
+    ``LLM_BATCH``'s default), how long a batched call waits for its submission and for its
+    answer, and whether the result cache may answer them (``LLM_RESULT_CACHE_TTL_S``, unless
+    the request says no).
+
+    Raises:
+        ApplicationError: ``InvalidRequest`` when the request asks for the batch lane and the
+            deployment has none.
+    """
+    asked = request.options.lane
+    if asked == "batch" and not settings.batch_enabled:
+        raise ApplicationError(
+            "options.lane is batch, and this deployment does not use the provider's batch API "
+            "(LLM_BATCH=off): leave the lane out, or ask for sync",
+            type=errors.INVALID_REQUEST,
+            non_retryable=True,
+        )
+    return {
+        "lane": asked or ("batch" if settings.llm_batch == "default" else "sync"),
+        "batch_queue_s": settings.llm_batch_delay_s + BATCH_SUBMISSION_ALLOWANCE_S,
+        "batch_wait_s": settings.llm_batch_wait_s,
+        "result_cache": settings.result_cache_on and request.options.result_cache is not False,
+    }
 
 
 def lowered(operator: Limit, requested: Limit | None) -> Limit:

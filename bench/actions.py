@@ -36,23 +36,36 @@ call takes over two seconds (``activities.heartbeat.HEARTBEAT_EVERY``), which a 
 answers at once never does unless the machine is saturated; a heartbeat is an action, so a
 saturated batch would count them by chance. Every count is therefore a whole number per run,
 and `ActionBatch.whole` says whether it was.
+
+Then ours alone in two more lanes (issue 27), happy path: ``batch``, every run asking for the
+provider's batch API (the worker groups `IN_FLIGHT` calls a batch, so each batch's runs fill
+one group), and ``cached``, every run's message opening with the same 2,000-token prefix (the
+simulator's prompt cache is primed with it first, so every measured run reads it). A batch
+group is one ``LlmBatch`` workflow whose actions the group's runs share: they are counted from
+its history by Temporal's pricing (its start, signals, timers, scheduled activities and their
+retries), so the batch lane is reported per run of its own (a whole number), per group, and the
+two together per run.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
+from activities.prompt import SYSTEM_PROMPT
 from aiorch.ops.reviews import Signer, submit_review
 from bench.baseline import BASELINE_APPROVE_UPDATE
-from bench.load import BASELINE, OURS, Batch, BenchError, Target, retrying
+from bench.load import BASELINE, MESSAGE, OURS, Batch, BenchError, Target, retrying
 from bench.server_metrics import difference, settled_actions
 from workflows import contract
 from workflows.llm.graph import State
@@ -79,6 +92,31 @@ PATHS: tuple[PathSpec, ...] = (
     PathSpec("happy", "never", 0, "review never"),
     PathSpec("review", "always", 0, "one approve (an update, as starter.py review sends it)"),
     PathSpec("retry", "never", 1, "one 429 from the LLM, then success"),
+)
+HAPPY = PATHS[0]
+# The synchronous lane's billable actions per run, which the lanes of issue 27 must not change.
+SYNC_ACTIONS = {"happy": 5, "review": 8, "retry": 9}
+PREFIX_WORDS = 2000  # the simulator counts a word as a token
+
+
+@dataclass(frozen=True)
+class LaneSpec:
+    """A lane ours is measured in (happy path): the lane a run asks for, and the shared
+    prefix its message opens with."""
+
+    name: str
+    lane: str
+    prefix_words: int
+    description: str
+
+    @property
+    def prefix(self) -> str:
+        return "".join(f"clause{n} " for n in range(self.prefix_words))
+
+
+LANES: tuple[LaneSpec, ...] = (
+    LaneSpec("batch", "batch", 0, "the provider's batch API, review never"),
+    LaneSpec("cached", "sync", PREFIX_WORDS, "a 2,000-token shared prefix, review never"),
 )
 
 
@@ -153,11 +191,24 @@ async def _approve(client: Client, target: Target, run_id: str, signer: Signer) 
 
 
 async def _one_run(
-    client: Client, target: Target, path: PathSpec, run_id: str, signer: Signer
+    client: Client,
+    target: Target,
+    path: PathSpec,
+    run_id: str,
+    signer: Signer,
+    lane: LaneSpec | None = None,
 ) -> None:
-    """Start one run, drive it along ``path`` and check that it completed."""
+    """Start one run (in ``lane``, if given), drive it along ``path`` and check that it
+    completed."""
     await retrying(
-        lambda: target.start(client, run_id, path.review, llm_failures=path.llm_failures)
+        lambda: target.start(
+            client,
+            run_id,
+            path.review,
+            llm_failures=path.llm_failures,
+            lane=lane.lane if lane else None,
+            prefix=lane.prefix if lane else "",
+        )
     )
     if path.review == "always":
         deadline = time.monotonic() + RUN_TIMEOUT_S
@@ -172,15 +223,22 @@ async def _one_run(
 
 
 async def run_path(
-    client: Client, target: Target, path: PathSpec, k: int, signer: Signer
-) -> tuple[int, str | None]:
-    """``k`` runs of ``path``, at most `IN_FLIGHT` at once; (failed runs, first error)."""
+    client: Client,
+    target: Target,
+    path: PathSpec,
+    k: int,
+    signer: Signer,
+    lane: LaneSpec | None = None,
+) -> tuple[int, str | None, list[str]]:
+    """``k`` runs of ``path`` (in ``lane``), at most `IN_FLIGHT` at once; (failed runs, first
+    error, the runs' ids)."""
     gate = asyncio.Semaphore(IN_FLIGHT)
+    ids = Batch.new(k).ids
 
     async def one(run_id: str) -> str | None:
         async with gate:
             try:
-                await _one_run(client, target, path, run_id, signer)
+                await _one_run(client, target, path, run_id, signer, lane)
             except Exception as err:  # any failure of one run: the others still count
                 # A failed run fails the bench at the end (bench.run counts it). One left
                 # running would go on making actions into the next batch's count: end it
@@ -190,14 +248,131 @@ async def run_path(
                 return f"{type(err).__name__}: {err}"
             return None
 
-    errors = [e for e in await asyncio.gather(*(one(i) for i in Batch.new(k).ids)) if e]
-    return len(errors), (errors[0] if errors else None)
+    errors = [e for e in await asyncio.gather(*(one(i) for i in ids)) if e]
+    return len(errors), (errors[0] if errors else None), ids
+
+
+@dataclass(frozen=True)
+class LaneBatch:
+    """One lane's batch of ours: its runs' ids, every action counted (``batch``), and the
+    actions of the batch groups (``LlmBatch`` workflows) among them."""
+
+    lane: LaneSpec
+    batch: ActionBatch
+    ids: list[str]
+    groups: int = 0
+    group_actions: int = 0
+
+    @property
+    def per_run_own(self) -> float:
+        """A run's own actions, its groups' left out."""
+        return (sum(self.batch.counted.values()) - self.group_actions) / self.batch.runs
+
+    @property
+    def per_group(self) -> float:
+        """The actions of one batch group."""
+        return self.group_actions / self.groups if self.groups else 0.0
+
+    def as_dict(self, price_per_million_actions: float) -> dict[str, Any]:
+        """The JSON form, with the cost per million runs at the given price."""
+        return {
+            "description": self.lane.description,
+            "lane": self.lane.lane,
+            "ours": self.batch.as_dict(price_per_million_actions),
+            "per_run_own": self.per_run_own,
+            "groups": self.groups,
+            "per_group": self.per_group,
+            "runs_per_group": self.batch.runs / self.groups if self.groups else None,
+        }
+
+
+async def group_actions(client: Client, since: datetime) -> tuple[int, int]:
+    """The ``LlmBatch`` workflows started since ``since`` and their billable actions, counted
+    from their histories by Temporal's pricing: the start, each signal, timer and scheduled
+    activity, and each activity retry."""
+    query = (
+        f"WorkflowType = '{contract.WORKFLOW_TYPE_LLM_BATCH}' "
+        f"AND StartTime >= '{since.isoformat()}'"
+    )
+    billed = {
+        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED,
+        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED,
+        EventType.EVENT_TYPE_TIMER_STARTED,
+        EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED,
+    }
+    groups = actions = 0
+    async for found in client.list_workflows(query):
+        groups += 1
+        history = await retrying(client.get_workflow_handle(found.id).fetch_history)
+        for event in history.events:
+            if event.event_type in billed:
+                actions += 1
+            elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+                actions += event.activity_task_started_event_attributes.attempt - 1
+    return groups, actions
+
+
+async def prime_prompt_cache(simulator_url: str, lane: LaneSpec) -> None:
+    """Have the simulator see the lane's shared prefix once, as the pipeline sends it (the
+    system prompt, then the message), so every measured run reads it from the cache."""
+    body = {
+        "model": "sim-large",
+        "messages": [
+            {"role": "system", "content": SYSTEM_PROMPT},
+            {"role": "user", "content": lane.prefix + MESSAGE},
+        ],
+    }
+    request = urllib.request.Request(
+        f"{simulator_url}/v1/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    await asyncio.to_thread(lambda: urllib.request.urlopen(request, timeout=30).close())
+
+
+async def measure_lanes(
+    client: Client,
+    metrics_url: Callable[[], str],
+    k: int,
+    log: Log,
+    signer: Signer,
+    simulator_url: str,
+) -> dict[str, LaneBatch]:
+    """``k`` runs of ours in each of `LANES` (happy path): {lane: LaneBatch}. Nothing else may
+    run on the server meanwhile (see the module docstring)."""
+    url = metrics_url()
+    lanes: dict[str, LaneBatch] = {}
+    for lane in LANES:
+        if lane.prefix_words:
+            await prime_prompt_cache(simulator_url, lane)
+        before = await settled_actions(url)
+        since = datetime.now(UTC) - timedelta(seconds=1)
+        began = time.monotonic()
+        failed, first_error, ids = await run_path(client, OURS, HAPPY, k, signer, lane)
+        seconds = time.monotonic() - began
+        after = await settled_actions(url)
+        groups, grouped = await group_actions(client, since)
+        batch = ActionBatch(
+            OURS.name, lane.name, k, failed, difference(before, after), seconds, first_error
+        )
+        lanes[lane.name] = LaneBatch(lane, batch, ids, groups, grouped)
+        own = lanes[lane.name].per_run_own
+        shared = f", own {format_count(own)}/run + {groups} group(s) of {grouped} actions"
+        log(
+            f"actions lane {lane.name} ours: {format_count(batch.per_run)}/run"
+            f"{shared if groups else ''} ({k} runs in {seconds:.1f}s, failed {failed})"
+        )
+        if first_error:
+            log(f"  first failure: {first_error[:300]}")
+    return lanes
 
 
 async def measure(
     client: Client, metrics_url: Callable[[], str], k: int, log: Log, signer: Signer
-) -> dict[str, dict[str, ActionBatch]]:
-    """Every path, baseline then ours, ``k`` runs each: {path: {target: ActionBatch}}.
+) -> tuple[dict[str, dict[str, ActionBatch]], dict[str, list[str]]]:
+    """Every path, baseline then ours, ``k`` runs each: ({path: {target: ActionBatch}}, {path:
+    our runs' ids}).
 
     ``signer`` signs our reviews (the local stack turns reviewer authentication on).
 
@@ -207,11 +382,12 @@ async def measure(
     url = metrics_url()
     before = await settled_actions(url)
     batches: dict[str, dict[str, ActionBatch]] = {}
+    ours_ids: dict[str, list[str]] = {}
     for path in PATHS:
         batches[path.name] = {}
         for target in (BASELINE, OURS):
             began = time.monotonic()
-            failed, first_error = await run_path(client, target, path, k, signer)
+            failed, first_error, ids = await run_path(client, target, path, k, signer)
             seconds = time.monotonic() - began
             after = await settled_actions(url)
             batch = ActionBatch(
@@ -219,6 +395,8 @@ async def measure(
             )
             before = after
             batches[path.name][target.name] = batch
+            if target is OURS:
+                ours_ids[path.name] = ids
             whole = "" if batch.whole else " (not whole per run)"
             log(
                 f"actions {path.name} {target.name}: {format_count(batch.per_run)}/run{whole} "
@@ -226,7 +404,7 @@ async def measure(
             )
             if first_error:
                 log(f"  first failure: {first_error[:300]}")
-    return batches
+    return batches, ours_ids
 
 
 def format_count(value: float) -> str:
@@ -253,9 +431,13 @@ def short_type(action_type: str) -> str:
 
 
 def report_json(
-    batches: dict[str, dict[str, ActionBatch]], k: int, price_per_million_actions: float
+    batches: dict[str, dict[str, ActionBatch]],
+    k: int,
+    price_per_million_actions: float,
+    lanes: dict[str, LaneBatch] | None = None,
 ) -> dict[str, Any]:
-    """The phase's JSON: per path, each side's counts and cost, and ours/baseline."""
+    """The phase's JSON: per path, each side's counts and cost, and ours/baseline; per lane,
+    ours."""
     paths: dict[str, Any] = {}
     for spec in PATHS:
         sides = batches[spec.name]
@@ -273,9 +455,16 @@ def report_json(
         "namespace": "default",
         "in_flight": IN_FLIGHT,
         "paths": paths,
+        "lanes": {
+            name: lane.as_dict(price_per_million_actions) for name, lane in (lanes or {}).items()
+        },
     }
 
 
-def lost_failed(batches: dict[str, dict[str, ActionBatch]]) -> int:
+def lost_failed(
+    batches: dict[str, dict[str, ActionBatch]], lanes: dict[str, LaneBatch] | None = None
+) -> int:
     """Runs that failed in any batch."""
-    return sum(b.failed for sides in batches.values() for b in sides.values())
+    return sum(b.failed for sides in batches.values() for b in sides.values()) + sum(
+        lane.batch.failed for lane in (lanes or {}).values()
+    )

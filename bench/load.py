@@ -50,19 +50,37 @@ class Target:
     task_queue: str
 
     async def start(
-        self, client: Client, request_id: str, review: str, *, llm_failures: int = 0
+        self,
+        client: Client,
+        request_id: str,
+        review: str,
+        *,
+        llm_failures: int = 0,
+        lane: str | None = None,
+        prefix: str = "",
     ) -> None:
         """Start one run the way its users would.
 
         ``review`` ``always`` makes the run wait for a review after its LLM step (the baseline
         waits for its ``approve`` update); ``llm_failures`` makes its LLM call fail that many
         times first with a 429 (ours: the simulator's directive; the baseline: its stand-in).
+        Ours only: ``lane`` asks for a lane (``batch``), ``prefix`` comes before the message.
         """
         if self.workflow_type == contract.WORKFLOW_TYPE:
-            message = MESSAGE
+            message = prefix + MESSAGE
+            if prefix:  # the shared prefix first, the run's own text after it
+                message += f" (request {request_id})"
             if llm_failures:
-                message = f"{MESSAGE} [sim:status=429:times={llm_failures}]"
-            request = PipelineRequest(request_id=request_id, user_message=message, review=review)
+                message = f"{message} [sim:status=429:times={llm_failures}]"
+            options = {"lane": lane} if lane else {}
+            request = PipelineRequest.model_validate(
+                {
+                    "request_id": request_id,
+                    "user_message": message,
+                    "review": review,
+                    "options": options,
+                }
+            )
             await start_run(client, request, task_queue=self.task_queue)
         else:
             payload: dict[str, Any] = {"request_id": request_id}

@@ -16,7 +16,16 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from bench.actions import PATHS, ActionBatch, format_count, short_type, type_order
+from bench.actions import (
+    PATHS,
+    SYNC_ACTIONS,
+    ActionBatch,
+    LaneBatch,
+    format_count,
+    short_type,
+    type_order,
+)
+from bench.costs import LANE_NAMES, ModelCost
 from bench.load import BatchFigures
 from bench.stats import Figure, ratio
 
@@ -30,6 +39,8 @@ MIN_APPROVALS_PER_S = 50.0
 # Cost per run (issue 16): billable actions per run.
 MAX_HAPPY_ACTIONS = 6
 MAX_REVIEW_ACTIONS_OVER_BASELINE = 3
+# Issue 27: with a 2,000-token shared prefix, the share of input read from the prompt cache.
+MIN_CACHED_SHARE = 0.9
 
 BATCH_FIGURES: tuple[tuple[str, str, Callable[[BatchFigures], float]], ...] = (
     ("runs_per_s", "completed runs/s", lambda b: b.runs_per_s),
@@ -219,6 +230,125 @@ def actions_checks(batches: dict[str, dict[str, ActionBatch]]) -> list[Check]:
             not not_whole,
         ),
     ]
+
+
+def lanes_table(lanes: dict[str, LaneBatch], price_per_million_actions: float) -> Table:
+    """Ours in the other lanes (happy path): actions per run, the batch groups' share apart."""
+    grid = Table(
+        title="billable Temporal actions per run by lane (ours, review never); a batch group's "
+        "actions are shared by its runs",
+        title_justify="left",
+    )
+    for column in ("lane", "per run", "own per run", "groups", "per group", "$/1M runs"):
+        grid.add_column(column)
+    for name, lane in lanes.items():
+        grid.add_row(
+            f"{name}: {lane.lane.description}",
+            format_count(lane.batch.per_run),
+            format_count(lane.per_run_own),
+            str(lane.groups),
+            format_count(lane.per_group) if lane.groups else "-",
+            _money(lane.batch.per_run * price_per_million_actions),
+        )
+    return grid
+
+
+def _tokens(model: ModelCost) -> str:
+    cached = f" ({model.cached_tokens:,.0f} cached)" if model.cached_tokens else ""
+    return f"{model.prompt_tokens:,.0f}{cached} / {model.completion_tokens:,.0f}"
+
+
+def cost_table(
+    per_lane: dict[str, ModelCost],
+    actions_per_run: dict[str, float],
+    price_per_million_actions: float,
+) -> Table:
+    """What a run costs in dollars per million runs: its model calls (the simulator's token
+    counts at LLM_PRICE_TABLE's rates) and its Temporal actions."""
+    grid = Table(
+        title="cost per million runs in dollars: the model (the simulator's tokens at "
+        f"LLM_PRICE_TABLE's rates) and Temporal actions at {_money(price_per_million_actions)} "
+        "per million",
+        title_justify="left",
+    )
+    for column in (
+        "lane",
+        "model",
+        "tokens in / out per run",
+        "model $/1M runs",
+        "actions/run",
+        "actions $/1M runs",
+        "total $/1M runs",
+    ):
+        grid.add_column(column)
+    for name, model in per_lane.items():
+        actions = actions_per_run[name]
+        actions_usd = actions * price_per_million_actions
+        model_usd = model.usd_per_run * 1_000_000 if model.usd_per_run is not None else None
+        shown = _money(model_usd) if model_usd is not None else "unpriced"
+        if model.cached_tokens and model.uncached_usd_per_run is not None:
+            shown += f" (uncached {_money(model.uncached_usd_per_run * 1_000_000)})"
+        grid.add_row(
+            LANE_NAMES.get(name, name),
+            model.model,
+            _tokens(model),
+            shown,
+            format_count(actions),
+            _money(actions_usd),
+            _money(model_usd + actions_usd) if model_usd is not None else "-",
+        )
+    return grid
+
+
+def cost_checks_of(
+    batches: dict[str, dict[str, ActionBatch]],
+    lanes: dict[str, LaneBatch],
+    per_lane: dict[str, ModelCost],
+    batch_share: float,
+) -> list[Check]:
+    """Issue 27's checks: the synchronous lane's actions unchanged, the batch lane's model cost
+    the batch share of the synchronous lane's, most of a shared prefix read from the cache."""
+    counts = {path: batches[path]["ours"].per_run for path in SYNC_ACTIONS}
+    shown = " / ".join(format_count(counts[path]) for path in SYNC_ACTIONS)
+    wanted = " / ".join(str(n) for n in SYNC_ACTIONS.values())
+    checks = [
+        Check(
+            "synchronous lane: billable actions per run (happy / review / retry)",
+            shown,
+            wanted,
+            all(counts[path] == n for path, n in SYNC_ACTIONS.items()),
+        )
+    ]
+    batch, sync = per_lane["batch"], per_lane["sync"]
+    if batch.usd_per_run is not None and sync.usd_per_run:
+        ratio = batch.usd_per_run / sync.usd_per_run
+        checks.append(
+            Check(
+                "batch lane: model cost per run / synchronous lane's (same prompts)",
+                f"{ratio:.3f}",
+                f"the batch share ({batch_share:g}) within 1%",
+                abs(ratio - batch_share) <= 0.01 * batch_share,
+            )
+        )
+    own = lanes["batch"].per_run_own
+    checks.append(
+        Check(
+            "batch lane: a run's own actions whole (its group's counted apart)",
+            format_count(own),
+            "whole",
+            own == round(own),
+        )
+    )
+    share = per_lane["cached"].cached_share
+    checks.append(
+        Check(
+            "2,000-token shared prefix: share of input read from the prompt cache",
+            f"{share:.3f}",
+            f">= {MIN_CACHED_SHARE}",
+            share >= MIN_CACHED_SHARE,
+        )
+    )
+    return checks
 
 
 def _per_run_check(path: str, sides: dict[str, ActionBatch], limit: float, target: str) -> Check:

@@ -6,6 +6,8 @@ embedded default runs), the LLM simulator answering at once, and these phases in
 1. billable Temporal actions per run (the server's ``action`` counter), baseline and ours, for
    the happy, review and retry paths, ``--actions-k`` runs each, and the cost per million runs
    at ``--price-per-million-actions`` (``bench.actions``); first, while nothing else has run;
+   then ours in the batch lane and with a cached prompt prefix, and what a run costs in dollars,
+   model and actions, per lane (``bench.costs``);
 2. unloaded single-run latency, baseline and ours alternating;
 3. for each N: N runs started at once, baseline and ours alternating, ``--reps`` times;
 3a. one batch of the largest N per side with py-spy on its worker, when installed: where each
@@ -46,7 +48,7 @@ from temporalio.client import Client
 from aiorch.devstack.processes import temporal_cli_path
 from aiorch.runtime.config import load_settings
 from aiorch.runtime.temporal import AiOrchestratorPlugin
-from bench import actions, phases
+from bench import actions, costs, phases
 from bench.load import BatchFigures, BenchError
 from bench.procstat import machine_info
 from bench.report import (
@@ -60,7 +62,10 @@ from bench.report import (
     actions_tables,
     checks_table,
     compare_batches,
+    cost_checks_of,
+    cost_table,
     figure_json,
+    lanes_table,
     print_report,
     profile_table,
     show,
@@ -189,7 +194,7 @@ async def _bench(options: Options, data_dir: Path, console: Console) -> dict[str
     cost_checks: list[Check] = []
     cost_tables: list[Table] = []
     profile_tables: list[Table] = []
-    with BenchStack(data_dir) as stack:
+    with BenchStack(data_dir, batch_size=min(options.actions_k, actions.IN_FLIGHT)) as stack:
         log(f"stack up: dev server {stack.address} (WAL), workers for baseline and ours")
         client = await Client.connect(stack.address, plugins=[AiOrchestratorPlugin(settings)])
         # Warm-up (not measured): first imports, connections, the vector collection.
@@ -198,14 +203,42 @@ async def _bench(options: Options, data_dir: Path, console: Console) -> dict[str
         if "actions" not in options.skip:
             # First: the counter is namespace-wide, and nothing else has run on the server yet
             # but the warm-up, whose runs have closed.
-            counted = await actions.measure(
-                client, stack.metrics_url, options.actions_k, log, stack.local.reviewer_key.signer()
+            signer = stack.local.reviewer_key.signer()
+            k = options.actions_k
+            counted, ids = await actions.measure(client, stack.metrics_url, k, log, signer)
+            lanes = await actions.measure_lanes(
+                client, stack.metrics_url, k, log, signer, stack.simulator_url
             )
             price = options.price_per_million_actions
-            report["actions"] = actions.report_json(counted, options.actions_k, price)
-            failed += actions.lost_failed(counted)
-            cost_checks = actions_checks(counted)
-            cost_tables = actions_tables(counted, options.actions_k, price)
+            report["actions"] = actions.report_json(counted, k, price, lanes)
+            failed += actions.lost_failed(counted, lanes)
+            requests = costs.requests_log(stack.simulator_url)
+            prices = settings.llm_price_table
+            per_lane = {
+                "sync": costs.model_cost(
+                    costs.chats_of_runs(requests, ids["happy"]), k, prices, "sync"
+                ),
+                "batch": costs.model_cost(costs.chats_of_batches(requests), k, prices, "batch"),
+                "cached": costs.model_cost(
+                    costs.chats_of_runs(requests, lanes["cached"].ids), k, prices, "sync"
+                ),
+            }
+            lane_actions = {
+                "sync": counted["happy"]["ours"].per_run,
+                "batch": lanes["batch"].batch.per_run,
+                "cached": lanes["cached"].batch.per_run,
+            }
+            report["cost"] = costs.report_json(per_lane, lane_actions, price)
+            share = prices[settings.llm_model].batch if settings.llm_model in prices else 0.5
+            cost_checks = [
+                *actions_checks(counted),
+                *cost_checks_of(counted, lanes, per_lane, share),
+            ]
+            cost_tables = [
+                *actions_tables(counted, k, price),
+                lanes_table(lanes, price),
+                cost_table(per_lane, lane_actions, price),
+            ]
 
         if "unloaded" not in options.skip:
             medians = await phases.unloaded(client, options.reps, options.unloaded_runs, log)
@@ -391,7 +424,7 @@ async def _bench(options: Options, data_dir: Path, console: Console) -> dict[str
         console,
         [
             *cost_tables,
-            checks_table(cost_checks, "cost per run (issue 16)"),
+            checks_table(cost_checks, "cost per run (issues 16 and 27)"),
             table(title, unloaded, loads, extra),
             *profile_tables,
             checks_table(checks),

@@ -38,9 +38,24 @@ def worker_env(stack: LocalStack, temporal_address: str, name: str) -> dict[str,
     }
 
 
-def start_ours(stack: LocalStack, temporal_address: str, name: str) -> ManagedProcess:
-    """``python worker.py`` against ``temporal_address``, ready when it polls."""
-    env = worker_env(stack, temporal_address, name)
+def batch_env(batch_size: int) -> dict[str, str]:
+    """Ours with the batch lane allowed (runs ask for it): groups of ``batch_size``, submitted
+    once full or two seconds after their first call, polled every second. A run that does not
+    ask for it is unchanged (the actions phase checks it)."""
+    return {
+        "LLM_BATCH": "allowed",
+        "LLM_BATCH_SIZE": str(batch_size),
+        "LLM_BATCH_DELAY_S": "2",
+        "LLM_BATCH_POLL_S": "1",
+    }
+
+
+def start_ours(
+    stack: LocalStack, temporal_address: str, name: str, extra: dict[str, str] | None = None
+) -> ManagedProcess:
+    """``python worker.py`` against ``temporal_address`` (``extra`` laid over its
+    environment), ready when it polls."""
+    env = {**worker_env(stack, temporal_address, name), **(extra or {})}
     return start_worker(env=env, log_dir=stack.log_dir, cwd=PROJECT_ROOT)
 
 
@@ -80,8 +95,10 @@ class SideServer:
 class BenchStack:
     """The measured processes; a context manager that stops all of them on exit."""
 
-    def __init__(self, data_dir: Path) -> None:
-        self.local = LocalStack(data_dir, persist=True)  # a db file, so the WAL pragmas apply
+    def __init__(self, data_dir: Path, *, batch_size: int = 25) -> None:
+        # A db file, so the WAL pragmas apply; the capacity store for the batch lane.
+        self.local = LocalStack(data_dir, persist=True, with_capacity_store=True)
+        self.batch_size = batch_size
         self.ours: ManagedProcess | None = None
         self.baseline: ManagedProcess | None = None
         self.side_servers: dict[str, SideServer] = {}
@@ -109,6 +126,11 @@ class BenchStack:
             self._metrics = (pid, find_metrics_url(pid, skip=frozenset({grpc_port})))
         return self._metrics[1]
 
+    @property
+    def simulator_url(self) -> str:
+        """The LLM simulator's root URL (its OpenAI base URL without ``/v1``)."""
+        return self.local.addresses.openai_base_url.removesuffix("/v1")
+
     def simulator_pid(self) -> int:
         """PID of the LLM simulator."""
         return self.local.processes["llm"].pid
@@ -116,7 +138,7 @@ class BenchStack:
     def start(self) -> None:
         """Start the servers, then our worker and the baseline's."""
         self.local.start()
-        self.ours = start_ours(self.local, self.address, "worker")
+        self.ours = start_ours(self.local, self.address, "worker", batch_env(self.batch_size))
         self.baseline = start_baseline(self.local, self.address, "baseline-worker")
 
     def restart_ours(self) -> ManagedProcess:
@@ -135,7 +157,9 @@ class BenchStack:
     def start_ours_again(self) -> ManagedProcess:
         """Start a new worker of ours (its own log and vector store)."""
         self._generation += 1
-        self.ours = start_ours(self.local, self.address, f"worker-{self._generation}")
+        self.ours = start_ours(
+            self.local, self.address, f"worker-{self._generation}", batch_env(self.batch_size)
+        )
         return self.ours
 
     def crash_restart_server(self) -> None:

@@ -56,3 +56,13 @@ ACTIVITY_SEND_DEAD_LETTER: Final = "send_dead_letter"
 ACTIVITY_VERIFY_CONTINUATION: Final = "verify_continuation"
 # Started, never awaited, when a run starts waiting for review or escalates (PromptPlan.notify).
 ACTIVITY_NOTIFY_REVIEWERS: Final = "notify_reviewers"
+
+# The batch lane (docs/cost.md): a run waits in await_batch for its batched call's answer;
+# one LlmBatch workflow per group of batched calls submits them to the provider's batch API,
+# polls it and hands the answers back (signalled once when its group is full).
+ACTIVITY_AWAIT_BATCH: Final = "await_batch"
+WORKFLOW_TYPE_LLM_BATCH: Final = "LlmBatch"
+SIGNAL_BATCH_FULL: Final = "batch_full"
+ACTIVITY_SUBMIT_BATCH: Final = "submit_batch"
+ACTIVITY_POLL_BATCH: Final = "poll_batch"
+ACTIVITY_COLLECT_BATCH: Final = "collect_batch"

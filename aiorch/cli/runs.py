@@ -36,6 +36,7 @@ from workflows.data.compiler import value_problems
 from workflows.engine.graph import COMPLETED
 from workflows.payloads import (
     REFERENCE_SCHEMES,
+    Lane,
     RequestBase,
     ReviewMode,
     RunResult,
@@ -223,6 +224,10 @@ def start(
     max_cost: Annotated[
         float | None, typer.Option(help="this run's cost ceiling in USD (below RUN_BUDGET_USD)")
     ] = None,
+    lane: Annotated[
+        Lane | None,
+        typer.Option(help="sync, or batch: the provider's batch API where LLM_BATCH allows it"),
+    ] = None,
     wait: Annotated[
         bool,
         typer.Option(help="wait for the result and print it; exit status 3 if it did not complete"),
@@ -275,6 +280,7 @@ def start(
             "llm_max_attempts": max_attempts,
             "allowed_reviewers": allowed_reviewer or None,
             "max_cost_usd": max_cost,
+            "lane": lane,
         },
         tenant,
         pipeline=pipeline,

@@ -33,6 +33,7 @@ STATUS_FIELDS = (
     "last_refusal",
     "tenant",
     "cost_usd",
+    "batch_id",
     "web_ui",
 )
 HISTORY_COLUMNS = ("at (UTC)", "from", "to", "event", "attempt", "detail")

@@ -30,9 +30,11 @@ the form providers enforce. Around them:
 
 Spend, per tenant and UTC day (kept 40 days): what was spent, and the reservations of calls in
 flight. A call reserves its worst-case cost first, atomically against the tenant's budget
-(spent + reserved + worst case), and settles with its real cost; a reservation whose call never
-settles (its worker died) is charged in full once its lease ran out, and a late settlement
-corrects that charge.
+(spent + reserved + worst case), and settles with its real cost, once per call: the settlement
+names the call (a digest of its idempotency key), and a call settled before adds nothing (a
+batch collected twice, an activity run again; the keys are kept ``SETTLED_CALLS_TTL``). A
+reservation whose call never settles (its worker died) is charged in full once its lease ran
+out, and a late settlement corrects that charge.
 
 Keys: every key of a tenant's day sits under ``aiorch:spend:{DAY:t:TENANT}`` (its own Redis
 Cluster hash slot), the day's list of tenants is ``aiorch:spend:{DAY}:tenants``, and a scope's
@@ -58,6 +60,9 @@ from workflows.payloads import TENANT_PATTERN
 
 KEY_PREFIX: Final = "aiorch"
 SPEND_TTL = timedelta(days=40)
+# How long a settled call is remembered: longer than any call waits for its answer (a batched
+# call, LLM_BATCH_WAIT_S at most 14 days).
+SETTLED_CALLS_TTL = timedelta(days=15)
 # A caller refused capacity never waits less than this (one timer per wait: no busy polling).
 MIN_WAIT = timedelta(milliseconds=50)
 # A queued caller comes back at least this many leases apart, so its place can expire soon
@@ -96,6 +101,15 @@ class BudgetAnswer:
 
 
 @dataclass(frozen=True)
+class SpendSettled:
+    """The answer to a settlement: the day's spend, and whether this settlement counted the
+    call (False: the call was settled before, and nothing was added)."""
+
+    total: float
+    counted: bool
+
+
+@dataclass(frozen=True)
 class ProviderSignal:
     """What a provider's answer says about its limits (any part may be missing)."""
 
@@ -125,8 +139,8 @@ def _scope_keys(scope: str) -> list[str]:
 
 
 def spend_keys(tenant: str, day: date) -> list[str]:
-    """The keys of a tenant's spend on a (UTC) day: spent, reservations, their expiries, and
-    what expired ones were charged; one hash tag, so one Redis Cluster slot.
+    """The keys of a tenant's spend on a (UTC) day: spent, reservations, their expiries, what
+    expired ones were charged, and the calls settled; one hash tag, so one Redis Cluster slot.
 
     Raises:
         ValueError: ``tenant`` is not a tenant name (``TENANT_PATTERN``).
@@ -134,7 +148,7 @@ def spend_keys(tenant: str, day: date) -> list[str]:
     if not re.fullmatch(TENANT_PATTERN, tenant):
         raise ValueError(f"{tenant[:70]!r} is not a tenant name")
     base = f"{KEY_PREFIX}:spend:{{{day.isoformat()}:t:{tenant}}}"
-    return [f"{base}:usd", f"{base}:res", f"{base}:resx", f"{base}:chg"]
+    return [f"{base}:usd", f"{base}:res", f"{base}:resx", f"{base}:chg", f"{base}:calls"]
 
 
 def tenants_key(day: date) -> str:
@@ -175,6 +189,12 @@ class CapacityStore:
             health_check_interval=30,
         )
         return cls(client, lease=timedelta(seconds=settings.capacity_lease_s))
+
+    @property
+    def redis(self) -> redis.Redis:
+        """The connection pool, shared by the stores that keep their state next to this one
+        (the batch lane's calls, the result cache)."""
+        return self._redis
 
     @property
     def lease(self) -> timedelta:
@@ -264,16 +284,24 @@ class CapacityStore:
         await self._call(self._feedback(keys=_scope_keys(scope), args=args))
 
     async def reserve_spend(
-        self, tenant: str, day: date, *, budget_usd: float, worst_usd: float, reservation: str
+        self,
+        tenant: str,
+        day: date,
+        *,
+        budget_usd: float,
+        worst_usd: float,
+        reservation: str,
+        lease: timedelta | None = None,
     ) -> BudgetAnswer:
         """Reserve ``worst_usd`` of ``tenant``'s budget for ``day`` as ``reservation``, if what
-        was spent and what calls in flight reserved leave room for it within ``budget_usd``."""
+        was spent and what calls in flight reserved leave room for it within ``budget_usd``;
+        held for ``lease`` (default: the store's) unless renewed."""
         args: list[str | int] = [
             _seconds(SPEND_TTL),
             repr(budget_usd),
             repr(worst_usd),
             reservation,
-            self._lease_ms,
+            _ms(lease) if lease is not None else self._lease_ms,
         ]
         verdict, spent, reserved = await self._indexed(
             tenant, day, self._reserve_spend, spend_keys(tenant, day), args
@@ -281,13 +309,43 @@ class CapacityStore:
         return BudgetAnswer(_BUDGET_VERDICTS[int(verdict)], float(spent), float(reserved))
 
     async def settle_spend(
-        self, tenant: str, day: date, usd: float, *, reservation: str | None = None
+        self,
+        tenant: str,
+        day: date,
+        usd: float,
+        *,
+        reservation: str | None = None,
+        call: str | None = None,
     ) -> float:
         """Add a call's cost ``usd`` to ``tenant``'s spend on ``day``, ending its
-        ``reservation`` (None: it had none); returns the day's total."""
-        args: list[str | int] = [_seconds(SPEND_TTL), reservation or "", repr(usd)]
-        total = await self._indexed(tenant, day, self._settle_spend, spend_keys(tenant, day), args)
-        return float(total)
+        ``reservation`` (None: it had none); returns the day's total. ``call``: see
+        `settle_call`."""
+        settled = await self.settle_call(tenant, day, usd, reservation=reservation, call=call)
+        return settled.total
+
+    async def settle_call(
+        self,
+        tenant: str,
+        day: date,
+        usd: float,
+        *,
+        reservation: str | None = None,
+        call: str | None = None,
+    ) -> SpendSettled:
+        """`settle_spend`, once per ``call`` (its idempotency key): a call settled before adds
+        nothing and only gives its reservation back (``counted`` False)."""
+        key = hashlib.sha256(call.encode()).hexdigest()[:32] if call else ""
+        args: list[str | int] = [
+            _seconds(SPEND_TTL),
+            reservation or "",
+            repr(usd),
+            key,
+            _seconds(SETTLED_CALLS_TTL),
+        ]
+        total, counted = await self._indexed(
+            tenant, day, self._settle_spend, spend_keys(tenant, day), args
+        )
+        return SpendSettled(float(total), bool(int(counted)))
 
     async def renew_spend(self, tenant: str, day: date, *, reservation: str) -> bool:
         """Extend a spend reservation by a lease; False when it had already expired."""

@@ -8,7 +8,8 @@ expiries, queue (member -> enqueued), queue demand (member -> expected tokens), 
 queue due times (member -> when its turn comes).
 
 Spend, per tenant and UTC day, KEYS: spent (USD), reservations (id -> USD), reservation
-expiries, charged (id -> USD a reservation that expired unsettled was charged).
+expiries, charged (id -> USD a reservation that expired unsettled was charged), settled calls
+(the digest of a call's idempotency key -> USD it was settled for).
 """
 
 from __future__ import annotations
@@ -262,12 +263,20 @@ return {verdict, usd(spent), usd(reserved)}
 """
 )
 
-# ARGV: ttl s, reservation id ('' for none), the call's cost USD. Ends the reservation and adds
-# the cost (less what an expired reservation was already charged). Returns the day's spend.
+# ARGV: ttl s, reservation id ('' for none), the call's cost USD, the call's key ('' for none),
+# how long a call's key is remembered (s). Ends the reservation and adds the cost (less what an
+# expired reservation was already charged), once per call key: a call settled before (a
+# retried settlement, an activity run again) adds nothing, and its reservation is given back.
+# Returns {the day's spend, 1 when this settlement counted the call, 0 when it had been}.
 SETTLE_SPEND: Final = (
     _SPEND_PROLOGUE
     + """
-local id, cost = ARGV[2], tonumber(ARGV[3])
+local id, cost, call = ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local counted = 1
+if call ~= '' and redis.call('HEXISTS', KEYS[5], call) == 1 then
+  counted = 0
+  cost = 0
+end
 if redis.call('HDEL', KEYS[2], id) == 1 then
   redis.call('ZREM', KEYS[3], id)
 else
@@ -278,8 +287,12 @@ else
   end
 end
 if cost ~= 0 then spend(cost) end
+if call ~= '' and counted == 1 then
+  redis.call('HSET', KEYS[5], call, ARGV[3])
+  redis.call('EXPIRE', KEYS[5], tonumber(ARGV[5]))
+end
 keep()
-return usd(spent)
+return {usd(spent), counted}
 """
 )
 

@@ -66,12 +66,19 @@ DEFAULT_DOCUMENT_STORE_URL = "sqlite:///.data/documents.db"
 
 
 class ModelPrice(BaseModel):
-    """US dollars per 1,000 tokens, for each kind of token (an ``LLM_PRICE_TABLE`` entry)."""
+    """US dollars per 1,000 tokens, for each kind of token (an ``LLM_PRICE_TABLE`` entry).
+
+    ``cached_prompt``: the price of a prompt token the provider read from its prompt cache
+    (``usage.prompt_tokens_details.cached_tokens``; None: the same as ``prompt``). ``batch``:
+    the share of every rate a call through the provider's batch API pays (OpenAI's: half).
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     prompt: float = Field(ge=0)
     completion: float = Field(ge=0)
+    cached_prompt: float | None = Field(default=None, ge=0)
+    batch: float = Field(default=0.5, gt=0, le=1)
 
 
 PriceTable = Mapping[str, ModelPrice]
@@ -92,8 +99,8 @@ RateLimits = Mapping[str, RateLimit]
 # production sets the real prices of the models it uses.
 DEFAULT_PRICE_TABLE: Mapping[str, ModelPrice] = MappingProxyType(
     {
-        "sim-large": ModelPrice(prompt=0.005, completion=0.015),
-        "sim-small": ModelPrice(prompt=0.0005, completion=0.0015),
+        "sim-large": ModelPrice(prompt=0.005, completion=0.015, cached_prompt=0.00125),
+        "sim-small": ModelPrice(prompt=0.0005, completion=0.0015, cached_prompt=0.000125),
     }
 )
 
@@ -632,8 +639,11 @@ class Settings(BaseSettings):
     ] = Field(
         default_factory=lambda: dict(DEFAULT_PRICE_TABLE),
         description='US dollars per 1,000 tokens by model, JSON `{"model": {"prompt": USD, '
-        '"completion": USD}}`: the cost metric, a run\'s `cost_usd` and every budget. A model '
-        "missing from it is unpriced (no cost, nothing held against a budget).",
+        '"completion": USD, "cached_prompt": USD, "batch": FACTOR}}` (the last two optional: '
+        "the price of prompt tokens the provider read from its cache, and the batch lane's "
+        "price as a share of the synchronous one): the cost metric, a run's `cost_usd` and "
+        "every budget. A model missing from it is unpriced (no cost, nothing held against a "
+        "budget).",
     )
     capacity_store_url: Annotated[
         SecretStr | None,
@@ -704,6 +714,56 @@ class Settings(BaseSettings):
         gt=0,
         le=365 * 86400,
         description="How long a run waits for an operator's budget decision.",
+    )
+
+    # Model cost (docs/cost.md)
+    llm_batch: Annotated[Literal["off", "allowed", "default"], SettingDoc(Section.LLM)] = Field(
+        default="off",
+        description="The provider's batch API (Files + Batches) at half the price: `off`; "
+        "`allowed` (runs that ask for it, `options.lane=batch`, go through it); `default` (runs "
+        "go through it unless they ask for the synchronous lane). Needs `CAPACITY_STORE_URL`; "
+        "every worker of the task queue must run this release first.",
+    )
+    llm_batch_size: Annotated[int, SettingDoc(Section.LLM)] = Field(
+        default=1000, ge=1, le=50_000, description="The most calls one batch holds (per model)."
+    )
+    llm_batch_delay_s: Annotated[float, SettingDoc(Section.LLM)] = Field(
+        default=60.0,
+        gt=0,
+        le=6 * 3600,
+        description="How long a group of batched calls waits for more after its first, unless "
+        "it fills up first; then it is submitted.",
+    )
+    llm_batch_poll_s: Annotated[float, SettingDoc(Section.LLM)] = Field(
+        default=300.0,
+        ge=1,
+        le=3600,
+        description="The longest wait between two polls of a submitted batch (polls start "
+        "sooner and double).",
+    )
+    llm_batch_wait_s: Annotated[float, SettingDoc(Section.LLM)] = Field(
+        default=50 * 3600.0,
+        ge=60,
+        le=14 * 86400,
+        description="How long a run waits for its batched call's answer, then takes its retry "
+        "path.",
+    )
+    llm_prompt_cache_scope: Annotated[
+        Literal["off", "pipeline", "tenant"], SettingDoc(Section.LLM)
+    ] = Field(
+        default="off",
+        description="The `prompt_cache_key` sent with every chat call, so a provider routes "
+        "calls that share a prefix to the same cache: `off` (none), `pipeline`, or `tenant` "
+        "(the pipeline and the run's tenant).",
+    )
+    llm_result_cache_ttl_s: Annotated[float, SettingDoc(Section.LLM)] = Field(
+        default=0.0,
+        ge=0,
+        le=90 * 86400,
+        description="How long a model call identical to one that succeeded (model, messages, "
+        "parameters, pipeline version; per tenant) is answered from the capacity store without "
+        "calling the provider; `0` turns the result cache off. Needs `CAPACITY_STORE_URL`; a "
+        "request may refuse it (`options.result_cache: false`).",
     )
 
     # Observability. The OTEL_* names are the standard OpenTelemetry variables.
@@ -968,6 +1028,11 @@ class Settings(BaseSettings):
                 "LLM_RATE_LIMITS and tenant budgets are shared by every worker: they need "
                 "CAPACITY_STORE_URL (a Redis every worker reaches)"
             )
+        if self.capacity_store_url is None and (self.batch_enabled or self.result_cache_on):
+            raise ConfigError(
+                "LLM_BATCH and LLM_RESULT_CACHE_TTL_S keep their calls and replies in the "
+                "capacity store: they need CAPACITY_STORE_URL (a Redis every worker reaches)"
+            )
         return self
 
     def review_keys(self) -> list[ReviewKey]:
@@ -1030,6 +1095,16 @@ class Settings(BaseSettings):
     def notifications_enabled(self) -> bool:
         """True when a review webhook is configured (``REVIEW_WEBHOOK_URL``)."""
         return self.review_webhook_url is not None
+
+    @property
+    def batch_enabled(self) -> bool:
+        """True when runs may go through the provider's batch API (``LLM_BATCH``)."""
+        return self.llm_batch != "off"
+
+    @property
+    def result_cache_on(self) -> bool:
+        """True when model replies are kept for identical calls (``LLM_RESULT_CACHE_TTL_S``)."""
+        return self.llm_result_cache_ttl_s > 0
 
     @property
     def tenant_budgeted(self) -> bool:

@@ -3,7 +3,12 @@
 Each call gets a client span named ``{gen_ai.operation.name} {gen_ai.request.model}`` (``chat
 sim-large``, ``embeddings sim-embed``) with the conventions' attributes, and records the two
 client metrics, ``gen_ai.client.token.usage`` (histogram of tokens, by ``gen_ai.token.type``)
-and ``gen_ai.client.operation.duration`` (seconds). Only activities call this, and activities
+and ``gen_ai.client.operation.duration`` (seconds). Prompt tokens read from the provider's
+prompt cache are the span's ``gen_ai.usage.cache_read.input_tokens`` (part of
+``gen_ai.usage.input_tokens``, as the conventions count them) and a token-usage point of type
+``cache_read`` (the conventions name no type for them yet). A call answered through the
+provider's batch API is recorded when its batch is collected, without a duration (its span
+says ``aiorch.batch_id``). Only activities call this, and activities
 are never replayed, so nothing is emitted twice.
 
 Spans go to the process's tracer provider (``aiorch.runtime.telemetry``; a no-op without an
@@ -99,6 +104,7 @@ class CallRecord:
     finish_reasons: list[str] = field(default_factory=list)
     input_tokens: int | None = None
     output_tokens: int | None = None
+    cache_read_tokens: int | None = None
     error_type: str | None = None
     capture: bool = False
 
@@ -139,9 +145,16 @@ class GenAiTelemetry:
 
     @contextlib.contextmanager
     def call(
-        self, operation: str, model: str, **request: int | float | str | None
+        self,
+        operation: str,
+        model: str,
+        *,
+        timed: bool = True,
+        **request: int | float | str | None,
     ) -> Iterator[CallRecord]:
-        """A client span around one call; ``request`` adds ``gen_ai.request.*`` attributes.
+        """A client span around one call; ``request`` adds ``gen_ai.request.*`` attributes;
+        ``timed`` False: the block is not the call (a batched call, recorded when collected),
+        so no duration is recorded.
 
         An exception leaving the block sets ``error.type`` (the record's, else the exception's
         class name) and the span's error status, and is re-raised.
@@ -173,9 +186,9 @@ class GenAiTelemetry:
                 record.error_type = record.error_type or type(err).__name__
                 raise
             finally:
-                self._finish(record, attributes, time.perf_counter() - started)
+                self._finish(record, attributes, time.perf_counter() - started if timed else None)
 
-    def _finish(self, record: CallRecord, request: dict[str, Any], seconds: float) -> None:
+    def _finish(self, record: CallRecord, request: dict[str, Any], seconds: float | None) -> None:
         span = record.span
         common = {k: v for k, v in request.items() if not k.startswith("gen_ai.request.")}
         common["gen_ai.request.model"] = request["gen_ai.request.model"]
@@ -191,8 +204,14 @@ class GenAiTelemetry:
                 continue
             span.set_attribute(f"gen_ai.usage.{kind}_tokens", count)
             self._tokens.record(count, {**common, "gen_ai.token.type": kind})
+        if record.cache_read_tokens is not None:
+            span.set_attribute("gen_ai.usage.cache_read.input_tokens", record.cache_read_tokens)
+            self._tokens.record(
+                record.cache_read_tokens, {**common, "gen_ai.token.type": "cache_read"}
+            )
         if record.error_type:
             span.set_attribute("error.type", record.error_type)
             span.set_status(Status(StatusCode.ERROR, record.error_type))
             common["error.type"] = record.error_type
-        self._duration.record(seconds, common)
+        if seconds is not None:
+            self._duration.record(seconds, common)

@@ -33,6 +33,7 @@ from temporalio.client import Client
 from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.worker import PollerBehaviorSimpleMaximum, Worker, WorkerDeploymentConfig
 
+from activities.batch import BatchActivities, BatchLane, BatchSettings
 from activities.callers import CallerCheck
 from activities.capacity import CallGate
 from activities.dead_letter import DeadLetterActivities
@@ -43,9 +44,10 @@ from activities.lineage import LineageActivities
 from activities.llm import LlmActivities
 from activities.notify import NotifyActivities
 from activities.pipelines import PipelineActivities
-from activities.prompt import InputLoader, PromptActivities
+from activities.prompt import BATCH_SUBMISSION_ALLOWANCE_S, InputLoader, PromptActivities
 from activities.vectors import VectorActivities, embedded_store
 from aiorch.runtime import aws
+from aiorch.runtime.batch_store import BatchStore
 from aiorch.runtime.capacity import CapacityStore, CapacityStoreError
 from aiorch.runtime.codec import keyring_from_settings
 from aiorch.runtime.config import ConfigError, Settings, load_settings
@@ -53,10 +55,13 @@ from aiorch.runtime.connection import connect, describe_target, ensure_search_at
 from aiorch.runtime.errors import TemporalUnreachable, VectorStoreLocked
 from aiorch.runtime.genai import GenAiTelemetry, install_genai_metrics
 from aiorch.runtime.pipeline_files import PipelineFolder, settings_folder
+from aiorch.runtime.result_cache import ResultCache
 from aiorch.runtime.review_policies import pipeline_of
 from aiorch.runtime.signals import stop_event
 from aiorch.runtime.telemetry import tracing, worker_runtime
 from aiorch.worker.health import WorkerHealth, start_health
+from workflows import contract
+from workflows.batch.workflow import LlmBatch
 from workflows.engine.pipeline import ENGINE_FACTS
 from workflows.orchestrator import DATA_PIPELINES, PIPELINES, AiOrchestrator
 
@@ -199,6 +204,24 @@ def check_review_policies(settings: Settings) -> None:
                     )
 
 
+def batch_settings(settings: Settings) -> BatchSettings:
+    """How the batch lane groups, submits and polls calls (``LLM_BATCH_*``)."""
+    return BatchSettings(
+        size=settings.llm_batch_size,
+        delay=timedelta(seconds=settings.llm_batch_delay_s),
+        poll=timedelta(seconds=settings.llm_batch_poll_s),
+        task_queue=settings.temporal_task_queue,
+        base_url=settings.openai_base_url,
+    )
+
+
+def batch_item_ttl(settings: Settings) -> timedelta:
+    """How long a batched call is kept: its wait for its submission and its answer, and a day
+    for its run to take the answer up."""
+    waits = settings.llm_batch_delay_s + BATCH_SUBMISSION_ALLOWANCE_S + settings.llm_batch_wait_s
+    return timedelta(seconds=waits) + timedelta(days=1)
+
+
 def tuning_options(settings: Settings) -> dict[str, Any]:
     """The worker's slots, pollers and cache from settings (shared with the bench baseline)."""
     return {
@@ -266,10 +289,13 @@ def pipeline_folder(settings: Settings) -> PipelineFolder | None:
 
 class WorkerPipelines:
     """The workflow types the worker runs, for the activity caller check: its pipelines
-    written in Python, and the ones its folder has (or had, in this process)."""
+    written in Python, the batch lane's group workflow, and the pipelines its folder has (or
+    had, in this process)."""
 
     def __init__(self, folder: PipelineFolder | None) -> None:
-        self._types = frozenset(pipeline.workflow_type for pipeline in PIPELINES)
+        self._types = frozenset(
+            [*(pipeline.workflow_type for pipeline in PIPELINES), contract.WORKFLOW_TYPE_LLM_BATCH]
+        )
         self._folder = folder
 
     def __contains__(self, workflow_type: object) -> bool:
@@ -328,6 +354,23 @@ async def build_worker(
         capture_content=settings.otel_capture_content,
         meter_provider=meters,
     )
+    # Model cost (docs/cost.md): the result cache and the batch lane keep their state next to
+    # the capacity store's.
+    results = (
+        ResultCache(capacity.redis, ttl=timedelta(seconds=settings.llm_result_cache_ttl_s))
+        if capacity is not None and settings.result_cache_on
+        else None
+    )
+    batches = (
+        BatchStore(capacity.redis, item_ttl=batch_item_ttl(settings))
+        if capacity is not None
+        else None
+    )
+    lane = (
+        BatchLane(batches, client, batch_settings(settings), gate=gate)
+        if batches is not None and settings.batch_enabled
+        else None
+    )
     llm_activities = LlmActivities(
         llm,
         loader,
@@ -336,6 +379,25 @@ async def build_worker(
         gate=gate,
         telemetry=genai,
         budgeted_tenants=frozenset(settings.tenant_budgets_usd),
+        results=results,
+        batch=lane,
+        cache_scope=settings.llm_prompt_cache_scope,
+    )
+    batch_activities = (
+        BatchActivities(
+            llm_activities,
+            llm,
+            client,
+            batches,
+            loader,
+            base_url=settings.openai_base_url,
+            gate=gate,
+            telemetry=genai,
+            results=results,
+            prices=settings.llm_price_table,
+        )
+        if batches is not None
+        else None
     )
     vectors = VectorActivities(
         llm, store, settings.vector_collection, settings.embedding_model, telemetry=genai
@@ -360,8 +422,9 @@ async def build_worker(
             task_queue=settings.temporal_task_queue,
             # The sandbox pass-through, failure types, converter and tracing come with the
             # client's AiOrchestratorPlugin.
-            workflows=[AiOrchestrator],
-            # Only runs of this worker's pipelines on its task queue may call its activities.
+            workflows=[AiOrchestrator, LlmBatch],
+            # Only runs of this worker's pipelines (and batch groups) on its task queue may call
+            # its activities.
             interceptors=[
                 CallerCheck(client, settings.temporal_task_queue, WorkerPipelines(folder))
             ],
@@ -378,6 +441,7 @@ async def build_worker(
                 document_store.store_document,
                 data_pipelines.plan_pipeline,
                 data_pipelines.notify_pipeline,
+                *(batch_activities.activities if batch_activities is not None else ()),
             ],
             **tuning_options(settings),
             **deployment_options(settings),

@@ -88,3 +88,40 @@ async def test_runs_without_a_tenant_share_the_default_pool_or_are_refused() -> 
 async def test_with_tenant_budgets_off_any_tenant_plans() -> None:
     """Without tenant budgets a request's tenant only labels its spend."""
     assert (await plan_for(Settings(), tenant="anyone")).tenant == "anyone"
+
+
+STORE: dict[str, Any] = {"capacity_store_url": SecretStr("redis://127.0.0.1:1/0")}
+
+
+async def test_the_lane_is_the_requests_where_the_operator_allows_batches() -> None:
+    """With LLM_BATCH=allowed a run goes synchronously unless its request asks for batch; with
+    default, through the batch API unless it asks for sync; the plan carries how long a batched
+    call waits for its submission (the group delay and half an hour) and for its answer."""
+    allowed = Settings(**STORE, llm_batch="allowed", llm_batch_delay_s=60, llm_batch_wait_s=7200)
+    assert (await plan_for(allowed)).lane == "sync"
+    asked = await plan_for(allowed, options={"lane": "batch"})
+    assert (asked.lane, asked.batch_queue_s, asked.batch_wait_s) == ("batch", 1860.0, 7200.0)
+    default = Settings(**STORE, llm_batch="default")
+    assert (await plan_for(default)).lane == "batch"
+    assert (await plan_for(default, options={"lane": "sync"})).lane == "sync"
+
+
+async def test_asking_for_the_batch_lane_where_there_is_none_fails_the_plan() -> None:
+    """With LLM_BATCH=off (the default), a request asking for the batch lane fails at plan time
+    with one InvalidRequest line that says what to do; asking for sync plans."""
+    with pytest.raises(ApplicationError) as refused:
+        await plan_for(Settings(), options={"lane": "batch"})
+    assert refused.value.type == errors.INVALID_REQUEST
+    assert refused.value.non_retryable
+    assert "LLM_BATCH=off" in refused.value.message
+    assert "\n" not in refused.value.message
+    assert (await plan_for(Settings(), options={"lane": "sync"})).lane == "sync"
+
+
+async def test_the_result_cache_is_opt_in_and_a_request_may_refuse_it() -> None:
+    """Off unless LLM_RESULT_CACHE_TTL_S is set; on, a request's result_cache=false keeps its
+    run's calls going to the model."""
+    assert not (await plan_for(Settings())).result_cache
+    cached = Settings(**STORE, llm_result_cache_ttl_s=3600)
+    assert (await plan_for(cached)).result_cache
+    assert not (await plan_for(cached, options={"result_cache": False})).result_cache

@@ -267,3 +267,34 @@ async def test_no_tenant_name_can_spell_another_key(
     for bad in ("a:b", "x}y", "", "tenants\n"):
         with pytest.raises(ValueError, match="not a tenant name"):
             await store.settle_spend(bad, day, 1.0)
+
+
+async def test_a_call_is_settled_once_by_its_key(store: CapacityStore) -> None:
+    """A call settled under its idempotency key counts once: settled again (a collection run
+    twice, an activity run again) it adds nothing and says so, and the reservation it came
+    with is given back; another call's key counts. Without a key, every settlement counts."""
+    day = date(2026, 12, 1)
+    first = await store.settle_call("acme", day, 0.2, call="run-1:invoke_llm:1")
+    assert first.counted and first.total == pytest.approx(0.2)
+    await store.reserve_spend("acme", day, budget_usd=9.0, worst_usd=0.5, reservation="again")
+    again = await store.settle_call(
+        "acme", day, 0.2, reservation="again", call="run-1:invoke_llm:1"
+    )
+    assert not again.counted and again.total == pytest.approx(0.2)
+    assert await store.spend_state("acme", day) == pytest.approx((0.2, 0.0))
+    other = await store.settle_call("acme", day, 0.1, call="run-1:invoke_llm:2")
+    assert other.counted and other.total == pytest.approx(0.3)
+    assert await store.settle_spend("acme", day, 0.1) == pytest.approx(0.4)
+    assert await store.settle_spend("acme", day, 0.1) == pytest.approx(0.5)
+
+
+async def test_a_late_duplicate_settlement_refunds_its_expired_charge(store: CapacityStore) -> None:
+    """A call settled once whose second reservation expired unsettled (charged in full) and
+    then settles as a duplicate: the charge is taken back, and the call counts once."""
+    day = date(2026, 12, 1)
+    await store.settle_call("acme", day, 0.2, call="run-2:invoke_llm:1")
+    await store.reserve_spend("acme", day, budget_usd=9.0, worst_usd=0.5, reservation="late")
+    await asyncio.sleep(1.2)
+    assert await store.spend("acme", day) == pytest.approx(0.7)  # charged in full
+    late = await store.settle_call("acme", day, 0.2, reservation="late", call="run-2:invoke_llm:1")
+    assert not late.counted and late.total == pytest.approx(0.2)

@@ -1,9 +1,10 @@
-"""Record workflow histories for the replay tests: ``python -m tests.replay.record`` (every
-scenario), or only some: ``... record data`` (the pipeline files' runs), ``... record
-documents`` (the document pipeline's), ``... record policies`` (the review-policy scenarios).
+"""Record workflow histories for the replay tests: ``python -m tests.replay.record [GROUP...]``
+(every group, or only those named: ``llm``, ``batch``, ``policies``, ``documents``, ``data``;
+the other groups' files stay as recorded).
 
-Runs each scenario on a fresh local stack (real dev server, worker, simulator, SQS) and writes
-its event history to ``tests/replay/histories/<scenario>.json``. Re-record when a workflow change
+Runs each scenario on a fresh local stack (real dev server, worker, simulator, SQS, capacity
+store) and writes its event history to ``tests/replay/histories/<scenario>.json``. Re-record
+when a workflow change
 is *meant* to alter commands. Until the first release, histories are simply re-recorded; from
 the first tagged release on, a change of commands is guarded by ``workflow.patched`` (then
 ``deprecate_patch``, then removed, each step with its reason and date) and the old files stay,
@@ -68,6 +69,11 @@ WORKER_ENV = {
         }
     ),
     "REVIEW_GROUPS": json.dumps({"pair": ["recorder", "second"]}),
+    # The batch lane (each call its own group, at once) and the result cache.
+    "LLM_BATCH": "allowed",
+    "LLM_BATCH_SIZE": "1",
+    "LLM_BATCH_POLL_S": "1",
+    "LLM_RESULT_CACHE_TTL_S": "3600",
 }
 
 
@@ -120,7 +126,7 @@ async def save(runs: dict[str, WorkflowHandle[Any, Any]]) -> None:
         print(f"recorded {name}: {len(history.events)} events")
 
 
-async def record_policies(client: Client, key: SigningKey) -> None:
+async def record_policies(client: Client, key: SigningKey, stack: LocalStack) -> None:
     """Review policies: a quorum of two (a vote, then the approval that completes it), and a
     result an auto-approve rule approves."""
     start = starter(client)
@@ -133,7 +139,9 @@ async def record_policies(client: Client, key: SigningKey) -> None:
     await save(runs)
 
 
-async def record(client: Client, key: SigningKey, stack: LocalStack) -> None:
+async def record_llm(client: Client, key: SigningKey, stack: LocalStack) -> None:
+    """The LLM pipeline's paths: reviews, retries, dead letters, cancel, a continued reedit
+    loop, a capacity wait and a budget approval."""
     start = starter(client)
     runs: dict[str, WorkflowHandle[Any, Any]] = {}
     runs["happy_path"] = await start("Explain replay.")
@@ -190,10 +198,27 @@ async def record(client: Client, key: SigningKey, stack: LocalStack) -> None:
     )
 
     await save(runs)
-    await record_policies(client, key)
 
 
-async def record_data_pipelines(client: Client, key: SigningKey, folder: Path) -> None:
+async def record_batch(client: Client, key: SigningKey, stack: LocalStack) -> None:
+    """The batch lane (a call answered from a batch; one a batch failed with 503, retried in
+    another), the batch group's own workflow, and a reply the result cache gave."""
+    start = starter(client)
+    runs: dict[str, WorkflowHandle[Any, Any]] = {}
+    runs["batch_lane"] = await start("Batch me", options={"lane": "batch"})
+    runs["batch_lane_retry"] = await start(
+        "Batch me twice [sim:status=503:times=1]", options={"lane": "batch"}
+    )
+    await runs["batch_lane"].result()
+    query = f"WorkflowType = '{contract.WORKFLOW_TYPE_LLM_BATCH}'"
+    group = [execution async for execution in client.list_workflows(query)][-1]
+    runs["batch_group"] = client.get_workflow_handle(group.id)
+    await (await start("Answer me once")).result()
+    runs["result_cache_hit"] = await start("Answer me once")
+    await save(runs)
+
+
+async def record_data_pipelines(client: Client, key: SigningKey, stack: LocalStack) -> None:
     """A pipeline file's runs on two versions: version 1 waits for its reply's review while
     the file becomes version 2, and finishes on version 1's steps; a run of version 2 takes
     its own (another prompt, one more step)."""
@@ -205,6 +230,7 @@ async def record_data_pipelines(client: Client, key: SigningKey, folder: Path) -
             TRIAGE, payload, id=run_id, task_queue=contract.DEFAULT_TASK_QUEUE
         )
 
+    folder = Path(stack.worker_env["PIPELINES_DIR"])
     write_pipeline(folder, TRIAGE_V1)
     first = await start("Our production site is down, urgent!")
     await review(first, key, "approve", state="urgent_review")
@@ -221,7 +247,7 @@ async def record_data_pipelines(client: Client, key: SigningKey, folder: Path) -
         print(f"recorded {name}: {len(history.events)} events")
 
 
-async def record_documents(client: Client, key: SigningKey) -> None:
+async def record_documents(client: Client, key: SigningKey, stack: LocalStack) -> None:
     """The document pipeline: an invoice that adds up (stored at once), and one whose total
     does not (a reviewer approves it with corrected fields, which are stored)."""
     valid = invoice_fields(1)
@@ -252,10 +278,23 @@ async def record_documents(client: Client, key: SigningKey) -> None:
         print(f"recorded {name}: {len(history.events)} events")
 
 
+Recorder = Callable[[Client, SigningKey, LocalStack], Awaitable[None]]
+GROUPS: dict[str, Recorder] = {
+    "llm": record_llm,
+    "batch": record_batch,
+    "policies": record_policies,
+    "documents": record_documents,
+    "data": record_data_pipelines,
+}
+
+
 def main() -> int:
-    """Record every scenario, or only the pipeline files' (``data``) or the document
-    pipeline's (``documents``): the others stay."""
-    only = sys.argv[1] if sys.argv[1:] else None
+    """Record every group, or the groups named on the command line."""
+    named = sys.argv[1:] or list(GROUPS)
+    unknown = [name for name in named if name not in GROUPS]
+    if unknown:
+        print(f"error: no group {unknown[0]!r}; the groups are {', '.join(GROUPS)}")
+        return 2
     with (
         tempfile.TemporaryDirectory() as data,
         tempfile.TemporaryDirectory() as pipelines,
@@ -271,14 +310,8 @@ def main() -> int:
             client = await Client.connect(
                 stack.addresses.temporal_address, plugins=[AiOrchestratorPlugin()]
             )
-            if only is None:
-                await record(client, stack.reviewer_key, stack)
-            if only in (None, "documents"):
-                await record_documents(client, stack.reviewer_key)
-            if only in (None, "data"):
-                await record_data_pipelines(client, stack.reviewer_key, Path(pipelines))
-            if only == "policies":
-                await record_policies(client, stack.reviewer_key)
+            for name in named:
+                await GROUPS[name](client, stack.reviewer_key, stack)
 
         asyncio.run(go())
     return 0

@@ -16,6 +16,7 @@ from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
 from aiorch.runtime.temporal import AiOrchestratorPlugin
+from workflows.batch.workflow import LlmBatch
 from workflows.data import DataPlan
 from workflows.data.spec import file_digest
 from workflows.orchestrator import AiOrchestrator
@@ -42,6 +43,10 @@ def test_histories_are_recorded() -> None:
         "document_corrected",
         "quorum_two_approvals",
         "auto_approved",
+        "batch_lane",
+        "batch_lane_retry",
+        "batch_group",
+        "result_cache_hit",
     } <= names
 
 
@@ -80,7 +85,7 @@ async def test_history_replays_without_nondeterminism(path: Path, runner: str) -
     code still issues the same commands in the same order."""
     history = recorded(path)
     replayer = Replayer(
-        workflows=[AiOrchestrator],
+        workflows=[AiOrchestrator, LlmBatch],
         plugins=[AiOrchestratorPlugin(pass_workflows=RUNNERS[runner])],
     )
     # Raises on any replay failure (nondeterminism, a sandbox restriction): that is the check.

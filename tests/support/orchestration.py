@@ -71,11 +71,14 @@ def pipeline_settings(**overrides: Any) -> Settings:
 
 
 def data_plans(folder: Path, **settings: Any) -> PipelineActivities:
-    """The real ``plan_pipeline`` over the pipeline files in ``folder``."""
+    """The real ``plan_pipeline`` over the pipeline files in ``folder`` (a request may ask for
+    the batch lane)."""
     catalog = DATA_PIPELINES.catalog
     reserved = [name for p in PIPELINES for name in (p.workflow_type, p.name)]
+    # The batch lane needs a capacity store in the settings; planning never connects to it.
+    batch = {"llm_batch": "allowed", "capacity_store_url": "redis://127.0.0.1:1/0"}
     return PipelineActivities(
-        pipeline_settings(**settings),
+        pipeline_settings(**{**batch, **settings}),
         PipelineFolder(folder, catalog, reserved),
         catalog,
         [p.workflow_type for p in PIPELINES],

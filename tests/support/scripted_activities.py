@@ -31,6 +31,7 @@ from workflows.documents.payloads import (
     StoreReceipt,
 )
 from workflows.payloads import (
+    AwaitBatchInput,
     ContinuationCheck,
     ContinuationVerdict,
     DeadLetterInput,
@@ -114,6 +115,13 @@ def over_budget(budget: str = "run budget: spent $0.0100 of $0.0100") -> LlmCall
     return LlmCallResult(model="", outcome="over_budget", budget=budget)
 
 
+def batched(batch_id: str = "batch_sim1", item: str = "call-1") -> LlmCallResult:
+    """What the real ``invoke_llm`` returns once a batch-lane call's batch is submitted."""
+    return LlmCallResult(
+        model="", outcome="batched", lane="batch", batch_id=batch_id, batch_item=item
+    )
+
+
 def server_error() -> ApplicationError:
     """What the real ``invoke_llm`` raises for a 503."""
     return ApplicationError("HTTP 503 from the LLM: overloaded", type=errors.LLM_RETRYABLE)
@@ -132,6 +140,8 @@ class FakeActivities:
         self.llm_script: list[Reply | LlmCallResult | BaseException] = []
         self.embedding_script: list[EmbeddingResult | BaseException] = []
         self.notify_script: list[int | BaseException] = []
+        self.batch_script: list[Reply | LlmCallResult | BaseException] = []
+        self.batch_gate: Gate | None = None
         self.llm_gate: Gate | None = None
         self.embedding_gate: Gate | None = None
 
@@ -143,6 +153,7 @@ class FakeActivities:
         self.deleted: list[str] = []
         self.dead_letters: list[DeadLetterInput] = []
         self.notices: list[ReviewNotice] = []
+        self.batch_waits: list[AwaitBatchInput] = []
         self.embedding_finished = asyncio.Event()
 
         self.stored: set[str] = set()
@@ -157,10 +168,12 @@ class FakeActivities:
             self.delete_embedding,
             self.send_dead_letter,
             self.notify_reviewers,
+            self.await_batch,
         ]
 
     def gates(self) -> list[Gate]:
-        return [gate for gate in (self.llm_gate, self.embedding_gate) if gate is not None]
+        gates = (self.llm_gate, self.embedding_gate, self.batch_gate)
+        return [gate for gate in gates if gate is not None]
 
     async def release_gates(self) -> None:
         """Release every gate and wait until the calls they held have returned."""
@@ -214,6 +227,27 @@ class FakeActivities:
             confidence=step.confidence,
             model=call.model,
             usage=TokenUsage(prompt_tokens=7, completion_tokens=5, total_tokens=12),
+        )
+
+    @activity.defn(name=contract.ACTIVITY_AWAIT_BATCH)
+    async def await_batch(self, waiting: AwaitBatchInput) -> LlmCallResult:
+        """The outcome the batch script says for the call (by default an answer in the lane)."""
+        self.batch_waits.append(waiting)
+        if self.batch_gate is not None:
+            await self.batch_gate.hold()
+        step = self.batch_script.pop(0) if self.batch_script else Reply()
+        if isinstance(step, BaseException):
+            raise step
+        if isinstance(step, LlmCallResult):
+            return step.model_copy(update={"model": waiting.model})
+        return LlmCallResult(
+            content=step.content,
+            needs_review=step.needs_review,
+            model=waiting.model,
+            usage=TokenUsage(prompt_tokens=7, completion_tokens=5, total_tokens=12),
+            lane="batch",
+            batch_id=waiting.batch_id,
+            cost_usd=0.001,
         )
 
     @activity.defn(name=contract.ACTIVITY_GENERATE_EMBEDDING)

@@ -22,6 +22,17 @@ class Simulator:
     def chat_requests(self, run_id: str) -> list[dict[str, Any]]:
         return [r for r in self.requests(run_id) if r["path"] == "chat"]
 
+    def batches(self) -> dict[str, Any]:
+        """The batch API's state: its settings, ``submissions`` and every batch."""
+        with urllib.request.urlopen(f"{self.root}/_sim/batches", timeout=10) as response:
+            state: dict[str, Any] = json.load(response)
+        return state
+
+    def set_batches(self, **settings: Any) -> None:
+        """The settings of the batches created from now on (completion_s, expire_after,
+        create_delay_ms)."""
+        self.send("PUT", "/_sim/batches", settings)
+
     def set_fault(self, fault: dict[str, Any]) -> None:
         self.send("POST", "/_sim/faults", fault)
 

@@ -133,3 +133,19 @@ def test_a_bad_document_store_url_is_one_line_without_the_value(
     assert "DOCUMENT_STORE_URL" in message
     assert "hunter2" not in message
     assert "\n" not in message
+
+
+@pytest.mark.parametrize("variables", [{"LLM_BATCH": "allowed"}, {"LLM_RESULT_CACHE_TTL_S": "60"}])
+def test_the_batch_lane_and_the_result_cache_need_the_capacity_store(
+    monkeypatch: pytest.MonkeyPatch, variables: dict[str, str]
+) -> None:
+    """LLM_BATCH and LLM_RESULT_CACHE_TTL_S keep calls and replies in the capacity store:
+    without CAPACITY_STORE_URL the process stops with one line naming them."""
+    monkeypatch.delenv("CAPACITY_STORE_URL", raising=False)
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError, match="need CAPACITY_STORE_URL") as refused:
+        load_settings()
+    assert "\n" not in str(refused.value)
+    monkeypatch.setenv("CAPACITY_STORE_URL", "redis://127.0.0.1:6379/0")
+    load_settings()

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from workflows.engine.graph import (
+    AWAIT_BATCH,
     AWAIT_REVIEW,
     CANCELLED,
     COMPLETED,
@@ -23,6 +24,7 @@ from workflows.engine.graph import (
     StateInfo,
     Status,
     Transition,
+    batch_edges,
     budget_edges,
     cancel_edges,
     capacity_edges,
@@ -32,6 +34,7 @@ from workflows.engine.graph import (
 )
 from workflows.engine.pipeline import Context, Pipeline
 from workflows.payloads import PipelineRequest, PipelineResult, ReviewContent, RunState
+from workflows.steps.llm_call import lane_for
 
 WORK = StateInfo(Status.PROCESSING, 50, "working")
 
@@ -152,6 +155,24 @@ def test_shared_sub_graphs_give_their_edges() -> None:
     assert graph.review_states == {AWAIT_REVIEW, ESCALATE}
     assert graph.resumable_states == {AWAIT_REVIEW, ESCALATE, "call"}
     assert graph.working_states == {"call"}
+
+
+def test_a_batch_wait_leads_back_to_its_step_and_only_it_takes_the_batch_lane() -> None:
+    """batch_edges: the step's batched call waits in the batch state (an engine role), whose
+    outcome leads back to the step; a step in a graph without them calls synchronously even
+    when the plan asks for the batch lane."""
+    batch = StateInfo(Status.PENDING, 50, "in a batch", Role.BATCH)
+    graph = tiny(
+        *batch_edges("work"),
+        *cancel_edges([AWAIT_BATCH]),
+        states={"work": WORK, AWAIT_BATCH: batch},
+    )
+    assert graph.next_state("work", Event.BATCH_SUBMITTED) == AWAIT_BATCH
+    assert graph.next_state(AWAIT_BATCH, Event.BATCH_DONE) == "work"
+    assert graph.with_role(Role.BATCH) == {AWAIT_BATCH}
+    assert lane_for(graph, "work", "batch") == "batch"
+    assert lane_for(tiny(), "work", "batch") == "sync"
+    assert lane_for(graph, "work", "sync") == "sync"
 
 
 async def _work(ctx: Context[Any, Any]) -> None:

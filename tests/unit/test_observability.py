@@ -94,7 +94,9 @@ def test_answer_transition_carries_model_and_tokens_but_no_text_by_default() -> 
         "gen_ai.response.model": "sim-small",
         "gen_ai.usage.input_tokens": 11,
         "gen_ai.usage.output_tokens": 7,
+        "gen_ai.usage.cache_read.input_tokens": 0,
         "aiorch.tokens.total": 18,
+        "aiorch.lane": "sync",
     }
 
 

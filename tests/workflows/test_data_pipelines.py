@@ -14,7 +14,7 @@ from temporalio.client import WorkflowFailureError, WorkflowHandle
 from tests.support.builders import new_request_id
 from tests.support.orchestration import Orchestration
 from tests.support.pipeline_files import TRIAGE, TRIAGE_V1, TRIAGE_V2, V2_PROMPT, write_pipeline
-from tests.support.scripted_activities import Reply
+from tests.support.scripted_activities import Reply, batched
 from workflows import contract
 from workflows.data import CATALOG, DataResult, compile_spec
 from workflows.data.spec import PipelineSpec
@@ -91,6 +91,37 @@ async def test_a_ticket_runs_through_the_triage_file_end_to_end(orch: Orchestrat
     }
     assert row.pipeline == TRIAGE and row.schema_name == "SupportTriage@1"
     assert result.outputs["classify"] == {"category": "billing"}
+
+
+async def test_a_file_s_model_steps_wait_in_their_batch_states(orch: Orchestration) -> None:
+    """A request in the batch lane: each llm step comes back batched and the run waits in the
+    step's batch state (`await_batch_classify`, then `await_batch_draft`, Pending), then the
+    step takes up the batch's answer as a synchronous call's and the run goes on."""
+    write_pipeline(orch.pipelines, TRIAGE_V1)
+    orch.fakes.llm_script = [batched("batch_a", "call-1"), batched("batch_b", "call-2")]
+    orch.fakes.batch_script = [category("billing"), Reply(content="Sorry: refunded.")]
+    handle = await start(orch, options={"lane": "batch"})
+    await orch.wait_for_state(handle, "reply_review")
+    await review(handle)
+    result = await handle.result()
+    assert result.state == "completed"
+    assert [e.to_state for e in result.history] == [
+        "classify",
+        "await_batch_classify",
+        "classify",
+        "route",
+        "draft",
+        "await_batch_draft",
+        "draft",
+        "reply_review",
+        "store",
+        "completed",
+    ]
+    assert [wait.batch_id for wait in orch.fakes.batch_waits] == ["batch_a", "batch_b"]
+    assert [call.lane for call in orch.fakes.llm_calls] == ["batch", "batch"]
+    assert result.outputs["classify"] == {"category": "billing"}
+    graph = graph_of(TRIAGE_V1)
+    assert graph.states["await_batch_draft"].status.value == "Pending"
 
 
 async def test_an_urgent_ticket_waits_for_a_person_first_and_a_reedit_classifies_again(

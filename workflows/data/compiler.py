@@ -54,6 +54,7 @@ from workflows.engine.graph import (
     StateInfo,
     Status,
     Transition,
+    batch_edges,
     budget_edges,
     cancel_edges,
     capacity_edges,
@@ -71,6 +72,7 @@ SUB_STATE_DESCRIPTIONS: Final = MappingProxyType(
         "retry": "backing off before the next model attempt",
         "capacity": "queued for the model's shared capacity (rate limit)",
         "budget": "the next call would cross a budget; waiting for an operator",
+        "batch": "the call is in the provider's batch; waiting for its answer",
         "escalation": "review timed out; escalated",
     }
 )
@@ -79,6 +81,7 @@ SUB_STATE_NAMES: Final = MappingProxyType(
         "retry": "retry_{id}",
         "capacity": "await_capacity_{id}",
         "budget": "await_budget_{id}",
+        "batch": "await_batch_{id}",
         "escalation": "{id}_escalated",
     }
 )
@@ -440,7 +443,7 @@ class _Builder:
     def _sub_state_names(
         self, step: StepSpec, step_type: StepType, settings: Any
     ) -> dict[str, str]:
-        kinds = {"model": ("retry", "capacity", "budget"), "review": ("escalation",)}.get(
+        kinds = {"model": ("retry", "capacity", "budget", "batch"), "review": ("escalation",)}.get(
             step_type.kind, ()
         )
         named = getattr(settings, "states", None)
@@ -512,6 +515,12 @@ class _Builder:
                                 Role.BUDGET,
                             ),
                         ),
+                        (
+                            step.sub_states["batch"],
+                            StateInfo(
+                                Status.PENDING, 0, _sub_description(named, "batch"), Role.BATCH
+                            ),
+                        ),
                     ]
             for name, info in entries:
                 if name in states or name in ENGINE_STATES:
@@ -550,6 +559,7 @@ class _Builder:
                 transitions += retry_edges(step_id, step.sub_states["retry"])
                 transitions += capacity_edges(step_id, step.sub_states["capacity"])
                 transitions += budget_edges(step_id, step.sub_states["budget"])
+                transitions += batch_edges(step_id, step.sub_states["batch"])
         return transitions
 
     def _reachability(self, transitions: Iterable[Transition]) -> None:

@@ -141,6 +141,7 @@ class ModelStates(Settings):
     retry: StateName | None = None
     capacity: StateName | None = None
     budget: StateName | None = None
+    batch: StateName | None = None
 
 
 class LlmSettings(Settings):

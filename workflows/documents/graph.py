@@ -2,7 +2,7 @@
 validate them, route them to a reviewer when validation finds problems (or the policy says
 always), store them.
 
-The model call, its retries and capacity and budget waits, validation and the review form one
+The model call, its retries, capacity, budget and batch waits, validation and the review form one
 loop (a reviewer can ask for a re-analysis, or correct the fields, which are validated again),
 so they share one progress figure: a run's progress never goes down.
 """
@@ -13,6 +13,7 @@ from enum import StrEnum
 
 from workflows.documents.contract import WORKFLOW_TYPE_DOCUMENT_PIPELINE
 from workflows.engine.graph import (
+    AWAIT_BATCH,
     AWAIT_BUDGET,
     AWAIT_CAPACITY,
     AWAIT_REVIEW,
@@ -29,6 +30,7 @@ from workflows.engine.graph import (
     StateInfo,
     Status,
     Transition,
+    batch_edges,
     budget_edges,
     cancel_edges,
     capacity_edges,
@@ -47,6 +49,7 @@ class DocState(StrEnum):
     RETRY_ANALYZE = "retry_analyze"
     AWAIT_CAPACITY = AWAIT_CAPACITY
     AWAIT_BUDGET = AWAIT_BUDGET
+    AWAIT_BATCH = AWAIT_BATCH
     VALIDATE = "validate"
     AWAIT_REVIEW = AWAIT_REVIEW
     ESCALATE = ESCALATE
@@ -92,6 +95,12 @@ GRAPH = Graph.of(
             "the next call would cross a budget; waiting for an operator",
             Role.BUDGET,
         ),
+        DocState.AWAIT_BATCH: StateInfo(
+            Status.PENDING,
+            _ANALYZING,
+            "the call is in the provider's batch; waiting for its answer",
+            Role.BATCH,
+        ),
         # Checked inside the workflow task that got the fields: nothing to show, no action.
         DocState.VALIDATE: StateInfo(
             Status.PROCESSING, _ANALYZING, "checking the fields and the business rules", shown=False
@@ -115,6 +124,7 @@ GRAPH = Graph.of(
     retry_edges(DocState.ANALYZE, DocState.RETRY_ANALYZE),
     capacity_edges(DocState.ANALYZE),
     budget_edges(DocState.ANALYZE),
+    batch_edges(DocState.ANALYZE),
     review_edges(approve=DocState.STORE, reedit=DocState.ANALYZE, correct=DocState.VALIDATE),
     (
         Transition(DocState.STORE, DocEvent.STORED, DocState.COMPLETED),

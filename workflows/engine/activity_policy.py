@@ -14,6 +14,7 @@ from temporalio.exceptions import CancelledError as ActivityCancelledError
 from temporalio.exceptions import TimeoutError as ActivityTimeoutError
 
 from workflows import errors
+from workflows.payloads import CallFailure
 
 # The LLM activity gets exactly one attempt per call: retries are the graph's retry_llm state,
 # so each attempt, its error and its backoff are visible in history and in status.attempts.
@@ -66,6 +67,19 @@ def error_text(err: BaseException) -> str:
     if isinstance(cause, ActivityTimeoutError):
         return f"Timeout: activity timed out ({cause.type.name if cause.type else 'unknown'})"
     return str(cause) or type(cause).__name__
+
+
+def failure_of(err: ActivityError) -> CallFailure:
+    """An activity's failure as a value: its text (``error_text``), type, whether it is
+    permanent and the delay it asks for."""
+    cause = err.cause
+    delay = retry_after(err)
+    return CallFailure(
+        error=error_text(err),
+        type=cause.type if isinstance(cause, ApplicationError) else None,
+        permanent=is_permanent(err),
+        retry_after_s=delay.total_seconds() if delay else None,
+    )
 
 
 def is_permanent(err: ActivityError) -> bool:

@@ -2,10 +2,11 @@
 retry policy and Web UI summary.
 
 ``execute`` starts any regular activity the way every step does; the rest are the engine's
-own: the dead-letter message, the lineage check of a continued run, and the reviewers'
-notification. Plain functions that only start activities and return what came back, so every
-decision stays with the handler and the graph. Failures surface as the SDK raises them
-(``ActivityError``; a local activity's failure as the ``ApplicationError`` itself).
+own: the dead-letter message, the lineage check of a continued run, the reviewers'
+notification, and the wait for a batched call's answer. Plain functions that only start
+activities and return what came back, so every decision stays with the handler and the graph.
+Failures surface as the SDK raises them (``ActivityError``; a local activity's failure as the
+``ApplicationError`` itself).
 
 Workflow code, passed through the sandbox.
 """
@@ -23,11 +24,13 @@ from temporalio.exceptions import ActivityError
 import workflows.contract as contract
 import workflows.engine.activity_policy as activity_policy
 from workflows.payloads import (
+    AwaitBatchInput,
     ContinuationCheck,
     ContinuationVerdict,
     DeadLetterInput,
     DeadLetterMessage,
     DeadLetterReceipt,
+    LlmCallResult,
     NoticeReason,
     RequestBase,
     ReviewNotice,
@@ -125,6 +128,33 @@ async def verify_continuation() -> ContinuationVerdict:
         summary="verify_continuation",
     )
     return result
+
+
+async def await_batch(run: RunCore[Any], plan: RunPolicy) -> LlmCallResult:
+    """``await_batch``: the outcome of the run's batched call, once its batch answered (the
+    batch's workflow completes this activity; nothing polls or heartbeats meanwhile). The
+    activity's own failure (no answer within ``batch_wait_s``, the call lost) comes back as a
+    ``failed`` outcome too, so the step takes it up as it takes up a call's failure.
+
+    Raises:
+        ActivityError: the run was cancelled while it waited.
+    """
+    assert run.batch_item is not None and run.batch_id is not None and run.model is not None
+    try:
+        return await execute(
+            contract.ACTIVITY_AWAIT_BATCH,
+            AwaitBatchInput(item=run.batch_item, model=run.model, batch_id=run.batch_id),
+            LlmCallResult,
+            timeout=timedelta(seconds=plan.batch_wait_s),
+            retry=activity_policy.SINGLE_ATTEMPT,
+            summary=f"await_batch: {run.batch_id}",
+        )
+    except ActivityError as err:
+        if activity_policy.cancelled(err):
+            raise
+        return LlmCallResult(
+            model=run.model, outcome="failed", lane="batch", failure=activity_policy.failure_of(err)
+        )
 
 
 def notify_reviewers(run: RunCore[Any], plan: RunPolicy, reason: NoticeReason) -> None:

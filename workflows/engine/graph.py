@@ -5,9 +5,10 @@ A ``Graph`` is plain data (as pydantic_graph's ``Graph``): the engine asks it "w
 refuses what it does not allow; DOT and Mermaid diagrams come from it. It imports nothing from
 temporalio, so it can be unit-tested and drawn anywhere.
 
-Every pipeline shares the engine's own states and events (start, reviews, retries, capacity and
-budget waits, dead letters, cancel) and adds its working states with one call per sub-graph
-(``review_edges``, ``retry_edges``, ``capacity_edges``, ``budget_edges``, ``cancel_edges``). A
+Every pipeline shares the engine's own states and events (start, reviews, retries, capacity,
+budget and batch waits, dead letters, cancel) and adds its working states with one call per
+sub-graph (``review_edges``, ``retry_edges``, ``capacity_edges``, ``budget_edges``,
+``batch_edges``, ``cancel_edges``). A
 state's ``Role`` says who handles it: the pipeline (``WORK``) or the engine (everything else).
 """
 
@@ -46,6 +47,7 @@ class Role(StrEnum):
     RETRY = "retry"
     CAPACITY = "capacity"
     BUDGET = "budget"
+    BATCH = "batch"
     END = "end"
 
 
@@ -71,6 +73,8 @@ class Event(StrEnum):
     OVERSPEND_APPROVED = "overspend_approved"
     OVERSPEND_REJECTED = "overspend_rejected"
     BUDGET_TIMEOUT = "budget_timeout"
+    BATCH_SUBMITTED = "batch_submitted"
+    BATCH_DONE = "batch_done"
 
 
 # The states every pipeline shares: where a run starts and where it can end.
@@ -87,6 +91,7 @@ AWAIT_REVIEW = "await_review"
 ESCALATE = "escalate"
 AWAIT_CAPACITY = "await_capacity"
 AWAIT_BUDGET = "await_budget"
+AWAIT_BATCH = "await_batch"
 
 
 @dataclass(frozen=True)
@@ -409,6 +414,15 @@ def budget_edges(step: str, wait: str = AWAIT_BUDGET) -> tuple[Transition, ...]:
         Transition(wait, Event.OVERSPEND_APPROVED, step),
         Transition(wait, Event.OVERSPEND_REJECTED, FAILED),
         Transition(wait, Event.BUDGET_TIMEOUT, DEAD_LETTER),
+    )
+
+
+def batch_edges(step: str, wait: str = AWAIT_BATCH) -> tuple[Transition, ...]:
+    """``step``'s call went into the provider's batch API: wait for its answer, then the step
+    takes up the outcome (an answer or a failure) as it would a synchronous call's."""
+    return (
+        Transition(step, Event.BATCH_SUBMITTED, wait),
+        Transition(wait, Event.BATCH_DONE, step),
     )
 
 

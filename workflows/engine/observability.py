@@ -47,6 +47,7 @@ NO_GROUP = "-"
 # Activity side (activity.metric_meter()).
 METRIC_LLM_TOKENS = "aiorch_llm_tokens"
 METRIC_LLM_COST = "aiorch_llm_cost_usd"
+METRIC_RESULT_CACHE = "aiorch_llm_result_cache"
 
 TRACER_NAME = "ai-orchestrator.workflow"
 ERROR_EVENTS = frozenset(
@@ -102,7 +103,11 @@ def transition_attributes(
         model = answer.model
         attributes["gen_ai.usage.input_tokens"] = answer.usage.prompt_tokens
         attributes["gen_ai.usage.output_tokens"] = answer.usage.completion_tokens
+        attributes["gen_ai.usage.cache_read.input_tokens"] = answer.usage.cached_tokens
         attributes["aiorch.tokens.total"] = answer.usage.total_tokens
+        attributes["aiorch.lane"] = answer.lane
+        if answer.cached_reply:
+            attributes["aiorch.result_cache"] = "hit"
     if model:
         attributes["gen_ai.response.model"] = model
     if entry.event in ERROR_EVENTS:

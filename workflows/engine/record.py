@@ -245,6 +245,8 @@ def details(graph: Graph, run: RunCore[Any]) -> str:
         parts.append(f"queued for the model's capacity for {run.capacity_wait_s:.1f}s")
     if info.role == Role.BUDGET:
         parts.append("over budget: starter.py budget <id> approve|reject --operator NAME")
+    if info.role == Role.BATCH and run.batch_id is not None:
+        parts.append(f"in the provider's batch {run.batch_id} (answers within 24 h)")
     if run.last_error and (info.role in (Role.RETRY, Role.BUDGET) or run.state == FAILED):
         parts.append(f"last error: {observability.error_reason(run.last_error)}")
     return " · ".join(parts)

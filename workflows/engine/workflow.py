@@ -5,9 +5,9 @@ The workflow never decides a transition on its own: each state's handler does th
 and reports an event, and the pipeline's graph says where that event leads and refuses what it
 does not allow. The pipeline's handlers do its working states; the engine does the rest
 (``Role``): the start, review waits and escalation (``workflows.engine.reviews``), retries with
-backoff, capacity and budget waits (``workflows.engine.budgets``), compensation on cancel, and
-continue-as-new (``workflows.engine.continuation``), with every move recorded and shown
-(``workflows.engine.record``).
+backoff, capacity, budget (``workflows.engine.budgets``) and batch waits, compensation on
+cancel, and continue-as-new (``workflows.engine.continuation``), with every move recorded and
+shown (``workflows.engine.record``).
 
 Everything a client sends arrives undecoded (``RawValue``) and is decoded by
 ``workflows.engine.inbound``: a bad start fails the run at once, a bad review is refused or
@@ -171,7 +171,8 @@ class PipelineWorkflow:
         pipeline, graph, run = self._require_pipeline(), ctx.graph, ctx.run
         try:
             while not graph.is_terminal(run.state):
-                if not pipeline.in_task(ctx):
+                # A batched call's outcome is taken up by its step within this task.
+                if not pipeline.in_task(ctx) and run.batch_result is None:
                     self._publish()
                 await self._continue_as_new_if_due()
                 self._after_reedit = False
@@ -270,6 +271,7 @@ class PipelineWorkflow:
             Role.RETRY: self._retry,
             Role.CAPACITY: self._await_capacity,
             Role.BUDGET: self._await_budget,
+            Role.BATCH: self._await_batch,
         }
         return engine[role]
 
@@ -286,6 +288,15 @@ class PipelineWorkflow:
         await workflow.sleep(delay, summary=f"{run.state} {delay.total_seconds():.1f}s")
         run.capacity_wait_s = None
         ctx.move(Event.CAPACITY_READY, detail=f"waited {delay.total_seconds():.2f}s for capacity")
+
+    async def _await_batch(self, ctx: Context[Any, Any]) -> None:
+        """Wait (no timer, no poll, no activity slot) for the provider's batch to answer the
+        run's call, then hand the outcome back to the step that made it."""
+        run = ctx.run
+        outcome = await commands.await_batch(run, ctx.policy)
+        run.batch_item, run.batch_result = None, outcome
+        done = "answered" if outcome.outcome == "answered" else "failed"
+        ctx.move(Event.BATCH_DONE, detail=f"batch {run.batch_id}: {done}")
 
     async def _await_budget(self, ctx: Context[Any, Any]) -> None:
         """Wait for an operator's budget decision until the plan's timeout (then dead-letter)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 from workflows.engine.graph import (
+    AWAIT_BATCH,
     AWAIT_BUDGET,
     AWAIT_CAPACITY,
     AWAIT_REVIEW,
@@ -26,6 +27,7 @@ from workflows.engine.graph import (
     StateInfo,
     Status,
     Transition,
+    batch_edges,
     budget_edges,
     cancel_edges,
     capacity_edges,
@@ -45,6 +47,7 @@ class State(StrEnum):
     INVOKE_LLM = "invoke_llm"
     AWAIT_CAPACITY = AWAIT_CAPACITY
     AWAIT_BUDGET = AWAIT_BUDGET
+    AWAIT_BATCH = AWAIT_BATCH
     RETRY_LLM = "retry_llm"
     AWAIT_REVIEW = AWAIT_REVIEW
     ESCALATE = ESCALATE
@@ -87,6 +90,12 @@ GRAPH = Graph.of(
             "the next call would cross a budget; waiting for an operator",
             Role.BUDGET,
         ),
+        State.AWAIT_BATCH: StateInfo(
+            Status.PENDING,
+            _CALLING,
+            "the call is in the provider's batch; waiting for its answer",
+            Role.BATCH,
+        ),
         State.RETRY_LLM: StateInfo(
             Status.PROCESSING, _CALLING, "backing off before the next LLM attempt", Role.RETRY
         ),
@@ -107,6 +116,7 @@ GRAPH = Graph.of(
     retry_edges(State.INVOKE_LLM, State.RETRY_LLM),
     capacity_edges(State.INVOKE_LLM),
     budget_edges(State.INVOKE_LLM),
+    batch_edges(State.INVOKE_LLM),
     review_edges(approve=State.GENERATE_EMBEDDING, reedit=State.INVOKE_LLM),
     (
         Transition(State.GENERATE_EMBEDDING, LlmEvent.EMBEDDED, State.COMPLETED),

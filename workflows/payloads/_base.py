@@ -25,6 +25,7 @@ __all__ = [
     "BudgetVerdict",
     "Decision",
     "FinalState",
+    "Lane",
     "NonBlank",
     "ReviewMode",
     "ReviewerName",
@@ -45,6 +46,8 @@ Decision = Literal["approve", "reedit", "reject"]
 BudgetVerdict = Literal["approve", "reject"]
 BudgetPolicy = Literal["wait", "fail"]
 FinalState = Literal["completed", "failed", "dead_letter"]
+# How a model call is made: a synchronous call, or through the provider's batch API.
+Lane = Literal["sync", "batch"]
 
 MAX_INLINE_MESSAGE_BYTES: Final = 256 * 1024
 MAX_METADATA_BYTES: Final = 64 * 1024

@@ -12,6 +12,7 @@ from workflows.payloads._base import (
     DEFAULT_TENANT,
     MAX_FEEDBACK_CHARS,
     BudgetPolicy,
+    Lane,
     ReviewMode,
     _Open,
 )
@@ -23,6 +24,8 @@ from workflows.payloads.client import (
 from workflows.payloads.policy import AutoApproveRule, ReviewStage
 
 __all__ = [
+    "AwaitBatchInput",
+    "CallFailure",
     "CallOutcome",
     "ContinuationCheck",
     "ContinuationVerdict",
@@ -103,11 +106,20 @@ class RunPolicy(_Open):
     budget_usd: float | None = None
     budget_policy: BudgetPolicy = "wait"
     budget_timeout_s: float = 86400.0
+    # How long the run waits in await_batch for the provider's batch to answer its call
+    # (LLM_BATCH_WAIT_S), before it takes its retry path.
+    batch_wait_s: float = 180_000.0
 
 
 class ModelSettings(_Open):
     """How a run calls its model: the model, its fallback after ``fallback_after`` failures in
-    a row, the sampling temperature, each call's timeout and the longest reply taken."""
+    a row, the sampling temperature, each call's timeout and the longest reply taken.
+
+    Cost (docs/cost.md): the ``lane`` its calls take (``batch``: the provider's batch API),
+    how long a batched call waits for its group's submission (``batch_queue_s``), and whether
+    an identical call that already succeeded is answered from the result cache
+    (``result_cache``). Plans made before these existed call synchronously, without the cache.
+    """
 
     model: str
     fallback_model: str | None = None
@@ -115,6 +127,9 @@ class ModelSettings(_Open):
     temperature: float = 0.2
     llm_timeout_s: float = 60.0
     max_reply_chars: int | None = None
+    lane: Lane = "sync"
+    batch_queue_s: float = 3600.0
+    result_cache: bool = False
 
 
 class PromptSpec(_Open):
@@ -180,17 +195,38 @@ class LlmCallInput(_Open):
     budget_usd: float | None = None
     spent_usd: float = 0.0
     budget_approved: bool = False
+    # Cost (docs/cost.md): the lane the call takes and how long a batched call may wait for its
+    # result; whether an identical call that succeeded may answer it (the result cache), and
+    # the version of the pipeline's step, part of that cache's key.
+    lane: Lane = "sync"
+    batch_wait_s: float = 180_000.0
+    result_cache: bool = False
+    version: str = ""
 
 
 class TokenUsage(_Open):
-    """The tokens one LLM call used, as the provider reported them."""
+    """The tokens one LLM call used, as the provider reported them. ``cached_tokens`` are the
+    prompt tokens the provider read from its prompt cache (part of ``prompt_tokens``)."""
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
+    cached_tokens: int = 0
 
 
-CallOutcome = Literal["answered", "wait", "over_budget"]
+CallOutcome = Literal["answered", "wait", "over_budget", "batched", "failed"]
+
+
+class CallFailure(_Open):
+    """A model call that failed, told as a value (a batched call's failure comes back in its
+    batch's error file, not as an activity's error): the ``error`` a run records (``Type:
+    message``), its stable ``type``, and whether it is ``permanent`` or the wait it asks for
+    before the next attempt."""
+
+    error: str
+    type: str | None = None
+    permanent: bool = False
+    retry_after_s: float | None = None
 
 
 class LlmCallResult(_Open):
@@ -199,7 +235,9 @@ class LlmCallResult(_Open):
     ``wait``: no capacity now; ask again in ``wait_s`` seconds (the run's turn in the model's
     queue). ``over_budget``: the call would
     cross ``budget`` (its text says which and by how much). Neither made a call or spent an
-    attempt.
+    attempt. ``batched``: the call went into the provider's batch ``batch_id`` as
+    ``batch_item``; its answer (or its ``failed`` outcome, with ``failure``) comes from
+    ``await_batch``. ``cached_reply``: answered from the result cache, no call made.
     """
 
     content: str = ""
@@ -214,6 +252,20 @@ class LlmCallResult(_Open):
     wait_s: float | None = None
     budget: str | None = None
     cost_usd: float | None = None
+    lane: Lane = "sync"
+    batch_id: str | None = None
+    batch_item: str | None = None
+    cached_reply: bool = False
+    failure: CallFailure | None = None
+
+
+class AwaitBatchInput(_Open):
+    """Input of ``await_batch``: the batched call (``item``) whose answer a run waits for, on
+    ``model``, in the provider's batch ``batch_id``."""
+
+    item: str
+    model: str
+    batch_id: str
 
 
 def vector_key(workflow_id: str, chain_id: str | None) -> str:

@@ -21,6 +21,7 @@ from workflows.payloads._base import (
     BudgetVerdict,
     Decision,
     FinalState,
+    Lane,
     NonBlank,
     ReviewerName,
     ReviewMode,
@@ -90,6 +91,17 @@ class RunOptions(_Strict):
         le=1_000_000,
         description="This run's cost ceiling in USD: lowers the worker's RUN_BUDGET_USD, never "
         "raises it",
+    )
+    lane: Lane | None = Field(
+        default=None,
+        description="How this run's model calls are made: sync, or batch (the provider's batch "
+        "API: about half the price, answers within 24 h), where LLM_BATCH allows it; none = "
+        "the worker's default",
+    )
+    result_cache: bool | None = Field(
+        default=None,
+        description="False: this run's model calls always reach the model, even where the "
+        "worker answers identical calls from its result cache (LLM_RESULT_CACHE_TTL_S)",
     )
 
 
@@ -244,6 +256,9 @@ class RunProgress(BaseModel):
     cost_usd: float = 0.0
     # Budget decisions the run refused (sent while it was not waiting for one).
     budget_decisions_refused: int = 0
+    # The provider's batch that holds (or answered) the run's latest model call, in the batch
+    # lane.
+    batch_id: str | None = None
 
 
 class RunStatus(RunProgress, _Open):

@@ -64,6 +64,10 @@ class RunCore(RunProgress, _Mutable, Generic[PlanT]):
     # Every reedit and correction, as evaluation data (the newest kept, within a bound).
     corrections: list[Correction] = Field(default_factory=list)
     corrections_dropped: int = 0
+    # The batch lane: the batched call the run waits for (in batch_id), and its outcome, which
+    # the model call's step takes up next.
+    batch_item: str | None = None
+    batch_result: LlmCallResult | None = None
 
 
 class RunState(RunCore[PromptPlan]):

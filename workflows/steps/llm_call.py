@@ -1,12 +1,18 @@
 """The model call as a step any pipeline can use: one ``invoke_llm`` attempt, and what the run
-does with its outcome (an answer, a failed call, a wait for the model's shared capacity, or a
-call the budget would not allow).
+does with its outcome (an answer, a failed call, a wait for the model's shared capacity, a call
+the budget would not allow, or a call that went into the provider's batch).
 
 Exactly one attempt per call: retries are the graph's retry state (``retry_edges``), so each
 attempt, its error and its backoff are visible in history and in ``status.attempts``; the
-capacity and budget waits are the engine's (``capacity_edges``, ``budget_edges``). An attempt
-counts only once a call is made: waiting for capacity or a budget spends none. The pipeline
-says what an answer leads to (``Answered``).
+capacity, budget and batch waits are the engine's (``capacity_edges``, ``budget_edges``,
+``batch_edges``). An attempt counts only once a call is made: waiting for capacity or a budget
+spends none. The pipeline says what an answer leads to (``Answered``).
+
+The lane (docs/cost.md): a call is made synchronously, or through the provider's batch API
+(about half the price, answered within 24 h), as the run's plan says, unless the pipeline's
+step names one. A batched call's ``invoke_llm`` comes back once its batch is submitted; the run
+waits in the batch state, and the answer (or the failure) comes back to this step, which takes
+it up as it would a synchronous call's.
 
 Workflow code, passed through the sandbox.
 """
@@ -18,19 +24,27 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError
 
 import workflows.contract as contract
 import workflows.engine.activity_policy as activity_policy
 import workflows.engine.budgets as budgets
 import workflows.engine.commands as commands
 import workflows.errors as errors
-from workflows.engine.graph import Event
+from workflows.engine.graph import Event, Graph
 from workflows.engine.pipeline import Context
-from workflows.payloads import LlmCallInput, LlmCallResult, PromptPlan, RunCore
+from workflows.payloads import CallFailure, Lane, LlmCallInput, LlmCallResult, PromptPlan, RunCore
 
 Answered = Callable[[Context[Any, Any], LlmCallResult], None]
 """What the pipeline does with an answer (the attempt is recorded): it moves the run."""
+
+
+def lane_for(graph: Graph, state: str, asked: Lane) -> Lane:
+    """The lane of a call made in ``state``: the one ``asked`` for, but synchronous where the
+    graph has no batch state for the step to wait in (``batch_edges``)."""
+    if asked == "batch" and graph.target_of(state, Event.BATCH_SUBMITTED) is None:
+        return "sync"
+    return asked
 
 
 def choose_model(run: RunCore[Any], plan: PromptPlan) -> str:
@@ -41,12 +55,19 @@ def choose_model(run: RunCore[Any], plan: PromptPlan) -> str:
 
 
 async def call(
-    ctx: Context[Any, Any], attempt: int, output_schema: dict[str, Any] | None = None
+    ctx: Context[Any, Any],
+    attempt: int,
+    output_schema: dict[str, Any] | None = None,
+    *,
+    lane: Lane = "sync",
+    version: str = "",
 ) -> LlmCallResult:
     """``invoke_llm``: exactly one attempt, made once the run's budgets and the model's shared
     capacity allow it; else the result says why not (``outcome``) and no call was made.
     ``output_schema``: the JSON Schema of the object the reply must be (None: the contract's
-    ``LlmReply``)."""
+    ``LlmReply``). ``lane`` ``batch``: the call goes into the provider's batch API, and the
+    activity comes back once its batch is submitted (``batched``), within the plan's
+    ``batch_queue_s``. ``version``: the step's version, part of the result cache's key."""
     run, plan = ctx.run, ctx.plan
     model = choose_model(run, plan)
     info = workflow.info()
@@ -68,7 +89,21 @@ async def call(
         budget_usd=plan.budget_usd,
         spent_usd=run.cost_usd,
         budget_approved=run.budget_approved,
+        lane=lane,
+        batch_wait_s=plan.batch_wait_s,
+        result_cache=plan.result_cache,
+        version=version,
     )
+    if lane == "batch":
+        # Completed by the batch's workflow once submitted: no heartbeats meanwhile.
+        return await commands.execute(
+            contract.ACTIVITY_INVOKE_LLM,
+            request,
+            LlmCallResult,
+            timeout=timedelta(seconds=plan.batch_queue_s),
+            retry=activity_policy.SINGLE_ATTEMPT,
+            summary=f"invoke_llm: attempt {attempt} on {model}, batch lane",
+        )
     return await commands.execute(
         contract.ACTIVITY_INVOKE_LLM,
         request,
@@ -81,23 +116,52 @@ async def call(
 
 
 async def invoke(
-    ctx: Context[Any, Any], answered: Answered, output_schema: dict[str, Any] | None = None
+    ctx: Context[Any, Any],
+    answered: Answered,
+    output_schema: dict[str, Any] | None = None,
+    *,
+    lane: Lane | None = None,
+    version: str = "",
 ) -> None:
-    """The step's handler: one attempt, then the run moves as its outcome says."""
+    """The step's handler: one attempt (or the outcome of the run's batched one, when its
+    batch answered), then the run moves as its outcome says. ``lane``: the step's own lane
+    (None: the plan's; synchronous in a graph without a batch state, `lane_for`);
+    ``version``: the step's version (a change that alters what a reply means, for the result
+    cache)."""
     run = ctx.run
+    if run.batch_result is not None:
+        reply, run.batch_result = run.batch_result, None
+        await _take_up(ctx, answered, reply, run.attempts)
+        return
     attempt = run.attempts + 1
     try:
-        reply = await call(ctx, attempt, output_schema)
+        reply = await call(ctx, attempt, output_schema, lane=lane or ctx.plan.lane, version=version)
     except ActivityError as err:
         if activity_policy.cancelled(err):
             run.attempts = attempt
             raise
-        failed(ctx, err, attempt)
+        failed(ctx, activity_policy.failure_of(err), attempt)
         return
+    await _take_up(ctx, answered, reply, attempt)
+
+
+async def _take_up(
+    ctx: Context[Any, Any], answered: Answered, reply: LlmCallResult, attempt: int
+) -> None:
+    """Move the run as ``reply``, the outcome of attempt ``attempt``, says."""
+    run = ctx.run
     if reply.outcome == "wait":
         must_wait(ctx, reply)
     elif reply.outcome == "over_budget":
         await budgets.over_budget(ctx, reply.budget or "a budget")
+    elif reply.outcome == "batched":
+        run.attempts = attempt
+        run.model = reply.model
+        run.batch_item, run.batch_id = reply.batch_item, reply.batch_id
+        ctx.move(Event.BATCH_SUBMITTED, detail=f"in batch {reply.batch_id} on {reply.model}")
+    elif reply.outcome == "failed":
+        unknown = CallFailure(error=f"{errors.LLM_RETRYABLE}: no answer", type=errors.LLM_RETRYABLE)
+        failed(ctx, reply.failure or unknown, attempt)
     else:
         run.attempts = attempt
         run.cost_usd += reply.cost_usd or 0.0
@@ -107,18 +171,15 @@ async def invoke(
         answered(ctx, reply)
 
 
-def failed(ctx: Context[Any, Any], err: ActivityError, attempt: int) -> None:
+def failed(ctx: Context[Any, Any], failure: CallFailure, attempt: int) -> None:
     """A call that failed: a permanent error ends the run, anything else goes to the retry
     state (a malformed reply is retried with a corrective instruction)."""
     run = ctx.run
     run.attempts = attempt
-    detail = ctx.set_error(activity_policy.error_text(err))
-    delay = activity_policy.retry_after(err)
-    run.retry_after_s = delay.total_seconds() if delay else None
-    run.corrective_next = (
-        isinstance(err.cause, ApplicationError) and err.cause.type == errors.LLM_MALFORMED_REPLY
-    )
-    if activity_policy.is_permanent(err):
+    detail = ctx.set_error(failure.error)
+    run.retry_after_s = failure.retry_after_s
+    run.corrective_next = failure.type == errors.LLM_MALFORMED_REPLY
+    if failure.permanent:
         ctx.move(Event.PERMANENT_ERROR, detail=detail)
     else:
         run.consecutive_failures += 1

@@ -2,7 +2,9 @@
 
 The worker talks to it with the real ``openai`` client where no model API is reachable (local
 stack, tests, benchmarks). It serves ``POST /v1/chat/completions``, ``POST /v1/embeddings``,
-``GET /v1/models`` and ``GET /healthz``. Run it with
+``GET /v1/models``, ``GET /healthz``, and the Files and Batches API (``batches``: upload,
+download, create, retrieve, cancel, list; per-call failures by directive, a configurable
+completion time and expiry; ``GET /_sim/batches`` counts the batches created). Run it with
 ``python -m aiorch.devstack simulator --host 127.0.0.1 --port 8700 [--embedding-dim 64]``, or in
 this event loop with `running_simulator`. The package: ``faults`` (directives and global
 faults), ``replies`` (what a call answers), ``server`` (the HTTP server and its state).

@@ -97,9 +97,10 @@ def word_count(texts: Iterable[str]) -> int:
 
 
 def completion(
-    seq: int, model: str, messages: list[Any], texts: list[str], plan: Plan
+    seq: int, model: str, messages: list[Any], texts: list[str], plan: Plan, cached: int = 0
 ) -> dict[str, Any]:
-    """The Chat Completions answer for call ``seq``, shaped as ``plan`` decided."""
+    """The Chat Completions answer for call ``seq``, shaped as ``plan`` decided; ``cached``
+    of its prompt tokens came from the prompt cache."""
     answer = _answer(model, messages, plan.review)
     content, finish_reason, refusal = _shape_reply(plan.shape, answer)
     message = {"role": "assistant", "content": content, "refusal": refusal}
@@ -109,6 +110,7 @@ def completion(
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": min(cached, prompt_tokens)},
     }
     return {
         "id": f"chatcmpl-sim-{seq}",

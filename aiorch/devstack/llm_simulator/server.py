@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import json
 import math
 import struct
 import time
@@ -17,6 +18,7 @@ from typing import Any
 from aiohttp import web
 from pydantic import ValidationError
 
+from aiorch.devstack.llm_simulator.batches import BatchApi
 from aiorch.devstack.llm_simulator.faults import (
     SHAPES,
     Directive,
@@ -29,6 +31,7 @@ from aiorch.devstack.llm_simulator.faults import (
     fault_response,
     parse_directives,
 )
+from aiorch.devstack.llm_simulator.prompt_cache import PromptCache
 from aiorch.devstack.llm_simulator.ratelimit import RateLimits, RateLimitSpec
 from aiorch.devstack.llm_simulator.replies import (
     completion,
@@ -49,7 +52,8 @@ _LISTEN_BACKLOG = 4096  # a benchmark connects ~1000 clients at once; aiohttp's 
 
 
 class Simulator:
-    """The simulator's state (request log, counters, global faults) and its handlers."""
+    """The simulator's state (request log, counters, global faults, prompt cache, files and
+    batches) and its handlers."""
 
     def __init__(
         self, embedding_dim: int = 64, *, rpm: int | None = None, tpm: int | None = None
@@ -63,6 +67,8 @@ class Simulator:
         self._counts: Counter[tuple[str, str]] = Counter()
         self._faults: list[GlobalFault] = []
         self._models: set[str] = set(DEFAULT_MODELS)
+        self._prompt_cache = PromptCache()
+        self._batches = BatchApi(self._answer_line)
 
     def routes(self) -> list[web.RouteDef]:
         """The HTTP routes this simulator serves: each path with its handler per method."""
@@ -82,6 +88,7 @@ class Simulator:
                 "PUT": self.set_ratelimit,
                 "DELETE": self.clear_ratelimits,
             },
+            **self._batches.routes(),
         }
         return [
             web.route(method, path, handler)
@@ -102,17 +109,51 @@ class Simulator:
             body = await request.json()
         except ValueError:
             body = None
-        entry = self._record(request, path, body if isinstance(body, dict) else {})
+        run_id = request.headers.get("X-Run-Id")
+        entry = self._record(
+            path,
+            body if isinstance(body, dict) else {},
+            run_id=run_id,
+            idempotency_key=request.headers.get("Idempotency-Key"),
+        )
+        return await self._answer(run_id, path, body, entry, limited=True)
+
+    async def _answer(
+        self,
+        run_id: str | None,
+        path: EndpointPath,
+        body: object,
+        entry: dict[str, Any],
+        *,
+        limited: bool,
+    ) -> web.Response:
         try:
-            response = await self._respond(request, path, body, entry)
+            response = await self._respond(run_id, path, body, entry, limited=limited)
         except InvalidRequestError as exc:
             entry["fault"] = exc.fault
             response = error_response(400, str(exc), "invalid_request_error", exc.fault)
         entry["status"] = response.status
         return response
 
+    async def _answer_line(
+        self, body: dict[str, Any], custom_id: str, batch_id: str
+    ) -> tuple[int, dict[str, Any]]:
+        """A batch's request line, answered as a chat call (logged with its batch and
+        ``custom_id``; batches are not held to the synchronous rate limits)."""
+        entry = self._record("chat", body, batch_id=batch_id, custom_id=custom_id)
+        response = await self._answer(None, "chat", body, entry, limited=False)
+        assert isinstance(response.body, bytes)
+        return response.status, json.loads(response.body)
+
     def _record(
-        self, request: web.Request, path: EndpointPath, body: dict[str, Any]
+        self,
+        path: EndpointPath,
+        body: dict[str, Any],
+        *,
+        run_id: str | None = None,
+        idempotency_key: str | None = None,
+        batch_id: str | None = None,
+        custom_id: str | None = None,
     ) -> dict[str, Any]:
         self._seq += 1
         entry = {
@@ -120,20 +161,29 @@ class Simulator:
             "at": time.time(),
             "path": path,
             "model": body.get("model"),
-            "run_id": request.headers.get("X-Run-Id"),
-            "idempotency_key": request.headers.get("Idempotency-Key"),
+            "run_id": run_id,
+            "idempotency_key": idempotency_key,
             "messages": body.get("messages" if path == "chat" else "input"),
             "status": None,
             "fault": None,
             "temperature": body.get("temperature"),
             "response_format": body.get("response_format"),
+            "prompt_cache_key": body.get("prompt_cache_key"),
+            "batch_id": batch_id,
+            "custom_id": custom_id,
             "usage": None,
         }
         self._log.append(entry)
         return entry
 
     async def _respond(
-        self, request: web.Request, path: EndpointPath, body: object, entry: dict[str, Any]
+        self,
+        run_id: str | None,
+        path: EndpointPath,
+        body: object,
+        entry: dict[str, Any],
+        *,
+        limited: bool,
     ) -> web.Response:
         if not isinstance(body, dict):
             raise InvalidRequestError("the request body must be a JSON object")
@@ -144,19 +194,25 @@ class Simulator:
         directives = parse_directives(texts)
         self._models.add(model)
         first = (user_texts(body["messages"]) or texts) if path == "chat" else texts
-        run_key = request.headers.get("X-Run-Id") or hashlib.sha256(first[0].encode()).hexdigest()
+        run_key = run_id or hashlib.sha256(first[0].encode()).hexdigest()
         plan = await self._plan(run_key, path, model, directives, entry)
         if plan.error is not None and plan.error.status is not None:
             return fault_response(plan.error, plan.error.status)
         if path == "chat":
-            answer = completion(entry["seq"], model, body["messages"], texts, plan)
-            return self._limited(model, answer, entry)
+            cached = self._prompt_cache.cached(model, texts)
+            answer = completion(entry["seq"], model, body["messages"], texts, plan, cached)
+            return self._limited(model, answer, entry, limited=limited)
         result = self._embedding_result(model, body, texts)
-        return self._limited(model, result, entry)
+        return self._limited(model, result, entry, limited=limited)
 
-    def _limited(self, model: str, answer: dict[str, Any], entry: dict[str, Any]) -> web.Response:
+    def _limited(
+        self, model: str, answer: dict[str, Any], entry: dict[str, Any], *, limited: bool
+    ) -> web.Response:
         """The answer, if the model's rate limits admit its tokens (with the limit headers);
-        else a 429 with Retry-After."""
+        else a 429 with Retry-After. ``limited`` False: the answer (a batch's line)."""
+        if not limited:
+            entry["usage"] = answer["usage"]
+            return web.json_response(answer)
         verdict = self._limits.admit(model, int(answer["usage"]["total_tokens"]))
         if verdict is None:
             entry["usage"] = answer["usage"]
@@ -262,9 +318,11 @@ class Simulator:
         return web.json_response(list(self._log))
 
     async def clear_requests(self, request: web.Request) -> web.Response:
-        """``DELETE /_sim/requests``: clear the log and every fault counter."""
+        """``DELETE /_sim/requests``: clear the log, every fault counter and the prompt
+        cache."""
         self._log.clear()
         self._counts.clear()
+        self._prompt_cache.clear()
         for fault in self._faults:
             fault.hits = 0
         return web.json_response({"ok": True})
