@@ -18,15 +18,15 @@ from workflows import contract
 
 pytestmark = pytest.mark.e2e
 
-# A short message's call here may cost up to $0.0034 (a bound of 375 prompt tokens, its UTF-8
-# bytes, at $0.005/1K + 100 reply tokens at $0.015/1K); answered, it costs about $0.0004 (the
-# simulator's words). So acme's $0.0036 admits its first run, and the second run's worst case on
-# top of the first run's spend would cross it. With tenant budgets on, every tenant a run names
-# has one.
+# A short message's call here may cost up to $0.0038 (a bound of about 460 prompt tokens, the
+# UTF-8 bytes of the system prompt and the message, at $0.005/1K + 100 reply tokens at
+# $0.015/1K); answered, it costs about $0.0004 (the simulator's words). So acme's $0.0040 admits
+# its first run, and the second run's worst case on top of the first run's spend would cross it.
+# With tenant budgets on, every tenant a run names has one.
 BUDGET_ENV = {
     **E2E_WORKER_ENV,
     "LLM_MAX_OUTPUT_TOKENS": "100",
-    "TENANT_BUDGETS_USD": json.dumps({"acme": 0.0036, "globex": 1, "initech": 1}),
+    "TENANT_BUDGETS_USD": json.dumps({"acme": 0.004, "globex": 1, "initech": 1}),
 }
 
 
@@ -75,7 +75,7 @@ async def test_a_tenant_out_of_budget_waits_for_an_approval_others_go_on(
     spend = aiorch(budgeted, "spend", "--json")
     assert spend.returncode == 0, spend.stderr
     rows = {row["tenant"]: row for row in map(json.loads, spend.stdout.splitlines())}
-    assert rows["acme"]["budget_usd"] == 0.0036
+    assert rows["acme"]["budget_usd"] == 0.004
     assert rows["acme"]["spent_usd"] > 0.0006  # two answered calls, the second approved
     assert rows["globex"]["budget_usd"] == 1
     assert rows["globex"]["spent_usd"] > 0
