@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import base64
 from datetime import UTC, datetime, timedelta
 
 import jwt
 import pytest
 
-from aiorch.ops.signing import SigningKey
+from aiorch.ops.reviews import ReviewTarget
+from aiorch.ops.signing import SigningKey, signing_key_from_settings
 from aiorch.runtime.config import ConfigError, Settings
 from workflows.engine.identity import (
     Expected,
@@ -274,3 +276,79 @@ def test_a_token_living_longer_than_the_operator_allows_is_refused() -> None:
     assert problem(token(exp=at + 601), max_ttl=ten_minutes) == (
         "review token lives 601 s; the run accepts at most 600 s (REVIEW_TOKEN_TTL_S)"
     )
+
+
+def test_a_private_key_entry_is_read_or_refused_in_one_line() -> None:
+    """``REVIEWER_KEY`` is ``key_id:base64`` of 32 bytes: an entry round-trips; one without an
+    id, with characters outside base64 or of another length is refused with a line that names
+    the variable (or the file it came from) and never the key."""
+    key = SigningKey.generate("alice")
+    entry = key.private_entry()
+    material = entry.partition(":")[2]
+    assert SigningKey.parse(f"  {entry}\n").private_entry() == entry
+    cases = {
+        material: "REVIEWER_KEY must be KEY_ID:BASE64_PRIVATE_KEY",
+        f":{material}": "REVIEWER_KEY must be KEY_ID:BASE64_PRIVATE_KEY",
+        f"alice:{material[:10]}!{material[10:]}": "REVIEWER_KEY: the key is not valid base64",
+        "alice:AAAA": "REVIEWER_KEY: an Ed25519 private key is 32 bytes",
+    }
+    for spec, message in cases.items():
+        with pytest.raises(ConfigError) as info:
+            SigningKey.parse(spec)
+        assert str(info.value) == message
+        assert material not in str(info.value)
+    with pytest.raises(ConfigError) as info:
+        SigningKey.parse("alice:AAAA", source="REVIEWER_KEY_FILE")
+    assert str(info.value) == "REVIEWER_KEY_FILE: an Ed25519 private key is 32 bytes"
+
+
+def test_key_entries_are_base64_of_the_raw_keys() -> None:
+    """The public entry holds the raw 32-byte public key in base64 and whom it signs for; the
+    private entry the raw private key, from which the same public key follows."""
+    key = SigningKey.generate("alice")
+    public = key.private_key.public_key().public_bytes_raw()
+    encoded = base64.b64encode(public).decode()
+    assert key.public_entry() == f"alice:{encoded}:*"
+    assert key.public_entry(["alice"]) == f"alice:{encoded}"
+    assert key.public_entry(["bob", "carol"]) == f"alice:{encoded}:bob|carol"
+    raw = base64.b64decode(key.private_entry().removeprefix("alice:"), validate=True)
+    assert len(raw) == 32
+    assert SigningKey.parse(key.private_entry()).private_key.public_key().public_bytes_raw() == (
+        public
+    )
+
+
+def test_the_tools_signer_binds_each_decision_to_its_target_now() -> None:
+    """``SigningKey.signer`` (what the CLI and the inbox sign with) signs each decision for the
+    run chain, round and content its target names, issued at the wall clock's time and living
+    the given lifetime; the workflow accepts it."""
+    key = SigningKey.generate("inbox")
+    target = ReviewTarget(
+        workflow_id=RUN, run_id="run-7", chain_id="chain-1", review_round=1, digest="c0ffee"
+    )
+    before = int(datetime.now(UTC).timestamp())
+    signed = key.signer(timedelta(minutes=3))(DECISION, target)
+    after = int(datetime.now(UTC).timestamp())
+    assert signed.review_round == 1 and signed.token is not None
+    claims = jwt.decode(signed.token, options={"verify_signature": False})
+    assert (claims["wid"], claims["round"], claims["rid"], claims["ch"]) == (
+        RUN,
+        1,
+        "chain-1",
+        "c0ffee",
+    )
+    assert before <= claims["iat"] <= after and claims["exp"] == claims["iat"] + 180
+    now = datetime.fromtimestamp(claims["iat"], UTC)
+    expected = Expected(
+        workflow_id=RUN, review_round=1, now=now, run_id="chain-1", digest=lambda: "c0ffee"
+    )
+    keys = parse_review_keys(key.public_entry())
+    assert review_token_problem(signed, keys=keys, expected=expected) is None
+
+
+def test_the_cli_signs_with_its_configured_key_or_none() -> None:
+    """``REVIEWER_KEY`` gives the CLI its signing key; without it the CLI has none."""
+    key = SigningKey.generate("alice")
+    found = signing_key_from_settings(Settings(reviewer_key=key.private_entry()))
+    assert found is not None and found.private_entry() == key.private_entry()
+    assert signing_key_from_settings(Settings(reviewer_key=None)) is None
