@@ -30,7 +30,7 @@ from temporalio.worker import WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 WORKFLOW_PACKAGE = "workflows"
-THIRD_PARTY_PASS_THROUGH = ("jwt", "cryptography", "opentelemetry")
+THIRD_PARTY_PASS_THROUGH: tuple[str, ...] = ("jwt", "cryptography", "opentelemetry")
 
 
 def pass_through_modules(*, pass_workflows: bool = True) -> tuple[str, ...]:
