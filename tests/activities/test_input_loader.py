@@ -58,8 +58,8 @@ def tree(tmp_path: Path) -> Tree:
 
 
 async def test_document_inside_a_root_is_read(tree: Tree) -> None:
-    """A regular file under a root loads, also through a symlink that stays inside the root and
-    through a percent-encoded path."""
+    """A regular file under a root loads, also through a symlink that stays inside the root,
+    through a percent-encoded path and named on ``localhost``."""
     link = tree.root / "latest.txt"
     link.symlink_to(tree.document)
     loader = tree.loader()
@@ -68,6 +68,8 @@ async def test_document_inside_a_root_is_read(tree: Tree) -> None:
     spaced = tree.root / "team" / "with space.txt"
     spaced.write_text("spaced")
     assert await loader.load(spaced.as_uri()) == "spaced"
+    local = f"file://localhost{tree.document.as_posix()}"  # the one host that means this one
+    assert await loader.load(local) == "The quarterly report."
 
 
 async def test_no_roots_refuses_every_file(tree: Tree) -> None:
@@ -249,6 +251,7 @@ async def test_each_refusal_tells_the_operator_why_in_the_worker_log(
         f"file://{tree.root.as_posix()}/../outside/secret.txt": (
             "not a plain absolute file:// path"
         ),
+        f"{tree.root.as_uri()}/doc%00.txt": "not a plain absolute file:// path",
         f"{tree.root.as_uri()}/\ud800.txt": "cannot resolve the path",  # no file name encodes it
         "file:///etc/passwd": "outside INPUT_FILE_ROOTS/CLAIM_CHECK_DIR",
         (tree.root / "missing.txt").as_uri(): "cannot open it",

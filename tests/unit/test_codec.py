@@ -546,3 +546,60 @@ async def test_each_refusal_says_why_in_one_line() -> None:
     )
     [opened] = await run_a.decode([not_a_payload])
     assert reason(opened) == "malformed encrypted payload"
+
+
+def test_each_key_configuration_problem_is_named_exactly() -> None:
+    """Each bad PAYLOAD_KEYS / PAYLOAD_KEY_ID is refused with a line that names the variable
+    (or the file it came from), the key id and what to do, never the key material."""
+    short = base64.b64encode(b"short").decode()
+    cases = [
+        (
+            "k 1:" + KEY_A,
+            None,
+            "PAYLOAD_KEYS: each entry must be KEY_ID:BASE64KEY with a key id "
+            "of letters, digits, '.', '_' or '-'",
+        ),
+        # A colon inside the material: the id ends at the first one.
+        (f"k1:x:{KEY_A}", None, "PAYLOAD_KEYS: key 'k1' is not valid base64"),
+        (f"k1:{KEY_A[:10]}!{KEY_A[10:]}", None, "PAYLOAD_KEYS: key 'k1' is not valid base64"),
+        (
+            f"k1:{short}",
+            None,
+            "PAYLOAD_KEYS: key 'k1' is 5 bytes; AES-256 needs 32 (generate one "
+            "with `aiorch keys payload`)",
+        ),
+        (
+            f"k1:{KEY_A},k2:{KEY_B}",
+            None,
+            "PAYLOAD_KEYS holds 2 keys; set PAYLOAD_KEY_ID to the one that encrypts new payloads",
+        ),
+        (
+            f"k1:{KEY_A},k2:{KEY_B}",
+            "k9",
+            "PAYLOAD_KEY_ID='k9' names no configured key (configured key ids: k1, k2)",
+        ),
+    ]
+    for spec, current, message in cases:
+        with pytest.raises(ConfigError) as info:
+            KeyRing.parse(spec, current)
+        assert str(info.value) == message
+    with pytest.raises(ConfigError) as info:
+        KeyRing.parse(f"k1:{short}", source="PAYLOAD_KEYS_FILE")
+    assert str(info.value).startswith("PAYLOAD_KEYS_FILE: key 'k1' is 5 bytes")
+    with pytest.raises(ConfigError) as info:
+        KeyRing(keys={}, current_id="k1")
+    assert (
+        str(info.value) == "PAYLOAD_KEY_ID='k1' names no configured key (configured key ids: none)"
+    )
+    with pytest.raises(ConfigError) as info:
+        keyring_from_settings(Settings(payload_key_id="k1"))
+    assert str(info.value) == (
+        "PAYLOAD_KEY_ID is set but no keys are (PAYLOAD_KEYS/PAYLOAD_KEYS_FILE)"
+    )
+
+
+async def test_a_codec_accepts_plain_payloads_unless_told_otherwise() -> None:
+    """Encryption is required only when the codec is built to require it (its default: no)."""
+    plain_codec = EncryptionCodec(KeyRing.parse(f"k1:{KEY_A}"))
+    assert not plain_codec.require_encryption
+    assert await plain_codec.decode([plain(CANARY)]) == [plain(CANARY)]

@@ -352,3 +352,33 @@ def test_the_cli_signs_with_its_configured_key_or_none() -> None:
     found = signing_key_from_settings(Settings(reviewer_key=key.private_entry()))
     assert found is not None and found.private_entry() == key.private_entry()
     assert signing_key_from_settings(Settings(reviewer_key=None)) is None
+
+
+def test_each_public_key_problem_is_named_exactly() -> None:
+    """Comments and blank entries are skipped wherever they are; each malformed entry is refused
+    with a line naming the entry's key id and its problem, never the key."""
+    alice = SigningKey.generate("alice").public_entry(["alice"])
+    bob = SigningKey.generate("bob").public_entry(["bob"])
+    spec = f"# reviewers\n\n{alice}\n# bob joined in May\n{bob}"
+    assert [key.key_id for key in parse_review_keys(spec)] == ["alice", "bob"]
+    material = alice.split(":")[1]
+    cases = {
+        "al ice:AAAA": "each entry is KEY_ID:BASE64_PUBLIC_KEY[:REVIEWER|REVIEWER...|*] with a "
+        "key id of letters, digits, '.', '_', '@' or '-'",
+        "alice:!!!": "key 'alice' is not valid base64",
+        "alice:AAAA": "key 'alice' is 3 bytes; an Ed25519 key is 32",
+        f"alice:{material}:|": "key 'alice' names nobody it may sign for",
+    }
+    for entry, message in cases.items():
+        with pytest.raises(KeySpecError) as info:
+            parse_review_keys(entry)
+        assert str(info.value) == message
+    with pytest.raises(ConfigError) as refused:
+        SigningKey.parse(f"alice:x:{SigningKey.generate('alice').private_entry().split(':')[1]}")
+    assert str(refused.value) == "REVIEWER_KEY: the key is not valid base64"
+
+
+def test_a_token_lives_at_least_a_second() -> None:
+    """A lifetime under a second is signed as one second, never as already expired."""
+    claims = claims_for(DECISION, workflow_id=RUN, review_round=1, issued=AT, ttl=timedelta(0))
+    assert claims["exp"] == int(AT.timestamp()) + 1

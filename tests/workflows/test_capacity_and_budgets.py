@@ -123,6 +123,8 @@ async def test_no_decision_in_time_dead_letters_the_run(orch: Orchestration) -> 
         entry_for(result.history, "budget_timeout").at,
         600,
     )
+    timed_out = entry_for(result.history, "budget_timeout")
+    assert timed_out.detail == f"{errors.BUDGET_EXCEEDED}: no budget decision in 600s"
     [message] = orch.fakes.dead_letters
     assert message.message.failed_state == "await_budget"
     assert (message.message.last_error or "").startswith(errors.BUDGET_EXCEEDED)
