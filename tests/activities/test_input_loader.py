@@ -16,7 +16,13 @@ import boto3
 import pytest
 from temporalio.exceptions import ApplicationError
 
-from activities.prompt import MAX_SHOWN_REFERENCE, InputLoader, _read_fd
+from activities.prompt import (
+    MAX_SHOWN_REFERENCE,
+    InputLoader,
+    _read_fd,
+    s3_prefix_allows,
+    shown_reference,
+)
 from aiorch.devstack.processes import free_port
 from tests.activities.input_refusals import (
     ERRNO_WORDS,
@@ -319,3 +325,45 @@ def test_a_worker_out_of_file_descriptors_retries_rather_than_refuses(tree: Tree
     assert template(info.value, tree.document.as_uri()) == (
         "input <ref> could not be fetched (the worker is short of resources); it will be retried"
     )
+
+
+def test_a_reference_is_shown_printable_and_at_most_the_limit_long() -> None:
+    """Error text shows a reference with each unprintable character as ``?``; one longer than
+    MAX_SHOWN_REFERENCE is cut to exactly that many characters, ending in ``...``."""
+    fits = "s3://b/" + "k" * (MAX_SHOWN_REFERENCE - 7)
+    assert shown_reference(fits) == fits
+    longer = fits + "k"
+    assert shown_reference(longer) == longer[: MAX_SHOWN_REFERENCE - 3] + "..."
+    assert len(shown_reference("x" * 10_000)) == MAX_SHOWN_REFERENCE
+    assert shown_reference("s3://b/a\nb\x1bc") == "s3://b/a?b?c"
+
+
+def test_an_s3_prefix_is_a_folder() -> None:
+    """``bucket/prefix`` covers the keys in that folder (with or without its trailing slash),
+    never a sibling that shares the prefix's letters; a bare bucket covers every key."""
+    assert s3_prefix_allows("docs/public", "docs", "public/a.txt")
+    assert s3_prefix_allows("docs/public/", "docs", "public/a.txt")
+    assert not s3_prefix_allows("docs/public", "docs", "public-internal/a.txt")
+    assert not s3_prefix_allows("docs/public", "other", "public/a.txt")
+    assert s3_prefix_allows("docs", "docs", "anything/at/all.txt")
+
+
+async def test_each_s3_refusal_tells_the_operator_why_before_any_call(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An S3 reference outside the allowed prefixes, a folder, an empty key or a ``..`` step
+    is refused before any S3 call (this loader has no client), with the caller's one text and
+    the rule in the worker's log."""
+    loader = s3_loader(None, "docs/public")
+    reasons = {
+        "s3://docs/public/../secret.txt": "not s3://bucket/key",
+        "s3://docs/public/": "not s3://bucket/key",
+        "s3://docs": "not s3://bucket/key",
+        "s3://docs/private/a.txt": "outside INPUT_S3_PREFIXES and the claim-check prefix",
+        "s3://docs/public-internal/a.txt": "outside INPUT_S3_PREFIXES and the claim-check prefix",
+    }
+    for reference, reason in reasons.items():
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="activities.prompt"):
+            assert template(await refusal(loader, reference), reference) == UNAVAILABLE
+        assert [record.getMessage() for record in caplog.records] == [f"input refused: {reason}"]
