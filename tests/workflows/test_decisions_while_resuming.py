@@ -201,6 +201,7 @@ async def test_a_flood_while_a_run_resumes_is_held_only_up_to_the_cap(
     with pytest.raises(WorkflowUpdateFailedError) as refused:
         await asyncio.wait_for(update, TASK_PROGRESS_TIMEOUT_S)
     assert isinstance(refused.value.cause, ApplicationError)
+    assert refused.value.cause.non_retryable
     assert refused.value.cause.message == (
         "invalid review: too many sent while the run was resuming"
     )
@@ -222,5 +223,32 @@ async def test_a_flood_while_a_run_resumes_is_held_only_up_to_the_cap(
     assert result.state == "completed"
     assert [entry.reviewer for entry in result.history if entry.event == "approve"] == ["ann"]
     # Refused by its validator: the update never entered the history.
+    accepted = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
+    assert not [e for e in (await handle.fetch_history()).events if e.event_type == accepted]
+
+
+async def test_an_update_that_does_not_decode_is_refused_at_once_while_a_run_resumes(
+    orch: Orchestration,
+) -> None:
+    """While a run resumes, an update whose payload is not a review is refused at once by its
+    validator (non-retryable DecisionRefused, naming the field), never held or entered in
+    history; the run then completes as usual."""
+    handle, review_round = await resuming(orch)
+    bad = asyncio.create_task(
+        handle.execute_update(
+            contract.UPDATE_SUBMIT_REVIEW, {"decision": "maybe", "reviewer": "ann"}
+        )
+    )
+    with pytest.raises(WorkflowUpdateFailedError) as refused:
+        await asyncio.wait_for(bad, TASK_PROGRESS_TIMEOUT_S)
+    cause = refused.value.cause
+    assert isinstance(cause, ApplicationError)
+    assert (cause.type, cause.non_retryable) == (errors.DECISION_REFUSED, True)
+    assert cause.message.startswith("invalid review: decision: "), cause.message
+    await resume(orch)
+    approval = {"decision": "approve", "reviewer": "ann", "review_round": review_round}
+    await handle.signal(contract.SIGNAL_REVIEW, approval)
+    result = await asyncio.wait_for(finished(handle), TASK_PROGRESS_TIMEOUT_S)
+    assert result.state == "completed"
     accepted = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
     assert not [e for e in (await handle.fetch_history()).events if e.event_type == accepted]
