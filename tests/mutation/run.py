@@ -54,11 +54,12 @@ REAP_EVERY_S = 10.0
 
 @dataclass
 class Module:
-    """One mutated module's mutants by mutmut status, and the names of its survivors."""
+    """One mutated module's mutants by status, and the names of those not killed."""
 
     path: str
     statuses: Counter[str] = field(default_factory=Counter)
     survivors: list[str] = field(default_factory=list)
+    not_killed: list[str] = field(default_factory=list)
 
     @property
     def total(self) -> int:
@@ -86,12 +87,14 @@ def orphans(session: int) -> list[int]:
     return found
 
 
-def run_mutmut(max_children: int) -> int:
-    """``mutmut run`` afresh, in a session of its own: orphans are stopped as they appear, and
-    whatever is left once mutmut is done."""
-    shutil.rmtree(MUTANTS, ignore_errors=True)
+def run_mutmut(max_children: int, names: list[str] | None = None) -> int:
+    """``mutmut run`` afresh (or again for ``names`` only, against the tests as they are now),
+    in a session of its own: orphans are stopped as they appear, and whatever is left once
+    mutmut is done."""
+    if names is None:
+        shutil.rmtree(MUTANTS, ignore_errors=True)
     process = subprocess.Popen(
-        [str(MUTMUT), "run", "--max-children", str(max_children)],
+        [str(MUTMUT), "run", "--max-children", str(max_children), *(names or [])],
         cwd=ROOT,
         start_new_session=True,
     )
@@ -119,6 +122,8 @@ def results() -> list[Module]:
             module.statuses[status] += 1
             if status == "survived":
                 module.survivors.append(name)
+            if status not in KILLED:
+                module.not_killed.append(name)
         modules.append(module)
     return modules
 
@@ -161,8 +166,19 @@ def main() -> int:
     parser.add_argument(
         "--report-only", action="store_true", help="report the last run's results again"
     )
+    parser.add_argument(
+        "--again",
+        action="store_true",
+        help="run the last run's mutants that were not killed again, against the tests now",
+    )
     args = parser.parse_args()
-    if not args.report_only:
+    if args.again:
+        names = [name for module in results() for name in module.not_killed]
+        status = run_mutmut(args.max_children, names)
+        if status != 0:
+            print(f"mutmut run exited with {status}", file=sys.stderr)
+            return status
+    elif not args.report_only:
         status = run_mutmut(args.max_children)
         if status != 0:
             print(f"mutmut run exited with {status}", file=sys.stderr)

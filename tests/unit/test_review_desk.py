@@ -10,6 +10,7 @@ from pydantic import ValidationError
 from aiorch.ops.reviews import ReviewOutcome, decision_for_round, update_id
 from aiorch.ops.signing import SigningKey
 from tests.builders import AT, history_entry, prompt_plan
+from workflows.documents.graph import GRAPH as DOCUMENTS
 from workflows.engine.graph import Event
 from workflows.engine.reviews import (
     MAX_REFUSAL_CHARS,
@@ -388,3 +389,30 @@ def test_an_operators_forced_end_is_taken_once_and_a_dead_letter_request_stays()
     run.dead_letter_requested = "dead-lettered by oncall"
     assert take_forced_reason(run) == "dead-lettered by oncall"
     assert take_forced_reason(run) == "dead-lettered by oncall"
+
+
+def test_corrected_fields_come_with_an_approval_where_the_pipeline_takes_them() -> None:
+    """In a pipeline whose review can correct fields (documents), an approval with corrected
+    fields is taken and any other decision with fields refused; the LLM pipeline, which takes
+    none, refuses them even with an approval."""
+    run = RunState(state="await_review", review_round=1, plan=plan())
+    approve = decide("alice", fields={"total": 3})
+    assert refusal(DOCUMENTS, run, approve, workflow_id=RUN, pending=None, now=AT) is None
+    reedit = decide("alice", decision="reedit", fields={"total": 3})
+    assert refusal(DOCUMENTS, run, reedit, workflow_id=RUN, pending=None, now=AT) == Refusal(
+        "no_corrections", "corrected fields come with an approval only"
+    )
+    assert refusal(GRAPH, run, approve, workflow_id=RUN, pending=None, now=AT) == Refusal(
+        "no_corrections", f"run {RUN} takes no corrected fields"
+    )
+
+
+def test_a_long_reviewer_name_is_cut_in_every_refusal() -> None:
+    """A reviewer's name (up to 200 characters) appears in a refusal cut to its first 80."""
+    name = "r" * 200
+    waiting = RunState(state=State.AWAIT_REVIEW, review_round=1, plan=plan(requested_by=name))
+    assert refused(decide(name), waiting) == Refusal("own_run", f"{'r' * 80!r} requested this run")
+    revoked = waiting.model_copy(update={"revoked_reviewers": [name]})
+    assert refused(decide(name), revoked) == Refusal(
+        "reviewer_revoked", f"reviewer {'r' * 80!r} was revoked for run {RUN}"
+    )
