@@ -14,7 +14,7 @@ LOCK_BUILD := requirements/build.txt
 # installed faster.
 PIP_INSTALL ?= $(BIN)/python -m pip install
 
-.PHONY: demo dev test test-fast lint typecheck imports unit bench graph screenshots lock clean
+.PHONY: demo dev test test-fast lint typecheck imports unit mutate bench graph screenshots lock clean
 
 $(STAMP): pyproject.toml $(LOCK_DEV)
 	$(PYTHON) -c 'import sys; sys.exit(0 if (3, 11) <= sys.version_info[:2] <= (3, 13) else "Python 3.11, 3.12 or 3.13 is required (set PYTHON=/path/to/python3.x)")'
@@ -57,6 +57,12 @@ imports: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit
 
+## mutate: mutation testing (mutmut) of the modules that enforce security and the contract,
+## against the fast tests that exercise them; prints each module's kill rate and every
+## survivor (docs/mutation.md). On demand only: CI does not run it
+mutate: $(STAMP)
+	$(BIN)/python -m tests.mutation.run
+
 bench: $(STAMP)
 	$(BIN)/python -m bench.run
 
@@ -77,4 +83,4 @@ lock: $(STAMP)
 	$(UV_COMPILE) requirements/build.in -c $(LOCK_DEV) -o $(LOCK_BUILD)
 
 clean:
-	rm -rf $(VENV) .venv-3.* .data .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .venv-3.* .data .mypy_cache .ruff_cache .pytest_cache mutants

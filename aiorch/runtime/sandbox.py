@@ -36,7 +36,7 @@ from temporalio.worker import WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 WORKFLOW_PACKAGE = "workflows"
-THIRD_PARTY_PASS_THROUGH = (
+THIRD_PARTY_PASS_THROUGH: tuple[str, ...] = (
     "jwt",
     "cryptography",
     "opentelemetry",

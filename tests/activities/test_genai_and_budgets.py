@@ -5,6 +5,7 @@ store's own behaviour, which needs a Redis server: tests/e2e/test_capacity_store
 from __future__ import annotations
 
 import json
+import logging
 import socket
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -21,7 +22,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.runtime import MetricBuffer, Runtime, TelemetryConfig
 from temporalio.testing import ActivityEnvironment
 
-from activities.capacity import METRIC_SPEND, CallGate, prompt_tokens
+from activities.capacity import METRIC_SPEND, METRIC_STORE_ERRORS, CallGate, prompt_tokens
 from activities.llm import LlmActivities, build_messages
 from activities.prompt import InputLoader
 from aiorch.devstack.llm_simulator import running_simulator
@@ -220,11 +221,28 @@ async def test_a_prompt_the_model_can_never_admit_fails_for_good(llm: AsyncOpenA
     assert too_large.value.type == "LlmPromptTooLarge"
     assert too_large.value.non_retryable
     assert "\n" not in too_large.value.message
-    assert "1000 tokens per minute sim-large allows" in too_large.value.message
-    assert "estimated at " in too_large.value.message
+    estimate = prompt_tokens(build_messages(call("word " * 3000), None)).estimate
+    assert too_large.value.message == (
+        f"the prompt is estimated at {estimate} tokens; with the reply limit of 100 "
+        f"(LLM_MAX_OUTPUT_TOKENS) the call needs {estimate + 100}, more than the 1000 tokens "
+        "per minute sim-large allows (LLM_RATE_LIMITS): it can never be made"
+    )
     assert recorded.spans.get_finished_spans() == ()
     fits = await ActivityEnvironment().run(recorded.activities.invoke_llm, call("a short one"))
     assert fits.outcome == "answered"
+    # The reply limit counts: a prompt that fits on its own, but not with its reply, fails.
+    short = prompt_tokens(build_messages(call("a short one"), None)).estimate
+    tight = Recorded(
+        llm, capture=False, gate=gate(rate_limits={"sim-large": RateLimit(tpm=short + 99)})
+    )
+    with pytest.raises(ApplicationError) as one_short:
+        await ActivityEnvironment().run(tight.activities.invoke_llm, call("a short one"))
+    assert one_short.value.type == errors.LLM_PROMPT_TOO_LARGE
+    just = Recorded(
+        llm, capture=False, gate=gate(rate_limits={"sim-large": RateLimit(tpm=short + 100)})
+    )
+    answered = await ActivityEnvironment().run(just.activities.invoke_llm, call("a short one"))
+    assert answered.outcome == "answered"
 
 
 async def test_a_budgeted_call_is_never_made_while_the_store_is_down(llm: AsyncOpenAI) -> None:
@@ -273,6 +291,50 @@ async def test_a_budgeted_call_is_never_made_while_the_store_is_down(llm: AsyncO
         assert result.outcome == "answered"
     finally:
         await store.close()
+
+
+async def test_with_the_store_down_calls_go_ahead_logged_and_counted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """With the capacity store down and no tenant budgets, a call is made without the shared
+    rate limit (fail open): the worker logs why and counts each failed store operation
+    (aiorch_capacity_store_errors), and a provider's 429 is still the retryable LlmRateLimited
+    with the provider's delay (the run's retry_llm wait)."""
+    store = CapacityStore(
+        redis.Redis.from_url(f"redis://127.0.0.1:{refused_port()}/0"), lease=timedelta(seconds=3)
+    )
+    buffer = MetricBuffer(10_000)
+    environment = ActivityEnvironment()
+    environment.metric_meter = Runtime(telemetry=TelemetryConfig(metrics=buffer)).metric_meter
+    try:
+        async with running_simulator(tpm=150) as root:
+            client = AsyncOpenAI(base_url=f"{root}/v1", api_key="sim", max_retries=0)
+            open_gate = CallGate(
+                store,
+                base_url=f"{root}/v1",
+                rate_limits={"sim-large": RateLimit(tpm=100_000)},
+                prices=DEFAULT_PRICE_TABLE,
+                tenant_budget=lambda tenant: None,
+                max_output_tokens=10,
+            )
+            activities = LlmActivities(client, InputLoader(), 10, gate=open_gate)
+            with caplog.at_level(logging.WARNING, logger="activities.capacity"):
+                answered = await environment.run(activities.invoke_llm, call("one two"))
+                with pytest.raises(ApplicationError) as limited:
+                    await environment.run(activities.invoke_llm, call("too long " * 40))
+            await client.close()
+    finally:
+        await store.close()
+    assert answered.outcome == "answered"
+    assert limited.value.type == errors.LLM_RATE_LIMITED and not limited.value.non_retryable
+    assert limited.value.next_retry_delay is not None
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings and all(line.startswith("capacity store: ") for line in warnings), warnings
+    admissions = [line for line in warnings if line.endswith("; calling without the shared limit")]
+    assert len(admissions) == 2  # one for each call
+    counted = [u for u in buffer.retrieve_updates() if u.metric.name == METRIC_STORE_ERRORS]
+    assert {u.metric.description for u in counted} == {"Capacity store operations that failed"}
+    assert sum(u.value for u in counted) == len(warnings)  # each failed operation, once
 
 
 async def test_with_tenant_budgets_on_a_tenant_without_one_is_not_called(

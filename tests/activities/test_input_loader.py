@@ -4,7 +4,11 @@ is missing or forbidden. (Against a real S3 endpoint: ``test_input_loader_s3.py`
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
+import resource
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,7 +16,13 @@ import boto3
 import pytest
 from temporalio.exceptions import ApplicationError
 
-from activities.prompt import MAX_SHOWN_REFERENCE, InputLoader
+from activities.prompt import (
+    MAX_SHOWN_REFERENCE,
+    InputLoader,
+    _read_fd,
+    s3_prefix_allows,
+    shown_reference,
+)
 from aiorch.devstack.processes import free_port
 from tests.activities.input_refusals import (
     ERRNO_WORDS,
@@ -54,8 +64,8 @@ def tree(tmp_path: Path) -> Tree:
 
 
 async def test_document_inside_a_root_is_read(tree: Tree) -> None:
-    """A regular file under a root loads, also through a symlink that stays inside the root and
-    through a percent-encoded path."""
+    """A regular file under a root loads, also through a symlink that stays inside the root,
+    through a percent-encoded path and named on ``localhost``."""
     link = tree.root / "latest.txt"
     link.symlink_to(tree.document)
     loader = tree.loader()
@@ -64,6 +74,8 @@ async def test_document_inside_a_root_is_read(tree: Tree) -> None:
     spaced = tree.root / "team" / "with space.txt"
     spaced.write_text("spaced")
     assert await loader.load(spaced.as_uri()) == "spaced"
+    local = f"file://localhost{tree.document.as_posix()}"  # the one host that means this one
+    assert await loader.load(local) == "The quarterly report."
 
 
 async def test_no_roots_refuses_every_file(tree: Tree) -> None:
@@ -232,3 +244,126 @@ async def test_s3_unreachable_is_retryable() -> None:
     assert info.value.type == errors.INPUT_FETCH_FAILED
     assert not info.value.non_retryable
     assert "will be retried" in info.value.message
+
+
+async def test_each_refusal_tells_the_operator_why_in_the_worker_log(
+    tree: Tree, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The caller gets one text for every refusal; the worker's log says which rule refused it,
+    without the reference (the caller's text) or errno text."""
+    os.mkfifo(tree.root / "pipe")
+    reasons = {
+        f"file://{tree.document.as_posix()}?x=1": "not a plain absolute file:// path",
+        f"file://{tree.root.as_posix()}/../outside/secret.txt": (
+            "not a plain absolute file:// path"
+        ),
+        f"{tree.root.as_uri()}/doc%00.txt": "not a plain absolute file:// path",
+        f"{tree.root.as_uri()}/\ud800.txt": "cannot resolve the path",  # no file name encodes it
+        "file:///etc/passwd": "outside INPUT_FILE_ROOTS/CLAIM_CHECK_DIR",
+        (tree.root / "missing.txt").as_uri(): "cannot open it",
+        (tree.root / "pipe").as_uri(): "not a regular file",
+        (tree.root / "team").as_uri(): "not a regular file",
+    }
+    loader = tree.loader()
+    for reference, reason in reasons.items():
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="activities.prompt"):
+            assert template(await refusal(loader, reference), reference) == UNAVAILABLE
+        assert [record.getMessage() for record in caplog.records] == [f"input refused: {reason}"]
+
+
+async def test_a_document_longer_than_one_read_arrives_whole(tree: Tree) -> None:
+    """A file read in several chunks (2.5 MiB here) arrives byte for byte, in order."""
+    content = bytes(range(256)) * (10 * 1024 + 512)
+    big = tree.root / "big.bin"
+    big.write_bytes(content)
+    loader = InputLoader(max_bytes=len(content), file_roots=[tree.root])
+    assert await loader.load_bytes(big.as_uri()) == content
+
+
+def test_a_bounded_read_stops_at_its_limit_and_reads_on_after_a_short_read() -> None:
+    """A read takes at most ``limit`` bytes in all, however much more the source holds; after a
+    short read (a pipe holding less than asked) it waits for the rest, up to the limit."""
+    reader, writer = os.pipe()
+    try:
+        os.write(writer, b"a" * 100)
+        assert _read_fd(reader, 10) == b"a" * 10  # 90 are left in the pipe
+
+        def write_late() -> None:
+            os.write(writer, b"b" * 5)
+            os.close(writer)
+
+        late = threading.Timer(0.2, write_late)
+        late.start()
+        # The first read finds the 90, the next waits for one of the late bytes.
+        assert _read_fd(reader, 91) == b"a" * 90 + b"b"
+        late.join()
+    finally:
+        os.close(reader)
+
+
+def test_a_worker_out_of_file_descriptors_retries_rather_than_refuses(tree: Tree) -> None:
+    """Opening fails because the worker has no file descriptor left (EMFILE): the worker's own
+    passing trouble, so a retryable InputFetchFailed, never the permanent refusal."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    fillers: list[int] = []
+    highest = max(int(fd) for fd in os.listdir("/proc/self/fd"))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (highest + 8, hard))
+    try:
+        with contextlib.suppress(OSError):
+            while True:
+                fillers.append(os.open(os.devnull, os.O_RDONLY))
+        with pytest.raises(ApplicationError) as info:
+            tree.loader()._read_under(
+                tree.document.as_uri(), str(tree.root.resolve()), ["team", "doc.txt"]
+            )
+    finally:
+        for fd in fillers:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert info.value.type == errors.INPUT_FETCH_FAILED and not info.value.non_retryable
+    assert template(info.value, tree.document.as_uri()) == (
+        "input <ref> could not be fetched (the worker is short of resources); it will be retried"
+    )
+
+
+def test_a_reference_is_shown_printable_and_at_most_the_limit_long() -> None:
+    """Error text shows a reference with each unprintable character as ``?``; one longer than
+    MAX_SHOWN_REFERENCE is cut to exactly that many characters, ending in ``...``."""
+    fits = "s3://b/" + "k" * (MAX_SHOWN_REFERENCE - 7)
+    assert shown_reference(fits) == fits
+    longer = fits + "k"
+    assert shown_reference(longer) == longer[: MAX_SHOWN_REFERENCE - 3] + "..."
+    assert len(shown_reference("x" * 10_000)) == MAX_SHOWN_REFERENCE
+    assert shown_reference("s3://b/a\nb\x1bc") == "s3://b/a?b?c"
+
+
+def test_an_s3_prefix_is_a_folder() -> None:
+    """``bucket/prefix`` covers the keys in that folder (with or without its trailing slash),
+    never a sibling that shares the prefix's letters; a bare bucket covers every key."""
+    assert s3_prefix_allows("docs/public", "docs", "public/a.txt")
+    assert s3_prefix_allows("docs/public/", "docs", "public/a.txt")
+    assert not s3_prefix_allows("docs/public", "docs", "public-internal/a.txt")
+    assert not s3_prefix_allows("docs/public", "other", "public/a.txt")
+    assert s3_prefix_allows("docs", "docs", "anything/at/all.txt")
+
+
+async def test_each_s3_refusal_tells_the_operator_why_before_any_call(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An S3 reference outside the allowed prefixes, a folder, an empty key or a ``..`` step
+    is refused before any S3 call (this loader has no client), with the caller's one text and
+    the rule in the worker's log."""
+    loader = s3_loader(None, "docs/public")
+    reasons = {
+        "s3://docs/public/../secret.txt": "not s3://bucket/key",
+        "s3://docs/public/": "not s3://bucket/key",
+        "s3://docs": "not s3://bucket/key",
+        "s3://docs/private/a.txt": "outside INPUT_S3_PREFIXES and the claim-check prefix",
+        "s3://docs/public-internal/a.txt": "outside INPUT_S3_PREFIXES and the claim-check prefix",
+    }
+    for reference, reason in reasons.items():
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="activities.prompt"):
+            assert template(await refusal(loader, reference), reference) == UNAVAILABLE
+        assert [record.getMessage() for record in caplog.records] == [f"input refused: {reason}"]

@@ -154,3 +154,54 @@ async def test_the_operators_allowed_reviewers_bound_every_group() -> None:
     plan = await plan_for(with_policies(allowed_reviewers=["alice", "bob", "dave", "erin"]))
     assert plan.review_stages[0].reviewers == ["alice", "bob"]
     assert plan.review_stages[1].reviewers == ["dave"]
+
+
+async def test_every_setting_the_run_uses_is_taken_from_the_worker() -> None:
+    """The plan carries the worker's settings, each as configured (none left at a default):
+    the model and its fallback, timeouts and backoff, limits, the review token's lifetime and
+    binding to the run chain, notifications, content capture and the budget policy."""
+    settings = Settings(
+        llm_model="model-a",
+        llm_temperature=0.3,
+        llm_fallback_model="model-b",
+        llm_fallback_after=4,
+        llm_timeout_s=42,
+        llm_backoff_initial_s=3,
+        llm_backoff_max_s=30,
+        max_reply_chars=5000,
+        review_token_ttl_s=120,
+        max_feedback_chars=700,
+        reedit_rounds_per_run=2,
+        review_webhook_url="http://127.0.0.1:9/hook",
+        otel_capture_content=True,
+        budget_policy="fail",
+        budget_decision_timeout_s=77,
+    )
+    plan = await plan_for(settings)
+    assert (plan.model, plan.temperature) == ("model-a", 0.3)
+    assert (plan.fallback_model, plan.fallback_after) == ("model-b", 4)
+    assert (plan.llm_timeout_s, plan.backoff_initial_s, plan.backoff_max_s) == (42, 3, 30)
+    assert (plan.max_reply_chars, plan.max_feedback_chars) == (5000, 700)
+    assert (plan.review_token_ttl_s, plan.review_token_binds_run) == (120, True)
+    assert (plan.reedit_rounds_per_run, plan.notify, plan.capture_content) == (2, True, True)
+    assert (plan.budget_policy, plan.budget_timeout_s) == ("fail", 77)
+
+
+async def test_metadata_follows_the_message_as_sorted_json() -> None:
+    """A request's metadata is appended to its message as context: sorted keys, characters
+    kept as they are; without metadata the message is sent as it is."""
+    plan = await plan_for(Settings(), metadata={"ticket": "Å-7", "customer": "Zoë"})
+    assert plan.user_prompt == 'Hi\n\nContext (JSON): {"customer": "Zoë", "ticket": "Å-7"}'
+    assert (await plan_for(Settings())).user_prompt == "Hi"
+
+
+async def test_a_reviewer_list_that_leaves_nobody_is_refused_in_one_line() -> None:
+    """The refusal says which option, against which setting, and the rule."""
+    with pytest.raises(ApplicationError) as info:
+        await plan_for(
+            Settings(allowed_reviewers=["alice"]), options={"allowed_reviewers": ["mallory"]}
+        )
+    assert info.value.message == (
+        "options.allowed_reviewers names nobody the operator allows (ALLOWED_REVIEWERS): "
+        "a request may only narrow the set of reviewers"
+    )

@@ -3,6 +3,7 @@ a new build polls but gets no run until its build is made current with the Tempo
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -18,6 +19,7 @@ from tests.support import ROOT
 pytestmark = pytest.mark.e2e
 
 DEPLOYMENT = "ai-orchestrator"
+STARTER = (sys.executable, "starter.py", "start", "versioned")
 
 
 def _temporal(stack: LocalStack, *args: str) -> subprocess.CompletedProcess[str]:
@@ -30,12 +32,23 @@ def _temporal(stack: LocalStack, *args: str) -> subprocess.CompletedProcess[str]
     )
 
 
+def _event_types(stack: LocalStack, workflow_id: str) -> list[str]:
+    """The run's history as event types (``EVENT_TYPE_WORKFLOW_TASK_STARTED`` once a worker
+    took a task); empty while the run does not exist yet."""
+    shown = _temporal(stack, "workflow", "show", "--workflow-id", workflow_id, "--output", "json")
+    if shown.returncode != 0:
+        return []
+    return [str(event["eventType"]) for event in json.loads(shown.stdout)["events"]]
+
+
 def test_a_versioned_build_gets_runs_once_it_is_made_current(bare_stack: LocalStack) -> None:
-    """With WORKER_VERSIONING on, a run started before any build is current waits (no worker
-    of an unversioned build polls); `temporal worker deployment set-current-version` for the
-    worker's build id hands it the run, which completes; the deployment shows that build as
-    current."""
+    """With WORKER_VERSIONING on, a run started before any build is current waits: once the
+    server lists the worker's build in the deployment (it has seen the worker poll) and the
+    run's first workflow task is scheduled, no worker has started that task, though the
+    worker polls. `temporal worker deployment set-current-version` for the build hands it the
+    run, which completes; the deployment shows that build as current."""
     build = f"b-{uuid.uuid4().hex[:8]}"
+    workflow_id = uuid.uuid4().hex[:24]
     env = process_env(
         bare_stack,
         {
@@ -47,7 +60,7 @@ def test_a_versioned_build_gets_runs_once_it_is_made_current(bare_stack: LocalSt
     worker = start_worker(bare_stack, f"worker-{build}", env)
     try:
         waiting = subprocess.Popen(
-            [sys.executable, "starter.py", "start", "versioned", "--review", "never", "--wait"],
+            [*STARTER, "--id", workflow_id, "--review", "never", "--wait"],
             env=env,
             cwd=ROOT,
             stdout=subprocess.PIPE,
@@ -55,19 +68,25 @@ def test_a_versioned_build_gets_runs_once_it_is_made_current(bare_stack: LocalSt
             text=True,
         )
         try:
-            time.sleep(3)  # long enough for an idle worker to finish the run, were it routed
+            deadline = time.monotonic() + 30
+            while True:  # the build is listed once the server has seen the worker poll
+                listed = _temporal(
+                    bare_stack, "worker", "deployment", "describe", "--name", DEPLOYMENT
+                )
+                history = _event_types(bare_stack, workflow_id)
+                if build in listed.stdout and "EVENT_TYPE_WORKFLOW_TASK_SCHEDULED" in history:
+                    break
+                assert time.monotonic() < deadline, (listed.stdout, listed.stderr, history)
+                time.sleep(0.5)
+            # A poller that may take the task gets it as it is scheduled: none has.
+            assert "EVENT_TYPE_WORKFLOW_TASK_STARTED" not in _event_types(bare_stack, workflow_id)
             assert waiting.poll() is None, "the run completed before its build was current"
 
-            deadline = time.monotonic() + 30
-            while True:  # the version exists once the server has seen the worker poll
-                made = _temporal(
-                    bare_stack,
-                    "worker", "deployment", "set-current-version",
-                    "--deployment-name", DEPLOYMENT, "--build-id", build, "--yes",
-                )  # fmt: skip
-                if made.returncode == 0 or time.monotonic() > deadline:
-                    break
-                time.sleep(0.5)
+            made = _temporal(
+                bare_stack,
+                "worker", "deployment", "set-current-version",
+                "--deployment-name", DEPLOYMENT, "--build-id", build, "--yes",
+            )  # fmt: skip
             assert made.returncode == 0, made.stderr
             out, err = waiting.communicate(timeout=60)
         finally:

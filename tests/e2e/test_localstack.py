@@ -230,7 +230,6 @@ time.sleep(60)
 def test_local_stack_starts_everything_and_stops_by_pid(tmp_path: Path) -> None:
     """The full stack serves all parts, gives its worker an input root and a document store of
     its own, records PIDs, restarts parts, and leaves no process."""
-    pytest.importorskip("aiorch.devstack.llm_simulator")
     (tmp_path / "worker.py").write_text(FAKE_WORKER)
     stack = LocalStack(tmp_path / "data", with_worker=True, worker_cwd=tmp_path)
     with stack:
@@ -262,7 +261,6 @@ def test_local_stack_starts_everything_and_stops_by_pid(tmp_path: Path) -> None:
 
 def test_cli_up_prints_addresses_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
     """`python -m aiorch.devstack up` shows the addresses, and SIGTERM stops every server."""
-    pytest.importorskip("aiorch.devstack.llm_simulator")
     data_dir = tmp_path / "data"
     ports = [str(free_port()) for _ in range(4)]
     args = [sys.executable, "-m", "aiorch.devstack", "up", "--data-dir", str(data_dir)]

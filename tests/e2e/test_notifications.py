@@ -8,6 +8,7 @@ import asyncio
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from aiorch.devstack.processes import free_port
@@ -88,7 +89,22 @@ async def test_one_notification_per_review_wait_and_per_escalation(
     review = await signed(handle, notifying_stack.reviewer_key, "approve", "alice")
     await handle.execute_update(contract.UPDATE_SUBMIT_REVIEW, review)
     assert (await handle.result())["state"] == "completed"
-    await asyncio.sleep(1.0)  # nothing more is on its way
+    # Nothing more is on its way: the closed run's history holds two notifications, both
+    # completed (so neither is retried), and the receiver got those two.
+    history = (await handle.fetch_history()).events
+    notify_ids = {
+        event.event_id
+        for event in history
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        and event.activity_task_scheduled_event_attributes.activity_type.name
+        == contract.ACTIVITY_NOTIFY_REVIEWERS
+    }
+    completed = {
+        event.activity_task_completed_event_attributes.scheduled_event_id
+        for event in history
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
+    }
+    assert len(notify_ids) == 2 and notify_ids <= completed
     assert len([b for b in receiver.bodies if b["workflow_id"] == handle.id]) == 2
     keys = [headers["Idempotency-Key"] for headers, _ in receiver.calls]
     assert len(keys) == len(set(keys))

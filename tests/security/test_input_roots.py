@@ -10,10 +10,12 @@ end to end, and the worker survives all of it.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import boto3
 import pytest
@@ -21,15 +23,23 @@ from temporalio.client import Client
 
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops.results import finished
+from aiorch.runtime.config import DEFAULT_MAX_INPUT_BYTES
 from tests.support.live_runs import request, start
 from tests.support.live_stack import CLOSES_WITHIN_S
 from tests.support.simulator import Simulator
 from workflows.payloads import PipelineResult
 
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
 pytestmark = pytest.mark.e2e
 
 CLAIM_CHECK_BUCKET = "ai-orchestrator-inputs"  # CLAIM_CHECK_BUCKET's default
 REFUSED = "InputUnavailable: input {ref} is not available (missing or not allowed)"
+TOO_LARGE = (
+    "InputUnavailable: input {ref} is larger than the limit of "
+    f"{DEFAULT_MAX_INPUT_BYTES} bytes (MAX_INPUT_BYTES)"
+)
 
 
 @dataclass
@@ -40,6 +50,7 @@ class Target:
     client: Client
     simulator: Simulator
     secret: Path
+    s3: S3Client
 
     @property
     def root(self) -> Path:
@@ -64,7 +75,7 @@ async def target(
         s3.create_bucket(Bucket=bucket)
     s3.put_object(Bucket="some-other-bucket", Key="x", Body=b"other team's data")
     s3.put_object(Bucket=CLAIM_CHECK_BUCKET, Key="private/x", Body=b"not an input")
-    return Target(stack, client, Simulator(stack.addresses.openai_base_url), secret)
+    return Target(stack, client, Simulator(stack.addresses.openai_base_url), secret, s3)
 
 
 def s3_requests(stack: LocalStack) -> str:
@@ -142,7 +153,38 @@ async def test_document_inside_the_root_still_runs(target: Target) -> None:
 
 
 async def test_worker_survives_the_attacks(target: Target) -> None:
-    """After every attack in this module the worker process is still up and serving runs."""
-    assert target.stack.processes["worker"].is_running()
+    """Inputs that would hang or flood a careless reader, each sent three times at once: a FIFO
+    and a link to /dev/zero inside the worker's input root, /dev/zero itself, a sparse 8 GiB
+    file in the root and an S3 object one byte over MAX_INPUT_BYTES under the allowed prefix.
+    Every run fails within 10 s with its one-line reason and calls no LLM, and the same worker
+    process (same PID) is up afterwards and completes a plain run."""
+    root = target.root
+    os.mkfifo(root / "pipe")
+    (root / "zero").symlink_to("/dev/zero")
+    with (root / "huge.bin").open("wb") as sparse:
+        sparse.truncate(8 * 1024**3)
+    target.s3.put_object(
+        Bucket=CLAIM_CHECK_BUCKET,
+        Key="inputs/huge.bin",
+        Body=b"x" * (DEFAULT_MAX_INPUT_BYTES + 1),
+    )
+    worker = target.stack.processes["worker"]
+    pid = worker.pid
+    attacks = {
+        (root / "pipe").as_uri(): REFUSED,
+        (root / "zero").as_uri(): REFUSED,
+        "file:///dev/zero": REFUSED,
+        (root / "huge.bin").as_uri(): TOO_LARGE,
+        f"s3://{CLAIM_CHECK_BUCKET}/inputs/huge.bin": TOO_LARGE,
+    }
+    sent = [reference for reference in attacks for _ in range(3)]
+    runs = await asyncio.gather(*(run_to_end(target.client, ref) for ref in sent))
+    for reference, (run_id, result, seconds) in zip(sent, runs, strict=True):
+        assert result.state == "failed", reference
+        assert seconds < CLOSES_WITHIN_S, (reference, seconds)
+        assert result.history[-1].detail == attacks[reference].format(ref=reference)
+        assert target.simulator.requests(run_id) == []
+
+    assert worker.is_running() and worker.pid == pid
     _, result, _ = await run_to_end(target.client, "Still there?")
     assert result.state == "completed"

@@ -8,6 +8,7 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from temporalio.api.common.v1 import Payload
 from temporalio.api.failure.v1 import Failure
 from temporalio.common import RawValue
@@ -353,6 +354,17 @@ def test_the_sdk_binds_the_codec_through_the_data_converter() -> None:
         (f"k1:{KEY_A},k2:{KEY_B}", None, "set PAYLOAD_KEY_ID"),
         (f"k1:{KEY_A}", "k9", "names no configured key"),
     ],
+    # Stable ids: the keys are new each run (mutmut finds a test by its id in another process).
+    ids=[
+        "empty",
+        "no-key",
+        "space-in-id",
+        "not-base64",
+        "short-key",
+        "id-twice",
+        "two-keys-no-current",
+        "unknown-current",
+    ],
 )
 def test_bad_key_configuration_is_one_line_without_key_material(
     spec: str, current: str | None, problem: str
@@ -437,3 +449,157 @@ def test_payload_converters_share_one_type_adapter_cache() -> None:
     [temporalios] = pydantic_data_converter.payload_converter.to_payloads([request])
     assert ours == temporalios
     assert second.from_payloads([ours], [PipelineRequest]) == [request]
+
+
+def sealed_by_hand(
+    key: bytes, key_id: str, namespace: str | None, workflow_id: str | None, inner: Payload
+) -> Payload:
+    """``inner`` encrypted the way the wire format says, built with AES-GCM directly (not the
+    codec): associated data ``ai-orchestrator/payload/v1`` then key id, namespace and workflow
+    id, each after its length as 4 big-endian bytes; data: a 12-byte nonce, then the
+    ciphertext and tag. None leaves that metadata entry out (read as "")."""
+    aad = b"ai-orchestrator/payload/v1"
+    for part in (key_id, namespace or "", workflow_id or ""):
+        aad += len(part.encode()).to_bytes(4, "big") + part.encode()
+    nonce = bytes(range(12))
+    metadata = {"encoding": b"binary/encrypted", "encryption-key-id": key_id.encode()}
+    if namespace is not None:
+        metadata["encryption-namespace"] = namespace.encode()
+    if workflow_id is not None:
+        metadata["encryption-workflow-id"] = workflow_id.encode()
+    data = nonce + AESGCM(key).encrypt(nonce, inner.SerializeToString(), aad)
+    return Payload(metadata=metadata, data=data)
+
+
+def test_the_wire_format_is_the_documented_one() -> None:
+    """A payload sealed by hand as the format says (so, by an earlier release or another
+    client) opens, bound to its run or to none; the associated data is exactly that layout."""
+    key = base64.b64decode(KEY_A)
+    assert Binding("default", "run-a").associated_data("k1") == (
+        b"ai-orchestrator/payload/v1\x00\x00\x00\x02k1\x00\x00\x00\x07default\x00\x00\x00\x05run-a"
+    )
+    bound = sealed_by_hand(key, "k1", "default", "run-a", plain(CANARY))
+    assert codec().decrypt(bound) == plain(CANARY)
+    assert codec().bound(Binding("default", "run-a")).decrypt(bound) == plain(CANARY)
+    for unbound in (
+        sealed_by_hand(key, "k1", "", "", plain(CANARY)),
+        sealed_by_hand(key, "k1", None, None, plain(CANARY)),
+    ):
+        assert codec().decrypt(unbound) == plain(CANARY)
+
+
+def test_an_activity_without_a_workflow_binds_to_its_namespace_only() -> None:
+    """A standalone activity's context (no workflow id) binds to the namespace and no run."""
+    assert Binding.of(activity_of("default", None)) == Binding("default", "")
+    assert Binding.of(activity_of("default", "run-a")) == Binding("default", "run-a")
+
+
+async def test_each_refusal_says_why_in_one_line() -> None:
+    """Every payload the codec refuses is replaced by a marker whose reason says what is wrong,
+    in one line, naming key ids and never key material."""
+    key = base64.b64decode(KEY_A)
+    two = codec(f"k1:{KEY_A},k2:{KEY_B}", "k1")
+    run_a = two.bound(Binding("default", "run-a"))
+    cases = [
+        (
+            sealed_by_hand(key, "k9", "default", "run-a", plain(CANARY)),
+            "payload is encrypted with key id 'k9', which is not configured (configured: k1, "
+            "k2); add it to PAYLOAD_KEYS to read older data",
+        ),
+        (
+            sealed_by_hand(key, "k2", "default", "run-a", plain(CANARY)),
+            "payload does not decrypt with key 'k2': wrong key material or tampered data (its "
+            "key id, namespace or workflow id changed)",
+        ),
+        (
+            sealed_by_hand(key, "k1", "", "", plain(CANARY)),
+            "payload is encrypted for no run (made outside one, e.g. by the codec server's "
+            "/encode): send it with the project's client (starter.py)",
+        ),
+        (
+            sealed_by_hand(key, "k1", "default", "run-b", plain(CANARY)),
+            "payload is encrypted for another workflow id than this run's: an encrypted "
+            "payload cannot be moved between runs or namespaces",
+        ),
+        (
+            sealed_by_hand(key, "k1", "staging", "run-a", plain(CANARY)),
+            "payload is encrypted for another namespace than this run's: an encrypted "
+            "payload cannot be moved between runs or namespaces",
+        ),
+        (
+            Payload(
+                metadata={"encoding": b"binary/encrypted", "encryption-key-id": b"k1"},
+                data=bytes(12) + b"\xff" * 40,
+            ),
+            "payload does not decrypt with key 'k1': wrong key material or tampered data (its "
+            "key id, namespace or workflow id changed)",
+        ),
+    ]
+    for payload, why in cases:
+        [opened] = await run_a.decode([payload])
+        assert reason(opened) == why
+    not_a_payload = sealed_by_hand(key, "k1", "default", "run-a", plain(CANARY))
+    not_a_payload.data = not_a_payload.data[:12] + AESGCM(key).encrypt(
+        not_a_payload.data[:12],
+        b"\xff\xff not protobuf",
+        Binding("default", "run-a").associated_data("k1"),
+    )
+    [opened] = await run_a.decode([not_a_payload])
+    assert reason(opened) == "malformed encrypted payload"
+
+
+def test_each_key_configuration_problem_is_named_exactly() -> None:
+    """Each bad PAYLOAD_KEYS / PAYLOAD_KEY_ID is refused with a line that names the variable
+    (or the file it came from), the key id and what to do, never the key material."""
+    short = base64.b64encode(b"short").decode()
+    cases = [
+        (
+            "k 1:" + KEY_A,
+            None,
+            "PAYLOAD_KEYS: each entry must be KEY_ID:BASE64KEY with a key id "
+            "of letters, digits, '.', '_' or '-'",
+        ),
+        # A colon inside the material: the id ends at the first one.
+        (f"k1:x:{KEY_A}", None, "PAYLOAD_KEYS: key 'k1' is not valid base64"),
+        (f"k1:{KEY_A[:10]}!{KEY_A[10:]}", None, "PAYLOAD_KEYS: key 'k1' is not valid base64"),
+        (
+            f"k1:{short}",
+            None,
+            "PAYLOAD_KEYS: key 'k1' is 5 bytes; AES-256 needs 32 (generate one "
+            "with `aiorch keys payload`)",
+        ),
+        (
+            f"k1:{KEY_A},k2:{KEY_B}",
+            None,
+            "PAYLOAD_KEYS holds 2 keys; set PAYLOAD_KEY_ID to the one that encrypts new payloads",
+        ),
+        (
+            f"k1:{KEY_A},k2:{KEY_B}",
+            "k9",
+            "PAYLOAD_KEY_ID='k9' names no configured key (configured key ids: k1, k2)",
+        ),
+    ]
+    for spec, current, message in cases:
+        with pytest.raises(ConfigError) as info:
+            KeyRing.parse(spec, current)
+        assert str(info.value) == message
+    with pytest.raises(ConfigError) as info:
+        KeyRing.parse(f"k1:{short}", source="PAYLOAD_KEYS_FILE")
+    assert str(info.value).startswith("PAYLOAD_KEYS_FILE: key 'k1' is 5 bytes")
+    with pytest.raises(ConfigError) as info:
+        KeyRing(keys={}, current_id="k1")
+    assert (
+        str(info.value) == "PAYLOAD_KEY_ID='k1' names no configured key (configured key ids: none)"
+    )
+    with pytest.raises(ConfigError) as info:
+        keyring_from_settings(Settings(payload_key_id="k1"))
+    assert str(info.value) == (
+        "PAYLOAD_KEY_ID is set but no keys are (PAYLOAD_KEYS/PAYLOAD_KEYS_FILE)"
+    )
+
+
+async def test_a_codec_accepts_plain_payloads_unless_told_otherwise() -> None:
+    """Encryption is required only when the codec is built to require it (its default: no)."""
+    plain_codec = EncryptionCodec(KeyRing.parse(f"k1:{KEY_A}"))
+    assert not plain_codec.require_encryption
+    assert await plain_codec.decode([plain(CANARY)]) == [plain(CANARY)]

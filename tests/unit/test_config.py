@@ -49,12 +49,14 @@ def test_environment_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_invalid_value_names_the_variable(
     monkeypatch: pytest.MonkeyPatch, name: str, value: str
 ) -> None:
-    """A bad value fails with one line that names the variable."""
+    """A bad value fails with one line that names the variable and the value it was given,
+    then says what is wrong with it."""
     monkeypatch.setenv(name, value)
     with pytest.raises(ConfigError) as info:
         load_settings()
     message = str(info.value)
-    assert name in message
+    prefix = f"invalid configuration: {name}={value!r}: "
+    assert message.startswith(prefix) and len(message) > len(prefix), message
     assert "\n" not in message
 
 

@@ -3,6 +3,7 @@ cookies and CSRF tokens (aiorch.ops.inbox.auth)."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from datetime import UTC, datetime, timedelta
@@ -49,7 +50,11 @@ def test_new_tokens_are_random_and_only_their_hash_is_stored(tmp_path: Path) -> 
     other, _ = auth.new_token("alice")
     assert token != other and len(token) >= 43
     assert token not in line
-    assert line == f"alice:sha256:{auth.token_digest(token)}"
+    assert line == f"alice:sha256:{hashlib.sha256(token.encode()).hexdigest()}"
+    # SHA-256 of "abc", FIPS 180-2's first example.
+    assert auth.token_digest("abc") == (
+        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+    )
 
 
 def test_a_listed_token_logs_its_reviewer_in_and_others_do_not(tmp_path: Path) -> None:

@@ -10,12 +10,28 @@ from pydantic import ValidationError
 from aiorch.ops.reviews import ReviewOutcome, decision_for_round, update_id
 from aiorch.ops.signing import SigningKey
 from tests.support.builders import AT, history_entry, prompt_plan
-from workflows.engine.reviews import MAX_REFUSAL_CHARS, Refusal, count_refusal, refusal
+from workflows.documents.graph import GRAPH as DOCUMENTS
+from workflows.engine.graph import Event
+from workflows.engine.reviews import (
+    MAX_REFUSAL_CHARS,
+    MAX_REVOKED,
+    Refusal,
+    count_refusal,
+    decision_detail,
+    event_of,
+    invalid,
+    operator_reason,
+    refusal,
+    revoke,
+    take_forced_reason,
+)
 from workflows.llm.graph import GRAPH, State
 from workflows.payloads import (
     MAX_FEEDBACK_CHARS,
+    OperatorRequest,
     PromptPlan,
     ReviewDecision,
+    Revocation,
     RunOptions,
     RunState,
     RunStatus,
@@ -205,3 +221,198 @@ def test_outcome_says_when_the_round_was_decided_by_someone_else() -> None:
     assert mine.applied_as_sent and "approve accepted (round 1)" in mine.describe(RUN)
     assert not theirs.applied_as_sent
     assert "round 1 was already decided (approve by alice)" in theirs.describe(RUN)
+
+
+def refused(decision: ReviewDecision, run: RunState, **given: object) -> Refusal | None:
+    fields: dict[str, object] = {"workflow_id": RUN, "pending": None, "now": AT}
+    fields.update(given)
+    return refusal(GRAPH, run, decision, **fields)  # type: ignore[arg-type]
+
+
+def test_each_refusal_has_its_code_and_its_sentence() -> None:
+    """Every rule refuses with a stable code (the refusal metric's label) and one sentence
+    naming the run; a reviewer's name is cut to 80 characters in it."""
+    waiting = RunState(state=State.AWAIT_REVIEW, review_round=1, plan=plan(["alice"]))
+    long_name = "m" * 200
+    cases = [
+        (
+            decide(),
+            RunState(state=State.INVOKE_LLM, plan=plan()),
+            Refusal("not_awaiting_review", "run is not awaiting review (state: invoke_llm)"),
+        ),
+        (
+            decide(review_round=2),
+            waiting,
+            Refusal("wrong_round", f"review for round 2 refused: run {RUN} is at review round 1"),
+        ),
+        (
+            decide("alice"),
+            RunState(state=State.AWAIT_REVIEW, review_round=1),
+            Refusal("not_awaiting_review", "run has no plan yet"),
+        ),
+        (
+            decide("alice"),
+            waiting.model_copy(update={"revoked_reviewers": ["alice"]}),
+            Refusal("reviewer_revoked", f"reviewer 'alice' was revoked for run {RUN}"),
+        ),
+        (
+            decide(long_name),
+            waiting,
+            Refusal(
+                "reviewer_not_allowed",
+                f"reviewer {'m' * 80!r} is not allowed to review run {RUN}",
+            ),
+        ),
+        (
+            decide("alice"),
+            waiting.model_copy(update={"plan": plan(["alice"], requested_by="alice")}),
+            Refusal("own_run", "'alice' requested this run"),
+        ),
+        (
+            decide("alice", feedback="x" * 101),
+            waiting,
+            Refusal(
+                "feedback_too_long", f"feedback is 101 characters; run {RUN} accepts at most 100"
+            ),
+        ),
+        (
+            decide("alice", fields={"total": 3}),
+            waiting,
+            Refusal("no_corrections", f"run {RUN} takes no corrected fields"),
+        ),
+        (
+            decide("alice", decision="reedit", fields={"total": 3}),
+            waiting,
+            Refusal("no_corrections", "corrected fields come with an approval only"),
+        ),
+    ]
+    for decision, run, expected in cases:
+        assert refused(decision, run) == expected
+    assert refused(decide("bob"), waiting, pending=decide("alice")) == Refusal(
+        "already_decided",
+        f"review round 1 of run {RUN} already has a decision; a decision is applied once",
+    )
+    assert refused(decide("alice", feedback="x" * 100), waiting) is None  # at the limit
+
+
+def test_a_revoked_key_no_longer_signs_for_the_run() -> None:
+    """A token signed by a key the run has revoked is refused as signed by an unknown key."""
+    keyed = RunState(state=State.AWAIT_REVIEW, review_round=1, plan=plan(keys=True))
+    assert refused(signed(decide()), keyed) is None
+    revoked = keyed.model_copy(update={"revoked_keys": ["inbox"]})
+    assert refused(signed(decide()), revoked) == Refusal(
+        "unauthenticated", "review token is signed with a key this run does not know"
+    )
+
+
+def test_the_plan_says_whether_a_token_names_the_run_chain_and_how_long_it_lives() -> None:
+    """With ``review_token_binds_run`` a token must name the run chain it decides; without, the
+    chain is not asked. With ``review_token_ttl_s`` a longer-lived token is refused."""
+    keyed = plan(keys=True)
+    binding = RunState(
+        state=State.AWAIT_REVIEW,
+        review_round=1,
+        plan=keyed.model_copy(update={"review_token_binds_run": True}),
+    )
+    other_chain = signed(decide(), run_id="chain-2")
+    assert refused(other_chain, binding, chain_id="chain-1") == Refusal(
+        "unauthenticated", "review token was issued for another run of this workflow id"
+    )
+    assert refused(signed(decide(), run_id="chain-1"), binding, chain_id="chain-1") is None
+    loose = RunState(state=State.AWAIT_REVIEW, review_round=1, plan=keyed)
+    assert refused(other_chain, loose, chain_id="chain-1") is None
+    short_lived = RunState(
+        state=State.AWAIT_REVIEW,
+        review_round=1,
+        plan=keyed.model_copy(update={"review_token_ttl_s": 60.0}),
+    )
+    assert refused(signed(decide()), short_lived) == Refusal(
+        "unauthenticated",
+        "review token lives 600 s; the run accepts at most 60 s (REVIEW_TOKEN_TTL_S)",
+    )
+    shown = RunState(state=State.AWAIT_REVIEW, review_round=1, plan=keyed)
+    assert refused(signed(decide(), digest="c0ffee"), shown, digest=lambda: "decaf") == Refusal(
+        "unauthenticated", "review token was issued for other content than the run shows"
+    )
+
+
+def test_an_accepted_decision_is_described_in_one_line() -> None:
+    """An applied decision's detail names the decision and reviewer, then how many fields were
+    corrected, then the feedback; its event is the decision's own, or ``correct`` for an
+    approval with corrected fields."""
+    assert decision_detail(decide("alice")) == "approve by alice"
+    reedit = decide("bob", decision="reedit", feedback="shorter")
+    assert decision_detail(reedit) == "reedit by bob: shorter"
+    corrected = decide("ann", fields={"total": 3, "vendor": "x"}, feedback="fixed")
+    assert decision_detail(corrected) == "approve by ann with 2 corrected field(s): fixed"
+    assert (event_of(decide()), event_of(reedit), event_of(corrected)) == (
+        Event.APPROVE,
+        Event.REEDIT,
+        Event.CORRECT,
+    )
+    assert event_of(decide(decision="reject")) == Event.REJECT
+    assert invalid("no reviewer") == Refusal("invalid_payload", "invalid review: no reviewer")
+
+
+def test_an_operator_action_on_a_review_records_who_and_why() -> None:
+    """An operator's action on a waiting review records its name, the operator and the reason;
+    outside a review state it records nothing."""
+    waiting = RunState(state=State.AWAIT_REVIEW)
+    request = OperatorRequest(operator="oncall", reason="stale")
+    assert operator_reason(GRAPH, waiting, request, "expire_review") == (
+        "expire_review by oncall: stale"
+    )
+    assert operator_reason(GRAPH, waiting, OperatorRequest(operator="oncall"), "x") == "x by oncall"
+    assert operator_reason(GRAPH, RunState(state=State.INVOKE_LLM), request, "x") is None
+
+
+def test_revocations_add_up_without_repeats_and_stay_bounded() -> None:
+    """Revoked keys and reviewers accumulate in the order revoked, each once, keeping the
+    newest 100 of each."""
+    run = RunState(state=State.AWAIT_REVIEW)
+    revoke(run, Revocation(operator="sec", key_ids=["k1", "k2"], reviewers=["mallory"]))
+    revoke(run, Revocation(operator="sec", key_ids=["k2", "k3"], reviewers=["mallory", "eve"]))
+    assert (run.revoked_keys, run.revoked_reviewers) == (["k1", "k2", "k3"], ["mallory", "eve"])
+    for batch in range(3):  # 150 more keys, in revocations of 50
+        ids = [f"x{n}" for n in range(batch * 50, batch * 50 + 50)]
+        revoke(run, Revocation(operator="sec", key_ids=ids))
+    assert len(run.revoked_keys) == MAX_REVOKED
+    assert run.revoked_keys[-1] == "x149" and run.revoked_keys[0] == "x50"
+
+
+def test_an_operators_forced_end_is_taken_once_and_a_dead_letter_request_stays() -> None:
+    """A forced end of a review wait is consumed when taken; a dead-letter request ends every
+    wait until the run is dead-lettered, so it stays."""
+    run = RunState(state=State.AWAIT_REVIEW, forced_timeout="expire_review by oncall")
+    assert take_forced_reason(run) == "expire_review by oncall"
+    assert take_forced_reason(run) is None
+    run.dead_letter_requested = "dead-lettered by oncall"
+    assert take_forced_reason(run) == "dead-lettered by oncall"
+    assert take_forced_reason(run) == "dead-lettered by oncall"
+
+
+def test_corrected_fields_come_with_an_approval_where_the_pipeline_takes_them() -> None:
+    """In a pipeline whose review can correct fields (documents), an approval with corrected
+    fields is taken and any other decision with fields refused; the LLM pipeline, which takes
+    none, refuses them even with an approval."""
+    run = RunState(state="await_review", review_round=1, plan=plan())
+    approve = decide("alice", fields={"total": 3})
+    assert refusal(DOCUMENTS, run, approve, workflow_id=RUN, pending=None, now=AT) is None
+    reedit = decide("alice", decision="reedit", fields={"total": 3})
+    assert refusal(DOCUMENTS, run, reedit, workflow_id=RUN, pending=None, now=AT) == Refusal(
+        "no_corrections", "corrected fields come with an approval only"
+    )
+    assert refusal(GRAPH, run, approve, workflow_id=RUN, pending=None, now=AT) == Refusal(
+        "no_corrections", f"run {RUN} takes no corrected fields"
+    )
+
+
+def test_a_long_reviewer_name_is_cut_in_every_refusal() -> None:
+    """A reviewer's name (up to 200 characters) appears in a refusal cut to its first 80."""
+    name = "r" * 200
+    waiting = RunState(state=State.AWAIT_REVIEW, review_round=1, plan=plan(requested_by=name))
+    assert refused(decide(name), waiting) == Refusal("own_run", f"{'r' * 80!r} requested this run")
+    revoked = waiting.model_copy(update={"revoked_reviewers": [name]})
+    assert refused(decide(name), revoked) == Refusal(
+        "reviewer_revoked", f"reviewer {'r' * 80!r} was revoked for run {RUN}"
+    )

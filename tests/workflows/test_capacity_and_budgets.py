@@ -98,7 +98,14 @@ async def test_a_rejected_overspend_fails_the_run_with_budget_exceeded(
 
     result = await finished(handle)
     assert result.state == "failed"
-    assert events(result.history)[-1] == "overspend_rejected"
+    rejected = entry_for(result.history, "overspend_rejected")
+    assert (rejected.detail, rejected.reviewer) == (
+        f"{errors.BUDGET_EXCEEDED}: overspend rejected by ops-bob",
+        "ops-bob",
+    )
+    assert entry_for(result.history, "over_budget").detail == (
+        f"{errors.BUDGET_EXCEEDED}: run budget: spent $0.0100 of $0.0100"
+    )
     status = await orch.status(handle)
     assert status.last_error == f"{errors.BUDGET_EXCEEDED}: overspend rejected by ops-bob"
     assert len(orch.fakes.llm_calls) == 1
@@ -120,6 +127,8 @@ async def test_no_decision_in_time_dead_letters_the_run(orch: Orchestration) -> 
         entry_for(result.history, "budget_timeout").at,
         600,
     )
+    timed_out = entry_for(result.history, "budget_timeout")
+    assert timed_out.detail == f"{errors.BUDGET_EXCEEDED}: no budget decision in 600s"
     [message] = orch.fakes.dead_letters
     assert message.message.failed_state == "await_budget"
     assert (message.message.last_error or "").startswith(errors.BUDGET_EXCEEDED)
@@ -136,6 +145,9 @@ async def test_policy_fail_dead_letters_at_once(orch: Orchestration) -> None:
     assert result.state == "dead_letter"
     assert path(result.history)[-2:] == ["invoke_llm", "dead_letter"]
     assert events(result.history)[-1] == "budget_exceeded"
+    assert entry_for(result.history, "budget_exceeded").detail == (
+        f"{errors.BUDGET_EXCEEDED}: tenant 'acme' daily budget: spent $5 of $5"
+    )
     [message] = orch.fakes.dead_letters
     assert message.message.failed_state == "invoke_llm"
     assert message.message.attempts == 0

@@ -10,6 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
@@ -179,3 +180,78 @@ async def test_a_budget_decision_sent_while_a_run_resumes_is_judged_by_the_budge
     await handle.execute_update(contract.UPDATE_SUBMIT_REVIEW, approval, result_type=RunStatus)
     result = await asyncio.wait_for(finished(handle), TASK_PROGRESS_TIMEOUT_S)
     assert result.state == "completed"
+
+
+async def test_a_flood_while_a_run_resumes_is_held_only_up_to_the_cap(
+    orch: Orchestration,
+) -> None:
+    """64 reviews sent while a run resumes are held, and judged once its state is in place; the
+    65th, a valid approval, is refused at once as one too many and never applied, so a flood in
+    that moment cannot grow the run's memory without bound. An update beyond the cap is refused
+    with that reason; a review sent once the run is admitted is judged as usual and completes
+    the run."""
+    handle, review_round = await resuming(orch)
+    stale = {"decision": "approve", "reviewer": "mallory", "review_round": review_round + 1}
+    for _ in range(64):
+        await handle.signal(contract.SIGNAL_REVIEW, stale)
+    approval = {"decision": "approve", "reviewer": "ann", "review_round": review_round}
+    await handle.signal(contract.SIGNAL_REVIEW, approval)
+    update = asyncio.create_task(
+        handle.execute_update(contract.UPDATE_SUBMIT_REVIEW, approval, result_type=RunStatus)
+    )
+    await asyncio.sleep(0.2)  # refused by the validator, before the run resumes
+    await resume(orch)
+    with pytest.raises(WorkflowUpdateFailedError) as refused:
+        await asyncio.wait_for(update, TASK_PROGRESS_TIMEOUT_S)
+    assert isinstance(refused.value.cause, ApplicationError)
+    assert refused.value.cause.non_retryable
+    assert refused.value.cause.message == (
+        "invalid review: too many sent while the run was resuming"
+    )
+
+    # The three junk reviews before the flood, then the 64 held: all refused.
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + TASK_PROGRESS_TIMEOUT_S
+    while (status := await orch.status(handle)).reviews_refused < 3 + 64:
+        assert loop.time() < deadline, status.reviews_refused
+        await asyncio.sleep(0.05)
+    assert status.last_refusal == (
+        f"review for round {review_round + 1} refused: run {handle.id} is at review round "
+        f"{review_round}"
+    )
+    assert status.state == "await_review"  # the approval past the cap was not applied
+
+    await handle.signal(contract.SIGNAL_REVIEW, approval)
+    result = await asyncio.wait_for(finished(handle), TASK_PROGRESS_TIMEOUT_S)
+    assert result.state == "completed"
+    assert [entry.reviewer for entry in result.history if entry.event == "approve"] == ["ann"]
+    # Refused by its validator: the update never entered the history.
+    accepted = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
+    assert not [e for e in (await handle.fetch_history()).events if e.event_type == accepted]
+
+
+async def test_an_update_that_does_not_decode_is_refused_at_once_while_a_run_resumes(
+    orch: Orchestration,
+) -> None:
+    """While a run resumes, an update whose payload is not a review is refused at once by its
+    validator (non-retryable DecisionRefused, naming the field), never held or entered in
+    history; the run then completes as usual."""
+    handle, review_round = await resuming(orch)
+    bad = asyncio.create_task(
+        handle.execute_update(
+            contract.UPDATE_SUBMIT_REVIEW, {"decision": "maybe", "reviewer": "ann"}
+        )
+    )
+    with pytest.raises(WorkflowUpdateFailedError) as refused:
+        await asyncio.wait_for(bad, TASK_PROGRESS_TIMEOUT_S)
+    cause = refused.value.cause
+    assert isinstance(cause, ApplicationError)
+    assert (cause.type, cause.non_retryable) == (errors.DECISION_REFUSED, True)
+    assert cause.message.startswith("invalid review: decision: "), cause.message
+    await resume(orch)
+    approval = {"decision": "approve", "reviewer": "ann", "review_round": review_round}
+    await handle.signal(contract.SIGNAL_REVIEW, approval)
+    result = await asyncio.wait_for(finished(handle), TASK_PROGRESS_TIMEOUT_S)
+    assert result.state == "completed"
+    accepted = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
+    assert not [e for e in (await handle.fetch_history()).events if e.event_type == accepted]

@@ -62,8 +62,11 @@ async def test_reedit_passes_feedback_to_the_next_llm_call(orch: Orchestration) 
     await orch.wait_for_state(handle, "await_review")
 
     after_first = await submit(handle, "reedit", feedback="Cite your sources.")
-    assert entry_for(after_first.history, "reedit").detail == (
-        "reedit by alice: Cite your sources."
+    reedit = entry_for(after_first.history, "reedit")
+    assert (reedit.detail, reedit.reviewer, reedit.feedback) == (
+        "reedit by alice: Cite your sources.",
+        "alice",
+        "Cite your sources.",
     )
     await orch.wait_for_state(handle, "await_review")
     await submit(handle, "reedit", reviewer="bob")

@@ -1,0 +1,47 @@
+"""What a continued run holds before its state is in place (``Admission``): every decision and
+operator action, in the order it came, but at most 64 (docs/contract.md, "decisions while a run
+resumes"), so a flood sent in that moment cannot grow the run's memory without bound."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from workflows.engine.inbound import Admission
+
+# The contract's cap, spelt out rather than read from the code.
+HELD_AT_MOST = 64
+
+
+def recorder(into: list[int], n: int) -> Callable[[], None]:
+    return lambda: into.append(n)
+
+
+def test_before_admission_everything_is_held_and_delivered_in_order() -> None:
+    """Deferred actions wait until ``admit``, then run once each, in the order they came;
+    after admission nothing is held (the caller acts at once)."""
+    admission = Admission()
+    delivered: list[int] = []
+    for n in range(3):
+        assert admission.defer(recorder(delivered, n))
+    assert delivered == []
+    admission.admit()
+    assert delivered == [0, 1, 2]
+    assert not admission.defer(recorder(delivered, 3))
+    assert delivered == [0, 1, 2]
+
+
+def test_a_flood_before_admission_is_held_only_up_to_the_cap() -> None:
+    """Of 100 actions sent before admission, the first 64 are held and delivered; the other 36
+    go to their overflow (a decision's refusal) at once and are never delivered; without an
+    overflow one is dropped. ``full`` says so until the run is admitted."""
+    admission = Admission()
+    delivered: list[int] = []
+    overflowed: list[int] = []
+    for n in range(100):
+        assert admission.defer(recorder(delivered, n), overflow=recorder(overflowed, n))
+        assert admission.full == (n + 1 >= HELD_AT_MOST)
+    assert admission.defer(recorder(delivered, 100))  # no overflow: dropped
+    assert overflowed == list(range(HELD_AT_MOST, 100))
+    admission.admit()
+    assert delivered == list(range(HELD_AT_MOST))
+    assert not admission.full
