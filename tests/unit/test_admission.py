@@ -45,3 +45,18 @@ def test_a_flood_before_admission_is_held_only_up_to_the_cap() -> None:
     admission.admit()
     assert delivered == list(range(HELD_AT_MOST))
     assert not admission.full
+
+
+def test_what_runs_after_admission_runs_after_the_held_and_at_once_once_admitted() -> None:
+    """An act registered before admission runs once, after every held action is delivered; one
+    registered once the run is admitted runs at once."""
+    admission = Admission()
+    order: list[int] = []
+    admission.defer(recorder(order, 1))
+    admission.after_admission(recorder(order, 2))
+    admission.defer(recorder(order, 3))
+    assert order == []
+    admission.admit()
+    assert order == [1, 3, 2]
+    admission.after_admission(recorder(order, 4))
+    assert order == [1, 3, 2, 4]

@@ -79,6 +79,7 @@ class Admission:
     def __init__(self) -> None:
         self.admitted = False
         self._held: list[Callable[[], None]] = []
+        self._after: list[Callable[[], None]] = []
 
     @property
     def full(self) -> bool:
@@ -106,6 +107,16 @@ class Admission:
         held, self._held = self._held, []
         for deliver in held:
             deliver()
+        after, self._after = self._after, []
+        for act in after:
+            act()
+
+    def after_admission(self, act: Callable[[], None]) -> None:
+        """Call ``act`` once the run is admitted, after what was held (at once if it is)."""
+        if self.admitted:
+            act()
+        else:
+            self._after.append(act)
 
 
 OVERFLOW: Final = "too many sent while the run was resuming"
@@ -145,17 +156,27 @@ class DecisionInbox(Generic[D, R]):
     # Decisions accepted and applied so far: an update waits until its own is applied.
     accepted: int = 0
     applied: int = 0
+    # Signals refused as one too many before admission, counted once the run's state is in
+    # place: counted at once, they would land on the blank state the carried state replaces.
+    overflowed: int = 0
 
     def signal(self, args: Sequence[RawValue]) -> None:
         """The signal: hold the decision, or count the refusal."""
-        if self.admission.defer(
-            lambda: self.signal(args),
-            overflow=lambda: self.count(self.invalid(OVERFLOW)),
-        ):
+        if self.admission.defer(lambda: self.signal(args), overflow=self._overflow):
             return
         _, refused = self._accept(args)
         if refused is not None:
             self.count(refused)
+
+    def _overflow(self) -> None:
+        self.overflowed += 1
+        if self.overflowed == 1:
+            self.admission.after_admission(self._count_overflowed)
+
+    def _count_overflowed(self) -> None:
+        for _ in range(self.overflowed):
+            self.count(self.invalid(OVERFLOW))
+        self.overflowed = 0
 
     def validate(self, args: Sequence[RawValue]) -> None:
         """The update's validator.
