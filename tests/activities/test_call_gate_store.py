@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Iterator, Sequence
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,11 +26,10 @@ from activities.capacity import (
     today,
 )
 from activities.pricing import estimate_cost
-from aiorch.devstack.processes import ManagedProcess, free_port
-from aiorch.devstack.servers import start_capacity_store
 from aiorch.runtime.capacity import CapacityStore, ProviderSignal, scope_name
 from aiorch.runtime.config import DEFAULT_PRICE_TABLE, RateLimit
 from tests.activities.llm_calls import call
+from tests.support.capacity_store import capacity_store_url
 from workflows import errors
 
 pytestmark = pytest.mark.e2e
@@ -50,14 +48,7 @@ LEASE = timedelta(seconds=0.6)
 
 @pytest.fixture(scope="module")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = free_port()
-    process: ManagedProcess = start_capacity_store(
-        port=port, log_dir=Path(tmp_path_factory.mktemp("redis"))
-    )
-    try:
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        process.stop()
+    yield from capacity_store_url(tmp_path_factory)
 
 
 @pytest_asyncio.fixture

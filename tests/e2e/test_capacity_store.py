@@ -6,15 +6,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Iterator
 from datetime import date, timedelta
-from pathlib import Path
 
 import pytest
 import pytest_asyncio
 import redis.asyncio as redis
 
-from aiorch.devstack.processes import ManagedProcess, free_port
-from aiorch.devstack.servers import start_capacity_store
 from aiorch.runtime.capacity import CapacityStore, ProviderSignal, scope_name
+from tests.support.capacity_store import capacity_store_url
 
 pytestmark = pytest.mark.e2e
 
@@ -23,14 +21,7 @@ SCOPE = scope_name("http://127.0.0.1:1/v1", "sim-large")
 
 @pytest.fixture(scope="module")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = free_port()
-    process: ManagedProcess = start_capacity_store(
-        port=port, log_dir=Path(tmp_path_factory.mktemp("redis"))
-    )
-    try:
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        process.stop()
+    yield from capacity_store_url(tmp_path_factory)
 
 
 async def fresh_store(redis_server: str, lease: timedelta) -> CapacityStore:

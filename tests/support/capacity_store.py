@@ -1,0 +1,23 @@
+"""A capacity store (the Redis-compatible server the dev stack runs) of a test's own."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from aiorch.devstack.processes import ManagedProcess, free_port
+from aiorch.devstack.servers import start_capacity_store
+
+
+def capacity_store_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Start a capacity store on a free port, yield its URL, and stop it by its PID."""
+    port = free_port()
+    process: ManagedProcess = start_capacity_store(
+        port=port, log_dir=Path(tmp_path_factory.mktemp("redis"))
+    )
+    try:
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        process.stop()
