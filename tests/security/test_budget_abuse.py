@@ -23,7 +23,7 @@ from temporalio.client import Client
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops.results import finished
 from aiorch.runtime.capacity import CapacityStore
-from aiorch.runtime.config import Settings
+from tests.support.capacity_store import operator_view
 from tests.support.live_runs import request, start
 from tests.support.live_stack import E2E_WORKER_ENV, starter
 from tests.support.simulator import Simulator
@@ -64,14 +64,8 @@ def stack_options() -> dict[str, Any]:
 
 @pytest_asyncio.fixture
 async def store(stack: LocalStack) -> AsyncIterator[CapacityStore]:
-    """The operator's view of the capacity store the worker uses."""
-    settings = Settings(capacity_store_url=stack.addresses.capacity_store_url)
-    capacity = CapacityStore.from_settings(settings)
-    assert capacity is not None
-    try:
+    async with operator_view(stack) as capacity:
         yield capacity
-    finally:
-        await capacity.close()
 
 
 def billed(simulator: Simulator, run_ids: Sequence[str]) -> tuple[int, float]:

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 
 from aiorch.devstack.processes import ManagedProcess, free_port
 from aiorch.devstack.servers import start_capacity_store
+from aiorch.devstack.stack import LocalStack
+from aiorch.runtime.capacity import CapacityStore
+from aiorch.runtime.config import Settings
 
 
 def capacity_store_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
@@ -21,3 +25,15 @@ def capacity_store_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str
         yield f"redis://127.0.0.1:{port}/0"
     finally:
         process.stop()
+
+
+@asynccontextmanager
+async def operator_view(stack: LocalStack) -> AsyncIterator[CapacityStore]:
+    """The operator's view of the capacity store a local stack's worker uses."""
+    settings = Settings(capacity_store_url=stack.addresses.capacity_store_url)
+    capacity = CapacityStore.from_settings(settings)
+    assert capacity is not None
+    try:
+        yield capacity
+    finally:
+        await capacity.close()
