@@ -34,7 +34,7 @@ import re
 import time
 from collections.abc import Mapping
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 import openai
 from openai import AsyncOpenAI
@@ -43,7 +43,14 @@ from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.capacity import Admission, CallGate, Settlement, call_key, record_spend
+from activities.capacity import (
+    Admission,
+    CallGate,
+    Settlement,
+    SpendHold,
+    call_key,
+    record_spend,
+)
 from activities.documents.extract import document_text
 from activities.heartbeat import HEARTBEAT_EVERY, heartbeat_while
 from activities.pricing import estimate_cost
@@ -69,11 +76,17 @@ from workflows.payloads import (
     TokenUsage,
 )
 
-if TYPE_CHECKING:
-    from activities.batch import BatchLane
-
 log = logging.getLogger(__name__)
 CacheScope = Literal["off", "pipeline", "tenant"]
+
+
+class BatchQueue(Protocol):
+    """Where a call in the batch lane goes (``activities.batch.BatchLane``)."""
+
+    async def enqueue(
+        self, call: LlmCallInput, hold: SpendHold | None, *, pipeline: str, digest: str | None
+    ) -> LlmCallResult: ...
+
 
 _FENCE = re.compile(r"^\s*```(?:json)?\s*\n(?P<body>.*?)\n\s*```\s*$", re.DOTALL)
 PERMANENT_STATUSES = frozenset({400, 401, 403, 404, 422})
@@ -453,7 +466,7 @@ class LlmActivities:
         telemetry: GenAiTelemetry | None = None,
         budgeted_tenants: frozenset[str] = frozenset(),
         results: ResultCache | None = None,
-        batch: BatchLane | None = None,
+        batch: BatchQueue | None = None,
         cache_scope: CacheScope = "off",
     ) -> None:
         self._client = client
