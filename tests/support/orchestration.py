@@ -35,7 +35,12 @@ from tests.support.scripted_activities import (
     HeldLineage,
     Reply,
 )
-from tests.support.time_skipping import POLL_INTERVAL_S, TASK_PROGRESS_TIMEOUT_S, assert_time_skips
+from tests.support.time_skipping import (
+    POLL_INTERVAL_S,
+    TASK_PROGRESS_TIMEOUT_S,
+    assert_time_skips,
+    skip_time,
+)
 from workflows import contract
 from workflows.engine.graph import TERMINAL_STATES
 from workflows.llm.graph import State
@@ -179,7 +184,7 @@ class Orchestration:
         handle = await self.awaiting_review(
             reply or Reply(needs_review=True), options={"review_timeout_s": review_timeout_s}
         )
-        await self.env.sleep(timedelta(seconds=review_timeout_s + 1))
+        await skip_time(self.env, timedelta(seconds=review_timeout_s + 1))
         await self.wait_for_state(handle, "escalate")
         return handle
 

@@ -12,7 +12,7 @@ layer runs on, and how it behaves, which the harness relies on:
   registers ``AiState`` and ``AiStateSince`` (it implements AddSearchAttributes but not
   ListSearchAttributes).
 
-Timers (review timeout, escalation timeout, retry backoff) are crossed with ``env.sleep`` or by
+Timers (review timeout, escalation timeout, retry backoff) are crossed with ``skip_time`` or by
 awaiting the result, which lets the server skip time; real waiting is only ever for workflow
 *task* progress, bounded here.
 """
@@ -27,6 +27,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
+from temporalio.api.testservice.v1 import SleepRequest
 from temporalio.testing import WorkflowEnvironment
 
 from aiorch.runtime.temporal import SEARCH_ATTRIBUTES, AiOrchestratorPlugin
@@ -38,6 +39,10 @@ TASK_PROGRESS_TIMEOUT_S = 10.0
 POLL_INTERVAL_S = 0.02
 # Skipped time is exact, but activities and workflow tasks between two entries take real time.
 TASK_LATENCY_SLACK = timedelta(seconds=2)
+# Real time one skip may take. The server moves its clock only once every workflow task in
+# flight is done, which on a loaded 2-core machine can outlast the client's default deadline
+# for a call; a skip that fails halfway leaves the test nothing to retry.
+SKIP_DEADLINE = timedelta(minutes=2)
 
 
 @asynccontextmanager
@@ -60,6 +65,13 @@ async def time_skipping_server() -> AsyncIterator[WorkflowEnvironment]:
             )
         )
         yield environment
+
+
+async def skip_time(env: WorkflowEnvironment, duration: timedelta) -> None:
+    """``env.sleep(duration)``, with ``SKIP_DEADLINE`` as the call's deadline."""
+    request = SleepRequest()
+    request.duration.FromTimedelta(duration)
+    await env.client.test_service.unlock_time_skipping_with_sleep(request, timeout=SKIP_DEADLINE)
 
 
 async def assert_time_skips(env: WorkflowEnvironment) -> None:

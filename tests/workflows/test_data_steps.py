@@ -23,6 +23,7 @@ from tests.support.builders import new_request_id
 from tests.support.orchestration import Orchestration, data_plans, pipeline_settings
 from tests.support.pipeline_files import TRIAGE, TRIAGE_V1, TRIAGE_V2, write_pipeline
 from tests.support.scripted_activities import HeldLineage, Reply
+from tests.support.time_skipping import skip_time
 from tests.workflows.data_workflows import (
     SHOUT,
     SHOUTING,
@@ -335,7 +336,7 @@ async def test_a_review_step_s_timeouts_and_reviewers_are_its_own(orch: Orchestr
             result_type=RunStatus,
         )
     assert "not allowed" in str(refused.value.cause)
-    await orch.env.sleep(timedelta(seconds=121))
+    await skip_time(orch.env, timedelta(seconds=121))
     await orch.wait_for_state(handle, "reply_review_escalated")
     with pytest.raises(WorkflowFailureError):
         await handle.result()

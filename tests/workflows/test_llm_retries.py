@@ -18,7 +18,7 @@ from tests.support.scripted_activities import (
     rate_limited,
     server_error,
 )
-from tests.support.time_skipping import assert_waited
+from tests.support.time_skipping import assert_waited, skip_time
 from workflows import errors
 
 
@@ -38,10 +38,10 @@ async def test_retry_after_is_waited_in_workflow_time(orch: Orchestration) -> No
     backing_off = await orch.wait_for_state(handle, "retry_llm")
     assert (backing_off.status, backing_off.attempts) == ("Processing", 1)
     assert backing_off.last_error == "LlmRateLimited: HTTP 429 from the LLM: rate limit exceeded"
-    await orch.env.sleep(timedelta(seconds=29))
+    await skip_time(orch.env, timedelta(seconds=29))
     assert await handle.query("state") == "retry_llm"
     assert len(orch.fakes.llm_calls) == 1
-    await orch.env.sleep(timedelta(seconds=2))
+    await skip_time(orch.env, timedelta(seconds=2))
     await orch.wait_for_state(handle, "retry_llm")
     assert len(orch.fakes.llm_calls) == 2
 
@@ -84,7 +84,7 @@ async def test_fallback_model_after_consecutive_failures(orch: Orchestration) ->
     handle = await orch.start(review="auto")
     # Skip past both backoffs (at most 1 s + 2 s) in workflow time, well short of the review
     # timeout; then wait for the task that parks the run in await_review.
-    await orch.env.sleep(timedelta(seconds=10))
+    await skip_time(orch.env, timedelta(seconds=10))
     waiting = await orch.wait_for_state(handle, "await_review")
     assert waiting.model == FALLBACK_MODEL
     await handle.signal("review", {"decision": "reedit", "reviewer": "ann", "feedback": "again"})

@@ -12,7 +12,7 @@ from tests.support.history_events import scheduled_activities
 from tests.support.orchestration import Orchestration
 from tests.support.run_history import entry_for
 from tests.support.scripted_activities import Reply
-from tests.support.time_skipping import assert_waited
+from tests.support.time_skipping import assert_waited, skip_time
 from workflows import contract, errors
 
 
@@ -25,7 +25,7 @@ async def test_a_review_wait_and_its_escalation_each_notify_once(orch: Orchestra
     handle = await orch.start(review="auto", options={"review_timeout_s": 600})
 
     waiting = await orch.wait_for_state(handle, "await_review")
-    await orch.env.sleep(timedelta(seconds=1))  # lets the started notice run
+    await skip_time(orch.env, timedelta(seconds=1))  # lets the started notice run
     [needed] = orch.fakes.notices
     entered = entry_for(waiting.history, "needs_review")
     assert (needed.workflow_id, needed.reason, needed.state) == (
@@ -37,9 +37,9 @@ async def test_a_review_wait_and_its_escalation_each_notify_once(orch: Orchestra
     assert needed.deadline is not None
     assert_waited(entered.at, needed.deadline, 600)
 
-    await orch.env.sleep(timedelta(seconds=601))
+    await skip_time(orch.env, timedelta(seconds=601))
     escalated_status = await orch.wait_for_state(handle, "escalate")
-    await orch.env.sleep(timedelta(seconds=1))
+    await skip_time(orch.env, timedelta(seconds=1))
     assert [n.reason for n in orch.fakes.notices] == ["review_needed", "escalated"]
     escalated = orch.fakes.notices[1]
     timed_out = entry_for(escalated_status.history, "review_timeout")
@@ -96,7 +96,7 @@ async def test_a_failing_notification_never_fails_or_holds_the_run(orch: Orchest
     orch.fakes.notify_script = [refused, *([down] * 6)]
 
     handle = await orch.escalated(review_timeout_s=60)
-    await orch.env.sleep(timedelta(minutes=5))  # the escalation notice's retries play out
+    await skip_time(orch.env, timedelta(minutes=5))  # the escalation notice's retries play out
     await handle.signal(contract.SIGNAL_REVIEW, {"decision": "approve", "reviewer": "bob"})
     result = await finished(handle)
 

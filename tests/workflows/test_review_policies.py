@@ -19,7 +19,7 @@ from tests.support.builders import new_request_id
 from tests.support.orchestration import Orchestration
 from tests.support.run_history import entry_for, events, notes
 from tests.support.scripted_activities import Reply
-from tests.support.time_skipping import assert_waited
+from tests.support.time_skipping import assert_waited, skip_time
 from workflows import contract
 from workflows.payloads import (
     NOTE_REVIEW_VOTE,
@@ -109,7 +109,7 @@ async def test_one_approval_does_not_release_the_run_before_its_deadline(
     handle = await orch.awaiting_review(options={"review_timeout_s": 600})
 
     await submit(handle, "approve", "carol")
-    await orch.env.sleep(timedelta(seconds=300))
+    await skip_time(orch.env, timedelta(seconds=300))
 
     view: ReviewView = await handle.query(contract.QUERY_REVIEW_VIEW, result_type=ReviewView)
     assert view.state == "await_review" and view.waiting
@@ -214,7 +214,7 @@ async def test_the_escalation_chain_hands_the_round_to_the_second_group_at_its_d
         f"reviewer 'dave' is not in group finance, which decides run {handle.id} now"
     )
     await submit(handle, "approve", "alice")
-    await orch.env.sleep(timedelta(seconds=61))
+    await skip_time(orch.env, timedelta(seconds=61))
     escalated = await orch.wait_for_state(handle, "escalate")
 
     timeout = entry_for(escalated.history, "review_timeout")

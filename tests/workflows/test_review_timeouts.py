@@ -9,7 +9,7 @@ from aiorch.ops.results import finished
 from tests.support.orchestration import Orchestration
 from tests.support.run_history import entry_for, events, path
 from tests.support.scripted_activities import Reply
-from tests.support.time_skipping import assert_waited
+from tests.support.time_skipping import assert_waited, skip_time
 
 
 async def test_unanswered_review_escalates_then_dead_letters(orch: Orchestration) -> None:
@@ -25,10 +25,10 @@ async def test_unanswered_review_escalates_then_dead_letters(orch: Orchestration
     assert (waiting.status, waiting.progress) == ("WaitingForInput", 60)
     assert (await orch.ai_state(handle))[0] == "await_review"
 
-    await orch.env.sleep(timedelta(seconds=3000))
+    await skip_time(orch.env, timedelta(seconds=3000))
     assert await handle.query("state") == "await_review"
 
-    await orch.env.sleep(timedelta(seconds=700))
+    await skip_time(orch.env, timedelta(seconds=700))
     escalated = await orch.wait_for_state(handle, "escalate")
     assert escalated.status == "WaitingForInput"
     timeout_entry = entry_for(escalated.history, "review_timeout")
@@ -38,7 +38,7 @@ async def test_unanswered_review_escalates_then_dead_letters(orch: Orchestration
     await orch.check_history(handle, escalated.history)
     assert orch.fakes.dead_letters == []
 
-    await orch.env.sleep(timedelta(seconds=7000))
+    await skip_time(orch.env, timedelta(seconds=7000))
     assert await handle.query("state") == "escalate"
 
     result = await finished(handle)
@@ -75,9 +75,9 @@ async def test_review_timeout_uses_plan_defaults_without_options(orch: Orchestra
     handle = await orch.start(review="always")
     await orch.wait_for_state(handle, "await_review")
 
-    await orch.env.sleep(timedelta(seconds=599))
+    await skip_time(orch.env, timedelta(seconds=599))
     assert await handle.query("state") == "await_review"
-    await orch.env.sleep(timedelta(seconds=2))
+    await skip_time(orch.env, timedelta(seconds=2))
     await orch.wait_for_state(handle, "escalate")
 
     result = await finished(handle)
