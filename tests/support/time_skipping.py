@@ -78,7 +78,9 @@ async def assert_time_skips(env: WorkflowEnvironment) -> None:
     """Fail fast if the server no longer skips time (an activity left outstanding), instead of
     letting every later timer test stall in real time."""
     try:
-        await asyncio.wait_for(env.sleep(timedelta(seconds=1)), timeout=TASK_PROGRESS_TIMEOUT_S)
+        await asyncio.wait_for(
+            skip_time(env, timedelta(seconds=1)), timeout=TASK_PROGRESS_TIMEOUT_S
+        )
     except TimeoutError:
         raise AssertionError(
             "the test server stopped skipping time: an activity of this test is still "
