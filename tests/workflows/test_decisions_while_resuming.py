@@ -56,14 +56,19 @@ async def test_an_operator_signal_sent_while_a_run_resumes_is_held_not_dropped(
 ) -> None:
     """A run waiting for review continues as new (its history grew); a dead_letter signal that
     arrives while the new run verifies its lineage acts once the carried await_review state is
-    installed: the run dead-letters at once, as it would have a moment earlier or later."""
+    installed: the run dead-letters at once, as it would have a moment earlier or later. The
+    history notes when the run continued: while waiting for review."""
     handle, _ = await resuming(orch)
     await handle.signal(contract.SIGNAL_DEAD_LETTER, {"operator": "oncall"})
     await resume(orch)
     result = await asyncio.wait_for(finished(handle), TASK_PROGRESS_TIMEOUT_S)
 
     assert result.state == "dead_letter"
-    assert len(notes(result.history, NOTE_CONTINUED_AS_NEW)) == 1
+    [continued] = notes(result.history, NOTE_CONTINUED_AS_NEW)
+    assert continued.detail is not None
+    assert continued.detail.startswith("continued as a new run while waiting for review ("), (
+        continued.detail
+    )
     assert path(result.history)[-3:] == ["await_review", "escalate", "dead_letter"]
     [dead_letter] = orch.fakes.dead_letters
     assert dead_letter.message.last_error == "dead-lettered by oncall"

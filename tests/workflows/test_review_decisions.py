@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from temporalio.client import WorkflowHandle
@@ -9,7 +10,8 @@ from temporalio.client import WorkflowHandle
 from aiorch.ops.results import finished
 from tests.support.orchestration import Orchestration
 from tests.support.run_history import entry_for, events, path, step
-from tests.support.scripted_activities import Reply
+from tests.support.scripted_activities import PRIMARY_MODEL, Reply
+from tests.support.time_skipping import skip_time
 from workflows import contract
 from workflows.payloads import Decision, PipelineResult, ReviewDecision, RunStatus
 
@@ -26,6 +28,32 @@ async def submit(
         contract.UPDATE_SUBMIT_REVIEW, review, result_type=RunStatus
     )
     return status
+
+
+async def test_a_review_wait_records_its_round_and_tells_the_reviewers(
+    orch: Orchestration,
+) -> None:
+    """Entering await_review records the move with the answering model as its detail and the
+    new review round (1), and, with notifications on, starts one notice that names the same
+    round and state and says a review is needed."""
+    orch.fakes.plan_overrides = {"notify": True}
+    handle = await orch.awaiting_review()
+    waiting = await orch.status(handle)
+    entered = entry_for(waiting.history, "needs_review")
+    assert (entered.to_state, entered.detail, entered.review_round) == (
+        "await_review",
+        f"answered by {PRIMARY_MODEL}",
+        1,
+    )
+    await skip_time(orch.env, timedelta(seconds=1))  # lets the started notice run
+    [notice] = orch.fakes.notices
+    assert (notice.reason, notice.state, notice.review_round) == (
+        "review_needed",
+        "await_review",
+        1,
+    )
+    await submit(handle, "approve")
+    assert (await finished(handle)).state == "completed"
 
 
 async def test_approve_during_escalation_completes(orch: Orchestration) -> None:
