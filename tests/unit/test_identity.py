@@ -1,5 +1,5 @@
 """Reviewer and requester keys: parsing REVIEW_PUBLIC_KEYS, REVIEWER_KEY, REQUESTER_PUBLIC_KEYS
-and REQUESTER_KEY, and what a review token and a start claim bind."""
+and REQUESTER_KEY, and what a review token, a budget token and a start claim bind."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ from aiorch.runtime.config import ConfigError, Settings
 from workflows.engine.identity import (
     Expected,
     KeySpecError,
+    budget_claims_for,
+    budget_token_problem,
     claims_for,
     feedback_digest,
     fields_digest,
@@ -26,7 +28,7 @@ from workflows.engine.identity import (
     start_claim_problem,
     start_claims_for,
 )
-from workflows.payloads import PipelineRequest, RequesterKey, ReviewDecision
+from workflows.payloads import BudgetDecision, PipelineRequest, RequesterKey, ReviewDecision
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 # The contract's audience (docs/security.md), spelt out rather than read from the code.
@@ -423,11 +425,20 @@ def start_claim(key: SigningKey = REQUESTER, **changes: object) -> str:
 def test_a_start_claim_vouches_for_the_request_as_canonical_json() -> None:
     """``rq`` is SHA-256 of the request as canonical JSON (sorted keys, no spaces, UTF-8), its
     start claim and its defaults left out: signing it, or adding a field a later version has,
-    changes nothing; any other content does."""
+    changes nothing; any other content does. A request built in Python has the digest of the
+    JSON it is sent as."""
     expected = hashlib.sha256(START_CANONICAL.encode("utf-8")).hexdigest()
     assert request_digest(START) == expected
     assert request_digest(START.model_copy(update={"start_claim": "x.y.z"})) == expected
     assert request_digest(START.model_copy(update={"user_message": "Grüsse"})) != expected
+    # Built in Python, a request may hold values JSON spells otherwise (a datetime, a tuple):
+    # its digest is that of the JSON the worker receives.
+    built = PipelineRequest.model_validate(
+        {**START.model_dump(), "metadata": {"when": AT, "ids": (1, 2)}}
+    )
+    received = PipelineRequest.model_validate_json(built.model_dump_json())
+    assert received.metadata == {"when": "2026-01-01T00:00:00Z", "ids": [1, 2]}
+    assert request_digest(built) == request_digest(received)
 
 
 def test_a_start_claim_names_requester_request_and_lifetime() -> None:
@@ -527,3 +538,102 @@ def test_the_cli_signs_starts_with_its_configured_requester_key_or_none() -> Non
     with pytest.raises(ConfigError) as refused:
         requester_key_from_settings(Settings(requester_key="alice:!!!"))
     assert str(refused.value) == "REQUESTER_KEY: the key is not valid base64"
+
+
+# The contract's budget audience (docs/security.md), spelt out rather than read from the code.
+BUDGET_AUDIENCE = "ai-orchestrator/budget"
+CFO = SigningKey.generate("cfo")
+BUDGET = BudgetDecision(decision="approve", operator="cfo")
+# CFO signs for the operator named like it; KEY (the inbox) for anyone.
+BUDGET_KEYS = parse_review_keys(f"{CFO.public_entry(['cfo'])},{KEY.public_entry()}")
+
+
+def budget_token(key: SigningKey = CFO, **changes: object) -> str:
+    """A token for ``BUDGET`` on run chain ``chain-1`` of ``RUN``, issued at ``AT`` for 10
+    minutes, with ``changes`` to its claims."""
+    claims = budget_claims_for(
+        BUDGET, workflow_id=RUN, run_id="chain-1", issued=AT, ttl=timedelta(minutes=10)
+    )
+    return jwt.encode(
+        {**claims, **changes}, key.private_key, algorithm="EdDSA", headers={"kid": key.key_id}
+    )
+
+
+def budget_problem(
+    signed: str | None, decision: BudgetDecision = BUDGET, now: datetime = AT
+) -> str | None:
+    return budget_token_problem(
+        decision.model_copy(update={"token": signed}),
+        keys=BUDGET_KEYS,
+        expected=Expected(workflow_id=RUN, review_round=0, now=now, run_id="chain-1"),
+    )
+
+
+def test_a_budget_token_names_operator_decision_and_run_chain() -> None:
+    """A budget token's claims are the budget audience, the operator, the run's workflow id
+    and chain, the decision, and the issue and expiry times in whole seconds (at least one
+    second apart); ``sign_budget`` signs exactly those, and the run accepts them."""
+    issued = int(AT.timestamp())
+    claims = budget_claims_for(
+        BUDGET, workflow_id=RUN, run_id="chain-1", issued=AT, ttl=timedelta(minutes=10)
+    )
+    assert claims == {
+        "aud": BUDGET_AUDIENCE,
+        "sub": "cfo",
+        "wid": RUN,
+        "rid": "chain-1",
+        "dec": "approve",
+        "iat": issued,
+        "exp": issued + 600,
+    }
+    short = budget_claims_for(
+        BUDGET, workflow_id=RUN, run_id="chain-1", issued=AT, ttl=timedelta(seconds=0.5)
+    )
+    assert short["exp"] == issued + 1
+    signed = CFO.sign_budget(BUDGET, workflow_id=RUN, run_id="chain-1", now=AT)
+    assert signed.token is not None
+    assert jwt.decode(signed.token, options={"verify_signature": False}) == claims
+    assert budget_problem(signed.token) is None
+
+
+def test_each_budget_token_that_does_not_match_is_refused_with_its_own_reason() -> None:
+    """A budget decision is refused when unsigned, signed by an unknown key, by a token meant
+    for another audience, issued to another operator (or by a key that may not sign for its
+    operator), for another run or run chain, for another decision, expired (at its expiry
+    second) or issued more than a minute ahead; each in its own words. A key that signs for
+    anyone (the inbox's) may sign for any operator."""
+    dan = BudgetDecision(decision="approve", operator="dan")
+    expires = AT + timedelta(minutes=10)
+    cases: dict[str, tuple[str | None, BudgetDecision, datetime]] = {
+        "budget decision is not signed (authentication is on: send a signed token)": (
+            None,
+            BUDGET,
+            AT,
+        ),
+        "budget token is signed with a key this run does not know": (
+            budget_token(SigningKey.generate("mallory")),
+            BUDGET,
+            AT,
+        ),
+        "budget token is not meant for budget decisions": (
+            budget_token(aud=REVIEW_AUDIENCE),
+            BUDGET,
+            AT,
+        ),
+        "budget token was issued to another operator": (budget_token(sub="bob"), BUDGET, AT),
+        "key 'cfo' may not sign for this operator": (budget_token(sub="dan"), dan, AT),
+        "budget token was issued for another run": (budget_token(wid="b" * 24), BUDGET, AT),
+        "budget token was issued for another decision": (budget_token(dec="reject"), BUDGET, AT),
+        "budget token has expired": (budget_token(), BUDGET, expires),
+        "budget token is issued in the future": (
+            budget_token(),
+            BUDGET,
+            AT - timedelta(seconds=61),
+        ),
+    }
+    for reason, (signed, decision, now) in cases.items():
+        assert budget_problem(signed, decision, now) == reason, reason
+    assert budget_problem(budget_token(rid="chain-2")) == "budget token was issued for another run"
+    assert budget_problem(budget_token(), now=expires - timedelta(seconds=1)) is None
+    assert budget_problem(budget_token(), now=AT - timedelta(seconds=60)) is None
+    assert budget_problem(budget_token(KEY, sub="dan"), dan) is None
