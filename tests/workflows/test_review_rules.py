@@ -137,6 +137,7 @@ async def test_two_of_three_approvals_release_the_run_and_a_reviewer_counts_once
     assert [(v.reviewer, v.vote, v.group, v.review_round) for v in vote] == [
         ("alice", "approve", "finance", 1)
     ]
+    assert [v.detail for v in vote] == ["approve by alice: 1 of 2 approvals: alice"]
 
     again = await refusal(handle, {"decision": "approve", "reviewer": "alice"})
     assert again == (
