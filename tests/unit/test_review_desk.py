@@ -13,6 +13,7 @@ from aiorch.ops.signing import SigningKey
 from tests.support.builders import AT, history_entry, prompt_plan
 from workflows.documents.graph import GRAPH as DOCUMENTS
 from workflows.engine.graph import Event
+from workflows.engine.pipeline import Context
 from workflows.engine.reviews import (
     MAX_REFUSAL_CHARS,
     MAX_REVOKED,
@@ -22,6 +23,7 @@ from workflows.engine.reviews import (
     escalation_detail,
     escalation_group,
     event_of,
+    facts,
     invalid,
     operator_reason,
     refusal,
@@ -33,6 +35,7 @@ from workflows.llm.graph import GRAPH, State
 from workflows.payloads import (
     MAX_FEEDBACK_CHARS,
     OperatorRequest,
+    PipelineRequest,
     PromptPlan,
     ReviewDecision,
     ReviewProgress,
@@ -522,3 +525,17 @@ def test_a_vote_remembers_the_key_that_signed_it() -> None:
     assert signing_key(decide(token="not a token")) is None
     header = base64.urlsafe_b64encode(b'{"alg":"EdDSA","kid":7}').rstrip(b"=").decode()
     assert signing_key(decide(token=f"{header}.e30.c2ln")) is None
+
+
+def test_auto_approve_rules_read_the_engines_facts_beside_the_pipelines() -> None:
+    """What an auto-approve rule reads: the pipeline's facts about its result, and the engine's
+    own: the review round, the model attempts so far and the model."""
+    run = RunState(state=State.AWAIT_REVIEW, review_round=2, attempts=3, model="sim-large")
+    request = PipelineRequest(request_id=RUN, user_message="hi")
+    ctx: Context[PipelineRequest, RunState] = Context(GRAPH, request, run)
+    assert facts(ctx, {"confidence": 0.9}) == {
+        "confidence": 0.9,
+        "review_round": 2,
+        "attempts": 3,
+        "model": "sim-large",
+    }
