@@ -3,7 +3,7 @@ reject that ends the round (or needs its own quorum), the requester who never co
 escalation chain that hands the round to a second group at the first deadline and dead-letters
 it at the second, and auto-approve rules that approve a matching result with no reviewer. (The
 2-of-3 quorum is checked in test_review_rules.py, a matching auto-approve rule and reedits kept
-as data in test_review_decisions.py.)"""
+as data in test_review_decisions.py, a correction kept as data in test_document_pipeline.py.)"""
 
 from __future__ import annotations
 
@@ -270,26 +270,3 @@ async def test_a_document_rule_approves_a_clean_small_invoice_and_not_a_large_on
     waiting = await documents.start(orch, review="always")
     view = await documents.waiting(orch, waiting)
     assert view.problems == [] and "approve" not in events(view.history)
-
-
-async def test_a_correction_is_kept_with_the_fields_before_and_after(
-    orch: Orchestration,
-) -> None:
-    """An approval with corrected fields is kept as a correction: the reviewer, the round, the
-    fields the reviewer saw and the ones they sent, and the document pipeline's version."""
-    orch.fakes.llm_script = [documents.fields(documents.WRONG_TOTAL)]
-    handle = await documents.start(orch)
-    await documents.waiting(orch, handle)
-    await handle.execute_update(
-        contract.UPDATE_SUBMIT_REVIEW,
-        {"decision": "approve", "reviewer": "ann", "fields": documents.VALID},
-        result_type=RunStatus,
-    )
-    result = await finished(handle)
-
-    assert result.state == "completed"
-    [correction] = result.corrections
-    assert (correction.kind, correction.reviewer, correction.review_round) == ("correct", "ann", 1)
-    assert isinstance(correction.before, dict) and correction.before["total"] == "25.00"
-    assert correction.after == documents.VALID
-    assert correction.pipeline == "documents" and correction.answered
