@@ -6,6 +6,7 @@ from typing import Any
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowFailureError, WorkflowHandle
+from temporalio.converter import DataConverter
 from temporalio.exceptions import ApplicationError
 
 from workflows import errors
@@ -42,3 +43,15 @@ async def refused_at_once(
     assert history.count(EventType.EVENT_TYPE_MARKER_RECORDED) == local_activities
     assert history[-1] == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED
     return cause.message
+
+
+def timer_summaries(history: Any, converter: DataConverter) -> list[str | None]:
+    """The summary each timer the run started shows in the Web UI (None: it has none), in
+    order, decoded with the client's ``converter``."""
+    return [
+        converter.payload_converter.from_payload(event.user_metadata.summary, str)
+        if event.user_metadata.HasField("summary")
+        else None
+        for event in history.events
+        if event.event_type == EventType.EVENT_TYPE_TIMER_STARTED
+    ]

@@ -1,26 +1,34 @@
-"""Reviewer keys: parsing REVIEW_PUBLIC_KEYS and REVIEWER_KEY, and what a token binds."""
+"""Reviewer and requester keys: parsing REVIEW_PUBLIC_KEYS, REVIEWER_KEY, REQUESTER_PUBLIC_KEYS
+and REQUESTER_KEY, and what a review token, a budget token and a start claim bind."""
 
 from __future__ import annotations
 
 import base64
+import hashlib
 from datetime import UTC, datetime, timedelta
 
 import jwt
 import pytest
 
 from aiorch.ops.reviews import ReviewTarget
-from aiorch.ops.signing import SigningKey, signing_key_from_settings
+from aiorch.ops.signing import SigningKey, requester_key_from_settings, signing_key_from_settings
 from aiorch.runtime.config import ConfigError, Settings
 from workflows.engine.identity import (
     Expected,
     KeySpecError,
+    budget_claims_for,
+    budget_token_problem,
     claims_for,
     feedback_digest,
     fields_digest,
+    parse_requester_keys,
     parse_review_keys,
+    request_digest,
     review_token_problem,
+    start_claim_problem,
+    start_claims_for,
 )
-from workflows.payloads import ReviewDecision
+from workflows.payloads import BudgetDecision, PipelineRequest, RequesterKey, ReviewDecision
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 # The contract's audience (docs/security.md), spelt out rather than read from the code.
@@ -382,3 +390,250 @@ def test_a_token_lives_at_least_a_second() -> None:
     """A lifetime under a second is signed as one second, never as already expired."""
     claims = claims_for(DECISION, workflow_id=RUN, review_round=1, issued=AT, ttl=timedelta(0))
     assert claims["exp"] == int(AT.timestamp()) + 1
+
+
+# The contract's start audience (docs/security.md), spelt out rather than read from the code.
+START_AUDIENCE = "ai-orchestrator/start"
+REQUESTER = SigningKey.generate("alice")
+START = PipelineRequest(
+    request_id="0123456789abcdef01234567",
+    user_message="Grüße",
+    review="always",
+    metadata={"b": 1, "a": 2},
+)
+# START as canonical JSON, worked out by hand: keys sorted at every level, no spaces, non-ASCII
+# kept, the start claim and every field left at its default out.
+START_CANONICAL = (
+    '{"metadata":{"a":2,"b":1},"request_id":"0123456789abcdef01234567","review":"always",'
+    '"user_message":"Grüße"}'
+)
+
+
+def requester_keys(*keys: SigningKey, tenant: str = "acme") -> list[RequesterKey]:
+    return parse_requester_keys(",".join(key.requester_entry(tenant) for key in keys))
+
+
+def start_claim(key: SigningKey = REQUESTER, **changes: object) -> str:
+    """A start claim for ``START`` by ``key``, issued at ``AT`` for 10 minutes, with
+    ``changes`` to its claims."""
+    claims = start_claims_for(START, requester=key.key_id, issued=AT, ttl=timedelta(minutes=10))
+    return jwt.encode(
+        {**claims, **changes}, key.private_key, algorithm="EdDSA", headers={"kid": key.key_id}
+    )
+
+
+def test_a_start_claim_vouches_for_the_request_as_canonical_json() -> None:
+    """``rq`` is SHA-256 of the request as canonical JSON (sorted keys, no spaces, UTF-8), its
+    start claim and its defaults left out: signing it, or adding a field a later version has,
+    changes nothing; any other content does. A request built in Python has the digest of the
+    JSON it is sent as."""
+    expected = hashlib.sha256(START_CANONICAL.encode("utf-8")).hexdigest()
+    assert request_digest(START) == expected
+    assert request_digest(START.model_copy(update={"start_claim": "x.y.z"})) == expected
+    assert request_digest(START.model_copy(update={"user_message": "Grüsse"})) != expected
+    # Built in Python, a request may hold values JSON spells otherwise (a datetime, a tuple):
+    # its digest is that of the JSON the worker receives.
+    built = PipelineRequest.model_validate(
+        {**START.model_dump(), "metadata": {"when": AT, "ids": (1, 2)}}
+    )
+    received = PipelineRequest.model_validate_json(built.model_dump_json())
+    assert received.metadata == {"when": "2026-01-01T00:00:00Z", "ids": [1, 2]}
+    assert request_digest(built) == request_digest(received)
+
+
+def test_a_start_claim_names_requester_request_and_lifetime() -> None:
+    """The signed claims are the start audience, the requester, the request's digest, and
+    the issue and expiry times in whole seconds; a lifetime under a second is one second."""
+    issued = int(AT.timestamp())
+    claims = start_claims_for(START, requester="alice", issued=AT, ttl=timedelta(minutes=10))
+    assert claims == {
+        "aud": START_AUDIENCE,
+        "sub": "alice",
+        "rq": request_digest(START),
+        "iat": issued,
+        "exp": issued + 600,
+    }
+    short = start_claims_for(START, requester="alice", issued=AT, ttl=timedelta(seconds=0.5))
+    assert short["exp"] == issued + 1
+
+
+def test_the_cli_signs_a_start_that_the_workers_keys_accept() -> None:
+    """``sign_start`` adds a start claim (EdDSA, the key's id in its header) for exactly this
+    request, valid for 10 minutes by default; the workers' entry for the key
+    (``requester_entry``) reads back as that requester and tenant, and accepts it."""
+    signed = REQUESTER.sign_start(START, now=AT)
+    assert signed.model_copy(update={"start_claim": None}) == START
+    assert signed.start_claim is not None
+    assert jwt.get_unverified_header(signed.start_claim) == {
+        "alg": "EdDSA",
+        "kid": "alice",
+        "typ": "JWT",
+    }
+    claims = jwt.decode(signed.start_claim, options={"verify_signature": False})
+    assert claims == start_claims_for(
+        START, requester="alice", issued=AT, ttl=timedelta(minutes=10)
+    )
+    [key] = requester_keys(REQUESTER)
+    assert (key.key_id, key.tenant) == ("alice", "acme")
+    assert key.public_key == REQUESTER.public_entry(["alice"]).split(":")[1]
+    assert start_claim_problem(signed, keys=[key], now=AT) == key
+
+
+def test_each_start_claim_that_does_not_vouch_is_refused_with_its_own_reason() -> None:
+    """A start claim is refused when missing, signed by a key the workers do not know, meant
+    for another audience, naming another requester than its key, issued for other content,
+    expired (at its expiry second) or issued more than a minute ahead; each in its own words."""
+    keys = requester_keys(REQUESTER)
+    bob = SigningKey.generate("bob")
+
+    def why(claim: str | None, now: datetime = AT) -> RequesterKey | str:
+        return start_claim_problem(
+            START.model_copy(update={"start_claim": claim}), keys=keys, now=now
+        )
+
+    expires = AT + timedelta(minutes=10)
+    cases: dict[str, tuple[str | None, datetime]] = {
+        "the start is not signed (start authentication is on: sign it with REQUESTER_KEY)": (
+            None,
+            AT,
+        ),
+        "start claim is signed with a key this run does not know": (start_claim(bob), AT),
+        "start claim is not meant for starts": (start_claim(aud=REVIEW_AUDIENCE), AT),
+        "start claim names another requester than its key's": (start_claim(sub="bob"), AT),
+        "start claim was issued for another request": (start_claim(rq="0" * 64), AT),
+        "start claim has expired": (start_claim(), expires),
+        "start claim is issued in the future": (start_claim(), AT - timedelta(seconds=61)),
+    }
+    for reason, (claim, now) in cases.items():
+        assert why(claim, now) == reason
+    assert why(start_claim(), expires - timedelta(seconds=1)) == keys[0]
+    assert why(start_claim(), AT - timedelta(seconds=60)) == keys[0]
+
+
+def test_requester_key_entries_name_a_tenant_or_are_refused() -> None:
+    """``REQUESTER:BASE64:TENANT`` entries read as keys for that requester and tenant; an entry
+    without a tenant, or with one that is not a tenant name, is refused in one line."""
+    keys = parse_requester_keys(f"{REQUESTER.requester_entry('acme')}\n# more soon\n")
+    assert [(key.key_id, key.tenant) for key in keys] == [("alice", "acme")]
+    material = REQUESTER.public_entry(["alice"])
+    cases = {
+        material: "each entry is REQUESTER:BASE64_PUBLIC_KEY:TENANT with a key id of letters, "
+        "digits, '.', '_', '@' or '-'",
+        f"{material}:": "key 'alice' names no valid tenant (^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$)",
+        f"{material}:-acme": "key 'alice' names no valid tenant "
+        "(^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$)",
+    }
+    for entry, message in cases.items():
+        with pytest.raises(KeySpecError) as info:
+            parse_requester_keys(entry)
+        assert str(info.value) == message
+
+
+def test_the_cli_signs_starts_with_its_configured_requester_key_or_none() -> None:
+    """``REQUESTER_KEY`` gives the CLI its key for signing starts; without it the CLI has none;
+    an unusable one is refused naming REQUESTER_KEY."""
+    found = requester_key_from_settings(Settings(requester_key=REQUESTER.private_entry()))
+    assert found is not None and found.private_entry() == REQUESTER.private_entry()
+    assert requester_key_from_settings(Settings(requester_key=None)) is None
+    with pytest.raises(ConfigError) as refused:
+        requester_key_from_settings(Settings(requester_key="alice:!!!"))
+    assert str(refused.value) == "REQUESTER_KEY: the key is not valid base64"
+
+
+# The contract's budget audience (docs/security.md), spelt out rather than read from the code.
+BUDGET_AUDIENCE = "ai-orchestrator/budget"
+CFO = SigningKey.generate("cfo")
+BUDGET = BudgetDecision(decision="approve", operator="cfo")
+# CFO signs for the operator named like it; KEY (the inbox) for anyone.
+BUDGET_KEYS = parse_review_keys(f"{CFO.public_entry(['cfo'])},{KEY.public_entry()}")
+
+
+def budget_token(key: SigningKey = CFO, **changes: object) -> str:
+    """A token for ``BUDGET`` on run chain ``chain-1`` of ``RUN``, issued at ``AT`` for 10
+    minutes, with ``changes`` to its claims."""
+    claims = budget_claims_for(
+        BUDGET, workflow_id=RUN, run_id="chain-1", issued=AT, ttl=timedelta(minutes=10)
+    )
+    return jwt.encode(
+        {**claims, **changes}, key.private_key, algorithm="EdDSA", headers={"kid": key.key_id}
+    )
+
+
+def budget_problem(
+    signed: str | None, decision: BudgetDecision = BUDGET, now: datetime = AT
+) -> str | None:
+    return budget_token_problem(
+        decision.model_copy(update={"token": signed}),
+        keys=BUDGET_KEYS,
+        expected=Expected(workflow_id=RUN, review_round=0, now=now, run_id="chain-1"),
+    )
+
+
+def test_a_budget_token_names_operator_decision_and_run_chain() -> None:
+    """A budget token's claims are the budget audience, the operator, the run's workflow id
+    and chain, the decision, and the issue and expiry times in whole seconds (at least one
+    second apart); ``sign_budget`` signs exactly those, and the run accepts them."""
+    issued = int(AT.timestamp())
+    claims = budget_claims_for(
+        BUDGET, workflow_id=RUN, run_id="chain-1", issued=AT, ttl=timedelta(minutes=10)
+    )
+    assert claims == {
+        "aud": BUDGET_AUDIENCE,
+        "sub": "cfo",
+        "wid": RUN,
+        "rid": "chain-1",
+        "dec": "approve",
+        "iat": issued,
+        "exp": issued + 600,
+    }
+    short = budget_claims_for(
+        BUDGET, workflow_id=RUN, run_id="chain-1", issued=AT, ttl=timedelta(seconds=0.5)
+    )
+    assert short["exp"] == issued + 1
+    signed = CFO.sign_budget(BUDGET, workflow_id=RUN, run_id="chain-1", now=AT)
+    assert signed.token is not None
+    assert jwt.decode(signed.token, options={"verify_signature": False}) == claims
+    assert budget_problem(signed.token) is None
+
+
+def test_each_budget_token_that_does_not_match_is_refused_with_its_own_reason() -> None:
+    """A budget decision is refused when unsigned, signed by an unknown key, by a token meant
+    for another audience, issued to another operator (or by a key that may not sign for its
+    operator), for another run or run chain, for another decision, expired (at its expiry
+    second) or issued more than a minute ahead; each in its own words. A key that signs for
+    anyone (the inbox's) may sign for any operator."""
+    dan = BudgetDecision(decision="approve", operator="dan")
+    expires = AT + timedelta(minutes=10)
+    cases: dict[str, tuple[str | None, BudgetDecision, datetime]] = {
+        "budget decision is not signed (authentication is on: send a signed token)": (
+            None,
+            BUDGET,
+            AT,
+        ),
+        "budget token is signed with a key this run does not know": (
+            budget_token(SigningKey.generate("mallory")),
+            BUDGET,
+            AT,
+        ),
+        "budget token is not meant for budget decisions": (
+            budget_token(aud=REVIEW_AUDIENCE),
+            BUDGET,
+            AT,
+        ),
+        "budget token was issued to another operator": (budget_token(sub="bob"), BUDGET, AT),
+        "key 'cfo' may not sign for this operator": (budget_token(sub="dan"), dan, AT),
+        "budget token was issued for another run": (budget_token(wid="b" * 24), BUDGET, AT),
+        "budget token was issued for another decision": (budget_token(dec="reject"), BUDGET, AT),
+        "budget token has expired": (budget_token(), BUDGET, expires),
+        "budget token is issued in the future": (
+            budget_token(),
+            BUDGET,
+            AT - timedelta(seconds=61),
+        ),
+    }
+    for reason, (signed, decision, now) in cases.items():
+        assert budget_problem(signed, decision, now) == reason, reason
+    assert budget_problem(budget_token(rid="chain-2")) == "budget token was issued for another run"
+    assert budget_problem(budget_token(), now=expires - timedelta(seconds=1)) is None
+    assert budget_problem(budget_token(), now=AT - timedelta(seconds=60)) is None
+    assert budget_problem(budget_token(KEY, sub="dan"), dan) is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from datetime import datetime, timedelta
 
 import pytest
@@ -12,29 +13,37 @@ from aiorch.ops.signing import SigningKey
 from tests.support.builders import AT, history_entry, prompt_plan
 from workflows.documents.graph import GRAPH as DOCUMENTS
 from workflows.engine.graph import Event
+from workflows.engine.pipeline import Context
 from workflows.engine.reviews import (
     MAX_REFUSAL_CHARS,
     MAX_REVOKED,
     Refusal,
     count_refusal,
     decision_detail,
+    escalation_detail,
+    escalation_group,
     event_of,
+    facts,
     invalid,
     operator_reason,
     refusal,
     revoke,
+    signing_key,
     take_forced_reason,
 )
 from workflows.llm.graph import GRAPH, State
 from workflows.payloads import (
     MAX_FEEDBACK_CHARS,
     OperatorRequest,
+    PipelineRequest,
     PromptPlan,
     ReviewDecision,
+    ReviewProgress,
     Revocation,
     RunOptions,
     RunState,
     RunStatus,
+    Vote,
 )
 
 RUN = "0123456789abcdef01234567"
@@ -416,3 +425,117 @@ def test_a_long_reviewer_name_is_cut_in_every_refusal() -> None:
     assert refused(decide(name), revoked) == Refusal(
         "reviewer_revoked", f"reviewer {'r' * 80!r} was revoked for run {RUN}"
     )
+
+
+LONG = "w" * 200
+
+
+def policy_plan(escalation: dict[str, object] | None = None) -> PromptPlan:
+    """A plan under review policy ``two-man``: two approvals from group writers (ann, bob and
+    a reviewer with a 200-character name) decide the review, then ``escalation`` (by default
+    one approval from group leads: lea) after 1200 s."""
+    return prompt_plan(
+        review_policy="two-man",
+        escalation_timeout_s=1200,
+        review_stages=[
+            {"group": "writers", "reviewers": ["ann", "bob", LONG], "approvals": 2},
+            escalation or {"group": "leads", "reviewers": ["lea"], "approvals": 1},
+        ],
+    )
+
+
+def test_under_a_policy_the_stages_group_decides_and_each_member_once_a_round() -> None:
+    """Under a review policy only the current stage's group may decide (the review's, then
+    after escalation the escalation's), and a member who voted this round is refused naming
+    the vote; each refusal has its code and names the reviewer cut to 80 characters."""
+    waiting = RunState(state=State.AWAIT_REVIEW, review_round=1, plan=policy_plan())
+    escalated = waiting.model_copy(update={"state": State.ESCALATE})
+    assert refused(decide("ann"), waiting) is None
+    assert refused(decide("lea"), escalated) is None
+    assert refused(decide("lea"), waiting) == Refusal(
+        "not_in_group", f"reviewer 'lea' is not in group writers, which decides run {RUN} now"
+    )
+    assert refused(decide("ann"), escalated) == Refusal(
+        "not_in_group", f"reviewer 'ann' is not in group leads, which decides run {RUN} now"
+    )
+    assert refused(decide(LONG), escalated) == Refusal(
+        "not_in_group",
+        f"reviewer {'w' * 80!r} is not in group leads, which decides run {RUN} now",
+    )
+
+    votes = [Vote(reviewer=name, decision="approve", at=AT) for name in ("ann", LONG)]
+    voted = waiting.model_copy(update={"votes": votes})
+    assert refused(decide("bob"), voted) is None
+    assert refused(decide("ann", decision="reject"), voted) == Refusal(
+        "already_voted",
+        f"'ann' already voted approve in round 1 of run {RUN}; a reviewer counts once a round",
+    )
+    assert refused(decide(LONG), voted) == Refusal(
+        "already_voted",
+        f"{'w' * 80!r} already voted approve in round 1 of run {RUN}; a reviewer counts once "
+        "a round",
+    )
+
+
+def test_a_decision_that_ends_a_policy_round_names_the_tally_it_completes() -> None:
+    """Under a policy an approval or a rejection that decides the round says so with the
+    tally it completes (its reviewer last); a reedit, a correction or a decision without a
+    policy names no tally."""
+    tally = ReviewProgress(
+        policy="two-man",
+        approvals=["ann"],
+        approvals_needed=2,
+        rejections=["cy", "dan"],
+        rejections_needed=3,
+    )
+    assert decision_detail(decide("bob"), tally) == "approve by bob (2 of 2 approvals: ann, bob)"
+    assert decision_detail(decide("bob", decision="reject", feedback="no"), tally) == (
+        "reject by bob (3 of 3 rejections: cy, dan, bob): no"
+    )
+    assert decision_detail(decide("bob", decision="reedit"), tally) == "reedit by bob"
+    assert decision_detail(decide("bob", fields={"total": 3}), tally) == (
+        "approve by bob with 1 corrected field(s)"
+    )
+    untallied = tally.model_copy(update={"policy": None})
+    assert decision_detail(decide("bob"), untallied) == "approve by bob"
+
+
+def test_an_escalation_says_whom_it_hands_the_round_to() -> None:
+    """Under a policy the escalation names its group (or any allowed reviewer), the approvals
+    it needs and its deadline, and hands the round to that group; without a policy there is
+    nothing to say and no group."""
+    assert escalation_detail(policy_plan()) == (
+        "escalated to group leads, 1 approval, until the deadline in 1200s"
+    )
+    assert escalation_group(policy_plan()) == "leads"
+    anyone = policy_plan({"approvals": 2})
+    assert escalation_detail(anyone) == (
+        "escalated to any allowed reviewer, 2 approvals, until the deadline in 1200s"
+    )
+    assert escalation_group(anyone) is None
+    assert escalation_detail(plan()) is None
+    assert escalation_group(plan()) is None
+
+
+def test_a_vote_remembers_the_key_that_signed_it() -> None:
+    """The key a vote was signed with is its token's ``kid``; an unsigned decision, a token
+    that is not a JWT, and one whose ``kid`` is not a string name none."""
+    assert signing_key(signed(decide())) == KEY.key_id
+    assert signing_key(decide()) is None
+    assert signing_key(decide(token="not a token")) is None
+    header = base64.urlsafe_b64encode(b'{"alg":"EdDSA","kid":7}').rstrip(b"=").decode()
+    assert signing_key(decide(token=f"{header}.e30.c2ln")) is None
+
+
+def test_auto_approve_rules_read_the_engines_facts_beside_the_pipelines() -> None:
+    """What an auto-approve rule reads: the pipeline's facts about its result, and the engine's
+    own: the review round, the model attempts so far and the model."""
+    run = RunState(state=State.AWAIT_REVIEW, review_round=2, attempts=3, model="sim-large")
+    request = PipelineRequest(request_id=RUN, user_message="hi")
+    ctx: Context[PipelineRequest, RunState] = Context(GRAPH, request, run)
+    assert facts(ctx, {"confidence": 0.9}) == {
+        "confidence": 0.9,
+        "review_round": 2,
+        "attempts": 3,
+        "model": "sim-large",
+    }

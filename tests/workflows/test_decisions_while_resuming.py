@@ -56,14 +56,19 @@ async def test_an_operator_signal_sent_while_a_run_resumes_is_held_not_dropped(
 ) -> None:
     """A run waiting for review continues as new (its history grew); a dead_letter signal that
     arrives while the new run verifies its lineage acts once the carried await_review state is
-    installed: the run dead-letters at once, as it would have a moment earlier or later."""
+    installed: the run dead-letters at once, as it would have a moment earlier or later. The
+    history notes when the run continued: while waiting for review."""
     handle, _ = await resuming(orch)
     await handle.signal(contract.SIGNAL_DEAD_LETTER, {"operator": "oncall"})
     await resume(orch)
     result = await asyncio.wait_for(finished(handle), TASK_PROGRESS_TIMEOUT_S)
 
     assert result.state == "dead_letter"
-    assert len(notes(result.history, NOTE_CONTINUED_AS_NEW)) == 1
+    [continued] = notes(result.history, NOTE_CONTINUED_AS_NEW)
+    assert continued.detail is not None
+    assert continued.detail.startswith("continued as a new run while waiting for review ("), (
+        continued.detail
+    )
     assert path(result.history)[-3:] == ["await_review", "escalate", "dead_letter"]
     [dead_letter] = orch.fakes.dead_letters
     assert dead_letter.message.last_error == "dead-lettered by oncall"
@@ -186,18 +191,24 @@ async def test_a_flood_while_a_run_resumes_is_held_only_up_to_the_cap(
     orch: Orchestration,
 ) -> None:
     """64 reviews sent while a run resumes are held, and judged once its state is in place; the
-    65th, a valid approval, is refused at once as one too many and never applied, so a flood in
-    that moment cannot grow the run's memory without bound. An update beyond the cap is refused
-    with that reason; a review sent once the run is admitted is judged as usual and completes
-    the run."""
+    two after them, a valid approval among them, are refused at once as one too many and never
+    applied, so a flood in that moment cannot grow the run's memory without bound. An update
+    beyond the cap is refused with that reason, one that does not decode with its own; a review
+    sent once the run is admitted is judged as usual and completes the run."""
     handle, review_round = await resuming(orch)
     stale = {"decision": "approve", "reviewer": "mallory", "review_round": review_round + 1}
     for _ in range(64):
         await handle.signal(contract.SIGNAL_REVIEW, stale)
     approval = {"decision": "approve", "reviewer": "ann", "review_round": review_round}
     await handle.signal(contract.SIGNAL_REVIEW, approval)
+    await handle.signal(contract.SIGNAL_REVIEW, stale)
     update = asyncio.create_task(
         handle.execute_update(contract.UPDATE_SUBMIT_REVIEW, approval, result_type=RunStatus)
+    )
+    undecodable = asyncio.create_task(
+        handle.execute_update(
+            contract.UPDATE_SUBMIT_REVIEW, {"decision": "maybe", "reviewer": "ann"}
+        )
     )
     await asyncio.sleep(0.2)  # refused by the validator, before the run resumes
     await resume(orch)
@@ -208,15 +219,19 @@ async def test_a_flood_while_a_run_resumes_is_held_only_up_to_the_cap(
     assert refused.value.cause.message == (
         "invalid review: too many sent while the run was resuming"
     )
+    with pytest.raises(WorkflowUpdateFailedError) as refused:
+        await asyncio.wait_for(undecodable, TASK_PROGRESS_TIMEOUT_S)
+    assert isinstance(refused.value.cause, ApplicationError)
+    assert refused.value.cause.message.startswith("invalid review: decision: ")
 
-    # The three junk reviews before the flood, the 64 held, then the signal past the cap: all
-    # refused, and counted on the run's own state, the last one last.
+    # The three junk reviews before the flood, the 64 held, then the two signals past the cap:
+    # all refused, and counted on the run's own state, the last ones last.
     loop = asyncio.get_running_loop()
     deadline = loop.time() + TASK_PROGRESS_TIMEOUT_S
-    while (status := await orch.status(handle)).reviews_refused < 3 + 64 + 1:
+    while (status := await orch.status(handle)).reviews_refused < 3 + 64 + 2:
         assert loop.time() < deadline, status.reviews_refused
         await asyncio.sleep(0.05)
-    assert status.reviews_refused == 3 + 64 + 1
+    assert status.reviews_refused == 3 + 64 + 2
     assert status.last_refusal == "invalid review: too many sent while the run was resuming"
     assert status.state == "await_review"  # the approval past the cap was not applied
 

@@ -109,7 +109,8 @@ async def test_a_wrong_total_waits_for_review_and_the_corrected_fields_are_store
 ) -> None:
     """Line items that do not add up to the total send the run to review, showing the
     problem; an approval with corrected fields is validated again, and the stored row equals
-    the corrections."""
+    the corrections. The correction is kept as data: the reviewer, the round, the fields the
+    reviewer saw and the ones they sent, and the pipeline."""
     orch.fakes.llm_script = [fields(WRONG_TOTAL)]
     handle = await start(orch)
     view = await waiting(orch, handle)
@@ -126,6 +127,11 @@ async def test_a_wrong_total_waits_for_review_and_the_corrected_fields_are_store
     assert orch.documents.rows[handle.id].corrected
     assert len(orch.fakes.llm_calls) == 1  # a correction calls no model
     assert_progress_rises(result.history)
+    [correction] = result.corrections
+    assert (correction.kind, correction.reviewer, correction.review_round) == ("correct", "ann", 1)
+    assert isinstance(correction.before, dict) and correction.before["total"] == "25.00"
+    assert correction.after == VALID
+    assert correction.pipeline == "documents" and correction.answered
 
 
 async def test_corrections_that_still_break_a_rule_go_back_to_review(orch: Orchestration) -> None:

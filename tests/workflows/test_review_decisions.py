@@ -1,7 +1,9 @@
-"""Reviewer decisions: approve, reedit and reject, in await_review and after escalation."""
+"""Reviewer decisions: approve, reedit and reject, in await_review and after escalation; an
+auto-approve rule's approval; reedits kept as data."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from temporalio.client import WorkflowHandle
@@ -9,9 +11,15 @@ from temporalio.client import WorkflowHandle
 from aiorch.ops.results import finished
 from tests.support.orchestration import Orchestration
 from tests.support.run_history import entry_for, events, path, step
-from tests.support.scripted_activities import Reply
+from tests.support.scripted_activities import PRIMARY_MODEL, Reply
+from tests.support.time_skipping import skip_time
 from workflows import contract
 from workflows.payloads import Decision, PipelineResult, ReviewDecision, RunStatus
+
+CONFIDENT = {
+    "name": "confident",
+    "when": [{"fact": "confidence", "op": ">=", "value": 0.9}],
+}
 
 
 async def submit(
@@ -26,6 +34,32 @@ async def submit(
         contract.UPDATE_SUBMIT_REVIEW, review, result_type=RunStatus
     )
     return status
+
+
+async def test_a_review_wait_records_its_round_and_tells_the_reviewers(
+    orch: Orchestration,
+) -> None:
+    """Entering await_review records the move with the answering model as its detail and the
+    new review round (1), and, with notifications on, starts one notice that names the same
+    round and state and says a review is needed."""
+    orch.fakes.plan_overrides = {"notify": True}
+    handle = await orch.awaiting_review()
+    waiting = await orch.status(handle)
+    entered = entry_for(waiting.history, "needs_review")
+    assert (entered.to_state, entered.detail, entered.review_round) == (
+        "await_review",
+        f"answered by {PRIMARY_MODEL}",
+        1,
+    )
+    await skip_time(orch.env, timedelta(seconds=1))  # lets the started notice run
+    [notice] = orch.fakes.notices
+    assert (notice.reason, notice.state, notice.review_round) == (
+        "review_needed",
+        "await_review",
+        1,
+    )
+    await submit(handle, "approve")
+    assert (await finished(handle)).state == "completed"
 
 
 async def test_approve_during_escalation_completes(orch: Orchestration) -> None:
@@ -126,3 +160,69 @@ async def test_reject_during_escalation_fails(orch: Orchestration) -> None:
     assert path(result.history)[-3:] == ["await_review", "escalate", "failed"]
     assert orch.fakes.dead_letters == []
     await orch.check_finished(handle, result)
+
+
+async def test_an_auto_approve_rule_approves_a_matching_result_with_no_reviewer(
+    orch: Orchestration,
+) -> None:
+    """A reply the rule matches (confidence 0.95) is approved as its round begins: no reviewer
+    acts, nobody is notified, and the history says which rule approved it."""
+    orch.fakes.plan_overrides.update(
+        {"review_policy": "auto-confident", "auto_approve": [CONFIDENT], "notify": True}
+    )
+    orch.fakes.llm_script = [Reply(confidence=0.95)]
+    handle = await orch.start(review="always")
+
+    result = await finished(handle)
+
+    assert result.state == "completed"
+    approval = entry_for(result.history, "approve")
+    assert (approval.rule, approval.reviewer, approval.detail) == (
+        "confident",
+        None,
+        "approved by rule confident",
+    )
+    assert [e.event for e in result.history[-3:]] == ["needs_review", "approve", "embedded"]
+    assert orch.fakes.notices == []
+    await orch.check_finished(handle, result)
+
+
+async def test_reedits_are_kept_as_data_with_the_reply_before_and_after(
+    orch: Orchestration,
+) -> None:
+    """Two reedits, then an approval: the result carries both reedits with the reviewer, the
+    round, the feedback, the reply each sent back and the one the model gave next, and the
+    pipeline's version; the approval is no correction."""
+    handle = await orch.awaiting_review(
+        Reply(content="v1", needs_review=True),
+        Reply(content="v2", needs_review=True),
+        Reply(content="v3", needs_review=True),
+    )
+    await handle.execute_update(
+        contract.UPDATE_SUBMIT_REVIEW,
+        {"decision": "reedit", "reviewer": "ann", "feedback": "shorter"},
+        result_type=RunStatus,
+    )
+    await orch.wait_for_state(handle, "await_review")
+    while (await orch.status(handle)).review_round < 2:
+        await orch.wait_for_state(handle, "await_review")
+    await handle.execute_update(
+        contract.UPDATE_SUBMIT_REVIEW,
+        {"decision": "reedit", "reviewer": "bob", "feedback": "cite it", "review_round": 2},
+        result_type=RunStatus,
+    )
+    while (await orch.status(handle)).review_round < 3:
+        await orch.wait_for_state(handle, "await_review")
+    await submit(handle, "approve", "ann")
+    result: PipelineResult = await finished(handle)
+
+    kept = [
+        (c.kind, c.reviewer, c.review_round, c.feedback, c.before, c.after, c.answered)
+        for c in result.corrections
+    ]
+    assert kept == [
+        ("reedit", "ann", 1, "shorter", "v1", "v2", True),
+        ("reedit", "bob", 2, "cite it", "v2", "v3", True),
+    ]
+    assert {c.pipeline for c in result.corrections} == {"llm"}
+    assert all(c.pipeline_version.startswith("graph-") for c in result.corrections)

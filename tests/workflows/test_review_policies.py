@@ -1,7 +1,9 @@
 """Review policies on the time-skipping server: a quorum of distinct reviewers from a group, a
 reject that ends the round (or needs its own quorum), the requester who never counts, the
 escalation chain that hands the round to a second group at the first deadline and dead-letters
-it at the second, and auto-approve rules that approve a matching result with no reviewer."""
+it at the second, and auto-approve rules that approve a matching result with no reviewer. (The
+2-of-3 quorum is checked in test_review_rules.py, a matching auto-approve rule and reedits kept
+as data in test_review_decisions.py, a correction kept as data in test_document_pipeline.py.)"""
 
 from __future__ import annotations
 
@@ -20,22 +22,14 @@ from tests.support.orchestration import Orchestration
 from tests.support.run_history import entry_for, events, notes
 from tests.support.scripted_activities import Reply
 from tests.support.time_skipping import assert_waited, skip_time
+from tests.workflows.test_review_decisions import CONFIDENT
+from tests.workflows.test_review_rules import FINANCE, TWO_OF_THREE
 from workflows import contract
 from workflows.payloads import (
     NOTE_REVIEW_VOTE,
-    PipelineResult,
     ReviewView,
     RunStatus,
 )
-
-FINANCE = ["alice", "bob", "carol"]
-TWO_OF_THREE: dict[str, Any] = {
-    "review_policy": "two-of-finance",
-    "review_stages": [
-        {"group": "finance", "reviewers": FINANCE, "approvals": 2},
-        {"group": "finance", "reviewers": FINANCE, "approvals": 2},
-    ],
-}
 
 
 async def submit(handle: WorkflowHandle[Any, Any], decision: str, reviewer: str) -> RunStatus:
@@ -53,50 +47,6 @@ async def refusal(handle: WorkflowHandle[Any, Any], decision: str, reviewer: str
     cause = info.value.cause
     assert isinstance(cause, ApplicationError), repr(cause)
     return cause.message
-
-
-async def test_two_of_three_approvals_release_the_run_and_a_reviewer_counts_once(
-    orch: Orchestration,
-) -> None:
-    """Under a 2-of-3 policy, alice's approval is counted without moving the run (the update
-    answers with the tally, the history has a vote note, status shows "1 of 2 approvals:
-    alice"); her second approval, by update or by signal, is refused and counts nothing; bob's
-    approval completes the quorum and the run goes on, the history naming both and the group."""
-    orch.fakes.plan_overrides.update(TWO_OF_THREE)
-    handle = await orch.awaiting_review()
-
-    after_alice = await submit(handle, "approve", "alice")
-    assert after_alice.state == "await_review"
-    assert after_alice.review is not None
-    assert (after_alice.review.approvals, after_alice.review.approvals_needed) == (["alice"], 2)
-    assert after_alice.review.describe() == "1 of 2 approvals: alice"
-    vote = notes(after_alice.history, NOTE_REVIEW_VOTE)
-    assert [(v.reviewer, v.vote, v.group, v.review_round) for v in vote] == [
-        ("alice", "approve", "finance", 1)
-    ]
-
-    again = await refusal(handle, "approve", "alice")
-    assert again == (
-        f"'alice' already voted approve in round 1 of run {handle.id}; a reviewer counts once "
-        "a round"
-    )
-    await handle.signal(contract.SIGNAL_REVIEW, {"decision": "approve", "reviewer": "alice"})
-    still = await orch.wait_for_state(handle, "await_review")
-    assert still.review is not None and still.review.approvals == ["alice"]
-
-    after_bob = await submit(handle, "approve", "bob")
-    result = await finished(handle)
-
-    assert after_bob.state == "generate_embedding"
-    assert result.state == "completed"
-    approval = entry_for(result.history, "approve")
-    assert (approval.reviewer, approval.group, approval.review_round) == ("bob", "finance", 1)
-    assert approval.detail == "approve by bob (2 of 2 approvals: alice, bob)"
-    assert events(result.history).count("approve") == 1
-    final = await orch.status(handle)
-    assert final.reviews_refused == 1
-    assert final.last_refusal is not None and "already voted approve" in final.last_refusal
-    await orch.check_finished(handle, result)
 
 
 async def test_one_approval_does_not_release_the_run_before_its_deadline(
@@ -257,37 +207,6 @@ async def test_the_escalation_chain_dead_letters_at_the_second_deadline(
     await orch.check_finished(handle, result)
 
 
-CONFIDENT = {
-    "name": "confident",
-    "when": [{"fact": "confidence", "op": ">=", "value": 0.9}],
-}
-
-
-async def test_an_auto_approve_rule_approves_a_matching_result_with_no_reviewer(
-    orch: Orchestration,
-) -> None:
-    """A reply the rule matches (confidence 0.95) is approved as its round begins: no reviewer
-    acts, nobody is notified, and the history says which rule approved it."""
-    orch.fakes.plan_overrides.update(
-        {"review_policy": "auto-confident", "auto_approve": [CONFIDENT], "notify": True}
-    )
-    orch.fakes.llm_script = [Reply(confidence=0.95)]
-    handle = await orch.start(review="always")
-
-    result = await finished(handle)
-
-    assert result.state == "completed"
-    approval = entry_for(result.history, "approve")
-    assert (approval.rule, approval.reviewer, approval.detail) == (
-        "confident",
-        None,
-        "approved by rule confident",
-    )
-    assert [e.event for e in result.history[-3:]] == ["needs_review", "approve", "embedded"]
-    assert orch.fakes.notices == []
-    await orch.check_finished(handle, result)
-
-
 async def test_a_result_the_rules_do_not_match_waits_for_a_reviewer(orch: Orchestration) -> None:
     """A reply below the rule's threshold (0.5), and one with no confidence at all, wait for a
     reviewer as before, who is told."""
@@ -305,47 +224,6 @@ async def test_a_result_the_rules_do_not_match_waits_for_a_reviewer(orch: Orches
     assert {notice.workflow_id for notice in orch.fakes.notices} == {unsure.id, silent.id}
     await submit(unsure, "approve", "ann")
     assert (await finished(unsure)).state == "completed"
-
-
-async def test_reedits_are_kept_as_data_with_the_reply_before_and_after(
-    orch: Orchestration,
-) -> None:
-    """Two reedits, then an approval: the result carries both reedits with the reviewer, the
-    round, the feedback, the reply each sent back and the one the model gave next, and the
-    pipeline's version; the approval is no correction."""
-    handle = await orch.awaiting_review(
-        Reply(content="v1", needs_review=True),
-        Reply(content="v2", needs_review=True),
-        Reply(content="v3", needs_review=True),
-    )
-    await handle.execute_update(
-        contract.UPDATE_SUBMIT_REVIEW,
-        {"decision": "reedit", "reviewer": "ann", "feedback": "shorter"},
-        result_type=RunStatus,
-    )
-    await orch.wait_for_state(handle, "await_review")
-    while (await orch.status(handle)).review_round < 2:
-        await orch.wait_for_state(handle, "await_review")
-    await handle.execute_update(
-        contract.UPDATE_SUBMIT_REVIEW,
-        {"decision": "reedit", "reviewer": "bob", "feedback": "cite it", "review_round": 2},
-        result_type=RunStatus,
-    )
-    while (await orch.status(handle)).review_round < 3:
-        await orch.wait_for_state(handle, "await_review")
-    await submit(handle, "approve", "ann")
-    result: PipelineResult = await finished(handle)
-
-    kept = [
-        (c.kind, c.reviewer, c.review_round, c.feedback, c.before, c.after, c.answered)
-        for c in result.corrections
-    ]
-    assert kept == [
-        ("reedit", "ann", 1, "shorter", "v1", "v2", True),
-        ("reedit", "bob", 2, "cite it", "v2", "v3", True),
-    ]
-    assert {c.pipeline for c in result.corrections} == {"llm"}
-    assert all(c.pipeline_version.startswith("graph-") for c in result.corrections)
 
 
 SMALL_CLEAN_INVOICE: dict[str, Any] = {
@@ -392,26 +270,3 @@ async def test_a_document_rule_approves_a_clean_small_invoice_and_not_a_large_on
     waiting = await documents.start(orch, review="always")
     view = await documents.waiting(orch, waiting)
     assert view.problems == [] and "approve" not in events(view.history)
-
-
-async def test_a_correction_is_kept_with_the_fields_before_and_after(
-    orch: Orchestration,
-) -> None:
-    """An approval with corrected fields is kept as a correction: the reviewer, the round, the
-    fields the reviewer saw and the ones they sent, and the document pipeline's version."""
-    orch.fakes.llm_script = [documents.fields(documents.WRONG_TOTAL)]
-    handle = await documents.start(orch)
-    await documents.waiting(orch, handle)
-    await handle.execute_update(
-        contract.UPDATE_SUBMIT_REVIEW,
-        {"decision": "approve", "reviewer": "ann", "fields": documents.VALID},
-        result_type=RunStatus,
-    )
-    result = await finished(handle)
-
-    assert result.state == "completed"
-    [correction] = result.corrections
-    assert (correction.kind, correction.reviewer, correction.review_round) == ("correct", "ann", 1)
-    assert isinstance(correction.before, dict) and correction.before["total"] == "25.00"
-    assert correction.after == documents.VALID
-    assert correction.pipeline == "documents" and correction.answered

@@ -1,6 +1,6 @@
-"""Who may review and when: review rounds, allowed reviewers and the feedback limit, enforced
-alike by the submit_review validator (refused, nothing recorded) and the review signal (a
-refusal counted, not acted on)."""
+"""Who may review and when: review rounds, allowed reviewers, the feedback limit and a review
+policy's quorum, enforced alike by the submit_review validator (refused, nothing recorded) and
+the review signal (a refusal counted, not acted on)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,19 @@ from temporalio.exceptions import ApplicationError
 
 from aiorch.ops.results import finished
 from tests.support.orchestration import Orchestration
-from tests.support.run_history import events
+from tests.support.run_history import entry_for, events, notes
 from tests.support.scripted_activities import Reply
 from workflows import contract
-from workflows.payloads import PipelineResult, RunStatus
+from workflows.payloads import NOTE_REVIEW_VOTE, PipelineResult, RunStatus
+
+FINANCE = ["alice", "bob", "carol"]
+TWO_OF_THREE: dict[str, Any] = {
+    "review_policy": "two-of-finance",
+    "review_stages": [
+        {"group": "finance", "reviewers": FINANCE, "approvals": 2},
+        {"group": "finance", "reviewers": FINANCE, "approvals": 2},
+    ],
+}
 
 
 async def submit(handle: WorkflowHandle[Any, PipelineResult], review: dict[str, Any]) -> RunStatus:
@@ -106,4 +115,49 @@ async def test_feedback_over_the_run_limit_is_refused(orch: Orchestration) -> No
 
     assert result.state == "completed"
     assert orch.fakes.llm_calls[-1].feedback == ["x" * 20]
+    await orch.check_finished(handle, result)
+
+
+async def test_two_of_three_approvals_release_the_run_and_a_reviewer_counts_once(
+    orch: Orchestration,
+) -> None:
+    """Under a 2-of-3 policy, alice's approval is counted without moving the run (the update
+    answers with the tally, the history has a vote note, status shows "1 of 2 approvals:
+    alice"); her second approval, by update or by signal, is refused and counts nothing; bob's
+    approval completes the quorum and the run goes on, the history naming both and the group."""
+    orch.fakes.plan_overrides.update(TWO_OF_THREE)
+    handle = await orch.awaiting_review()
+
+    after_alice = await submit(handle, {"decision": "approve", "reviewer": "alice"})
+    assert after_alice.state == "await_review"
+    assert after_alice.review is not None
+    assert (after_alice.review.approvals, after_alice.review.approvals_needed) == (["alice"], 2)
+    assert after_alice.review.describe() == "1 of 2 approvals: alice"
+    vote = notes(after_alice.history, NOTE_REVIEW_VOTE)
+    assert [(v.reviewer, v.vote, v.group, v.review_round) for v in vote] == [
+        ("alice", "approve", "finance", 1)
+    ]
+    assert [v.detail for v in vote] == ["approve by alice: 1 of 2 approvals: alice"]
+
+    again = await refusal(handle, {"decision": "approve", "reviewer": "alice"})
+    assert again == (
+        f"'alice' already voted approve in round 1 of run {handle.id}; a reviewer counts once "
+        "a round"
+    )
+    await handle.signal(contract.SIGNAL_REVIEW, {"decision": "approve", "reviewer": "alice"})
+    still = await orch.wait_for_state(handle, "await_review")
+    assert still.review is not None and still.review.approvals == ["alice"]
+
+    after_bob = await submit(handle, {"decision": "approve", "reviewer": "bob"})
+    result = await finished(handle)
+
+    assert after_bob.state == "generate_embedding"
+    assert result.state == "completed"
+    approval = entry_for(result.history, "approve")
+    assert (approval.reviewer, approval.group, approval.review_round) == ("bob", "finance", 1)
+    assert approval.detail == "approve by bob (2 of 2 approvals: alice, bob)"
+    assert events(result.history).count("approve") == 1
+    final = await orch.status(handle)
+    assert final.reviews_refused == 1
+    assert final.last_refusal is not None and "already voted approve" in final.last_refusal
     await orch.check_finished(handle, result)

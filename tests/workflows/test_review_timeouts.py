@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from aiorch.ops.results import finished
+from tests.support.history_events import timer_summaries
 from tests.support.orchestration import Orchestration
 from tests.support.run_history import entry_for, events, path
 from tests.support.scripted_activities import Reply
@@ -16,7 +17,8 @@ async def test_unanswered_review_escalates_then_dead_letters(orch: Orchestration
     """With review_timeout_s=3600 and escalation_timeout_s=7200 from the request's options, a run
     waits in await_review until 3600 s of workflow time have passed, escalates (WaitingForInput,
     a review_timeout entry), and after 7200 s more sends one dead letter whose message follows
-    the contract, ending in dead_letter."""
+    the contract, ending in dead_letter. Each wait's timer is summarized for the Web UI by what
+    it waits for (review timeout, escalation timeout)."""
     orch.fakes.llm_script = [Reply(content="draft", needs_review=True)]
     options = {"review_timeout_s": 3600, "escalation_timeout_s": 7200}
     handle = await orch.start(review="auto", options=options)
@@ -49,6 +51,11 @@ async def test_unanswered_review_escalates_then_dead_letters(orch: Orchestration
     assert last.event == "escalation_timeout"
     assert_waited(timeout_entry.at, last.at, 7200)
     await orch.check_finished(handle, result)
+    # Each wait's timer says in the Web UI what it waits for.
+    assert timer_summaries(await handle.fetch_history(), orch.client.data_converter) == [
+        "review timeout",
+        "escalation timeout",
+    ]
 
     [dead_letter] = orch.fakes.dead_letters
     message = dead_letter.message
