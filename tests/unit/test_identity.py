@@ -199,7 +199,7 @@ def token(
         {**claims, **changes},
         key.private_key,
         algorithm="EdDSA",
-        headers={"kid": key.key_id, **(headers or {})},
+        headers={"kid": key.key_id},
     )
 
 
@@ -400,13 +400,13 @@ def test_a_token_lives_at_least_a_second() -> None:
 # for exactly this request; the key names the requester and the tenant whose budget it spends.
 
 # The contract's start audience (docs/security.md), spelt out rather than read from the code.
-START_AUDIENCE = "ai-orchestrator/start"
-REQUESTER = SigningKey.generate("alice")
-OTHER_REQUESTER = SigningKey.generate("bob")
-REQUESTER_KEYS = parse_requester_keys(
-    f"{REQUESTER.requester_entry('acme')}\n{OTHER_REQUESTER.requester_entry('beta')}"
+CLAIM_AUDIENCE = "ai-orchestrator/start"
+REQUESTER_ALICE = SigningKey.generate("alice")
+REQUESTER_BOB = SigningKey.generate("bob")
+WORKER_REQUESTER_KEYS = parse_requester_keys(
+    f"{REQUESTER_ALICE.requester_entry('acme')}\n{REQUESTER_BOB.requester_entry('beta')}"
 )
-START = PipelineRequest(
+REPORT_REQUEST = PipelineRequest(
     request_id="b" * 24,
     user_message="Résumé ✓ of the Q3 report",
     metadata={"z": 1, "a": [1, 2]},
@@ -414,9 +414,9 @@ START = PipelineRequest(
     requested_by="alice",
     tenant="acme",
 )
-# What ``START`` is as canonical JSON (sorted keys, no spaces, characters kept as UTF-8,
+# What ``REPORT_REQUEST`` is as canonical JSON (sorted keys, no spaces, characters kept as UTF-8,
 # fields at their defaults and the claim left out): what a start claim's ``rq`` digests.
-START_CANONICAL = (
+REPORT_CANONICAL = (
     '{"metadata":{"a":[1,2],"z":1},"options":{"llm_max_attempts":2},'
     f'"request_id":"{"b" * 24}","requested_by":"alice","tenant":"acme",'
     '"user_message":"Résumé ✓ of the Q3 report"}'
@@ -428,10 +428,9 @@ def public_key_text(key: SigningKey) -> str:
     return base64.b64encode(key.private_key.public_key().public_bytes_raw()).decode()
 
 
-def start_claim(
-    key: SigningKey = REQUESTER,
-    request: RequestBase = START,
-    headers: dict[str, object] | None = None,
+def claim_for(
+    key: SigningKey = REQUESTER_ALICE,
+    request: RequestBase = REPORT_REQUEST,
     **changes: object,
 ) -> str:
     """``key``'s start claim for ``request``, issued at ``AT`` for 10 minutes, with
@@ -441,16 +440,16 @@ def start_claim(
         {**claims, **changes},
         key.private_key,
         algorithm="EdDSA",
-        headers={"kid": key.key_id, **(headers or {})},
+        headers={"kid": key.key_id},
     )
 
 
-def start_problem(
-    claim: str | None, request: RequestBase = START, now: datetime = AT
+def start_verdict(
+    claim: str | None, request: RequestBase = REPORT_REQUEST, now: datetime = AT
 ) -> RequesterKey | str:
     """What the worker makes of ``request`` arriving with ``claim`` at ``now``."""
     return start_claim_problem(
-        request.model_copy(update={"start_claim": claim}), keys=REQUESTER_KEYS, now=now
+        request.model_copy(update={"start_claim": claim}), keys=WORKER_REQUESTER_KEYS, now=now
     )
 
 
@@ -458,15 +457,15 @@ def test_a_start_claim_for_exactly_this_request_yields_its_requesters_key() -> N
     """A claim signed by a configured requester key for exactly this request, checked within
     its lifetime, yields that key: the requester and the tenant the run is bound to come from
     the key, whatever else the request says."""
-    alice = RequesterKey(key_id="alice", public_key=public_key_text(REQUESTER), tenant="acme")
-    bob = RequesterKey(key_id="bob", public_key=public_key_text(OTHER_REQUESTER), tenant="beta")
-    assert start_problem(start_claim()) == alice
-    assert start_problem(start_claim(OTHER_REQUESTER)) == bob
+    alice = RequesterKey(key_id="alice", public_key=public_key_text(REQUESTER_ALICE), tenant="acme")
+    bob = RequesterKey(key_id="bob", public_key=public_key_text(REQUESTER_BOB), tenant="beta")
+    assert start_verdict(claim_for()) == alice
+    assert start_verdict(claim_for(REQUESTER_BOB)) == bob
     at = int(AT.timestamp())
-    assert start_problem(start_claim(exp=at + 1)) == alice  # one second left
+    assert start_verdict(claim_for(exp=at + 1)) == alice  # one second left
     # Issued as far ahead of the worker's clock as the tolerated skew allows, and less.
-    assert start_problem(start_claim(iat=at + 60, exp=at + 660)) == alice
-    assert start_problem(start_claim(iat=at + 30, exp=at + 630)) == alice
+    assert start_verdict(claim_for(iat=at + 60, exp=at + 660)) == alice
+    assert start_verdict(claim_for(iat=at + 30, exp=at + 630)) == alice
 
 
 def test_each_start_claim_that_does_not_vouch_for_the_request_is_refused_in_its_words() -> None:
@@ -480,34 +479,32 @@ def test_each_start_claim_that_does_not_vouch_for_the_request_is_refused_in_its_
         algorithm="HS256",
         headers={"kid": "alice"},
     )
-    review_token = REQUESTER.sign(
+    review_token = REQUESTER_ALICE.sign(
         ReviewDecision(decision="approve", reviewer="alice"),
         workflow_id="b" * 24,
         review_round=1,
         now=AT,
     ).token
-    other_request = START.model_copy(update={"user_message": "Another report"})
+    other_request = REPORT_REQUEST.model_copy(update={"user_message": "Another report"})
     cases = {
         None: "the start is not signed (start authentication is on: sign it with REQUESTER_KEY)",
         "not.a.token": "start claim is malformed",
-        start_claim(SigningKey.generate("mallory")): (
+        claim_for(SigningKey.generate("mallory")): (
             "start claim is signed with a key this run does not know"
         ),
         hs256: "start claim must be signed with EdDSA",
-        start_claim(SigningKey.generate("alice")): "start claim signature does not verify",
+        claim_for(SigningKey.generate("alice")): "start claim signature does not verify",
         review_token: "start claim signature does not verify",
-        start_claim(aud="ai-orchestrator/review"): "start claim is not meant for starts",
-        start_claim(aud=f"{START_AUDIENCE} "): "start claim is not meant for starts",
-        start_claim(sub="bob"): "start claim names another requester than its key's",
-        start_claim(rq=request_digest(other_request)): (
-            "start claim was issued for another request"
-        ),
-        start_claim(exp=at): "start claim has expired",
-        start_claim(iat=at + 61, exp=at + 661): "start claim is issued in the future",
+        claim_for(aud="ai-orchestrator/review"): "start claim is not meant for starts",
+        claim_for(aud=f"{CLAIM_AUDIENCE} "): "start claim is not meant for starts",
+        claim_for(sub="bob"): "start claim names another requester than its key's",
+        claim_for(rq=request_digest(other_request)): ("start claim was issued for another request"),
+        claim_for(exp=at): "start claim has expired",
+        claim_for(iat=at + 61, exp=at + 661): "start claim is issued in the future",
     }
     for claim, reason in cases.items():
-        assert start_problem(claim) == reason, reason
-    expired_later = start_problem(start_claim(), now=AT + timedelta(minutes=10))
+        assert start_verdict(claim) == reason, reason
+    expired_later = start_verdict(claim_for(), now=AT + timedelta(minutes=10))
     assert expired_later == "start claim has expired"
 
 
@@ -526,54 +523,56 @@ def test_each_start_claim_that_does_not_vouch_for_the_request_is_refused_in_its_
 def test_a_start_claim_binds_every_field_of_the_request(field: str, value: object) -> None:
     """Changing any one field of a signed request changes its digest, so the claim signed for
     the original no longer vouches for it."""
-    changed = PipelineRequest.model_validate({**START.model_dump(), field: value})
-    assert request_digest(changed) != request_digest(START)
-    claim = start_claim()
-    assert start_problem(claim, changed) == "start claim was issued for another request"
-    assert start_problem(claim) != "start claim was issued for another request"
+    changed = PipelineRequest.model_validate({**REPORT_REQUEST.model_dump(), field: value})
+    assert request_digest(changed) != request_digest(REPORT_REQUEST)
+    claim = claim_for()
+    assert start_verdict(claim, changed) == "start claim was issued for another request"
+    assert start_verdict(claim) != "start claim was issued for another request"
 
 
 def test_the_request_digest_is_sha256_of_its_canonical_json() -> None:
     """``rq`` is SHA-256 of the request as JSON with sorted keys, no spaces and characters kept
     as UTF-8, fields at their defaults left out (so a field a later version adds keeps older
     clients' claims valid) and the start claim itself left out: what any signer computes."""
-    assert request_digest(START) == hashlib.sha256(START_CANONICAL.encode()).hexdigest()
-    spelt_out = START.model_copy(
+    assert request_digest(REPORT_REQUEST) == hashlib.sha256(REPORT_CANONICAL.encode()).hexdigest()
+    spelt_out = REPORT_REQUEST.model_copy(
         update={"review": "auto", "options": RunOptions(llm_max_attempts=2, lane=None)}
     )
-    assert request_digest(spelt_out) == request_digest(START)
-    signed = START.model_copy(update={"start_claim": start_claim()})
-    assert request_digest(signed) == request_digest(START)
+    assert request_digest(spelt_out) == request_digest(REPORT_REQUEST)
+    signed = REPORT_REQUEST.model_copy(update={"start_claim": claim_for()})
+    assert request_digest(signed) == request_digest(REPORT_REQUEST)
 
 
 def test_a_request_digests_alike_before_and_after_it_travels_as_json() -> None:
     """A client digests the request it built (here with a datetime and a tuple in its
     metadata); the worker digests the request it decoded from JSON: both are the same, so the
     client's claim vouches for what the worker receives."""
-    built = START.model_copy(
+    built = REPORT_REQUEST.model_copy(
         update={"metadata": {"due": datetime(2026, 3, 1, 12, tzinfo=UTC), "pages": (1, 2)}}
     )
     received = PipelineRequest.model_validate_json(
-        REQUESTER.sign_start(built, now=AT).model_dump_json()
+        REQUESTER_ALICE.sign_start(built, now=AT).model_dump_json()
     )
     assert received.metadata == {"due": "2026-03-01T12:00:00Z", "pages": [1, 2]}
     assert request_digest(received) == request_digest(built)
-    assert start_problem(received.start_claim, received) == REQUESTER_KEYS[0]
+    assert start_verdict(received.start_claim, received) == WORKER_REQUESTER_KEYS[0]
 
 
 def test_start_claims_name_audience_requester_request_and_lifetime() -> None:
     """The claims a requester signs are the start audience, the requester, the request's
     digest, when issued and when it expires; a lifetime under a second is one second."""
     at = int(AT.timestamp())
-    claims = start_claims_for(START, requester="alice", issued=AT, ttl=timedelta(minutes=5))
+    claims = start_claims_for(
+        REPORT_REQUEST, requester="alice", issued=AT, ttl=timedelta(minutes=5)
+    )
     assert claims == {
-        "aud": START_AUDIENCE,
+        "aud": CLAIM_AUDIENCE,
         "sub": "alice",
-        "rq": hashlib.sha256(START_CANONICAL.encode()).hexdigest(),
+        "rq": hashlib.sha256(REPORT_CANONICAL.encode()).hexdigest(),
         "iat": at,
         "exp": at + 300,
     }
-    instant = start_claims_for(START, requester="alice", issued=AT, ttl=timedelta(0))
+    instant = start_claims_for(REPORT_REQUEST, requester="alice", issued=AT, ttl=timedelta(0))
     assert instant["exp"] == at + 1
 
 
@@ -581,9 +580,9 @@ def test_sign_start_attaches_a_claim_for_exactly_the_request() -> None:
     """``SigningKey.sign_start`` returns the request unchanged but for its claim: an EdDSA token
     naming the key, signed by it, for this request, issued now and living 10 minutes unless
     told otherwise; the worker accepts it until it expires."""
-    signed = REQUESTER.sign_start(START, now=AT)
+    signed = REQUESTER_ALICE.sign_start(REPORT_REQUEST, now=AT)
     assert signed.start_claim is not None
-    assert signed.model_copy(update={"start_claim": None}) == START
+    assert signed.model_copy(update={"start_claim": None}) == REPORT_REQUEST
     assert jwt.get_unverified_header(signed.start_claim) == {
         "alg": "EdDSA",
         "kid": "alice",
@@ -591,18 +590,20 @@ def test_sign_start_attaches_a_claim_for_exactly_the_request() -> None:
     }
     claims = jwt.decode(
         signed.start_claim,
-        REQUESTER.private_key.public_key(),
+        REQUESTER_ALICE.private_key.public_key(),
         algorithms=["EdDSA"],
-        audience=START_AUDIENCE,
+        audience=CLAIM_AUDIENCE,
         options={"verify_exp": False, "verify_iat": False},
     )
     assert claims == start_claims_for(
-        START, requester="alice", issued=AT, ttl=timedelta(minutes=10)
+        REPORT_REQUEST, requester="alice", issued=AT, ttl=timedelta(minutes=10)
     )
-    assert start_problem(signed.start_claim) == REQUESTER_KEYS[0]
-    short = REQUESTER.sign_start(START, now=AT, ttl=timedelta(minutes=1))
-    assert start_problem(short.start_claim, now=AT + timedelta(seconds=59)) == REQUESTER_KEYS[0]
-    assert start_problem(short.start_claim, now=AT + timedelta(minutes=1)) == (
+    assert start_verdict(signed.start_claim) == WORKER_REQUESTER_KEYS[0]
+    short = REQUESTER_ALICE.sign_start(REPORT_REQUEST, now=AT, ttl=timedelta(minutes=1))
+    assert (
+        start_verdict(short.start_claim, now=AT + timedelta(seconds=59)) == WORKER_REQUESTER_KEYS[0]
+    )
+    assert start_verdict(short.start_claim, now=AT + timedelta(minutes=1)) == (
         "start claim has expired"
     )
 
@@ -610,17 +611,17 @@ def test_sign_start_attaches_a_claim_for_exactly_the_request() -> None:
 def test_a_requester_entry_names_the_key_its_public_key_and_tenant() -> None:
     """``requester_entry`` is the ``REQUESTER_PUBLIC_KEYS`` line ``id:base64 key:tenant``, and
     it parses back to that key for that tenant."""
-    entry = REQUESTER.requester_entry("acme")
-    assert entry == f"alice:{public_key_text(REQUESTER)}:acme"
+    entry = REQUESTER_ALICE.requester_entry("acme")
+    assert entry == f"alice:{public_key_text(REQUESTER_ALICE)}:acme"
     assert parse_requester_keys(entry) == [
-        RequesterKey(key_id="alice", public_key=public_key_text(REQUESTER), tenant="acme")
+        RequesterKey(key_id="alice", public_key=public_key_text(REQUESTER_ALICE), tenant="acme")
     ]
 
 
 def test_requester_keys_are_read_from_commas_newlines_and_comments() -> None:
     """Entries are separated by commas or newlines, with blank lines, ``#`` comments and
     spaces around the parts skipped; nothing but comments is no key at all."""
-    alice, bob = public_key_text(REQUESTER), public_key_text(OTHER_REQUESTER)
+    alice, bob = public_key_text(REQUESTER_ALICE), public_key_text(REQUESTER_BOB)
     spec = f"# requesters\n\n alice : {alice} : acme ,\n# bob moved to beta\nbob:{bob}:beta.eu-1"
     assert parse_requester_keys(spec) == [
         RequesterKey(key_id="alice", public_key=alice, tenant="acme"),
@@ -634,7 +635,7 @@ def test_each_malformed_requester_entry_is_refused_in_one_line() -> None:
     """An entry without exactly a requester, a key and a tenant, with a bad requester name, a
     key that is not 32 bytes of base64, a tenant that is not a tenant name, or a requester
     listed twice is refused with a line that names the entry's problem and never the key."""
-    material = public_key_text(REQUESTER)
+    material = public_key_text(REQUESTER_ALICE)
     shape = (
         "each entry is REQUESTER:BASE64_PUBLIC_KEY:TENANT with a key id of letters, digits, "
         "'.', '_', '@' or '-'"
@@ -663,13 +664,13 @@ def test_requester_public_keys_load_from_their_file_or_fail_at_start(tmp_path: P
     """``REQUESTER_PUBLIC_KEYS_FILE`` holds the entries (comments allowed); a malformed one
     stops the settings from loading, naming the file's variable."""
     good = tmp_path / "requesters"
-    good.write_text(f"# who may start runs\n{REQUESTER.requester_entry('acme')}\n")
+    good.write_text(f"# who may start runs\n{REQUESTER_ALICE.requester_entry('acme')}\n")
     keys = Settings(requester_public_keys_file=good).requester_keys()
     assert keys == [
-        RequesterKey(key_id="alice", public_key=public_key_text(REQUESTER), tenant="acme")
+        RequesterKey(key_id="alice", public_key=public_key_text(REQUESTER_ALICE), tenant="acme")
     ]
     bad = tmp_path / "bad-requesters"
-    bad.write_text(f"alice:{public_key_text(REQUESTER)}:\n")
+    bad.write_text(f"alice:{public_key_text(REQUESTER_ALICE)}:\n")
     with pytest.raises(ConfigError) as info:
         Settings(requester_public_keys_file=bad)
     assert "REQUESTER_PUBLIC_KEYS_FILE: key 'alice' names no valid tenant" in str(info.value)
@@ -679,7 +680,7 @@ def test_the_cli_signs_starts_with_its_requester_key_or_none(tmp_path: Path) -> 
     """``REQUESTER_KEY`` (or ``REQUESTER_KEY_FILE``) gives the CLI the key it signs starts with;
     without it the CLI has none; an unusable one is refused in a line naming REQUESTER_KEY,
     never the key."""
-    entry = REQUESTER.private_entry()
+    entry = REQUESTER_ALICE.private_entry()
     found = requester_key_from_settings(Settings(requester_key=entry))
     assert found is not None and found.private_entry() == entry
     key_file = tmp_path / "requester.key"
