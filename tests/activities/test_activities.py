@@ -17,6 +17,7 @@ from qdrant_client import AsyncQdrantClient
 from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.testing import ActivityEnvironment
 
+from activities.capacity import batch_lease
 from activities.llm import LlmActivities
 from activities.prompt import InputLoader, PromptActivities
 from activities.vectors import VectorActivities, embedded_store, point_id
@@ -269,3 +270,11 @@ async def test_embedded_store_keeps_vectors_across_reopening(
     reopened = embedded_store(tmp_path / "vectors")
     assert (await reopened.count("runs")).count == 1
     await reopened.close()
+
+
+def test_a_batched_calls_reservation_is_held_its_wait_and_two_hours() -> None:
+    """A batched call's spend reservation lasts as long as its run waits for the batch's answer
+    (``LLM_BATCH_WAIT_S``, carried in the call) plus two hours for its wait in the group and
+    its submission (docs/cost.md), so it is not charged in full before the batch can answer."""
+    assert batch_lease(call("batched", lane="batch", batch_wait_s=3600)) == timedelta(hours=3)
+    assert batch_lease(call("batched", lane="batch")) == timedelta(hours=52)

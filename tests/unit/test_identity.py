@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import hashlib
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import jwt
 import pytest
@@ -28,7 +29,14 @@ from workflows.engine.identity import (
     start_claim_problem,
     start_claims_for,
 )
-from workflows.payloads import BudgetDecision, PipelineRequest, RequesterKey, ReviewDecision
+from workflows.payloads import (
+    BudgetDecision,
+    PipelineRequest,
+    RequestBase,
+    RequesterKey,
+    ReviewDecision,
+    RunOptions,
+)
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 # The contract's audience (docs/security.md), spelt out rather than read from the code.
@@ -195,7 +203,7 @@ def token(
         {**claims, **changes},
         key.private_key,
         algorithm="EdDSA",
-        headers={"kid": key.key_id, **(headers or {})},
+        headers={"kid": key.key_id},
     )
 
 
@@ -392,152 +400,307 @@ def test_a_token_lives_at_least_a_second() -> None:
     assert claims["exp"] == int(AT.timestamp()) + 1
 
 
+# Start claims (REQUESTER_PUBLIC_KEYS, REQUESTER_KEY): a requester's signed word that they ask
+# for exactly this request; the key names the requester and the tenant whose budget it spends.
+
 # The contract's start audience (docs/security.md), spelt out rather than read from the code.
-START_AUDIENCE = "ai-orchestrator/start"
-REQUESTER = SigningKey.generate("alice")
-START = PipelineRequest(
-    request_id="0123456789abcdef01234567",
-    user_message="Grüße",
-    review="always",
-    metadata={"b": 1, "a": 2},
+CLAIM_AUDIENCE = "ai-orchestrator/start"
+REQUESTER_ALICE = SigningKey.generate("alice")
+REQUESTER_BOB = SigningKey.generate("bob")
+WORKER_REQUESTER_KEYS = parse_requester_keys(
+    f"{REQUESTER_ALICE.requester_entry('acme')}\n{REQUESTER_BOB.requester_entry('beta')}"
 )
-# START as canonical JSON, worked out by hand: keys sorted at every level, no spaces, non-ASCII
-# kept, the start claim and every field left at its default out.
-START_CANONICAL = (
-    '{"metadata":{"a":2,"b":1},"request_id":"0123456789abcdef01234567","review":"always",'
-    '"user_message":"Grüße"}'
+REPORT_REQUEST = PipelineRequest(
+    request_id="b" * 24,
+    user_message="Résumé ✓ of the Q3 report",
+    metadata={"z": 1, "a": [1, 2]},
+    options=RunOptions(llm_max_attempts=2),
+    requested_by="alice",
+    tenant="acme",
+)
+# What ``REPORT_REQUEST`` is as canonical JSON (sorted keys, no spaces, characters kept as UTF-8,
+# fields at their defaults and the claim left out): what a start claim's ``rq`` digests.
+REPORT_CANONICAL = (
+    '{"metadata":{"a":[1,2],"z":1},"options":{"llm_max_attempts":2},'
+    f'"request_id":"{"b" * 24}","requested_by":"alice","tenant":"acme",'
+    '"user_message":"Résumé ✓ of the Q3 report"}'
 )
 
 
-def requester_keys(*keys: SigningKey, tenant: str = "acme") -> list[RequesterKey]:
-    return parse_requester_keys(",".join(key.requester_entry(tenant) for key in keys))
+def public_key_text(key: SigningKey) -> str:
+    """The raw public key of ``key`` in base64, as key entries hold it."""
+    return base64.b64encode(key.private_key.public_key().public_bytes_raw()).decode()
 
 
-def start_claim(key: SigningKey = REQUESTER, **changes: object) -> str:
-    """A start claim for ``START`` by ``key``, issued at ``AT`` for 10 minutes, with
+def claim_for(
+    key: SigningKey = REQUESTER_ALICE,
+    request: RequestBase = REPORT_REQUEST,
+    **changes: object,
+) -> str:
+    """``key``'s start claim for ``request``, issued at ``AT`` for 10 minutes, with
     ``changes`` to its claims."""
-    claims = start_claims_for(START, requester=key.key_id, issued=AT, ttl=timedelta(minutes=10))
+    claims = start_claims_for(request, requester=key.key_id, issued=AT, ttl=timedelta(minutes=10))
     return jwt.encode(
-        {**claims, **changes}, key.private_key, algorithm="EdDSA", headers={"kid": key.key_id}
+        {**claims, **changes},
+        key.private_key,
+        algorithm="EdDSA",
+        headers={"kid": key.key_id},
     )
 
 
-def test_a_start_claim_vouches_for_the_request_as_canonical_json() -> None:
-    """``rq`` is SHA-256 of the request as canonical JSON (sorted keys, no spaces, UTF-8), its
-    start claim and its defaults left out: signing it, or adding a field a later version has,
-    changes nothing; any other content does. A request built in Python has the digest of the
-    JSON it is sent as."""
-    expected = hashlib.sha256(START_CANONICAL.encode("utf-8")).hexdigest()
-    assert request_digest(START) == expected
-    assert request_digest(START.model_copy(update={"start_claim": "x.y.z"})) == expected
-    assert request_digest(START.model_copy(update={"user_message": "Grüsse"})) != expected
-    # Built in Python, a request may hold values JSON spells otherwise (a datetime, a tuple):
-    # its digest is that of the JSON the worker receives.
-    built = PipelineRequest.model_validate(
-        {**START.model_dump(), "metadata": {"when": AT, "ids": (1, 2)}}
+def start_verdict(
+    claim: str | None, request: RequestBase = REPORT_REQUEST, now: datetime = AT
+) -> RequesterKey | str:
+    """What the worker makes of ``request`` arriving with ``claim`` at ``now``."""
+    return start_claim_problem(
+        request.model_copy(update={"start_claim": claim}), keys=WORKER_REQUESTER_KEYS, now=now
     )
-    received = PipelineRequest.model_validate_json(built.model_dump_json())
-    assert received.metadata == {"when": "2026-01-01T00:00:00Z", "ids": [1, 2]}
-    assert request_digest(built) == request_digest(received)
 
 
-def test_a_start_claim_names_requester_request_and_lifetime() -> None:
-    """The signed claims are the start audience, the requester, the request's digest, and
-    the issue and expiry times in whole seconds; a lifetime under a second is one second."""
-    issued = int(AT.timestamp())
-    claims = start_claims_for(START, requester="alice", issued=AT, ttl=timedelta(minutes=10))
-    assert claims == {
-        "aud": START_AUDIENCE,
-        "sub": "alice",
-        "rq": request_digest(START),
-        "iat": issued,
-        "exp": issued + 600,
+def test_a_start_claim_for_exactly_this_request_yields_its_requesters_key() -> None:
+    """A claim signed by a configured requester key for exactly this request, checked within
+    its lifetime, yields that key: the requester and the tenant the run is bound to come from
+    the key, whatever else the request says."""
+    alice = RequesterKey(key_id="alice", public_key=public_key_text(REQUESTER_ALICE), tenant="acme")
+    bob = RequesterKey(key_id="bob", public_key=public_key_text(REQUESTER_BOB), tenant="beta")
+    assert start_verdict(claim_for()) == alice
+    assert start_verdict(claim_for(REQUESTER_BOB)) == bob
+    at = int(AT.timestamp())
+    assert start_verdict(claim_for(exp=at + 1)) == alice  # one second left
+    # Issued as far ahead of the worker's clock as the tolerated skew allows, and less.
+    assert start_verdict(claim_for(iat=at + 60, exp=at + 660)) == alice
+    assert start_verdict(claim_for(iat=at + 30, exp=at + 630)) == alice
+
+
+def test_each_start_claim_that_does_not_vouch_for_the_request_is_refused_in_its_words() -> None:
+    """A start without a claim, a claim that is not a token, signed by an unknown key, with
+    another algorithm or a forged signature, a review token of a trusted key, and a claim for
+    another audience, requester, request or time are each refused with their own reason."""
+    at = int(AT.timestamp())
+    hs256 = jwt.encode(
+        {"sub": "alice"},
+        "a-shared-secret-of-32-bytes-long!",
+        algorithm="HS256",
+        headers={"kid": "alice"},
+    )
+    review_token = REQUESTER_ALICE.sign(
+        ReviewDecision(decision="approve", reviewer="alice"),
+        workflow_id="b" * 24,
+        review_round=1,
+        now=AT,
+    ).token
+    other_request = REPORT_REQUEST.model_copy(update={"user_message": "Another report"})
+    cases = {
+        None: "the start is not signed (start authentication is on: sign it with REQUESTER_KEY)",
+        "not.a.token": "start claim is malformed",
+        claim_for(SigningKey.generate("mallory")): (
+            "start claim is signed with a key this run does not know"
+        ),
+        hs256: "start claim must be signed with EdDSA",
+        claim_for(SigningKey.generate("alice")): "start claim signature does not verify",
+        review_token: "start claim signature does not verify",
+        claim_for(aud="ai-orchestrator/review"): "start claim is not meant for starts",
+        claim_for(aud=f"{CLAIM_AUDIENCE} "): "start claim is not meant for starts",
+        claim_for(sub="bob"): "start claim names another requester than its key's",
+        claim_for(rq=request_digest(other_request)): ("start claim was issued for another request"),
+        claim_for(exp=at): "start claim has expired",
+        claim_for(iat=at + 61, exp=at + 661): "start claim is issued in the future",
     }
-    short = start_claims_for(START, requester="alice", issued=AT, ttl=timedelta(seconds=0.5))
-    assert short["exp"] == issued + 1
+    for claim, reason in cases.items():
+        assert start_verdict(claim) == reason, reason
+    expired_later = start_verdict(claim_for(), now=AT + timedelta(minutes=10))
+    assert expired_later == "start claim has expired"
 
 
-def test_the_cli_signs_a_start_that_the_workers_keys_accept() -> None:
-    """``sign_start`` adds a start claim (EdDSA, the key's id in its header) for exactly this
-    request, valid for 10 minutes by default; the workers' entry for the key
-    (``requester_entry``) reads back as that requester and tenant, and accepts it."""
-    signed = REQUESTER.sign_start(START, now=AT)
-    assert signed.model_copy(update={"start_claim": None}) == START
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("request_id", "c" * 24),
+        ("user_message", "Résumé ✓ of the Q4 report"),
+        ("metadata", {"z": 1, "a": [1, 3]}),
+        ("options", {"llm_max_attempts": 3}),
+        ("requested_by", "bob"),
+        ("tenant", "beta"),
+        ("review", "always"),
+    ],
+)
+def test_a_start_claim_binds_every_field_of_the_request(field: str, value: object) -> None:
+    """Changing any one field of a signed request changes its digest, so the claim signed for
+    the original no longer vouches for it."""
+    changed = PipelineRequest.model_validate({**REPORT_REQUEST.model_dump(), field: value})
+    assert request_digest(changed) != request_digest(REPORT_REQUEST)
+    claim = claim_for()
+    assert start_verdict(claim, changed) == "start claim was issued for another request"
+    assert start_verdict(claim) != "start claim was issued for another request"
+
+
+def test_the_request_digest_is_sha256_of_its_canonical_json() -> None:
+    """``rq`` is SHA-256 of the request as JSON with sorted keys, no spaces and characters kept
+    as UTF-8, fields at their defaults left out (so a field a later version adds keeps older
+    clients' claims valid) and the start claim itself left out: what any signer computes."""
+    assert request_digest(REPORT_REQUEST) == hashlib.sha256(REPORT_CANONICAL.encode()).hexdigest()
+    spelt_out = REPORT_REQUEST.model_copy(
+        update={"review": "auto", "options": RunOptions(llm_max_attempts=2, lane=None)}
+    )
+    assert request_digest(spelt_out) == request_digest(REPORT_REQUEST)
+    signed = REPORT_REQUEST.model_copy(update={"start_claim": claim_for()})
+    assert request_digest(signed) == request_digest(REPORT_REQUEST)
+
+
+def test_a_request_digests_alike_before_and_after_it_travels_as_json() -> None:
+    """A client digests the request it built (here with a datetime and a tuple in its
+    metadata); the worker digests the request it decoded from JSON: both are the same, so the
+    client's claim vouches for what the worker receives."""
+    built = REPORT_REQUEST.model_copy(
+        update={"metadata": {"due": datetime(2026, 3, 1, 12, tzinfo=UTC), "pages": (1, 2)}}
+    )
+    received = PipelineRequest.model_validate_json(
+        REQUESTER_ALICE.sign_start(built, now=AT).model_dump_json()
+    )
+    assert received.metadata == {"due": "2026-03-01T12:00:00Z", "pages": [1, 2]}
+    assert request_digest(received) == request_digest(built)
+    assert start_verdict(received.start_claim, received) == WORKER_REQUESTER_KEYS[0]
+
+
+def test_start_claims_name_audience_requester_request_and_lifetime() -> None:
+    """The claims a requester signs are the start audience, the requester, the request's
+    digest, when issued and when it expires; a lifetime under a second is one second."""
+    at = int(AT.timestamp())
+    claims = start_claims_for(
+        REPORT_REQUEST, requester="alice", issued=AT, ttl=timedelta(minutes=5)
+    )
+    assert claims == {
+        "aud": CLAIM_AUDIENCE,
+        "sub": "alice",
+        "rq": hashlib.sha256(REPORT_CANONICAL.encode()).hexdigest(),
+        "iat": at,
+        "exp": at + 300,
+    }
+    instant = start_claims_for(REPORT_REQUEST, requester="alice", issued=AT, ttl=timedelta(0))
+    assert instant["exp"] == at + 1
+
+
+def test_sign_start_attaches_a_claim_for_exactly_the_request() -> None:
+    """``SigningKey.sign_start`` returns the request unchanged but for its claim: an EdDSA token
+    naming the key, signed by it, for this request, issued now and living 10 minutes unless
+    told otherwise; the worker accepts it until it expires."""
+    signed = REQUESTER_ALICE.sign_start(REPORT_REQUEST, now=AT)
     assert signed.start_claim is not None
+    assert signed.model_copy(update={"start_claim": None}) == REPORT_REQUEST
     assert jwt.get_unverified_header(signed.start_claim) == {
         "alg": "EdDSA",
         "kid": "alice",
         "typ": "JWT",
     }
-    claims = jwt.decode(signed.start_claim, options={"verify_signature": False})
-    assert claims == start_claims_for(
-        START, requester="alice", issued=AT, ttl=timedelta(minutes=10)
+    claims = jwt.decode(
+        signed.start_claim,
+        REQUESTER_ALICE.private_key.public_key(),
+        algorithms=["EdDSA"],
+        audience=CLAIM_AUDIENCE,
+        options={"verify_exp": False, "verify_iat": False},
     )
-    [key] = requester_keys(REQUESTER)
-    assert (key.key_id, key.tenant) == ("alice", "acme")
-    assert key.public_key == REQUESTER.public_entry(["alice"]).split(":")[1]
-    assert start_claim_problem(signed, keys=[key], now=AT) == key
+    assert claims == start_claims_for(
+        REPORT_REQUEST, requester="alice", issued=AT, ttl=timedelta(minutes=10)
+    )
+    assert start_verdict(signed.start_claim) == WORKER_REQUESTER_KEYS[0]
+    short = REQUESTER_ALICE.sign_start(REPORT_REQUEST, now=AT, ttl=timedelta(minutes=1))
+    assert (
+        start_verdict(short.start_claim, now=AT + timedelta(seconds=59)) == WORKER_REQUESTER_KEYS[0]
+    )
+    assert start_verdict(short.start_claim, now=AT + timedelta(minutes=1)) == (
+        "start claim has expired"
+    )
 
 
-def test_each_start_claim_that_does_not_vouch_is_refused_with_its_own_reason() -> None:
-    """A start claim is refused when missing, signed by a key the workers do not know, meant
-    for another audience, naming another requester than its key, issued for other content,
-    expired (at its expiry second) or issued more than a minute ahead; each in its own words."""
-    keys = requester_keys(REQUESTER)
-    bob = SigningKey.generate("bob")
-
-    def why(claim: str | None, now: datetime = AT) -> RequesterKey | str:
-        return start_claim_problem(
-            START.model_copy(update={"start_claim": claim}), keys=keys, now=now
-        )
-
-    expires = AT + timedelta(minutes=10)
-    cases: dict[str, tuple[str | None, datetime]] = {
-        "the start is not signed (start authentication is on: sign it with REQUESTER_KEY)": (
-            None,
-            AT,
-        ),
-        "start claim is signed with a key this run does not know": (start_claim(bob), AT),
-        "start claim is not meant for starts": (start_claim(aud=REVIEW_AUDIENCE), AT),
-        "start claim names another requester than its key's": (start_claim(sub="bob"), AT),
-        "start claim was issued for another request": (start_claim(rq="0" * 64), AT),
-        "start claim has expired": (start_claim(), expires),
-        "start claim is issued in the future": (start_claim(), AT - timedelta(seconds=61)),
-    }
-    for reason, (claim, now) in cases.items():
-        assert why(claim, now) == reason
-    assert why(start_claim(), expires - timedelta(seconds=1)) == keys[0]
-    assert why(start_claim(), AT - timedelta(seconds=60)) == keys[0]
+def test_a_requester_entry_names_the_key_its_public_key_and_tenant() -> None:
+    """``requester_entry`` is the ``REQUESTER_PUBLIC_KEYS`` line ``id:base64 key:tenant``, and
+    it parses back to that key for that tenant."""
+    entry = REQUESTER_ALICE.requester_entry("acme")
+    assert entry == f"alice:{public_key_text(REQUESTER_ALICE)}:acme"
+    assert parse_requester_keys(entry) == [
+        RequesterKey(key_id="alice", public_key=public_key_text(REQUESTER_ALICE), tenant="acme")
+    ]
 
 
-def test_requester_key_entries_name_a_tenant_or_are_refused() -> None:
-    """``REQUESTER:BASE64:TENANT`` entries read as keys for that requester and tenant; an entry
-    without a tenant, or with one that is not a tenant name, is refused in one line."""
-    keys = parse_requester_keys(f"{REQUESTER.requester_entry('acme')}\n# more soon\n")
-    assert [(key.key_id, key.tenant) for key in keys] == [("alice", "acme")]
-    material = REQUESTER.public_entry(["alice"])
+def test_requester_keys_are_read_from_commas_newlines_and_comments() -> None:
+    """Entries are separated by commas or newlines, with blank lines, ``#`` comments and
+    spaces around the parts skipped; nothing but comments is no key at all."""
+    alice, bob = public_key_text(REQUESTER_ALICE), public_key_text(REQUESTER_BOB)
+    spec = f"# requesters\n\n alice : {alice} : acme ,\n# bob moved to beta\nbob:{bob}:beta.eu-1"
+    assert parse_requester_keys(spec) == [
+        RequesterKey(key_id="alice", public_key=alice, tenant="acme"),
+        RequesterKey(key_id="bob", public_key=bob, tenant="beta.eu-1"),
+    ]
+    assert parse_requester_keys("") == []
+    assert parse_requester_keys("# revoked pending rotation\n") == []
+
+
+def test_each_malformed_requester_entry_is_refused_in_one_line() -> None:
+    """An entry without exactly a requester, a key and a tenant, with a bad requester name, a
+    key that is not 32 bytes of base64, a tenant that is not a tenant name, or a requester
+    listed twice is refused with a line that names the entry's problem and never the key."""
+    material = public_key_text(REQUESTER_ALICE)
+    shape = (
+        "each entry is REQUESTER:BASE64_PUBLIC_KEY:TENANT with a key id of letters, digits, "
+        "'.', '_', '@' or '-'"
+    )
+    no_tenant = r"key 'alice' names no valid tenant (^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$)"
     cases = {
-        material: "each entry is REQUESTER:BASE64_PUBLIC_KEY:TENANT with a key id of letters, "
-        "digits, '.', '_', '@' or '-'",
-        f"{material}:": "key 'alice' names no valid tenant (^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$)",
-        f"{material}:-acme": "key 'alice' names no valid tenant "
-        "(^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$)",
+        f"alice:{material}": shape,
+        f"alice:{material}:acme:extra": shape,
+        f"al ice:{material}:acme": shape,
+        f"alice:{material}:": no_tenant,
+        f"alice:{material}:ac me": no_tenant,
+        f"alice:{material}:-acme": no_tenant,
+        f"alice:{material}:{'a' * 65}": no_tenant,
+        "alice:!!!:acme": "key 'alice' is not valid base64",
+        "alice:AAAA:acme": "key 'alice' is 3 bytes; an Ed25519 key is 32",
+        f"alice:{material}:acme,alice:{material}:beta": "key id 'alice' is configured twice",
     }
-    for entry, message in cases.items():
+    for spec, message in cases.items():
         with pytest.raises(KeySpecError) as info:
-            parse_requester_keys(entry)
+            parse_requester_keys(spec)
         assert str(info.value) == message
+        assert material not in str(info.value)
 
 
-def test_the_cli_signs_starts_with_its_configured_requester_key_or_none() -> None:
-    """``REQUESTER_KEY`` gives the CLI its key for signing starts; without it the CLI has none;
-    an unusable one is refused naming REQUESTER_KEY."""
-    found = requester_key_from_settings(Settings(requester_key=REQUESTER.private_entry()))
-    assert found is not None and found.private_entry() == REQUESTER.private_entry()
+def test_requester_public_keys_load_from_their_file_or_fail_at_start(tmp_path: Path) -> None:
+    """``REQUESTER_PUBLIC_KEYS_FILE`` holds the entries (comments allowed); a malformed one
+    stops the settings from loading, naming the file's variable."""
+    good = tmp_path / "requesters"
+    good.write_text(f"# who may start runs\n{REQUESTER_ALICE.requester_entry('acme')}\n")
+    keys = Settings(requester_public_keys_file=good).requester_keys()
+    assert keys == [
+        RequesterKey(key_id="alice", public_key=public_key_text(REQUESTER_ALICE), tenant="acme")
+    ]
+    bad = tmp_path / "bad-requesters"
+    bad.write_text(f"alice:{public_key_text(REQUESTER_ALICE)}:\n")
+    with pytest.raises(ConfigError) as info:
+        Settings(requester_public_keys_file=bad)
+    assert "REQUESTER_PUBLIC_KEYS_FILE: key 'alice' names no valid tenant" in str(info.value)
+
+
+def test_the_cli_signs_starts_with_its_requester_key_or_none(tmp_path: Path) -> None:
+    """``REQUESTER_KEY`` (or ``REQUESTER_KEY_FILE``) gives the CLI the key it signs starts with;
+    without it the CLI has none; an unusable one is refused in a line naming REQUESTER_KEY,
+    never the key."""
+    entry = REQUESTER_ALICE.private_entry()
+    found = requester_key_from_settings(Settings(requester_key=entry))
+    assert found is not None and found.private_entry() == entry
+    key_file = tmp_path / "requester.key"
+    key_file.write_text(f"{entry}\n")
+    from_file = requester_key_from_settings(Settings(requester_key_file=key_file))
+    assert from_file is not None and from_file.private_entry() == entry
     assert requester_key_from_settings(Settings(requester_key=None)) is None
-    with pytest.raises(ConfigError) as refused:
-        requester_key_from_settings(Settings(requester_key="alice:!!!"))
-    assert str(refused.value) == "REQUESTER_KEY: the key is not valid base64"
+    material = entry.partition(":")[2]
+    cases = {
+        material: "REQUESTER_KEY must be KEY_ID:BASE64_PRIVATE_KEY",
+        "alice:AAAA": "REQUESTER_KEY: an Ed25519 private key is 32 bytes",
+    }
+    for spec, message in cases.items():
+        with pytest.raises(ConfigError) as info:
+            requester_key_from_settings(Settings(requester_key=spec))
+        assert str(info.value) == message
 
 
 # The contract's budget audience (docs/security.md), spelt out rather than read from the code.
