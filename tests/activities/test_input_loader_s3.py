@@ -42,6 +42,8 @@ from workflows import errors
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
+pytestmark = pytest.mark.e2e
+
 
 def s3_client(url: str, key_id: str = "testing", secret: str = "testing") -> S3Client:
     """A client for the S3 endpoint at ``url``, configured as the worker configures its own."""
@@ -103,7 +105,6 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
         server.proc.stop()
 
 
-@pytest.mark.e2e
 async def test_s3_inside_an_allowed_prefix_is_read(s3: S3Server) -> None:
     """An object under an allowed bucket/prefix loads; an empty one loads as empty text."""
     loader = s3_loader(s3.client())
@@ -111,7 +112,6 @@ async def test_s3_inside_an_allowed_prefix_is_read(s3: S3Server) -> None:
     assert await loader.load("s3://docs/public/empty.txt") == ""
 
 
-@pytest.mark.e2e
 async def test_s3_outside_the_prefixes_is_refused_without_a_call(s3: S3Server) -> None:
     """Another bucket, another prefix (also one that merely starts with the allowed folder's
     name), ``..`` segments and empty keys are refused before any request reaches S3."""
@@ -134,7 +134,6 @@ async def test_s3_outside_the_prefixes_is_refused_without_a_call(s3: S3Server) -
     assert "GET /docs/public/ " not in log and "GET /docs " not in log
 
 
-@pytest.mark.e2e
 async def test_s3_size_bound(s3: S3Server) -> None:
     """An object of exactly the limit loads; one byte more, or megabytes more, is too large."""
     loader = s3_loader(s3.client())
@@ -146,7 +145,6 @@ async def test_s3_size_bound(s3: S3Server) -> None:
         )
 
 
-@pytest.mark.e2e
 async def test_s3_missing_key_and_bucket_read_as_refused(s3: S3Server) -> None:
     """NoSuchKey and NoSuchBucket (both 404) give the same text as a prefix refusal."""
     loader = s3_loader(s3.client(), "docs/public", "gone-bucket")
@@ -196,7 +194,6 @@ def locked_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[S3Serv
         server.proc.stop()
 
 
-@pytest.mark.e2e
 async def test_s3_403_and_404_read_byte_identical(
     s3: S3Server, locked_s3: tuple[S3Server, S3Client]
 ) -> None:
@@ -214,7 +211,6 @@ async def test_s3_403_and_404_read_byte_identical(
         assert template(await refusal(locked, other), other) == UNAVAILABLE
 
 
-@pytest.mark.e2e
 async def test_s3_reference_is_loaded_through_boto3(s3: S3Server) -> None:
     """An s3:// input in an allowed bucket is read from the S3 endpoint (moto over HTTP)."""
     client = s3.client()
