@@ -20,8 +20,10 @@ if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
     from mypy_boto3_sqs import SQSClient
 
+# botocore's "max_attempts" counts retries after the first attempt; "total_max_attempts" counts
+# every attempt.
 WORKER = BotoConfig(
-    retries={"max_attempts": 1, "mode": "standard"}, connect_timeout=5, read_timeout=15
+    retries={"total_max_attempts": 1, "mode": "standard"}, connect_timeout=5, read_timeout=15
 )
 OPERATOR = BotoConfig(
     retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=5, read_timeout=15

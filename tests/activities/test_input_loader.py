@@ -15,6 +15,7 @@ from pathlib import Path
 import boto3
 import pytest
 from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
 
 from activities.prompt import (
     MAX_SHOWN_REFERENCE,
@@ -124,6 +125,37 @@ async def test_kernel_files_are_refused_even_inside_a_root() -> None:
     for reference in ("file:///dev/zero", "file:///dev/null", "file:///proc/self/environ"):
         error = await refusal(loader, reference)
         assert template(error, reference) == UNAVAILABLE
+
+
+async def test_sysfs_files_are_refused_even_inside_a_root(caplog: pytest.LogCaptureFixture) -> None:
+    """A /sys file claims to be a regular file (of 4096 bytes) but holds the kernel's state:
+    with an operator root on /sys it is still refused, by its file system."""
+    sysfs = Path("/sys/kernel/uevent_seqnum")
+    if not sysfs.is_file() or os.stat("/sys").st_dev == os.stat("/").st_dev:
+        pytest.skip("/sys is not mounted here")
+    loader = InputLoader(max_bytes=LIMIT, file_roots=[Path("/sys/kernel")])
+    with caplog.at_level(logging.INFO, logger="activities.prompt"):
+        error = await refusal(loader, sysfs.as_uri())
+    assert template(error, sysfs.as_uri()) == UNAVAILABLE
+    assert [record.getMessage() for record in caplog.records] == [
+        "input refused: not a regular file"
+    ]
+
+
+async def test_a_refusal_inside_an_activity_is_logged_with_the_activity(
+    tree: Tree, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Inside an activity, the refusal's reason goes to the activity's logger, which names the
+    workflow and activity it belongs to."""
+    reference = (tree.root / "missing.txt").as_uri()
+    with (
+        caplog.at_level(logging.INFO, logger="temporalio.activity"),
+        pytest.raises(ApplicationError),
+    ):
+        await ActivityEnvironment().run(tree.loader().load, reference)
+    [record] = [record for record in caplog.records if record.name == "temporalio.activity"]
+    assert record.getMessage().startswith("input refused: cannot open it (")
+    assert record.__dict__["temporal_activity"]["activity_id"] == "test"
 
 
 async def test_fifo_inside_the_root_is_refused_without_blocking(tree: Tree) -> None:
@@ -243,7 +275,25 @@ async def test_s3_unreachable_is_retryable() -> None:
         await s3_loader(client).load("s3://docs/public/a.txt")
     assert info.value.type == errors.INPUT_FETCH_FAILED
     assert not info.value.non_retryable
-    assert "will be retried" in info.value.message
+    assert info.value.message == (
+        "input s3://docs/public/a.txt could not be fetched (EndpointConnectionError); "
+        "it will be retried"
+    )
+
+
+async def test_s3_reference_without_s3_configured_says_what_to_set() -> None:
+    """An allowed s3:// reference on a worker without an S3 client is refused for good, with
+    the settings to configure named."""
+    error = await refusal(s3_loader(None, "docs/public"), "s3://docs/public/a.txt")
+    assert error.message == "s3:// references need S3 configured (S3_ENDPOINT_URL/AWS)"
+
+
+async def test_other_schemes_are_refused(tree: Tree) -> None:
+    """Only file:// and s3:// references load: any other scheme (or none) is the same refusal,
+    which quotes the reference."""
+    for reference in ("https://example.com/doc.txt", "ftp://host/doc.txt", "doc.txt"):
+        error = await refusal(tree.loader(), reference)
+        assert error.message == f"input {reference} is not available (missing or not allowed)"
 
 
 async def test_each_refusal_tells_the_operator_why_in_the_worker_log(

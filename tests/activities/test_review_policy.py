@@ -159,7 +159,8 @@ async def test_the_operators_allowed_reviewers_bound_every_group() -> None:
 async def test_every_setting_the_run_uses_is_taken_from_the_worker() -> None:
     """The plan carries the worker's settings, each as configured (none left at a default):
     the model and its fallback, timeouts and backoff, limits, the review token's lifetime and
-    binding to the run chain, notifications, content capture and the budget policy."""
+    binding to the run chain, signed budget decisions, notifications, content capture and the
+    budget policy."""
     settings = Settings(
         llm_model="model-a",
         llm_temperature=0.3,
@@ -183,6 +184,7 @@ async def test_every_setting_the_run_uses_is_taken_from_the_worker() -> None:
     assert (plan.llm_timeout_s, plan.backoff_initial_s, plan.backoff_max_s) == (42, 3, 30)
     assert (plan.max_reply_chars, plan.max_feedback_chars) == (5000, 700)
     assert (plan.review_token_ttl_s, plan.review_token_binds_run) == (120, True)
+    assert plan.budget_decisions_signed
     assert (plan.reedit_rounds_per_run, plan.notify, plan.capture_content) == (2, True, True)
     assert (plan.budget_policy, plan.budget_timeout_s) == ("fail", 77)
 

@@ -3,15 +3,19 @@ limits, and with tenant budgets on a run must spend one."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from pydantic import SecretStr
 from temporalio.exceptions import ApplicationError
 
+from aiorch.ops.signing import SigningKey
 from aiorch.runtime.config import Settings
-from tests.activities.test_review_policy import plan_for
+from tests.activities.test_review_policy import RUN_ID, plan_for
 from workflows import errors
+from workflows.payloads import PipelineRequest, PromptPlan
 
 YEAR_S = 365 * 86400.0
 BUDGETS: dict[str, Any] = {
@@ -113,8 +117,10 @@ async def test_asking_for_the_batch_lane_where_there_is_none_fails_the_plan() ->
         await plan_for(Settings(), options={"lane": "batch"})
     assert refused.value.type == errors.INVALID_REQUEST
     assert refused.value.non_retryable
-    assert "LLM_BATCH=off" in refused.value.message
-    assert "\n" not in refused.value.message
+    assert refused.value.message == (
+        "options.lane is batch, and this deployment does not use the provider's batch API "
+        "(LLM_BATCH=off): leave the lane out, or ask for sync"
+    )
     assert (await plan_for(Settings(), options={"lane": "sync"})).lane == "sync"
 
 
@@ -125,3 +131,52 @@ async def test_the_result_cache_is_opt_in_and_a_request_may_refuse_it() -> None:
     cached = Settings(**STORE, llm_result_cache_ttl_s=3600)
     assert (await plan_for(cached)).result_cache
     assert not (await plan_for(cached, options={"result_cache": False})).result_cache
+
+
+ALICE = SigningKey.generate("alice")
+BOB = SigningKey.generate("bob")
+SIGNED_STARTS = Settings(
+    requester_public_keys=f"{ALICE.requester_entry('acme')},{BOB.requester_entry('bigco')}"
+)
+
+
+async def signed_plan(key: SigningKey, **fields: Any) -> PromptPlan:
+    """The plan of a request ``key`` signed, on a worker that authenticates starts."""
+    payload = {"request_id": RUN_ID, "user_message": "Hi", **fields}
+    claimed = key.sign_start(PipelineRequest.model_validate(payload), now=datetime.now(UTC))
+    return await plan_for(SIGNED_STARTS, **claimed.model_dump(mode="json", exclude_none=True))
+
+
+async def test_with_start_authentication_the_signing_key_names_requester_and_tenant() -> None:
+    """With REQUESTER_PUBLIC_KEYS set, the run's requester and tenant are those of the key
+    that signed its start claim, whether the request leaves them out or names the same."""
+    for key, tenant in ((ALICE, "acme"), (BOB, "bigco")):
+        plan = await signed_plan(key)
+        assert (plan.requested_by, plan.tenant) == (key.key_id, tenant)
+        same = await signed_plan(key, requested_by=key.key_id, tenant=tenant)
+        assert (same.requested_by, same.tenant) == (key.key_id, tenant)
+
+
+async def test_with_start_authentication_a_request_cannot_speak_for_another() -> None:
+    """An unsigned start, or a signed one naming another requester or tenant than its key's,
+    fails the plan with one final InvalidRequest line saying why."""
+    refusals: list[tuple[Callable[[], Awaitable[PromptPlan]], str]] = [
+        (
+            lambda: plan_for(SIGNED_STARTS, requested_by="alice", tenant="acme"),
+            "the start is not signed (start authentication is on: sign it with REQUESTER_KEY)",
+        ),
+        (
+            lambda: signed_plan(ALICE, requested_by="bob"),
+            "requested_by names another requester than the one whose key signed the start",
+        ),
+        (
+            lambda: signed_plan(ALICE, tenant="bigco"),
+            "tenant 'bigco' is not the tenant of the key that signed the start",
+        ),
+    ]
+    for attempt, why in refusals:
+        with pytest.raises(ApplicationError) as refused:
+            await attempt()
+        assert refused.value.type == errors.INVALID_REQUEST
+        assert refused.value.non_retryable
+        assert refused.value.message == why
