@@ -87,13 +87,16 @@ def gate(store: CapacityStore, **fields: Any) -> CallGate:
 async def admitted(
     gate: CallGate, n: int = 1, tenant: str = "acme", messages: Sequence[Any] = MESSAGES
 ) -> tuple[Admission, list[float]]:
-    """Call ``n``'s admission, in an activity (where the gate counts its waits), and the
-    count of calls sent back to wait that it recorded (each under the metric's description)."""
+    """Call ``n``'s admission, in an activity (where the gate counts its waits and the store's
+    errors: a live store answers every operation), and the count of calls sent back to wait
+    that it recorded (each under the metric's description)."""
     buffer = MetricBuffer(1000)
     environment = ActivityEnvironment()
     environment.metric_meter = Runtime(telemetry=TelemetryConfig(metrics=buffer)).metric_meter
     admission = await environment.run(gate.admit, nth_call(n, tenant), messages)
-    counted = [u for u in buffer.retrieve_updates() if u.metric.name == METRIC_CAPACITY_WAITS]
+    updates = buffer.retrieve_updates()
+    assert not [u for u in updates if u.metric.name == METRIC_STORE_ERRORS]
+    counted = [u for u in updates if u.metric.name == METRIC_CAPACITY_WAITS]
     assert all(u.metric.description == WAITS_DESCRIPTION for u in counted), counted
     return admission, [u.value for u in counted if u.attributes.get("model") == MODEL]
 

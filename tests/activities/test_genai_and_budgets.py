@@ -28,6 +28,7 @@ from activities.capacity import (
     Admission,
     CallGate,
     PromptTokens,
+    Settlement,
     prompt_tokens,
     today,
     unbudgeted_tenant,
@@ -36,6 +37,7 @@ from activities.llm import LlmActivities, build_messages
 from activities.pricing import estimate_cost
 from activities.prompt import InputLoader
 from aiorch.devstack.llm_simulator import running_simulator
+from aiorch.runtime.capacity import ProviderSignal
 from aiorch.runtime.config import DEFAULT_PRICE_TABLE, RateLimit
 from aiorch.runtime.genai import CONTENT_ATTRIBUTES, GenAiTelemetry
 from tests.activities.llm_calls import call
@@ -271,6 +273,16 @@ async def test_without_a_store_a_budgeted_tenant_is_not_held_to_its_budget() -> 
     budgeted = gate(tenant_budget={"acme": 5.0}.get, tenant_budgets_on=True)
     admission = await budgeted.admit(call("hi", tenant="acme"), [{"role": "user", "content": "hi"}])
     assert admission == Admission("go")
+
+
+async def test_without_a_store_every_cost_counts_in_the_metrics() -> None:
+    """Without a capacity store, settling a call reports its cost as counted now (the metrics
+    are its only record), whatever it held or cost."""
+    free = gate()
+    done = Settlement(used=5, called=True, signal=ProviderSignal(), cost_usd=0.01)
+    assert await free.settle(Admission("go"), call("hi"), done) is True
+    assert await free.settle_spend(None, call("hi"), 0.01) is True
+    assert await free.settle_spend(None, call("hi"), None) is True
 
 
 def test_spend_is_counted_in_the_utc_day_whatever_the_hosts_zone(
