@@ -6,9 +6,11 @@ what it really used. (The store's own scripts: tests/e2e/test_capacity_store.py.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
+from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -29,7 +31,7 @@ from activities.capacity import (
     today,
 )
 from activities.pricing import estimate_cost
-from aiorch.runtime.capacity import CapacityStore, ProviderSignal, scope_name
+from aiorch.runtime.capacity import CapacityStore, CapacityStoreError, ProviderSignal, scope_name
 from aiorch.runtime.config import DEFAULT_PRICE_TABLE, RateLimit
 from tests.activities.llm_calls import call
 from tests.support.capacity_store import capacity_store_url, unreachable_store
@@ -99,6 +101,19 @@ async def admitted(
     counted = [u for u in updates if u.metric.name == METRIC_CAPACITY_WAITS]
     assert all(u.metric.description == WAITS_DESCRIPTION for u in counted), counted
     return admission, [u.value for u in counted if u.attributes.get("model") == MODEL]
+
+
+@asynccontextmanager
+async def renewing(renewals: Coroutine[Any, Any, None]) -> AsyncIterator[asyncio.Task[None]]:
+    """Run a call's renewals (``keep_alive``) in a task, cancelled when the block ends, as
+    the LLM activity cancels them once its call ended."""
+    task = asyncio.create_task(renewals)
+    try:
+        yield task
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, CapacityStoreError):
+            await task
 
 
 def nth_call(n: int, tenant: str = "acme", **fields: Any) -> LlmCallInput:
@@ -226,12 +241,11 @@ async def test_a_long_call_keeps_its_holds_alive_until_it_ends(store: CapacitySt
     acme = gate(store)
     admission, _ = await admitted(acme)
     assert admission.hold is not None
-    alive = asyncio.create_task(acme.keep_alive(admission))
-    await asyncio.sleep(LEASE.total_seconds() * 3)
-    await store.levels(SCOPE, admission.limits)  # gives back holds whose lease ran out
-    assert admission.hold in await store.held(SCOPE)
-    assert await store.spend_state("acme", today()) == pytest.approx((0.0, WORST))
-    alive.cancel()
+    async with renewing(acme.keep_alive(admission)):
+        await asyncio.sleep(LEASE.total_seconds() * 3)
+        await store.levels(SCOPE, admission.limits)  # gives back holds whose lease ran out
+        assert admission.hold in await store.held(SCOPE)
+        assert await store.spend_state("acme", today()) == pytest.approx((0.0, WORST))
     await asyncio.sleep(LEASE.total_seconds() * 2)
     await store.levels(SCOPE, admission.limits)  # the next operation gives lapsed holds back
     assert await store.held(SCOPE) == {}
@@ -257,17 +271,15 @@ async def test_a_call_holding_only_a_budget_or_only_capacity_keeps_it_alive(
     capacity_only = gate(store, tenant_budgets_on=False, tenant_budget=lambda tenant: None)
     limited, _ = await admitted(capacity_only, 2, tenant="globex")
     assert limited.hold is not None and limited.spend is None
-    alive = [
-        asyncio.create_task(spend_only.keep_alive(budgeted)),
-        asyncio.create_task(capacity_only.keep_alive(limited)),
-    ]
-    await asyncio.sleep(LEASE.total_seconds() * 2)
-    await store.levels(SCOPE, limited.limits)
-    assert limited.hold in await store.held(SCOPE)
-    assert await store.spend_state("acme", today()) == pytest.approx((0.0, WORST))
-    for task in alive:
-        assert not task.done()
-        task.cancel()
+    async with (
+        renewing(spend_only.keep_alive(budgeted)) as budget_renewals,
+        renewing(capacity_only.keep_alive(limited)) as capacity_renewals,
+    ):
+        await asyncio.sleep(LEASE.total_seconds() * 2)
+        await store.levels(SCOPE, limited.limits)
+        assert limited.hold in await store.held(SCOPE)
+        assert await store.spend_state("acme", today()) == pytest.approx((0.0, WORST))
+        assert not budget_renewals.done() and not capacity_renewals.done()
 
 
 async def test_renewals_go_on_while_the_store_is_down(store: CapacityStore) -> None:
@@ -276,10 +288,9 @@ async def test_renewals_go_on_while_the_store_is_down(store: CapacityStore) -> N
     admission, _ = await admitted(gate(store))
     down = unreachable_store(LEASE)
     try:
-        alive = asyncio.create_task(gate(down).keep_alive(admission))
-        await asyncio.sleep(LEASE.total_seconds() * 1.2)  # three failed renewals
-        assert not alive.done()
-        alive.cancel()
+        async with renewing(gate(down).keep_alive(admission)) as renewals:
+            await asyncio.sleep(LEASE.total_seconds() * 1.2)  # three failed renewals
+            assert not renewals.done()
     finally:
         await down.close()
 
