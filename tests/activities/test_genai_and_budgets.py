@@ -29,6 +29,7 @@ from activities.capacity import (
     CallGate,
     PromptTokens,
     Settlement,
+    call_key,
     prompt_tokens,
     today,
     unbudgeted_tenant,
@@ -283,6 +284,15 @@ async def test_without_a_store_every_cost_counts_in_the_metrics() -> None:
     assert await free.settle(Admission("go"), call("hi"), done) is True
     assert await free.settle_spend(None, call("hi"), 0.01) is True
     assert await free.settle_spend(None, call("hi"), None) is True
+
+
+def test_a_calls_key_names_its_run_chain_and_attempt() -> None:
+    """A call's key (its Idempotency-Key, its batch item's name, what its spend is settled
+    once by) is the workflow id, joined by the chain's first run id when the run has one,
+    then the activity and the attempt: a workflow id reused by a new chain gets new keys."""
+    assert call_key(call("hi", workflow_id="doc-1")) == "doc-1:invoke_llm:1"
+    chained = call("hi", workflow_id="doc-1", chain_id="first-run", attempt=3)
+    assert call_key(chained) == "doc-1/first-run:invoke_llm:3"
 
 
 def test_spend_is_counted_in_the_utc_day_whatever_the_hosts_zone(
