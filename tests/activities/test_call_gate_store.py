@@ -6,7 +6,11 @@ what it really used. (The store's own scripts: tests/e2e/test_capacity_store.py.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator, Sequence
+import contextlib
+import logging
+import re
+from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
+from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -19,6 +23,7 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.capacity import (
     METRIC_CAPACITY_WAITS,
+    METRIC_STORE_ERRORS,
     Admission,
     CallGate,
     Settlement,
@@ -26,11 +31,12 @@ from activities.capacity import (
     today,
 )
 from activities.pricing import estimate_cost
-from aiorch.runtime.capacity import CapacityStore, ProviderSignal, scope_name
+from aiorch.runtime.capacity import CapacityStore, CapacityStoreError, ProviderSignal, scope_name
 from aiorch.runtime.config import DEFAULT_PRICE_TABLE, RateLimit
 from tests.activities.llm_calls import call
-from tests.support.capacity_store import capacity_store_url
+from tests.support.capacity_store import capacity_store_url, unreachable_store
 from workflows import errors
+from workflows.payloads import LlmCallInput
 
 pytestmark = pytest.mark.e2e
 
@@ -44,6 +50,7 @@ NEED = TOKENS.estimate + REPLY_LIMIT
 WORST = estimate_cost(DEFAULT_PRICE_TABLE, MODEL, TOKENS.bound, REPLY_LIMIT) or 0.0
 NOTHING = ProviderSignal()
 LEASE = timedelta(seconds=0.6)
+WAITS_DESCRIPTION = "Calls sent back to wait in await_capacity"
 
 
 @pytest.fixture(scope="module")
@@ -82,20 +89,36 @@ def gate(store: CapacityStore, **fields: Any) -> CallGate:
 async def admitted(
     gate: CallGate, n: int = 1, tenant: str = "acme", messages: Sequence[Any] = MESSAGES
 ) -> tuple[Admission, list[float]]:
-    """Call ``n``'s admission, in an activity (where the gate counts its waits), and the
-    count of calls sent back to wait that it recorded."""
+    """Call ``n``'s admission, in an activity (where the gate counts its waits and the store's
+    errors: a live store answers every operation), and the count of calls sent back to wait
+    that it recorded (each under the metric's description)."""
     buffer = MetricBuffer(1000)
     environment = ActivityEnvironment()
     environment.metric_meter = Runtime(telemetry=TelemetryConfig(metrics=buffer)).metric_meter
-    admission = await environment.run(
-        gate.admit, call(f"call {n}", tenant=tenant, workflow_id=f"run-{n}"), messages
-    )
-    waits = [
-        update.value
-        for update in buffer.retrieve_updates()
-        if update.metric.name == METRIC_CAPACITY_WAITS and update.attributes.get("model") == MODEL
-    ]
-    return admission, waits
+    admission = await environment.run(gate.admit, nth_call(n, tenant), messages)
+    updates = buffer.retrieve_updates()
+    assert not [u for u in updates if u.metric.name == METRIC_STORE_ERRORS]
+    counted = [u for u in updates if u.metric.name == METRIC_CAPACITY_WAITS]
+    assert all(u.metric.description == WAITS_DESCRIPTION for u in counted), counted
+    return admission, [u.value for u in counted if u.attributes.get("model") == MODEL]
+
+
+@asynccontextmanager
+async def renewing(renewals: Coroutine[Any, Any, None]) -> AsyncIterator[asyncio.Task[None]]:
+    """Run a call's renewals (``keep_alive``) in a task, cancelled when the block ends, as
+    the LLM activity cancels them once its call ended."""
+    task = asyncio.create_task(renewals)
+    try:
+        yield task
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, CapacityStoreError):
+            await task
+
+
+def nth_call(n: int, tenant: str = "acme", **fields: Any) -> LlmCallInput:
+    """Call ``n`` of run ``run-n`` for ``tenant``."""
+    return call(f"call {n}", tenant=tenant, workflow_id=f"run-{n}", **fields)
 
 
 async def test_a_call_holds_its_budget_and_capacity_and_settles_what_it_used(
@@ -109,6 +132,10 @@ async def test_a_call_holds_its_budget_and_capacity_and_settles_what_it_used(
     assert (admission.kind, admission.scope, admission.limits) == ("go", SCOPE, (NEED * 10, 0))
     assert admission.spend is not None and admission.hold is not None
     assert (admission.spend.tenant, admission.spend.day) == ("acme", today())
+    # Named by run and attempt, and unique: a retried attempt never settles another's.
+    for reservation in (admission.hold, admission.spend.reservation):
+        assert re.fullmatch(r"run-1:1:[0-9a-f]{8}", reservation), reservation
+    assert admission.hold != admission.spend.reservation
     assert await store.held(SCOPE) == {admission.hold: NEED}
     assert await store.spend_state("acme", today()) == pytest.approx((0.0, WORST))
     assert waits == []
@@ -214,11 +241,11 @@ async def test_a_long_call_keeps_its_holds_alive_until_it_ends(store: CapacitySt
     acme = gate(store)
     admission, _ = await admitted(acme)
     assert admission.hold is not None
-    alive = asyncio.create_task(acme.keep_alive(admission))
-    await asyncio.sleep(LEASE.total_seconds() * 3)
-    assert admission.hold in await store.held(SCOPE)
-    assert await store.spend_state("acme", today()) == pytest.approx((0.0, WORST))
-    alive.cancel()
+    async with renewing(acme.keep_alive(admission)):
+        await asyncio.sleep(LEASE.total_seconds() * 3)
+        await store.levels(SCOPE, admission.limits)  # gives back holds whose lease ran out
+        assert admission.hold in await store.held(SCOPE)
+        assert await store.spend_state("acme", today()) == pytest.approx((0.0, WORST))
     await asyncio.sleep(LEASE.total_seconds() * 2)
     await store.levels(SCOPE, admission.limits)  # the next operation gives lapsed holds back
     assert await store.held(SCOPE) == {}
@@ -231,3 +258,207 @@ async def test_nothing_to_keep_alive_returns_at_once(store: CapacityStore) -> No
     admission, _ = await admitted(free, tenant="globex")
     assert admission == Admission("go")
     await asyncio.wait_for(free.keep_alive(admission), 1)
+
+
+async def test_a_call_holding_only_a_budget_or_only_capacity_keeps_it_alive(
+    store: CapacityStore,
+) -> None:
+    """A call of a model without a rate limit holds only its budget reservation, and one of a
+    tenant without a budget only its capacity: each is renewed while the call runs."""
+    spend_only = gate(store, rate_limits={})
+    budgeted, _ = await admitted(spend_only, 1)
+    assert budgeted.hold is None and budgeted.spend is not None
+    capacity_only = gate(store, tenant_budgets_on=False, tenant_budget=lambda tenant: None)
+    limited, _ = await admitted(capacity_only, 2, tenant="globex")
+    assert limited.hold is not None and limited.spend is None
+    async with (
+        renewing(spend_only.keep_alive(budgeted)) as budget_renewals,
+        renewing(capacity_only.keep_alive(limited)) as capacity_renewals,
+    ):
+        await asyncio.sleep(LEASE.total_seconds() * 2)
+        await store.levels(SCOPE, limited.limits)
+        assert limited.hold in await store.held(SCOPE)
+        assert await store.spend_state("acme", today()) == pytest.approx((0.0, WORST))
+        assert not budget_renewals.done() and not capacity_renewals.done()
+
+
+async def test_renewals_go_on_while_the_store_is_down(store: CapacityStore) -> None:
+    """A renewal the store cannot answer is skipped, not fatal: the call's renewals go on
+    (its holds lapse only if the outage outlasts their lease)."""
+    admission, _ = await admitted(gate(store))
+    down = unreachable_store(LEASE)
+    try:
+        async with renewing(gate(down).keep_alive(admission)) as renewals:
+            await asyncio.sleep(LEASE.total_seconds() * 1.2)  # three failed renewals
+            assert not renewals.done()
+    finally:
+        await down.close()
+
+
+async def test_a_provider_signal_for_a_model_without_a_limit_is_left_alone(
+    store: CapacityStore,
+) -> None:
+    """For a model with no rate limit configured, the provider's rate-limit headers change no
+    shared state, and the call's cost is still settled."""
+    unlimited = gate(store, rate_limits={})
+    admission, _ = await admitted(unlimited)
+    done = Settlement(
+        used=5,
+        called=True,
+        signal=ProviderSignal(remaining_tokens=0, retry_after=timedelta(seconds=30)),
+        cost_usd=0.001,
+    )
+    assert await unlimited.settle(admission, nth_call(1), done) is True
+    assert await store.scope_state(SCOPE) == {}
+    assert await store.spend_state("acme", today()) == pytest.approx((0.001, 0.0))
+
+
+async def test_a_calls_cost_is_settled_once_with_or_without_a_reservation(
+    store: CapacityStore,
+) -> None:
+    """A call's cost is added to its tenant's spend once, whether it held a reservation (then
+    given back) or not (an approved call): a second settlement of the same call adds nothing
+    and says so (False). A call that held nothing and cost nothing leaves no trace, and one
+    that held a reservation but has no price gives it back without a charge."""
+    acme = gate(store)
+    first = nth_call(1)
+    admission, _ = await admitted(acme, 1)
+    assert await acme.settle_spend(admission.spend, first, 0.002) is True
+    assert await acme.settle_spend(admission.spend, first, 0.002) is False
+    assert await store.spend_state("acme", today()) == pytest.approx((0.002, 0.0))
+
+    approved = nth_call(2, budget_approved=True)
+    assert await acme.settle_spend(None, approved, 0.003) is True
+    assert await acme.settle_spend(None, approved, 0.003) is False
+    assert await store.spend_state("acme", today()) == pytest.approx((0.005, 0.0))
+
+    unpriced, _ = await admitted(acme, 3)
+    assert await acme.settle_spend(unpriced.spend, nth_call(3), None) is True
+    assert await store.spend_state("acme", today()) == pytest.approx((0.005, 0.0))
+
+    free = nth_call(4, budget_approved=True)
+    assert await acme.settle_spend(None, free, None) is True
+    assert await acme.settle_spend(None, free, 0.001) is True  # nothing was recorded before
+    assert await store.spend_state("acme", today()) == pytest.approx((0.006, 0.0))
+
+
+async def test_an_approved_call_reserves_no_budget(store: CapacityStore) -> None:
+    """A call an operator approved past the budgets reserves none of its tenant's budget:
+    admitted, sent back to wait for capacity, or through the batch lane, it holds nothing
+    to settle."""
+    narrow = gate(store, rate_limits={MODEL: RateLimit(tpm=NEED)})
+    approved = [nth_call(n, budget_approved=True) for n in (1, 2)]
+    first = await narrow.admit(approved[0], MESSAGES)
+    assert first.kind == "go" and first.hold is not None and first.spend is None
+    second = await narrow.admit(approved[1], MESSAGES)
+    assert second.kind == "wait" and second.spend is None
+    batched = await narrow.admit(nth_call(3, budget_approved=True, lane="batch"), MESSAGES)
+    assert batched == Admission("go")
+    assert await store.spend_state("acme", today()) == (0.0, 0.0)
+
+
+async def test_a_call_the_provider_can_never_take_gives_its_budget_back(
+    store: CapacityStore,
+) -> None:
+    """A call refused for good by the provider's token limit (LlmPromptTooLarge) had reserved
+    its tenant's budget first: the reservation is given back at once, not charged."""
+    await store.feedback(SCOPE, (NEED * 10, 0), ProviderSignal(limit_tokens=NEED - 1))
+    with pytest.raises(ApplicationError) as never:
+        await gate(store).admit(nth_call(1), MESSAGES)
+    assert never.value.type == errors.LLM_PROMPT_TOO_LARGE
+    assert await store.spend_state("acme", today()) == (0.0, 0.0)
+
+
+async def test_a_model_limited_only_in_requests_counts_requests(store: CapacityStore) -> None:
+    """With only a requests-per-minute limit, calls of any size are admitted until that many
+    requests are taken in the minute; the next waits."""
+    by_requests = gate(store, rate_limits={MODEL: RateLimit(rpm=2)})
+    kinds = [(await admitted(by_requests, n))[0] for n in (1, 2, 3)]
+    assert [(a.kind, a.limits) for a in kinds[:2]] == [("go", (0, 2))] * 2
+    assert kinds[2].kind == "wait"
+
+
+async def test_inline_waits_add_up_to_the_gates_limit(store: CapacityStore) -> None:
+    """Waits inside the call add up: a scope paused by the provider for 1.1 s tells a caller to
+    come back every 0.4 s (twice the lease); with an inline limit of 0.8 s the call waits
+    twice, heartbeating each wait, and the third wait, past the limit in all, goes back to the
+    workflow."""
+    short = CapacityStore(redis.Redis(connection_pool=store.redis.connection_pool), lease=LEASE / 3)
+    limits = (NEED * 120, 0)
+    await short.feedback(SCOPE, limits, ProviderSignal(retry_after=timedelta(seconds=1.1)))
+    patient = gate(
+        short,
+        rate_limits={MODEL: RateLimit(tpm=limits[0])},
+        inline_wait=timedelta(milliseconds=800),
+    )
+    beats: list[Any] = []
+    environment = ActivityEnvironment()
+    environment.on_heartbeat = lambda *details: beats.extend(details)
+    admission = await environment.run(patient.admit, nth_call(1), MESSAGES)
+    assert beats == ["waiting 0.40s for capacity"] * 2
+    assert admission.kind == "wait" and admission.wait is not None
+    assert timedelta(0) < admission.wait < timedelta(milliseconds=400)
+
+
+async def test_store_errors_after_the_call_are_logged_and_counted(
+    store: CapacityStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With the store down once a call was made, settling it still returns (its cost counted
+    in the metrics only), and each failed operation is logged with what it means and counted:
+    the shared limit lags, the cost is not recorded, a reservation given back is charged at
+    the end of its lease."""
+    acme = gate(store)
+    admission, _ = await admitted(acme)
+    assert admission.spend is not None
+    down = unreachable_store(LEASE)
+    buffer = MetricBuffer(1000)
+    environment = ActivityEnvironment()
+    environment.metric_meter = Runtime(telemetry=TelemetryConfig(metrics=buffer)).metric_meter
+    done = Settlement(used=5, called=True, signal=ProviderSignal(remaining_tokens=1), cost_usd=1)
+    try:
+        with caplog.at_level(logging.WARNING, logger="activities.capacity"):
+            settled = await environment.run(gate(down).settle, admission, nth_call(1), done)
+            await environment.run(gate(down).release, admission.spend)
+    finally:
+        await down.close()
+    assert settled is True
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert all(line.startswith("capacity store: ConnectionError: ") for line in warnings)
+    assert [line.split("; ", 1)[1] for line in warnings] == [
+        "the shared limit may lag until the hold's lease runs out",
+        "the call's cost is not recorded (a reservation is charged)",
+        "the reservation is charged when its lease runs out",
+    ]
+    counted = [u.value for u in buffer.retrieve_updates() if u.metric.name == METRIC_STORE_ERRORS]
+    assert sum(counted) == 3
+
+
+async def test_store_errors_before_the_call_are_logged_and_counted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """With the store down, a budgeted call fails with the retryable BudgetStoreUnavailable
+    and an unbudgeted one goes ahead without the shared limit (admitted, holding nothing);
+    each failure is logged saying which."""
+    down = unreachable_store(LEASE)
+    try:
+        with caplog.at_level(logging.WARNING, logger="activities.capacity"):
+            with pytest.raises(ApplicationError) as unmetered:
+                await gate(down).admit(nth_call(1), MESSAGES)
+            unlimited = gate(down, tenant_budgets_on=False, tenant_budget=lambda tenant: None)
+            admission = await unlimited.admit(nth_call(2, tenant="globex"), MESSAGES)
+    finally:
+        await down.close()
+    assert unmetered.value.type == errors.BUDGET_STORE_UNAVAILABLE
+    assert not unmetered.value.non_retryable
+    assert re.fullmatch(
+        r"tenant 'acme''s daily budget cannot be checked \(capacity store: ConnectionError: .*\):"
+        r" no call is made unmetered; it will be retried",
+        unmetered.value.message,
+    ), unmetered.value.message
+    assert admission == Admission("go")
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert all(line.startswith("capacity store: ConnectionError: ") for line in warnings)
+    assert [line.split("; ", 1)[1] for line in warnings] == [
+        "no call for tenant 'acme' until it answers",
+        "calling without the shared limit",
+    ]

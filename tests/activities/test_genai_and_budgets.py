@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 import logging
-import socket
+import time
 from collections.abc import AsyncIterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
-import redis.asyncio as redis
 from openai import AsyncOpenAI
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -22,14 +22,27 @@ from temporalio.exceptions import ApplicationError
 from temporalio.runtime import MetricBuffer, Runtime, TelemetryConfig
 from temporalio.testing import ActivityEnvironment
 
-from activities.capacity import METRIC_SPEND, METRIC_STORE_ERRORS, CallGate, prompt_tokens
+from activities.capacity import (
+    METRIC_SPEND,
+    METRIC_STORE_ERRORS,
+    Admission,
+    CallGate,
+    PromptTokens,
+    Settlement,
+    call_key,
+    prompt_tokens,
+    today,
+    unbudgeted_tenant,
+)
 from activities.llm import LlmActivities, build_messages
+from activities.pricing import estimate_cost
 from activities.prompt import InputLoader
 from aiorch.devstack.llm_simulator import running_simulator
-from aiorch.runtime.capacity import CapacityStore
+from aiorch.runtime.capacity import ProviderSignal
 from aiorch.runtime.config import DEFAULT_PRICE_TABLE, RateLimit
 from aiorch.runtime.genai import CONTENT_ATTRIBUTES, GenAiTelemetry
 from tests.activities.llm_calls import call
+from tests.support.capacity_store import unreachable_store
 from workflows import errors
 
 MARKER = "violet-harbour-7"
@@ -182,6 +195,121 @@ def test_no_script_is_undercounted(text: str) -> None:
     assert english.bound >= 2200
 
 
+@pytest.mark.parametrize(
+    ("messages", "expected"),
+    [
+        # 4 ASCII characters are 2 tokens at 3 a token (rounded up), 4 bytes at most.
+        ([{"role": "user", "content": "abcd"}], PromptTokens(estimate=3 + 4 + 2, bound=3 + 4 + 4)),
+        # "é" counts its 2 bytes; the 2 ASCII characters round up to 1 token.
+        ([{"role": "user", "content": "éab"}], PromptTokens(estimate=3 + 4 + 1 + 2, bound=11)),
+        # A lone surrogate (from a JSON escape) counts its 3 bytes instead of failing.
+        ([{"role": "user", "content": "\ud800"}], PromptTokens(estimate=10, bound=10)),
+        # A message without content (a tool call's turn) and one that is not a mapping take
+        # only the chat format's tokens.
+        ([{"role": "assistant"}], PromptTokens(estimate=7, bound=7)),
+        ([("user", "a shape the estimate does not read")], PromptTokens(estimate=7, bound=7)),
+        ([], PromptTokens(estimate=3, bound=3)),
+    ],
+    ids=["ascii", "mixed", "surrogate", "no-content", "not-a-mapping", "empty"],
+)
+def test_the_prompt_estimate_counts_each_message_exactly(
+    messages: list[Any], expected: PromptTokens
+) -> None:
+    """The estimate is the reply's priming tokens, plus for each message the chat format's
+    tokens, its ASCII characters at 3 a token rounded up and its other characters' UTF-8
+    bytes; the bound counts every byte. A message without text adds only the format's
+    tokens."""
+    assert prompt_tokens(messages) == expected
+
+
+def test_a_tenant_without_a_budget_is_told_what_to_name() -> None:
+    """With tenant budgets on, a run without a tenant, or naming one without a budget, is
+    refused in one line naming the setting that gives it one; with a budget, or budgets off,
+    nothing is refused."""
+    assert unbudgeted_tenant("acme", 5.0, budgets_on=True) is None
+    assert unbudgeted_tenant("made-up", None, budgets_on=False) is None
+    assert unbudgeted_tenant("default", None, budgets_on=True) == (
+        "the run names no tenant, and runs without one have no daily budget "
+        "(TENANT_BUDGET_DEFAULT_USD): name a tenant that has one (TENANT_BUDGETS_USD)"
+    )
+    assert unbudgeted_tenant("made-up", None, budgets_on=True) == (
+        "tenant 'made-up' has no daily budget (TENANT_BUDGETS_USD): with tenant budgets on, "
+        "a run names a tenant that has one, or none (TENANT_BUDGET_DEFAULT_USD)"
+    )
+
+
+async def test_a_call_for_a_tenant_that_is_no_tenant_name_fails_for_good() -> None:
+    """A call whose tenant is not a tenant name (a payload written by hand) fails at once
+    with the permanent InvalidRequest, in one line, before any budget is looked up."""
+    with pytest.raises(ApplicationError) as refused:
+        await gate().admit(call("hi", tenant="../other"), [{"role": "user", "content": "hi"}])
+    assert refused.value.type == errors.INVALID_REQUEST
+    assert refused.value.non_retryable
+    assert refused.value.message == "the call's tenant is not a tenant name"
+
+
+async def test_a_call_that_just_fits_the_run_budget_is_made() -> None:
+    """A call whose worst case brings the run exactly to its ceiling is admitted; with any
+    spend before it, it is refused naming the spend, the ceiling and the worst case."""
+    messages = [{"role": "user", "content": "budget please"}]
+    worst = estimate_cost(DEFAULT_PRICE_TABLE, "sim-large", prompt_tokens(messages).bound, 100)
+    assert worst is not None and worst > 0
+    fits = await gate().admit(call("budget please", budget_usd=worst), messages)
+    assert fits == Admission("go")
+    over = await gate().admit(
+        call("budget please", budget_usd=worst, spent_usd=worst / 2), messages
+    )
+    assert over == Admission(
+        "over_budget",
+        budget=(
+            f"run budget: spent ${worst / 2:.4f} of ${worst:.4f}; "
+            f"the next call may cost up to ${worst:.4f}"
+        ),
+    )
+
+
+async def test_without_a_store_a_budgeted_tenant_is_not_held_to_its_budget() -> None:
+    """Without a capacity store (none configured) a tenant's daily budget cannot be kept, and
+    a call of a budgeted tenant is admitted with no reservation to settle."""
+    budgeted = gate(tenant_budget={"acme": 5.0}.get, tenant_budgets_on=True)
+    admission = await budgeted.admit(call("hi", tenant="acme"), [{"role": "user", "content": "hi"}])
+    assert admission == Admission("go")
+
+
+async def test_without_a_store_every_cost_counts_in_the_metrics() -> None:
+    """Without a capacity store, settling a call reports its cost as counted now (the metrics
+    are its only record), whatever it held or cost."""
+    free = gate()
+    done = Settlement(used=5, called=True, signal=ProviderSignal(), cost_usd=0.01)
+    assert await free.settle(Admission("go"), call("hi"), done) is True
+    assert await free.settle_spend(None, call("hi"), 0.01) is True
+    assert await free.settle_spend(None, call("hi"), None) is True
+
+
+def test_a_calls_key_names_its_run_chain_and_attempt() -> None:
+    """A call's key (its Idempotency-Key, its batch item's name, what its spend is settled
+    once by) is the workflow id, joined by the chain's first run id when the run has one,
+    then the activity and the attempt: a workflow id reused by a new chain gets new keys."""
+    assert call_key(call("hi", workflow_id="doc-1")) == "doc-1:invoke_llm:1"
+    chained = call("hi", workflow_id="doc-1", chain_id="first-run", attempt=3)
+    assert call_key(chained) == "doc-1/first-run:invoke_llm:3"
+
+
+def test_spend_is_counted_in_the_utc_day_whatever_the_hosts_zone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The day a tenant's spend is counted in is the UTC day on a worker in any time zone: at
+    any hour one of UTC+14 and UTC-12 is on another date than UTC."""
+    try:
+        for zone in ("<+14>-14", "<-12>+12"):
+            monkeypatch.setenv("TZ", zone)
+            time.tzset()
+            assert today() == datetime.now(UTC).date()
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
 async def test_the_simulators_rate_limit_answers_429_with_the_providers_headers() -> None:
     """With --tpm 150 the first call is admitted with x-ratelimit headers, the next one that
     does not fit gets 429 rate_limit_exceeded with Retry-After and retry-after-ms, which the
@@ -201,13 +329,6 @@ async def test_the_simulators_rate_limit_answers_429_with_the_providers_headers(
         assert limited.value.next_retry_delay is not None
         assert limited.value.next_retry_delay.total_seconds() > 0
         await client.close()
-
-
-def refused_port() -> int:
-    """A local port nothing listens on: a capacity store that is down."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 async def test_a_prompt_the_model_can_never_admit_fails_for_good(llm: AsyncOpenAI) -> None:
@@ -249,9 +370,7 @@ async def test_a_budgeted_call_is_never_made_while_the_store_is_down(llm: AsyncO
     """With the capacity store down, a call of a tenant with a daily budget fails with the
     retryable BudgetStoreUnavailable and is not made (it would be unmetered); with tenant
     budgets off, a call goes ahead without the shared rate limit (fail open)."""
-    store = CapacityStore(
-        redis.Redis.from_url(f"redis://127.0.0.1:{refused_port()}/0"), lease=timedelta(seconds=3)
-    )
+    store = unreachable_store(lease=timedelta(seconds=3))
     limits = {"sim-large": RateLimit(tpm=100_000)}
     try:
         budgeted = Recorded(
@@ -300,9 +419,7 @@ async def test_with_the_store_down_calls_go_ahead_logged_and_counted(
     rate limit (fail open): the worker logs why and counts each failed store operation
     (aiorch_capacity_store_errors), and a provider's 429 is still the retryable LlmRateLimited
     with the provider's delay (the run's retry_llm wait)."""
-    store = CapacityStore(
-        redis.Redis.from_url(f"redis://127.0.0.1:{refused_port()}/0"), lease=timedelta(seconds=3)
-    )
+    store = unreachable_store(lease=timedelta(seconds=3))
     buffer = MetricBuffer(10_000)
     environment = ActivityEnvironment()
     environment.metric_meter = Runtime(telemetry=TelemetryConfig(metrics=buffer)).metric_meter
@@ -372,9 +489,8 @@ async def test_a_flood_of_tenant_names_adds_no_spend_label(llm: AsyncOpenAI) -> 
     for n in range(30):
         await environment.run(activities.invoke_llm, call(f"flood {n}", tenant=f"flood-{n}"))
     await environment.run(activities.invoke_llm, call("budgeted", tenant="acme"))
-    labels = {
-        update.attributes["tenant"]
-        for update in buffer.retrieve_updates()
-        if update.metric.name == METRIC_SPEND
+    spent = [u for u in buffer.retrieve_updates() if u.metric.name == METRIC_SPEND]
+    assert {update.attributes["tenant"] for update in spent} == {"other", "acme"}
+    assert {update.metric.description for update in spent} == {
+        "Cost of each LLM call by tenant (sum = spend), from LLM_PRICE_TABLE"
     }
-    assert labels == {"other", "acme"}

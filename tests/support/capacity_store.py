@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
+import redis.asyncio as redis
 
 from aiorch.devstack.processes import ManagedProcess, free_port
 from aiorch.devstack.servers import start_capacity_store
@@ -25,6 +28,20 @@ def capacity_store_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str
         yield f"redis://127.0.0.1:{port}/0"
     finally:
         process.stop()
+
+
+def refused_port() -> int:
+    """A local port nothing listens on: a capacity store that is down."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def unreachable_store(lease: timedelta) -> CapacityStore:
+    """A capacity store at a port nothing listens on: every operation fails at once, as when
+    the store is down."""
+    client = redis.Redis.from_url(f"redis://127.0.0.1:{refused_port()}/0")
+    return CapacityStore(client, lease=lease)
 
 
 @asynccontextmanager
