@@ -185,6 +185,11 @@ RUN = "a" * 24
 DECISION = ReviewDecision(decision="reedit", reviewer="ann", feedback="shorter")
 
 
+def signed_by(key: SigningKey, claims: dict[str, object]) -> str:
+    """``claims`` signed as the tools sign them: EdDSA, with ``key``'s id in the header."""
+    return jwt.encode(claims, key.private_key, algorithm="EdDSA", headers={"kid": key.key_id})
+
+
 def token(
     key: SigningKey = KEY, headers: dict[str, object] | None = None, **changes: object
 ) -> str:
@@ -199,12 +204,7 @@ def token(
         run_id="chain-1",
         digest="c0ffee",
     )
-    return jwt.encode(
-        {**claims, **changes},
-        key.private_key,
-        algorithm="EdDSA",
-        headers={"kid": key.key_id},
-    )
+    return signed_by(key, {**claims, **changes})
 
 
 def problem(
@@ -440,12 +440,7 @@ def claim_for(
     """``key``'s start claim for ``request``, issued at ``AT`` for 10 minutes, with
     ``changes`` to its claims."""
     claims = start_claims_for(request, requester=key.key_id, issued=AT, ttl=timedelta(minutes=10))
-    return jwt.encode(
-        {**claims, **changes},
-        key.private_key,
-        algorithm="EdDSA",
-        headers={"kid": key.key_id},
-    )
+    return signed_by(key, {**claims, **changes})
 
 
 def start_verdict(
@@ -717,9 +712,7 @@ def budget_token(key: SigningKey = CFO, **changes: object) -> str:
     claims = budget_claims_for(
         BUDGET, workflow_id=RUN, run_id="chain-1", issued=AT, ttl=timedelta(minutes=10)
     )
-    return jwt.encode(
-        {**claims, **changes}, key.private_key, algorithm="EdDSA", headers={"kid": key.key_id}
-    )
+    return signed_by(key, {**claims, **changes})
 
 
 def budget_problem(
