@@ -5,25 +5,30 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from aiorch.ops.signing import SigningKey
 from tests.support.builders import REQUEST_ID, prompt_plan
 from workflows.engine.budgets import count_refusal, refusal
+from workflows.engine.identity import parse_review_keys
 from workflows.engine.pipeline import Context
 from workflows.engine.reviews import MAX_REFUSAL_CHARS
 from workflows.llm.graph import GRAPH, State
 from workflows.payloads import BudgetDecision, PipelineRequest, RunState
 
 
-def context(state: State) -> Context[Any, Any]:
-    """A run of the LLM pipeline in ``state``."""
+def context(state: State, **plan: Any) -> Context[Any, Any]:
+    """A run of the LLM pipeline in ``state``, planned with ``plan``'s fields."""
     request = PipelineRequest(request_id=REQUEST_ID, user_message="Summarise the report.")
-    return Context(GRAPH, request, RunState(state=state, plan=prompt_plan()))
+    return Context(GRAPH, request, RunState(state=state, plan=prompt_plan(**plan)))
 
 
-def refused(ctx: Context[Any, Any], pending: BudgetDecision | None) -> str | None:
-    """Why the desk refuses olga's approval now, with ``pending`` being applied."""
+def refused(
+    ctx: Context[Any, Any], pending: BudgetDecision | None, operator: str = "olga"
+) -> str | None:
+    """Why the desk refuses ``operator``'s unsigned approval now, with ``pending`` being
+    applied."""
     return refusal(
         ctx,
-        decide("approve", "olga"),
+        decide("approve", operator),
         pending,
         workflow_id=REQUEST_ID,
         chain_id="run-1",
@@ -63,3 +68,20 @@ def test_a_refused_signal_is_counted_and_its_reason_bounded() -> None:
         count_refusal(run, "x" * 5000)
     assert run.budget_decisions_refused == 1000 and run.history == []
     assert run.last_refusal is not None and len(run.last_refusal) <= MAX_REFUSAL_CHARS
+
+
+def test_a_run_planned_before_budget_decisions_were_signed_takes_an_unsigned_one() -> None:
+    """A run whose plan carries reviewer keys but predates signed budget decisions keeps the
+    rules it started under: an unsigned decision, even its requester's, is taken."""
+    keys = parse_review_keys(SigningKey.generate("cfo").public_entry())
+    ctx = context(State.AWAIT_BUDGET, review_keys=keys, requested_by="olga")
+    assert refused(ctx, None) is None
+
+
+def test_the_requester_may_not_decide_her_runs_budget_and_her_name_is_cut_short() -> None:
+    """With signed budget decisions, the run's requester is refused before her token is even
+    read, and the refusal quotes at most 80 characters of her name."""
+    name = "o" * 150
+    ctx = context(State.AWAIT_BUDGET, requested_by=name, budget_decisions_signed=True)
+    why = refused(ctx, None, operator=name)
+    assert why == f"{'o' * 80!r} requested this run and may not decide its budget"
