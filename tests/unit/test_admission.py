@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from workflows.engine.inbound import Admission
+from workflows.engine.inbound import Admission, DecisionInbox
+from workflows.payloads import ReviewDecision
 
-# The contract's cap, spelt out rather than read from the code.
+# The contract's cap and its refusal, spelt out rather than read from the code.
 HELD_AT_MOST = 64
+ONE_TOO_MANY = "too many sent while the run was resuming"
 
 
 def recorder(into: list[int], n: int) -> Callable[[], None]:
@@ -60,3 +62,25 @@ def test_what_runs_after_admission_runs_after_the_held_and_at_once_once_admitted
     assert order == [1, 3, 2]
     admission.after_admission(recorder(order, 4))
     assert order == [1, 3, 2, 4]
+
+
+def test_signals_past_the_cap_are_counted_once_each_after_the_held_ones() -> None:
+    """A review signal past the 64 held while a run resumes cannot be refused to its sender; it
+    is counted as one too many once the run's state is in place, after the held ones are judged,
+    once each: one past the cap counts one, three count three."""
+    for past_the_cap in (1, 3):
+        admission = Admission()
+        counted: list[str] = []
+        inbox: DecisionInbox[ReviewDecision, str] = DecisionInbox(
+            ReviewDecision,
+            admission,
+            refusal=lambda decision, pending: None,
+            invalid=lambda problem: problem,
+            count=counted.append,
+            reason=str,
+        )
+        for _ in range(HELD_AT_MOST + past_the_cap):
+            inbox.signal([])  # sent empty: the held ones are refused as such once judged
+        assert counted == []
+        admission.admit()
+        assert counted == ["nothing was sent"] * HELD_AT_MOST + [ONE_TOO_MANY] * past_the_cap

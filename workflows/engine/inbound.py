@@ -174,9 +174,9 @@ class DecisionInbox(Generic[D, R]):
             self.admission.after_admission(self._count_overflowed)
 
     def _count_overflowed(self) -> None:
+        # Runs once, on admission: nothing is held, so nothing overflows, after it.
         for _ in range(self.overflowed):
             self.count(self.invalid(OVERFLOW))
-        self.overflowed = 0
 
     def validate(self, args: Sequence[RawValue]) -> None:
         """The update's validator.
