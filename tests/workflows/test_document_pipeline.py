@@ -136,7 +136,8 @@ async def test_a_wrong_total_waits_for_review_and_the_corrected_fields_are_store
 
 async def test_corrections_that_still_break_a_rule_go_back_to_review(orch: Orchestration) -> None:
     """Corrected fields are validated like the model's: still wrong, the run waits in a new
-    review round with the problem, and nothing is stored until it is right."""
+    review round with the problem, and nothing is stored until it is right; both corrections
+    are kept as data, each with the fields its reviewer sent."""
     orch.fakes.llm_script = [fields(WRONG_TOTAL)]
     handle = await start(orch)
     await waiting(orch, handle)
@@ -151,6 +152,10 @@ async def test_corrections_that_still_break_a_rule_go_back_to_review(orch: Orche
     await handle.execute_update(contract.UPDATE_SUBMIT_REVIEW, good, result_type=RunStatus)
     result = await asyncio.wait_for(finished(handle), TASK_PROGRESS_TIMEOUT_S)
     assert result.state == "completed" and orch.documents.rows[handle.id].fields == VALID
+    # Each correction is answered by its own fields, even one the run's final result replaced.
+    first, second = result.corrections
+    assert (first.reviewer, first.after, first.answered) == ("ann", still_wrong, True)
+    assert (second.reviewer, second.after, second.answered) == ("bob", VALID, True)
 
 
 async def test_a_reedit_asks_the_model_again_with_the_feedback(orch: Orchestration) -> None:
