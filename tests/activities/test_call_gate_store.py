@@ -22,6 +22,7 @@ from temporalio.runtime import MetricBuffer, Runtime, TelemetryConfig
 from temporalio.testing import ActivityEnvironment
 
 from activities.capacity import (
+    BATCH_QUEUE_ALLOWANCE,
     METRIC_CAPACITY_WAITS,
     METRIC_STORE_ERRORS,
     Admission,
@@ -31,7 +32,13 @@ from activities.capacity import (
     today,
 )
 from activities.pricing import estimate_cost
-from aiorch.runtime.capacity import CapacityStore, CapacityStoreError, ProviderSignal, scope_name
+from aiorch.runtime.capacity import (
+    CapacityStore,
+    CapacityStoreError,
+    ProviderSignal,
+    scope_name,
+    spend_keys,
+)
 from aiorch.runtime.config import DEFAULT_PRICE_TABLE, RateLimit
 from tests.activities.llm_calls import call
 from tests.support.capacity_store import capacity_store_url, unreachable_store
@@ -48,6 +55,7 @@ REPLY_LIMIT = 10
 TOKENS = prompt_tokens(MESSAGES)
 NEED = TOKENS.estimate + REPLY_LIMIT
 WORST = estimate_cost(DEFAULT_PRICE_TABLE, MODEL, TOKENS.bound, REPLY_LIMIT) or 0.0
+BATCH_WORST = estimate_cost(DEFAULT_PRICE_TABLE, MODEL, TOKENS.bound, REPLY_LIMIT, lane="batch")
 NOTHING = ProviderSignal()
 LEASE = timedelta(seconds=0.6)
 WAITS_DESCRIPTION = "Calls sent back to wait in await_capacity"
@@ -462,3 +470,58 @@ async def test_store_errors_before_the_call_are_logged_and_counted(
         "no call for tenant 'acme' until it answers",
         "calling without the shared limit",
     ]
+
+
+async def test_a_batched_call_is_held_to_no_tokens_per_minute_limit(store: CapacityStore) -> None:
+    """A call through the batch lane takes none of the model's capacity (providers limit
+    batches apart): with a tokens-per-minute limit smaller than the call, a synchronous call
+    can never be made (LlmPromptTooLarge), while the batched one is admitted holding no
+    capacity."""
+    narrow = gate(store, rate_limits={MODEL: RateLimit(tpm=NEED - 1)})
+    with pytest.raises(ApplicationError) as never:
+        await narrow.admit(nth_call(1), MESSAGES)
+    assert never.value.type == errors.LLM_PROMPT_TOO_LARGE
+    batched = await narrow.admit(nth_call(2, lane="batch"), MESSAGES)
+    assert batched.kind == "go" and (batched.hold, batched.scope) == (None, None)
+    assert await store.held(SCOPE) == {}
+
+
+async def test_a_batched_call_reserves_and_settles_its_budget_at_the_batch_price(
+    store: CapacityStore,
+) -> None:
+    """A batched call's worst case is priced at the batch share: a tenant budget between the
+    batch and the synchronous worst case refuses a synchronous call (over_budget) and admits
+    the batched one, which reserves the batch worst case; settling its admission ends that
+    reservation and charges only the call's cost."""
+    assert BATCH_WORST is not None and BATCH_WORST < WORST
+    between = gate(store, rate_limits={}, tenant_budget={"acme": (WORST + BATCH_WORST) / 2}.get)
+    refused, _ = await admitted(between, 1)
+    assert refused.kind == "over_budget" and refused.spend is None
+    batch_call = nth_call(2, lane="batch")
+    batched = await between.admit(batch_call, MESSAGES)
+    assert batched.kind == "go" and batched.spend is not None
+    assert await store.spend_state("acme", today()) == pytest.approx((0.0, BATCH_WORST))
+    done = Settlement(used=5, called=True, signal=NOTHING, cost_usd=BATCH_WORST / 4)
+    assert await between.settle(batched, batch_call, done) is True
+    assert await store.spend_state("acme", today()) == pytest.approx((BATCH_WORST / 4, 0.0))
+
+
+async def test_a_batched_calls_budget_is_held_until_its_batch_may_answer(
+    store: CapacityStore,
+) -> None:
+    """A synchronous call's budget reservation expires one store lease from now unless
+    renewed; a batched call's (nothing renews it while its batch is out) only once its batch
+    wait (LLM_BATCH_WAIT_S) and the queueing allowance have passed."""
+    acme = gate(store)
+    sync, _ = await admitted(acme, 1)
+    batched = await acme.admit(nth_call(2, lane="batch", batch_wait_s=60.0), MESSAGES)
+    assert sync.spend is not None and batched.spend is not None
+    seconds, micros = await store.redis.time()
+    now_ms = seconds * 1000 + micros // 1000
+    expiries = spend_keys("acme", today())[2]
+    sync_ms = await store.redis.zscore(expiries, sync.spend.reservation)
+    batch_ms = await store.redis.zscore(expiries, batched.spend.reservation)
+    assert sync_ms is not None and batch_ms is not None
+    assert 0 < sync_ms - now_ms <= LEASE.total_seconds() * 1000
+    held = timedelta(seconds=60) + BATCH_QUEUE_ALLOWANCE
+    assert held.total_seconds() * 1000 - 1000 < batch_ms - now_ms <= held.total_seconds() * 1000
