@@ -161,3 +161,25 @@ async def test_two_of_three_approvals_release_the_run_and_a_reviewer_counts_once
     assert final.reviews_refused == 1
     assert final.last_refusal is not None and "already voted approve" in final.last_refusal
     await orch.check_finished(handle, result)
+
+
+async def test_a_reject_needs_its_own_quorum_when_the_policy_says_so(
+    orch: Orchestration,
+) -> None:
+    """With rejections: 2, one reject is a vote; approvals and rejections are tallied apart;
+    a second reject from another reviewer ends the round."""
+    orch.fakes.plan_overrides.update({**TWO_OF_THREE, "rejections": 2})
+    handle = await orch.awaiting_review()
+
+    first = await submit(handle, {"decision": "reject", "reviewer": "alice"})
+    assert first.state == "await_review"
+    assert first.review is not None and first.review.rejections == ["alice"]
+    assert first.review.describe() == "0 of 2 approvals; 1 of 2 rejections: alice"
+    await submit(handle, {"decision": "approve", "reviewer": "bob"})
+    second = await submit(handle, {"decision": "reject", "reviewer": "carol"})
+    result = await finished(handle)
+
+    assert second.state == "failed"
+    assert entry_for(result.history, "reject").detail == (
+        "reject by carol (2 of 2 rejections: alice, carol)"
+    )
