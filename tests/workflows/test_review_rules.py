@@ -11,10 +11,13 @@ from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
 from aiorch.ops.results import finished
+from aiorch.ops.signing import SigningKey
 from tests.support.orchestration import Orchestration
+from tests.support.reviewing import signed
 from tests.support.run_history import entry_for, events, notes
 from tests.support.scripted_activities import Reply
 from workflows import contract
+from workflows.engine.identity import parse_review_keys
 from workflows.payloads import NOTE_REVIEW_VOTE, PipelineResult, RunStatus
 
 FINANCE = ["alice", "bob", "carol"]
@@ -183,3 +186,24 @@ async def test_a_reject_needs_its_own_quorum_when_the_policy_says_so(
     assert entry_for(result.history, "reject").detail == (
         "reject by carol (2 of 2 rejections: alice, carol)"
     )
+
+
+async def test_a_vote_signed_with_a_key_revoked_since_no_longer_counts(
+    orch: Orchestration,
+) -> None:
+    """Under a 2-of-3 policy with signed reviews, alice's approval stops counting once the key
+    that signed it is revoked: bob's approval after it is the only one, and the run still
+    waits for a second."""
+    alice_key, bob_key = SigningKey.generate("alice-key"), SigningKey.generate("bob-key")
+    keys = f"{alice_key.public_entry(['alice'])},{bob_key.public_entry(['bob'])}"
+    orch.fakes.plan_overrides.update({**TWO_OF_THREE, "review_keys": parse_review_keys(keys)})
+    handle = await orch.awaiting_review()
+    now = await orch.env.get_current_time()
+
+    first = await submit(handle, await signed(handle, alice_key, "approve", "alice", now=now))
+    assert first.review is not None and first.review.approvals == ["alice"]
+    await handle.signal(contract.SIGNAL_REVOKE, {"key_ids": ["alice-key"]})
+    second = await submit(handle, await signed(handle, bob_key, "approve", "bob", now=now))
+
+    assert second.state == "await_review"
+    assert second.review is not None and second.review.approvals == ["bob"]
