@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
@@ -30,17 +29,10 @@ def capacity_store_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str
         process.stop()
 
 
-def refused_port() -> int:
-    """A local port nothing listens on: a capacity store that is down."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def unreachable_store(lease: timedelta) -> CapacityStore:
     """A capacity store at a port nothing listens on: every operation fails at once, as when
     the store is down."""
-    client = redis.Redis.from_url(f"redis://127.0.0.1:{refused_port()}/0")
+    client = redis.Redis.from_url(f"redis://127.0.0.1:{free_port()}/0")
     return CapacityStore(client, lease=lease)
 
 
