@@ -430,9 +430,7 @@ async def test_store_errors_after_the_call_are_logged_and_counted(
     finally:
         await down.close()
     assert settled is True
-    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert all(line.startswith("capacity store: ConnectionError: ") for line in warnings)
-    assert [line.split("; ", 1)[1] for line in warnings] == [
+    assert store_error_consequences(caplog) == [
         "the shared limit may lag until the hold's lease runs out",
         "the call's cost is not recorded (a reservation is charged)",
         "the reservation is charged when its lease runs out",
@@ -464,9 +462,7 @@ async def test_store_errors_before_the_call_are_logged_and_counted(
         unmetered.value.message,
     ), unmetered.value.message
     assert admission == Admission("go")
-    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert all(line.startswith("capacity store: ConnectionError: ") for line in warnings)
-    assert [line.split("; ", 1)[1] for line in warnings] == [
+    assert store_error_consequences(caplog) == [
         "no call for tenant 'acme' until it answers",
         "calling without the shared limit",
     ]
@@ -525,3 +521,11 @@ async def test_a_batched_calls_budget_is_held_until_its_batch_may_answer(
     assert 0 < sync_ms - now_ms <= LEASE.total_seconds() * 1000
     held = timedelta(seconds=60) + BATCH_QUEUE_ALLOWANCE
     assert held.total_seconds() * 1000 - 1000 < batch_ms - now_ms <= held.total_seconds() * 1000
+
+
+def store_error_consequences(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """What each logged warning says follows from the store being down, after checking that
+    every one is a store error naming a refused connection."""
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert all(line.startswith("capacity store: ConnectionError: ") for line in warnings)
+    return [line.split("; ", 1)[1] for line in warnings]
