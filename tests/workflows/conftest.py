@@ -2,9 +2,11 @@
 every activity a scripted double (the harness is ``tests.support.orchestration``; how the
 server behaves, which it relies on, is in ``tests.support.time_skipping``).
 
-* ``env``: one time-skipping server for the session, with the project's data converter.
+* ``env``: one time-skipping server per test module, with the project's data converter; its
+  client's runtime records what the workers measure in ``worker_metrics``.
 * ``orch``: per test, a fresh task queue, fresh scripted activities and a running worker; open
-  runs are terminated at teardown so no test leaves work behind for the shared server.
+  runs are terminated at teardown so no test leaves work behind for the shared server;
+  ``worker_metrics`` is drained first, so it holds this test's metrics only.
 * ``private_orch``: the same on a server of its own.
 """
 
@@ -12,23 +14,44 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+import pytest
 import pytest_asyncio
+from temporalio.runtime import MetricBuffer, Runtime, TelemetryConfig
 from temporalio.testing import WorkflowEnvironment
 
 from tests.support.orchestration import Orchestration, running_orchestration
 from tests.support.time_skipping import time_skipping_server
 
 
-@pytest_asyncio.fixture(scope="session")
-async def env() -> AsyncIterator[WorkflowEnvironment]:
-    """One time-skipping server for the whole layer."""
-    async with time_skipping_server() as environment:
+@pytest.fixture(scope="session")
+def worker_metrics() -> MetricBuffer:
+    """What the workers on the shared servers record; ``orch`` drains it before every test,
+    whose worker records a few thousand updates at most."""
+    return MetricBuffer(100_000)
+
+
+@pytest.fixture(scope="session")
+def worker_runtime(worker_metrics: MetricBuffer) -> Runtime:
+    """The runtime of every shared server's client and so of its workers: one for the layer."""
+    return Runtime(telemetry=TelemetryConfig(metrics=worker_metrics))
+
+
+@pytest_asyncio.fixture(scope="module")
+async def env(worker_runtime: Runtime) -> AsyncIterator[WorkflowEnvironment]:
+    """One time-skipping server per test module. A server that served the whole layer
+    sometimes kept its clock locked for minutes on a loaded machine, with no task, activity
+    or open run pending, and a later test's skip outlasted its deadline; a server per module
+    bounds what one server goes through."""
+    async with time_skipping_server(worker_runtime) as environment:
         yield environment
 
 
 @pytest_asyncio.fixture
-async def orch(env: WorkflowEnvironment) -> AsyncIterator[Orchestration]:
+async def orch(
+    env: WorkflowEnvironment, worker_metrics: MetricBuffer
+) -> AsyncIterator[Orchestration]:
     """This test's worker, fakes and runs on the shared server."""
+    worker_metrics.retrieve_updates()
     async with running_orchestration(env) as orchestration:
         yield orchestration
 

@@ -11,15 +11,15 @@ from typing import Any
 import pytest
 from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
-from temporalio.runtime import MetricBuffer, Runtime, TelemetryConfig
+from temporalio.runtime import MetricBuffer
 
 from aiorch.ops.results import finished
 from aiorch.ops.signing import SigningKey
-from tests.support.orchestration import Orchestration, running_orchestration
+from tests.support.orchestration import Orchestration
 from tests.support.reviewing import signed
 from tests.support.run_history import entry_for, events, notes
 from tests.support.scripted_activities import Reply
-from tests.support.time_skipping import skip_time, time_skipping_server
+from tests.support.time_skipping import skip_time
 from tests.workflows.test_review_decisions import CONFIDENT
 from workflows import contract
 from workflows.engine.identity import parse_review_keys
@@ -215,25 +215,24 @@ async def test_a_vote_signed_with_a_key_revoked_since_no_longer_counts(
     assert second.review is not None and second.review.approvals == ["bob"]
 
 
-async def test_a_decided_round_records_how_long_it_waited_and_a_rule_what_it_approved() -> None:
+async def test_a_decided_round_records_how_long_it_waited_and_a_rule_what_it_approved(
+    orch: Orchestration, worker_metrics: MetricBuffer
+) -> None:
     """Two finance approvals 40 s after the result began to wait record one approval delay of
     40 s for the LLM pipeline, the finance group and ``approve``; a result an auto-approve rule
-    approves counts once for the pipeline and the rule (the workers' metrics, read from their
+    approves counts once for the pipeline and the rule (the worker's metrics, read from its
     runtime)."""
-    buffer = MetricBuffer(10_000)
-    runtime = Runtime(telemetry=TelemetryConfig(metrics=buffer))
-    async with time_skipping_server(runtime) as env, running_orchestration(env) as orch:
-        orch.fakes.plan_overrides.update(TWO_OF_THREE)
-        handle = await orch.awaiting_review()
-        await skip_time(env, timedelta(seconds=40))
-        await submit(handle, {"decision": "approve", "reviewer": "alice"})
-        await submit(handle, {"decision": "approve", "reviewer": "bob"})
-        assert (await finished(handle)).state == "completed"
-        orch.fakes.plan_overrides.update(auto_approve=[CONFIDENT])
-        orch.fakes.llm_script = [Reply(confidence=0.95)]
-        assert (await finished(await orch.start(review="always"))).state == "completed"
+    orch.fakes.plan_overrides.update(TWO_OF_THREE)
+    handle = await orch.awaiting_review()
+    await skip_time(orch.env, timedelta(seconds=40))
+    await submit(handle, {"decision": "approve", "reviewer": "alice"})
+    await submit(handle, {"decision": "approve", "reviewer": "bob"})
+    assert (await finished(handle)).state == "completed"
+    orch.fakes.plan_overrides.update(auto_approve=[CONFIDENT])
+    orch.fakes.llm_script = [Reply(confidence=0.95)]
+    assert (await finished(await orch.start(review="always"))).state == "completed"
 
-    updates = buffer.retrieve_updates()
+    updates = worker_metrics.retrieve_updates()
     delays = [u for u in updates if u.metric.name == METRIC_APPROVAL_DELAY]
     assert [labels(u.attributes, "pipeline", "group", "decision") for u in delays] == [
         {"pipeline": "llm", "group": "finance", "decision": "approve"}
