@@ -166,7 +166,7 @@ async def test_an_auto_approve_rule_approves_a_matching_result_with_no_reviewer(
     orch: Orchestration,
 ) -> None:
     """A reply the rule matches (confidence 0.95) is approved as its round begins: no reviewer
-    acts, nobody is notified, and the history says which rule approved it."""
+    acts, nobody is notified, and the history says which rule approved it, in which round."""
     orch.fakes.plan_overrides.update(
         {"review_policy": "auto-confident", "auto_approve": [CONFIDENT], "notify": True}
     )
@@ -177,14 +177,35 @@ async def test_an_auto_approve_rule_approves_a_matching_result_with_no_reviewer(
 
     assert result.state == "completed"
     approval = entry_for(result.history, "approve")
-    assert (approval.rule, approval.reviewer, approval.detail) == (
+    assert (approval.rule, approval.reviewer, approval.detail, approval.review_round) == (
         "confident",
         None,
         "approved by rule confident",
+        1,
     )
     assert [e.event for e in result.history[-3:]] == ["needs_review", "approve", "embedded"]
     assert orch.fakes.notices == []
     await orch.check_finished(handle, result)
+
+
+async def test_a_reedit_is_answered_by_the_result_the_run_completes_with(
+    orch: Orchestration,
+) -> None:
+    """A reedit whose next reply needs no review (review ``auto``): the run completes without
+    another round, and the reedit is kept with that reply as the one it led to."""
+    handle = await orch.awaiting_review(
+        Reply(content="v1", needs_review=True), Reply(content="v2", needs_review=False)
+    )
+    await handle.execute_update(
+        contract.UPDATE_SUBMIT_REVIEW,
+        {"decision": "reedit", "reviewer": "ann", "feedback": "shorter"},
+        result_type=RunStatus,
+    )
+    result: PipelineResult = await finished(handle)
+
+    assert result.state == "completed"
+    kept = [(c.kind, c.before, c.after, c.answered) for c in result.corrections]
+    assert kept == [("reedit", "v1", "v2", True)]
 
 
 async def test_reedits_are_kept_as_data_with_the_reply_before_and_after(

@@ -9,6 +9,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.runtime import MetricBuffer
@@ -24,7 +25,7 @@ from tests.workflows.test_review_decisions import CONFIDENT
 from workflows import contract
 from workflows.engine.identity import parse_review_keys
 from workflows.engine.observability import METRIC_APPROVAL_DELAY, METRIC_AUTO_APPROVALS
-from workflows.payloads import NOTE_REVIEW_VOTE, PipelineResult, RunStatus
+from workflows.payloads import NOTE_REVIEW_VOTE, PipelineResult, ReviewView, RunStatus
 
 FINANCE = ["alice", "bob", "carol"]
 TWO_OF_THREE: dict[str, Any] = {
@@ -125,6 +126,29 @@ async def test_feedback_over_the_run_limit_is_refused(orch: Orchestration) -> No
     assert result.state == "completed"
     assert orch.fakes.llm_calls[-1].feedback == ["x" * 20]
     await orch.check_finished(handle, result)
+
+
+async def test_one_approval_does_not_release_the_run_before_its_deadline(
+    orch: Orchestration,
+) -> None:
+    """One approval of two leaves the run waiting, in the review state with its deadline, and
+    the reviewer's inbox view shows the tally; the Web UI's details name the policy's
+    progress."""
+    orch.fakes.plan_overrides.update(TWO_OF_THREE)
+    handle = await orch.awaiting_review(options={"review_timeout_s": 600})
+
+    await submit(handle, {"decision": "approve", "reviewer": "carol"})
+    await skip_time(orch.env, timedelta(seconds=300))
+
+    view: ReviewView = await handle.query(contract.QUERY_REVIEW_VIEW, result_type=ReviewView)
+    assert view.state == "await_review" and view.waiting
+    assert view.review is not None and view.review.approvals == ["carol"]
+    assert view.allowed_reviewers == FINANCE
+    assert len(orch.fakes.embedding_calls) == 0
+    metadata = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
+    assert metadata.current_details.endswith(
+        "policy two-of-finance, stage 1 of 2: group finance, 1 of 2 approvals: carol"
+    )
 
 
 async def test_two_of_three_approvals_release_the_run_and_a_reviewer_counts_once(
