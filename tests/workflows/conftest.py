@@ -39,9 +39,9 @@ def worker_runtime(worker_metrics: MetricBuffer) -> Runtime:
 @pytest_asyncio.fixture(scope="module")
 async def env(worker_runtime: Runtime) -> AsyncIterator[WorkflowEnvironment]:
     """One time-skipping server per test module. A server that served the whole layer
-    sometimes kept its clock locked for minutes on a loaded machine, with no task, activity
-    or open run pending, and a later test's skip outlasted its deadline; a server per module
-    bounds what one server goes through."""
+    sometimes kept its clock locked for minutes on a loaded machine (after earlier tests had
+    closed runs with a task still in flight, which the server keeps outstanding), and a later
+    test's skip outlasted its deadline; a server per module keeps such a lock to the module."""
     async with time_skipping_server(worker_runtime) as environment:
         yield environment
 
