@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -62,6 +64,8 @@ TABLE_NAME: Final = "documents"
 CONNECT_TIMEOUT: Final = timedelta(seconds=10)
 # PostgreSQL: the longest one statement may run. SQLite: the longest a write waits for a lock.
 STATEMENT_TIMEOUT: Final = timedelta(seconds=30)
+# How long a connection pauses before it tries again to switch a new SQLite file to WAL.
+WAL_SWITCH_PAUSE: Final = timedelta(milliseconds=10)
 # Connections per worker process: writes are short, and the threads that run them are few.
 POOL_SIZE: Final = 5
 POOL_OVERFLOW: Final = 5
@@ -181,11 +185,20 @@ def _sqlite_engine(parsed: URL) -> Engine:
 def _write_ahead_log(dbapi_connection: Any, _record: Any) -> None:
     # Write-ahead logging: readers and the writer no longer block each other; writers (of other
     # worker processes too) still take turns, each waiting up to the busy timeout set above.
-    cursor = dbapi_connection.cursor()
-    try:
-        cursor.execute("PRAGMA journal_mode=WAL")
-    finally:
-        cursor.close()
+    # Switching a new file to it is the exception: SQLite refuses the switch at once, without
+    # waiting, to a connection that finds another one switching, so that one waits here.
+    deadline = time.monotonic() + STATEMENT_TIMEOUT.total_seconds()
+    while True:
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as err:
+            if err.sqlite_errorcode != sqlite3.SQLITE_BUSY or time.monotonic() >= deadline:
+                raise
+        finally:
+            cursor.close()
+        time.sleep(WAL_SWITCH_PAUSE.total_seconds())
 
 
 class StoreActivities:
