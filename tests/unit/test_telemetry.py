@@ -7,24 +7,36 @@ import sys
 import textwrap
 
 import pytest
-from opentelemetry import trace
 from temporalio.contrib.opentelemetry import OpenTelemetryInterceptor
 
 from aiorch.devstack.processes import free_port
 from aiorch.runtime.config import load_settings
 from aiorch.runtime.plugin import AiOrchestratorPlugin
-from aiorch.runtime.telemetry import install_tracing, worker_runtime
+from aiorch.runtime.telemetry import worker_runtime
 
 
 def test_no_endpoint_no_tracing(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without OTEL_EXPORTER_OTLP_ENDPOINT nothing is installed and the plugin adds no
-    tracing interceptor."""
+    """Without OTEL_EXPORTER_OTLP_ENDPOINT nothing is installed (in a fresh process: the
+    workflow tests install a provider in this one) and the plugin adds no tracing
+    interceptor."""
     monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
     settings = load_settings()
     assert not settings.tracing_enabled
-    assert install_tracing(settings, "test") is None
     assert not AiOrchestratorPlugin(settings).interceptors
-    assert not trace.get_tracer("t").start_span("x").is_recording()
+    script = textwrap.dedent(
+        """
+        from opentelemetry import trace
+        from aiorch.runtime.config import load_settings
+        from aiorch.runtime.telemetry import install_tracing
+        assert install_tracing(load_settings(), "test") is None
+        print(trace.get_tracer("t").start_span("x").is_recording())
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
 
 
 def test_tracing_follows_the_settings_not_an_installed_provider(

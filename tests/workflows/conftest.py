@@ -8,14 +8,19 @@ server behaves, which it relies on, is in ``tests.support.time_skipping``).
   runs are terminated at teardown so no test leaves work behind for the shared server;
   ``worker_metrics`` is drained first, so it holds this test's metrics only.
 * ``private_orch``: the same on a server of its own.
+* ``transition_spans``: the spans the workflows write, this test's only.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 import pytest_asyncio
+from opentelemetry import trace
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from temporalio.contrib.opentelemetry import create_tracer_provider
 from temporalio.runtime import MetricBuffer, Runtime, TelemetryConfig
 from temporalio.testing import WorkflowEnvironment
 
@@ -67,3 +72,24 @@ async def private_orch() -> AsyncIterator[Orchestration]:
         running_orchestration(environment, check_time_skips=False) as orchestration,
     ):
         yield orchestration
+
+
+@pytest.fixture(scope="session")
+def recorded_spans() -> InMemorySpanExporter:
+    """Every span of this process from now on: the workflows write transition spans through the
+    process-wide tracer provider, so it is installed here, replay-safe as the worker's is."""
+    spans = InMemorySpanExporter()
+    provider = create_tracer_provider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    trace.set_tracer_provider(provider)
+    if trace.get_tracer_provider() is not provider:
+        pytest.fail("a tracer provider was installed in this test process before this fixture")
+    return spans
+
+
+@pytest.fixture
+def transition_spans(recorded_spans: InMemorySpanExporter) -> Iterator[InMemorySpanExporter]:
+    """The spans written during this test."""
+    recorded_spans.clear()
+    yield recorded_spans
+    recorded_spans.clear()

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from temporalio.client import WorkflowHandle
 
 from aiorch.ops.results import finished
@@ -58,6 +59,30 @@ async def test_a_review_wait_records_its_round_and_tells_the_reviewers(
         "await_review",
         1,
     )
+    await submit(handle, "approve")
+    assert (await finished(handle)).state == "completed"
+
+
+async def test_the_move_into_review_reports_the_reply_on_its_span(
+    orch: Orchestration, transition_spans: InMemorySpanExporter
+) -> None:
+    """The span of the move into await_review carries the reply's model and token usage and,
+    with content capture on, the prompt it answered and the reply."""
+    orch.fakes.plan_overrides = {"capture_content": True}
+    orch.fakes.llm_script = [Reply(content="a draft to check", needs_review=True)]
+    handle = await orch.start(review="auto", user_message="Summarise the outage.")
+    await orch.wait_for_state(handle, "await_review")
+    [span] = [
+        span
+        for span in transition_spans.get_finished_spans()
+        if span.name == "transition invoke_llm->await_review"
+        and (span.attributes or {}).get("aiorch.workflow_id") == handle.id
+    ]
+    attributes = dict(span.attributes or {})
+    assert attributes["gen_ai.response.model"] == PRIMARY_MODEL
+    assert (attributes["gen_ai.usage.input_tokens"], attributes["aiorch.tokens.total"]) == (7, 12)
+    assert attributes["aiorch.prompt"] == "Summarise the outage."
+    assert attributes["aiorch.reply"] == "a draft to check"
     await submit(handle, "approve")
     assert (await finished(handle)).state == "completed"
 
