@@ -44,6 +44,8 @@ TASK_LATENCY_SLACK = timedelta(seconds=2)
 # flight is done, which on a loaded 2-core machine can outlast the client's default deadline
 # for a call; a skip that fails halfway leaves the test nothing to retry.
 SKIP_DEADLINE = timedelta(minutes=2)
+# What each teardown skips to prove time still skips: more than TASK_PROGRESS_TIMEOUT_S.
+TIME_SKIP_PROBE = timedelta(minutes=1)
 
 
 @asynccontextmanager
@@ -80,16 +82,16 @@ async def skip_time(env: WorkflowEnvironment, duration: timedelta) -> None:
 
 
 async def assert_time_skips(env: WorkflowEnvironment) -> None:
-    """Fail fast if the server no longer skips time (an activity left outstanding), instead of
-    letting every later timer test stall in real time."""
+    """Fail fast if the server no longer skips time (an activity or a task left outstanding),
+    instead of letting every later timer test stall in real time. The skip is longer than the
+    real time allowed for it, so a clock that only moves at wall-clock pace fails it too."""
     try:
-        await asyncio.wait_for(
-            skip_time(env, timedelta(seconds=1)), timeout=TASK_PROGRESS_TIMEOUT_S
-        )
+        await asyncio.wait_for(skip_time(env, TIME_SKIP_PROBE), timeout=TASK_PROGRESS_TIMEOUT_S)
     except TimeoutError:
         raise AssertionError(
-            "the test server stopped skipping time: an activity of this test is still "
-            "outstanding (use private_orch for runs closed with an activity in flight)"
+            "the test server stopped skipping time: an activity or task of this test is still "
+            "outstanding (use private_orch for runs closed with an activity in flight; decide "
+            "a run before awaiting another's result, which skips time to its timers)"
         ) from None
 
 
