@@ -221,11 +221,7 @@ async def test_a_reedit_is_answered_by_the_result_the_run_completes_with(
     handle = await orch.awaiting_review(
         Reply(content="v1", needs_review=True), Reply(content="v2", needs_review=False)
     )
-    await handle.execute_update(
-        contract.UPDATE_SUBMIT_REVIEW,
-        {"decision": "reedit", "reviewer": "ann", "feedback": "shorter"},
-        result_type=RunStatus,
-    )
+    await submit(handle, "reedit", "ann", "shorter")
     result: PipelineResult = await finished(handle)
 
     assert result.state == "completed"
