@@ -15,6 +15,20 @@ from aiorch.runtime.plugin import AiOrchestratorPlugin
 from aiorch.runtime.telemetry import worker_runtime
 
 
+def printed_by_a_fresh_process(script: str, env: dict[str, str] | None = None) -> str:
+    """What ``script`` prints in a new Python process (the tracer provider is process-wide),
+    after checking that it succeeded; ``env``: its whole environment, else this one's."""
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
 def test_no_endpoint_no_tracing(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without OTEL_EXPORTER_OTLP_ENDPOINT nothing is installed (in a fresh process: the
     workflow tests install a provider in this one) and the plugin adds no tracing
@@ -23,20 +37,14 @@ def test_no_endpoint_no_tracing(monkeypatch: pytest.MonkeyPatch) -> None:
     settings = load_settings()
     assert not settings.tracing_enabled
     assert not AiOrchestratorPlugin(settings).interceptors
-    script = textwrap.dedent(
-        """
+    script = """
         from opentelemetry import trace
         from aiorch.runtime.config import load_settings
         from aiorch.runtime.telemetry import install_tracing
         assert install_tracing(load_settings(), "test") is None
         print(trace.get_tracer("t").start_span("x").is_recording())
-        """
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "False"
+    """
+    assert printed_by_a_fresh_process(script) == "False"
 
 
 def test_tracing_follows_the_settings_not_an_installed_provider(
@@ -62,8 +70,7 @@ def test_tracing_follows_the_settings_not_an_installed_provider(
 def test_endpoint_installs_replay_safe_provider_and_plugin(protocol: str, exporter: str) -> None:
     """With an endpoint (in a fresh process: the provider is process-wide) the replay-safe
     provider and the protocol's OTLP exporter are in place."""
-    script = textwrap.dedent(
-        """
+    script = """
         from opentelemetry import trace
         from temporalio.contrib.opentelemetry import ReplaySafeTracerProvider
         from aiorch.runtime.config import load_settings
@@ -73,17 +80,12 @@ def test_endpoint_installs_replay_safe_provider_and_plugin(protocol: str, export
         assert install_tracing(load_settings(), "again") is provider
         processor = provider._tracer_provider._active_span_processor._span_processors[0]
         print(type(processor._batch_processor._exporter).__module__)
-        """
-    )
+    """
     env = {
         "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{free_port()}",
         "OTEL_EXPORTER_OTLP_PROTOCOL": protocol,
     }
-    done = subprocess.run(
-        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == exporter
+    assert printed_by_a_fresh_process(script, env) == exporter
 
 
 def test_metrics_port_zero_turns_the_endpoint_off(monkeypatch: pytest.MonkeyPatch) -> None:
