@@ -230,7 +230,10 @@ async def test_without_the_shared_limit_workers_storm_the_provider(
 async def test_a_killed_workers_reservation_returns_within_the_lease(fleet: Fleet) -> None:
     """A worker SIGKILLed while its call holds most of the model's capacity: the hold comes
     back once the lease (3 s) ran out, long before the bucket would have refilled on its own
-    (50 s at 600 tokens/minute), and a run started then is called at once."""
+    (50 s at 600 tokens/minute), and the run's retry on a new worker is called at once.
+
+    The retry is the only call after the kill: a second run would race it for the bucket, which
+    holds one call, and whichever came second would wait for the refill."""
     simulator = Simulator(fleet.stack.addresses.openai_base_url)
     simulator.send("DELETE", "/_sim/ratelimits", None)
     env = {
@@ -268,11 +271,11 @@ async def test_a_killed_workers_reservation_returns_within_the_lease(fleet: Flee
         assert tokens >= 500
 
         fleet.start_workers(env, 1, "heir")
-        fresh = await start(client, request("Right away please"))
-        result = await finished(fresh)
+        result = await finished(hanging)
         assert result.state == "completed"
-        assert "await_capacity" not in [entry.to_state for entry in result.history]
-        assert (await finished(hanging)).state == "completed"
+        states = [entry.to_state for entry in result.history]
+        assert "retry_llm" in states
+        assert "await_capacity" not in states
     finally:
         fleet.stop_workers()
         await store.close()
