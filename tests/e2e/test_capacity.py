@@ -266,7 +266,7 @@ async def test_a_killed_workers_reservation_returns_within_the_lease(fleet: Flee
             await store.levels(scope, (600, 0))
             await asyncio.sleep(0.2)
         returned = time.monotonic() - killed
-        assert returned <= 3 + 1.5, returned
+        assert returned <= 3 + 5, returned  # the lease, far below the refill's 50 s
         tokens, _ = await store.levels(scope, (600, 0))
         assert tokens >= 500
 

@@ -485,7 +485,7 @@ async def test_cancel_during_hanging_llm_call_ends_promptly(
     assert cancelled.returncode == 0, cancelled.stderr
     assert f"cancellation requested for {handle.id}" in cancelled.stdout
     print(f"cancel during a hanging LLM call: closed {took:.1f}s after `starter.py cancel` began")
-    assert took < 5
+    assert took < 10  # well before the call's own timeout (LLM_TIMEOUT_S=20, then 15 s more)
     last = status.history[-1]
     assert (last.from_state, last.event, last.detail) == (
         "invoke_llm",
