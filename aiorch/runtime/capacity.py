@@ -59,6 +59,11 @@ from aiorch.runtime.config import Settings
 from workflows.payloads import TENANT_PATTERN
 
 KEY_PREFIX: Final = "aiorch"
+# A worker runs hundreds of activities at once, each a round trip or two to the store: they share
+# this many connections, and a caller finding none free waits up to STORE_CONNECTION_WAIT for one
+# (redis-py's default pool refuses it at once: "Too many connections").
+STORE_CONNECTIONS: Final = 100
+STORE_CONNECTION_WAIT = timedelta(seconds=10)
 SPEND_TTL = timedelta(days=40)
 # How long a settled call is remembered: longer than any call waits for its answer (a batched
 # call, LLM_BATCH_WAIT_S at most 14 days).
@@ -182,13 +187,15 @@ class CapacityStore:
         """The store at ``CAPACITY_STORE_URL``, or None when it is not configured."""
         if settings.capacity_store_url is None:
             return None
-        client = redis.Redis.from_url(
+        pool = redis.BlockingConnectionPool.from_url(
             settings.capacity_store_url.get_secret_value(),
+            max_connections=STORE_CONNECTIONS,
+            timeout=STORE_CONNECTION_WAIT.total_seconds(),
             socket_timeout=2.0,
             socket_connect_timeout=2.0,
             health_check_interval=30,
         )
-        return cls(client, lease=timedelta(seconds=settings.capacity_lease_s))
+        return cls(redis.Redis.from_pool(pool), lease=timedelta(seconds=settings.capacity_lease_s))
 
     @property
     def redis(self) -> redis.Redis:

@@ -11,7 +11,8 @@ import pytest
 import pytest_asyncio
 import redis.asyncio as redis
 
-from aiorch.runtime.capacity import CapacityStore, ProviderSignal, scope_name
+from aiorch.runtime.capacity import STORE_CONNECTIONS, CapacityStore, ProviderSignal, scope_name
+from aiorch.runtime.config import Settings
 from tests.support.capacity_store import capacity_store_url
 
 pytestmark = pytest.mark.e2e
@@ -289,3 +290,34 @@ async def test_a_late_duplicate_settlement_refunds_its_expired_charge(store: Cap
     assert await store.spend("acme", day) == pytest.approx(0.7)  # charged in full
     late = await store.settle_call("acme", day, 0.2, reservation="late", call="run-2:invoke_llm:1")
     assert not late.counted and late.total == pytest.approx(0.2)
+
+
+async def test_a_burst_of_operations_waits_for_the_workers_pool_instead_of_failing(
+    redis_server: str,
+) -> None:
+    """A worker's store (`from_settings`) asked for 1,000 spends at once, ten times its
+    connection pool: every one is answered, none refused with "Too many connections", and the
+    server never holds more of the worker's connections than the pool allows."""
+    worker = CapacityStore.from_settings(Settings(capacity_store_url=redis_server))
+    assert worker is not None
+    observer = redis.Redis.from_url(redis_server)
+    day = date(2026, 12, 1)
+    peak = 0
+    bursting = True
+
+    async def watch() -> None:
+        nonlocal peak
+        while bursting:
+            peak = max(peak, len(await observer.client_list()) - 1)
+            await asyncio.sleep(0.01)
+
+    watcher = asyncio.create_task(watch())
+    try:
+        spends = await asyncio.gather(*(worker.spend(f"t{n}", day) for n in range(1000)))
+    finally:
+        bursting = False
+        await watcher
+        await worker.close()
+        await observer.aclose()
+    assert spends == [0.0] * 1000
+    assert 0 < peak <= STORE_CONNECTIONS
