@@ -10,11 +10,10 @@ import asyncio
 import math
 import urllib.request
 from collections.abc import AsyncIterator, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-import redis.asyncio as redis
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from temporalio.worker import Replayer
@@ -26,6 +25,7 @@ from aiorch.runtime.capacity import CapacityStore
 from aiorch.runtime.config import DEFAULT_PRICE_TABLE
 from aiorch.runtime.temporal import AiOrchestratorPlugin
 from tests.e2e.test_observability import samples, total
+from tests.support.capacity_store import operator_view
 from tests.support.live_runs import request, start, status_of, wait_for_state
 from tests.support.live_stack import E2E_WORKER_ENV, connect, stack_with_worker, starter
 from tests.support.reviewing import signed
@@ -82,11 +82,8 @@ def scrape(port: int) -> dict[str, list[tuple[dict[str, str], float]]]:
 @pytest.fixture
 async def store(batched: LocalStack) -> AsyncIterator[CapacityStore]:
     """The stack's capacity store, closed however the test ends."""
-    url = batched.addresses.capacity_store_url
-    assert url is not None
-    opened = CapacityStore(redis.Redis.from_url(url), lease=timedelta(seconds=30))
-    yield opened
-    await opened.close()
+    async with operator_view(batched) as capacity:
+        yield capacity
 
 
 def sync_priced(usage: dict[str, Any]) -> float:
