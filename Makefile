@@ -9,9 +9,10 @@ STAMP := $(VENV)/.installed
 LOCK_RUNTIME := requirements/runtime.txt
 LOCK_DEV := requirements/dev.txt
 LOCK_BUILD := requirements/build.txt
-# What installs into $(VENV): pip, as a new user has it. CI's extra venvs pass uv's
-# (`PIP_INSTALL="uv pip install --python .venv-3.12/bin/python"`): the same lock and hashes,
-# installed faster.
+# What installs into $(VENV): the venv's own pip, whatever version its Python bundled. Every
+# install is `--no-deps` from a complete hash-locked set, so no installer resolves anything and
+# the same lock installs the same bytes with any pip (tests/static checks this). CI's extra
+# venvs pass uv's (`PIP_INSTALL="uv pip install --python .venv-3.12/bin/python"`).
 PIP_INSTALL ?= $(BIN)/python -m pip install
 
 .PHONY: demo dev test test-fast lint typecheck imports unit mutate bench graph screenshots lock clean
@@ -19,7 +20,7 @@ PIP_INSTALL ?= $(BIN)/python -m pip install
 $(STAMP): pyproject.toml $(LOCK_DEV)
 	$(PYTHON) -c 'import sys; sys.exit(0 if (3, 11) <= sys.version_info[:2] <= (3, 13) else "Python 3.11, 3.12 or 3.13 is required (set PYTHON=/path/to/python3.x)")'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(PIP_INSTALL) --quiet --require-hashes -r $(LOCK_DEV)
+	$(PIP_INSTALL) --quiet --no-deps --require-hashes -r $(LOCK_DEV)
 	# Metadata an older in-tree build left here would shadow the installed project's.
 	rm -rf ai_orchestrator.egg-info
 	$(PIP_INSTALL) --quiet --no-deps --no-build-isolation -e .
