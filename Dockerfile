@@ -2,6 +2,8 @@
 # (`python -m aiorch.devstack.llm_simulator`). Runtime dependencies only, installed from the
 # hash-locked requirements/runtime.txt (no dev servers, no test tools), so a build today and a
 # build next month install the same bytes; a package whose hash does not match fails the build.
+# Every install is --no-deps: the locks are complete, so no pip resolves anything (an old pip's
+# resolver looks at the registry's newest releases even when every version is pinned).
 FROM python:3.11.13-slim-bookworm AS build
 
 ENV PIP_NO_CACHE_DIR=1 \
@@ -11,9 +13,9 @@ WORKDIR /src
 # Dependencies first, so a code change reuses this layer.
 COPY requirements ./requirements
 RUN python -m venv /opt/venv \
-    && /opt/venv/bin/pip install --require-hashes -r requirements/runtime.txt \
+    && /opt/venv/bin/pip install --no-deps --require-hashes -r requirements/runtime.txt \
     && python -m venv /opt/build \
-    && /opt/build/bin/pip install --require-hashes -r requirements/build.txt
+    && /opt/build/bin/pip install --no-deps --require-hashes -r requirements/build.txt
 COPY pyproject.toml README.md ./
 COPY workflows ./workflows
 COPY activities ./activities
