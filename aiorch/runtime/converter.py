@@ -1,6 +1,8 @@
 """The data converter every client, worker and replayer of a deployment shares:
 ``data_converter(settings)`` is the pydantic converter, plus payload encryption when keys are
-configured. ``aiorch.runtime.plugin.AiOrchestratorPlugin`` installs it; nothing else should.
+configured; its failure converter bounds every failure an activity raises, so that the server
+keeps it whole (``aiorch.runtime.failures``). ``aiorch.runtime.plugin.AiOrchestratorPlugin``
+installs it; nothing else should.
 
 The payload converter also reads the two encodings no value is ever written as: the codec's
 marker for a payload it refused (``binary/undecodable``) and an encrypted payload in a process
@@ -18,7 +20,6 @@ from temporalio.contrib.pydantic import PydanticJSONPlainPayloadConverter
 from temporalio.converter import (
     CompositePayloadConverter,
     DataConverter,
-    DefaultFailureConverterWithEncodedAttributes,
     DefaultPayloadConverter,
     EncodingPayloadConverter,
     JSONPlainPayloadConverter,
@@ -34,6 +35,7 @@ from aiorch.runtime.codec import (
     keyring_from_settings,
 )
 from aiorch.runtime.config import Settings
+from aiorch.runtime.failures import ActivityFailureConverter, EncodedActivityFailureConverter
 
 # One JSON converter, and so one pydantic type-adapter cache, for the whole process. The SDK
 # builds a payload converter for every workflow run and activation; with temporalio's
@@ -107,7 +109,10 @@ class SharedCachePydanticPayloadConverter(CompositePayloadConverter):
         super().__init__(*_ENCODING_CONVERTERS)
 
 
-DATA_CONVERTER = DataConverter(payload_converter_class=SharedCachePydanticPayloadConverter)
+DATA_CONVERTER = DataConverter(
+    payload_converter_class=SharedCachePydanticPayloadConverter,
+    failure_converter_class=ActivityFailureConverter,
+)
 
 
 def data_converter(settings: Settings) -> DataConverter:
@@ -137,5 +142,5 @@ def encrypted_converter(keyring: KeyRing, *, require_encryption: bool = False) -
     return dataclasses.replace(
         DATA_CONVERTER,
         payload_codec=EncryptionCodec(keyring, require_encryption=require_encryption),
-        failure_converter_class=DefaultFailureConverterWithEncodedAttributes,
+        failure_converter_class=EncodedActivityFailureConverter,
     )

@@ -6,7 +6,8 @@ configures the client and every worker built on that client; given to ``Replayer
 ``WorkflowEnvironment.start_time_skipping``) it configures those alike:
 
 - the data converter: pydantic payloads, plus the AES-GCM codec and encoded failure attributes
-  when the settings hold payload keys (``aiorch.runtime.converter``);
+  when the settings hold payload keys (``aiorch.runtime.converter``), and activity failures
+  bounded to stay inside the server's failure size limit (``aiorch.runtime.failures``);
 - the sandbox pass-through on whatever sandboxed runner the worker or replayer has
   (``aiorch.runtime.sandbox``);
 - ``workflow_failure_exception_types``: a graph violation (``InvalidTransition``) fails the run

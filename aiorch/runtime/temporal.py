@@ -5,7 +5,8 @@ Callers import from here; the parts live in modules of their own:
 - `aiorch.runtime.connection`: `connect` (envconfig settings, one typed error) and
   `ensure_search_attributes`;
 - `aiorch.runtime.plugin`: `AiOrchestratorPlugin`, for clients, workers and replayers alike;
-- `aiorch.runtime.converter`: the data converter the plugin installs;
+- `aiorch.runtime.converter`: the data converter the plugin installs, whose failure converter
+  (`aiorch.runtime.failures`) keeps every activity failure inside the server's size limit;
 - `aiorch.runtime.errors`: `TemporalUnreachable`.
 """
 

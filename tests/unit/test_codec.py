@@ -17,7 +17,6 @@ from temporalio.converter import (
     ActivitySerializationContext,
     CompositePayloadConverter,
     DataConverter,
-    DefaultFailureConverterWithEncodedAttributes,
     NexusSerializationContext,
     WorkflowSerializationContext,
 )
@@ -40,6 +39,7 @@ from aiorch.runtime.codec import (
     new_key,
 )
 from aiorch.runtime.config import ConfigError, Settings
+from aiorch.runtime.failures import EncodedActivityFailureConverter
 from aiorch.runtime.temporal import DATA_CONVERTER, data_converter, encrypted_converter
 from workflows.errors import OrchestratorError
 from workflows.payloads import PipelineRequest
@@ -404,14 +404,14 @@ def test_key_id_without_keys_is_refused() -> None:
 
 async def test_configured_converter_encrypts_values_and_failure_messages(tmp_path: Path) -> None:
     """With keys (here from PAYLOAD_KEYS_FILE) the converter encrypts pydantic values and, via
-    the encoded-attributes failure converter, failure messages too; it decodes both back."""
+    the failure converter with encoded attributes, failure messages too; it decodes both back."""
     keys_file = tmp_path / "keys"
     keys_file.write_text(f"# rotated 2026-11\nk1:{KEY_A}\nk2:{KEY_B}\n")
     converter = data_converter(
         Settings(payload_keys_file=keys_file, payload_key_id="k2")
     ).with_context(RUN_A)
     assert isinstance(converter.payload_codec, EncryptionCodec)
-    assert converter.failure_converter_class is DefaultFailureConverterWithEncodedAttributes
+    assert converter.failure_converter_class is EncodedActivityFailureConverter
     request = PipelineRequest(request_id="a" * 24, user_message=CANARY)
 
     [payload] = await converter.encode([request])
