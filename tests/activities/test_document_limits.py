@@ -5,9 +5,12 @@ it again, and never take a text that is not the one extracted."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+import boto3
 import pytest
 from temporalio.exceptions import ApplicationError
 
@@ -19,10 +22,18 @@ from activities.documents.extract import (
     extract_in_child,
     inline,
 )
-from activities.documents.text_store import FolderTexts, text_key
+from activities.documents.text_store import BucketTexts, FolderTexts, text_key
+from activities.llm import load_document
 from activities.prompt import InputLoader
+from aiorch.devstack.processes import free_port
+from aiorch.devstack.servers import start_sqs_server
+from tests.activities.input_refusals import WORKER_BOTO
+from tests.activities.llm_calls import call
 from tests.support.pdfs import bomb_pdf, text_pdf
 from workflows.documents import DOCUMENT_TOO_LARGE
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
 
 PAGES = [["Invoice INV-7"], ["Widgets 3 x 4.99"], ["Total due: 14.97 EUR"]]
 PDF = text_pdf(PAGES)
@@ -161,3 +172,49 @@ async def test_a_store_that_cannot_keep_texts_never_stops_a_run(root: Path, tmp_
     extracted = await texts(root, tmp_path / "texts").extract(reference)
     found = await texts(root, tmp_path / "texts").text(reference, sha256=extracted.sha256)
     assert found == extracted.text
+
+
+async def test_model_calls_and_batch_lines_take_the_kept_text(root: Path, tmp_path: Path) -> None:
+    """``load_document``, which ``invoke_llm`` and the batch lane's request building share,
+    gives a call that names its run's text hash the kept text: a reader that could not extract
+    the document (its page cap is 1) still gets it."""
+    reference = (root / "invoice.pdf").as_uri()
+    extracted = await texts(root, tmp_path / "texts").extract(reference)
+    reader = texts(root, tmp_path / "texts", DocumentLimits(max_pages=1))
+
+    document = await load_document(
+        reader, call("Extract the fields", input_ref=reference, input_sha256=extracted.sha256)
+    )
+
+    assert document == extracted.text
+
+
+@pytest.fixture
+def s3(tmp_path: Path) -> Iterator[S3Client]:
+    """The text store in a bucket of a moto S3 server (its own process), with the worker's
+    client settings."""
+    port = free_port()
+    server = start_sqs_server(port=port, log_dir=tmp_path / "moto")
+    try:
+        s3 = boto3.session.Session(
+            aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1"
+        ).client("s3", endpoint_url=f"http://127.0.0.1:{port}", config=WORKER_BOTO)
+        s3.create_bucket(Bucket="claims")
+        yield s3
+    finally:
+        server.stop()
+
+
+@pytest.mark.e2e
+async def test_texts_are_kept_in_the_claim_check_bucket(s3: S3Client) -> None:
+    """A text put in the bucket comes back whole; a missing key, one longer than the reader
+    allows, or a bucket that does not exist is a miss, never an error."""
+    bucket, missing = BucketTexts(s3, "claims"), BucketTexts(s3, "no-such-bucket")
+    text = "Invoice INV-7\fTotal due: 14.97 €"
+    await bucket.put(text_key(PDF), text)
+
+    assert await bucket.get(text_key(PDF), 4 * len(text)) == text
+    assert await bucket.get(text_key(PDF), 10) is None
+    assert await bucket.get(text_key(b"another document"), 1000) is None
+    await missing.put(text_key(PDF), text)
+    assert await missing.get(text_key(PDF), 1000) is None
