@@ -61,7 +61,6 @@ from activities.llm import (
     status_error,
     token_usage,
 )
-from activities.prompt import InputLoader
 from activities.redaction import scrubbed_error
 from aiorch.runtime.batch_store import BatchStore, QueuedCall
 from aiorch.runtime.capacity import CapacityStoreError, scope_name
@@ -263,7 +262,6 @@ class BatchActivities:
         client: AsyncOpenAI,
         temporal: Client,
         store: BatchStore,
-        loader: InputLoader,
         *,
         base_url: str,
         gate: CallGate | None = None,
@@ -276,7 +274,6 @@ class BatchActivities:
         self._client = client
         self._temporal = temporal
         self._store = store
-        self._loader = loader
         self._base_url = base_url
         self._gate = gate
         self._telemetry = telemetry or GenAiTelemetry(base_url)
@@ -336,7 +333,7 @@ class BatchActivities:
                 activity.heartbeat(f"writing line {count} of {len(calls)}")
             call = _input(queued)
             try:
-                document = await load_document(self._loader, call, self._heartbeat_every)
+                document = await load_document(self._llm.documents, call)
             except ApplicationError as err:
                 await self._settle(queued, call, 0.0)
                 await self._stored(self._store.drop(scope, [queued.item]))

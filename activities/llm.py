@@ -3,8 +3,9 @@
 A call answers in JSON: the contract's ``LlmReply`` (``{"content", "needs_review"}``), or, when
 the call carries an ``output_schema`` (a pipeline's extraction), one JSON object that the
 pipeline validates against that schema itself. A referenced document is read again here (large
-inputs never enter history); a PDF's text is extracted, and checked against the hash the run's
-extraction recorded when the call names one (``input_sha256``).
+inputs never enter history); when the call names the hash its run's extraction recorded
+(``input_sha256``), the document's text is the one that extraction kept (or, when it is not
+kept, extracted again in a limited child process), checked against that hash.
 
 The ``openai`` client's own retries are off (``max_retries=0``) and its timeout is shorter than
 the activity's, so every attempt is the workflow's and shows in history. Classification, in one
@@ -51,7 +52,7 @@ from activities.capacity import (
     call_key,
     record_spend,
 )
-from activities.documents.extract import document_text
+from activities.documents.extract import DocumentTexts
 from activities.heartbeat import HEARTBEAT_EVERY, heartbeat_while
 from activities.pricing import estimate_cost
 from activities.prompt import CORRECTIVE_INSTRUCTION, OBJECT_CORRECTIVE_INSTRUCTION, InputLoader
@@ -468,9 +469,10 @@ class LlmActivities:
         results: ResultCache | None = None,
         batch: BatchQueue | None = None,
         cache_scope: CacheScope = "off",
+        documents: DocumentTexts | None = None,
     ) -> None:
         self._client = client
-        self._loader = loader
+        self.documents = documents or DocumentTexts(loader, heartbeat_every=heartbeat_every)
         self._timeout_s = timeout_s
         self._prices: PriceTable = prices or {}
         self._heartbeat_every = heartbeat_every
@@ -624,8 +626,8 @@ class LlmActivities:
             record_spend(call.tenant, cost, self._tenants)
 
     async def _document(self, call: LlmCallInput) -> str | None:
-        """The referenced document's text, read again (a PDF's extracted), or None."""
-        return await load_document(self._loader, call, self._heartbeat_every)
+        """The referenced document's text (a PDF's as extracted for its run), or None."""
+        return await load_document(self.documents, call)
 
     async def _settle(self, admission: Admission, call: LlmCallInput, done: Settlement) -> bool:
         if self._gate is None:
@@ -633,18 +635,14 @@ class LlmActivities:
         return await self._gate.settle(admission, call, done)
 
 
-async def load_document(
-    loader: InputLoader, call: LlmCallInput, heartbeat_every: timedelta = HEARTBEAT_EVERY
-) -> str | None:
-    """The document ``call`` references, read again (a PDF's extracted, checked against the
-    hash its run recorded), or None when it references none."""
+async def load_document(documents: DocumentTexts, call: LlmCallInput) -> str | None:
+    """The document ``call`` references (a PDF's text as its run's extraction recorded it, kept
+    or extracted again), or None when it references none."""
     if not call.input_ref:
         return None
     if call.input_sha256 is None:
-        return await loader.load(call.input_ref)
-    return await document_text(
-        loader, call.input_ref, sha256=call.input_sha256, heartbeat_every=heartbeat_every
-    )
+        return await documents.plain(call.input_ref)
+    return await documents.text(call.input_ref, sha256=call.input_sha256)
 
 
 def _count_result_cache(outcome: str, call: LlmCallInput) -> None:

@@ -1,46 +1,59 @@
 """Text out of a document: UTF-8 text as it is, a PDF (known by its ``%PDF-`` signature) through
-pypdf.
+pypdf, in a child process the kernel limits (``activities.documents.child``).
 
-A document that yields no text fails the run at once with ``DocumentUnreadable`` (permanent:
-retrying cannot change a file) and one line saying why (encrypted, damaged, no text layer, not
-UTF-8) that quotes nothing of the document. Extraction is CPU work, so it runs in a thread while
-the activity heartbeats: a long PDF does not look like a dead worker, a cancel reaches the
-activity, and the page loop stops at the next page once it is cancelled.
+A document that yields no text fails the run at once with ``DocumentUnreadable``, one that
+passes a limit (``MAX_PDF_PAGES``, ``MAX_DOCUMENT_CHARS``, the child's memory or CPU) with
+``DocumentTooLarge``; both are permanent (retrying cannot change a file) and one line saying why
+that quotes nothing of the document. The activity heartbeats while the child works, so a long
+PDF does not look like a dead worker, and a cancel reaches the activity and kills the child.
 
 The text itself never enters history: ``extract_text`` returns its size, pages, SHA-256 and a
-preview of a few KiB for the reviewer, and the analysis gets the text again with
-`document_text`, inside its own activity (as ``invoke_llm`` reloads a prompt's reference), which
-also checks that the reference still holds the text that was extracted.
+preview of a few KiB for the reviewer, and keeps a PDF's text in the text store
+(``activities.documents.text_store``) by the document's content hash. The model call gets the
+text with `DocumentTexts.text`, inside its own activity (as ``invoke_llm`` reloads a prompt's
+reference): from the store when it holds the text extracted before, else extracted again, and
+checked against the SHA-256 extraction recorded either way.
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
-import io
-import threading
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TypeVar
 
-from pypdf import PasswordType, PdfReader
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.documents.child import DocumentLimits, pdf_in_child, too_large, unreadable
+from activities.documents.pdf_text import (
+    PAGE_BREAK,
+    TooLarge,
+    Unreadable,
+    pdf_text,
+    too_many_chars,
+    well_formed,
+)
+from activities.documents.text_store import TextStore, text_key
 from activities.heartbeat import HEARTBEAT_EVERY, heartbeat_while
 from activities.prompt import InputLoader
 from workflows import errors
-from workflows.documents.contract import (
-    ACTIVITY_EXTRACT_TEXT,
-    DOCUMENT_CHANGED,
-    DOCUMENT_UNREADABLE,
-    PDF_SIGNATURE,
-)
+from workflows.documents.contract import ACTIVITY_EXTRACT_TEXT, DOCUMENT_CHANGED, PDF_SIGNATURE
 from workflows.documents.payloads import DocumentKind, ExtractedText, ExtractTextInput
 
-# Pages of a PDF are joined with a form feed, as pdftotext does: a page break the model can see.
-PAGE_BREAK = "\f"
+__all__ = [
+    "PAGE_BREAK",
+    "DocumentLimits",
+    "DocumentTexts",
+    "ExtractActivities",
+    "Extraction",
+    "extract",
+    "extract_in_child",
+    "inline",
+    "preview",
+    "text_sha256",
+]
 T = TypeVar("T")
 
 
@@ -57,80 +70,60 @@ class Extraction:
         return text_sha256(self.text)
 
 
-class _Stopped(Exception):
-    """The activity was cancelled; the extracting thread gives up at the next page."""
-
-
-def unreadable(why: str) -> ApplicationError:
-    """The permanent failure for a document without usable text; ``why`` is ours, never the
-    document's text."""
-    return ApplicationError(
-        f"the document cannot be read: {why}", type=DOCUMENT_UNREADABLE, non_retryable=True
-    )
-
-
 def text_sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def extract(data: bytes, stop: threading.Event | None = None) -> Extraction:
-    """The text of ``data``: a PDF when it starts with ``%PDF-``, else UTF-8 text (a leading
-    byte-order mark dropped). Setting ``stop`` ends a PDF's page loop at the next page.
+def extract(data: bytes, limits: DocumentLimits | None = None) -> Extraction:
+    """The text of ``data``, in this process (the worker extracts a PDF in a child: see
+    `extract_in_child`): a PDF when it starts with ``%PDF-``, else UTF-8 text (a leading
+    byte-order mark dropped).
 
     Raises:
-        ApplicationError: ``DocumentUnreadable`` (non-retryable) when there is no text to get.
+        ApplicationError: ``DocumentUnreadable`` when there is no text to get,
+            ``DocumentTooLarge`` when it passes ``limits`` (both non-retryable).
     """
-    if data.startswith(PDF_SIGNATURE):
-        return _pdf(data, stop or threading.Event())
+    limits = limits or DocumentLimits()
+    if not data.startswith(PDF_SIGNATURE):
+        return _text(data, limits)
+    try:
+        found = pdf_text(data, max_pages=limits.max_pages, max_chars=limits.max_chars)
+    except Unreadable as err:
+        raise unreadable(str(err)) from None
+    except TooLarge as err:
+        raise too_large(str(err)) from None
+    return Extraction(text=found.text, kind="pdf", pages=found.pages)
+
+
+async def extract_in_child(data: bytes, limits: DocumentLimits) -> Extraction:
+    """As `extract`, a PDF's text extracted in a limited child process."""
+    if not data.startswith(PDF_SIGNATURE):
+        return _text(data, limits)
+    found = await pdf_in_child(data, limits)
+    return Extraction(text=found.text, kind="pdf", pages=found.pages)
+
+
+def _text(data: bytes, limits: DocumentLimits) -> Extraction:
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError:
         raise unreadable("it is neither UTF-8 text nor a PDF") from None
-    return inline(text)
+    return inline(text, limits)
 
 
-def inline(text: str) -> Extraction:
+def inline(text: str, limits: DocumentLimits | None = None) -> Extraction:
     """A document given as text: taken as it is (never parsed as a PDF).
 
     Raises:
-        ApplicationError: ``DocumentUnreadable`` (non-retryable) when it is blank.
+        ApplicationError: ``DocumentUnreadable`` when it is blank, ``DocumentTooLarge`` when it
+            passes ``MAX_DOCUMENT_CHARS`` (both non-retryable).
     """
+    limits = limits or DocumentLimits()
     if not text.strip():
         raise unreadable("it holds no text")
-    return Extraction(text=_well_formed(text), kind="text", pages=1)
-
-
-def _pdf(data: bytes, stop: threading.Event) -> Extraction:
-    try:
-        reader = PdfReader(io.BytesIO(data))
-        # An owner password alone restricts editing, not reading: such a PDF opens with "".
-        if reader.is_encrypted and reader.decrypt("") == PasswordType.NOT_DECRYPTED:
-            raise unreadable("the PDF is encrypted (it needs a password to open)")
-        texts = []
-        for page in reader.pages:
-            if stop.is_set():
-                raise _Stopped
-            texts.append(page.extract_text())
-    except (ApplicationError, _Stopped, MemoryError):
-        raise
-    except Exception as err:  # a damaged file makes pypdf raise anything, from KeyError up
-        raise unreadable(f"the PDF is damaged ({type(err).__name__})") from None
-    text = _well_formed(PAGE_BREAK.join(texts))
-    if not text.strip():
-        raise unreadable(
-            f"the PDF's {len(texts)} page(s) hold no text layer (scanned images need OCR first)"
-        )
-    return Extraction(text=text, kind="pdf", pages=len(texts))
-
-
-def _well_formed(text: str) -> str:
-    """``text`` with lone surrogates (a broken font map can produce them) replaced by U+FFFD:
-    no UTF-8 encoder, hash or payload converter accepts them."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-    return text
+    if len(text) > limits.max_chars:
+        raise too_large(str(too_many_chars(limits.max_chars)))
+    return Extraction(text=well_formed(text), kind="text", pages=1)
 
 
 def preview(text: str, limit_bytes: int) -> tuple[str, bool]:
@@ -142,43 +135,70 @@ def preview(text: str, limit_bytes: int) -> tuple[str, bool]:
     return encoded[:limit_bytes].decode("utf-8", "ignore"), True
 
 
-async def extract_in_thread(
-    data: bytes, *, heartbeat_every: timedelta = HEARTBEAT_EVERY
-) -> Extraction:
-    """`extract` in a worker thread, heartbeating while it runs when inside an activity; a
-    cancel stops the thread's page loop."""
-    stop = threading.Event()
-    try:
-        return await _beating(asyncio.to_thread(extract, data, stop), heartbeat_every)
-    finally:
-        stop.set()
+class DocumentTexts:
+    """A referenced document's text: extracted within ``limits``, kept in ``store`` (a PDF's)
+    by the document's content hash, and found there again for the model calls."""
 
+    def __init__(
+        self,
+        loader: InputLoader,
+        limits: DocumentLimits | None = None,
+        store: TextStore | None = None,
+        *,
+        heartbeat_every: timedelta = HEARTBEAT_EVERY,
+    ) -> None:
+        self._loader = loader
+        self.limits = limits or DocumentLimits()
+        self._store = store
+        self._heartbeat_every = heartbeat_every
 
-async def document_text(
-    loader: InputLoader,
-    reference: str,
-    *,
-    sha256: str | None = None,
-    heartbeat_every: timedelta = HEARTBEAT_EVERY,
-) -> str:
-    """The full text of a referenced document, read and extracted again, for the activity that
-    sends it to the model. With ``sha256`` (from ``extract_text``), the text must be the one
-    extracted before.
+    async def extract(self, reference: str) -> Extraction:
+        """The referenced document's text, extracted (a PDF's in a limited child) and kept.
 
-    Raises:
-        ApplicationError: ``DocumentChanged`` (non-retryable) when the text is not the one
-            extracted before; otherwise as ``InputLoader.load_bytes`` and `extract`.
-    """
-    data = await _beating(loader.load_bytes(reference), heartbeat_every)
-    extraction = await extract_in_thread(data, heartbeat_every=heartbeat_every)
-    if sha256 is not None and extraction.sha256 != sha256:
-        raise ApplicationError(
-            "the document changed after its text was extracted (its SHA-256 differs); start "
-            "the run again to analyse the new version",
-            type=DOCUMENT_CHANGED,
-            non_retryable=True,
-        )
-    return extraction.text
+        Raises:
+            ApplicationError: as ``InputLoader.load_bytes`` and `extract`.
+        """
+        return await _beating(self._extract(reference), self._heartbeat_every)
+
+    async def text(self, reference: str, *, sha256: str) -> str:
+        """The full text of a referenced document, for the activity that sends it to the model:
+        the one kept when it was extracted, else extracted again; either way the text whose
+        SHA-256 is ``sha256`` (from ``extract_text``).
+
+        Raises:
+            ApplicationError: ``DocumentChanged`` (non-retryable) when the text is not the one
+                extracted before; otherwise as `extract`.
+        """
+        return await _beating(self._text(reference, sha256), self._heartbeat_every)
+
+    async def plain(self, reference: str) -> str:
+        """A referenced UTF-8 text taken as it is (a prompt's input, not a document)."""
+        return await self._loader.load(reference)
+
+    async def _extract(self, reference: str) -> Extraction:
+        data = await self._loader.load_bytes(reference)
+        extraction = await extract_in_child(data, self.limits)
+        if self._store is not None and extraction.kind == "pdf":
+            await self._store.put(text_key(data), extraction.text)
+        return extraction
+
+    async def _text(self, reference: str, sha256: str) -> str:
+        data = await self._loader.load_bytes(reference)
+        if self._store is not None and data.startswith(PDF_SIGNATURE):
+            kept = await self._store.get(text_key(data), 4 * self.limits.max_chars)
+            if kept is not None and text_sha256(kept) == sha256:
+                return kept
+        extraction = await extract_in_child(data, self.limits)
+        if extraction.sha256 != sha256:
+            raise ApplicationError(
+                "the document changed after its text was extracted (its SHA-256 differs); "
+                "start the run again to analyse the new version",
+                type=DOCUMENT_CHANGED,
+                non_retryable=True,
+            )
+        if self._store is not None and extraction.kind == "pdf":
+            await self._store.put(text_key(data), extraction.text)
+        return extraction.text
 
 
 async def _beating(work: Awaitable[T], every: timedelta) -> T:
@@ -188,13 +208,10 @@ async def _beating(work: Awaitable[T], every: timedelta) -> T:
 
 
 class ExtractActivities:
-    """The ``extract_text`` activity, with the worker's input loader injected."""
+    """The ``extract_text`` activity, with the worker's `DocumentTexts` injected."""
 
-    def __init__(
-        self, loader: InputLoader, *, heartbeat_every: timedelta = HEARTBEAT_EVERY
-    ) -> None:
-        self._loader = loader
-        self._heartbeat_every = heartbeat_every
+    def __init__(self, documents: DocumentTexts) -> None:
+        self._documents = documents
 
     @activity.defn(name=ACTIVITY_EXTRACT_TEXT)
     async def extract_text(self, extract_input: ExtractTextInput) -> ExtractedText:
@@ -207,13 +224,10 @@ class ExtractActivities:
                 non_retryable=True,
             )
         if extract_input.text is not None:
-            extraction = inline(extract_input.text)
+            extraction = inline(extract_input.text, self._documents.limits)
         else:
             assert extract_input.reference is not None
-            data = await _beating(
-                self._loader.load_bytes(extract_input.reference), self._heartbeat_every
-            )
-            extraction = await extract_in_thread(data, heartbeat_every=self._heartbeat_every)
+            extraction = await self._documents.extract(extract_input.reference)
         shown, cut = preview(extraction.text, extract_input.preview_bytes)
         return ExtractedText(
             kind=extraction.kind,

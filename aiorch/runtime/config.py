@@ -61,6 +61,13 @@ DEFAULT_TEMPORAL_NAMESPACE = "default"
 # The largest document a run may reference (MAX_INPUT_BYTES): the claim check and the workers'
 # input loader both refuse a larger one.
 DEFAULT_MAX_INPUT_BYTES = 20 * 1024 * 1024
+# What a document may expand to, and what extracting its text may take: a few-kB PDF can show
+# one compressed stream of millions of characters on each of its pages.
+DEFAULT_MAX_PDF_PAGES = 500
+# About a million tokens: more than any model's context window takes in one call.
+DEFAULT_MAX_DOCUMENT_CHARS = 4_000_000
+DEFAULT_MAX_EXTRACT_MEMORY_BYTES = 512 * 1024 * 1024
+DEFAULT_MAX_EXTRACT_CPU_S = 60
 # The document pipeline's SQL store: an SQLite file next to the embedded vector store.
 DEFAULT_DOCUMENT_STORE_URL = "sqlite:///.data/documents.db"
 
@@ -492,14 +499,14 @@ class Settings(BaseSettings):
         default="ai-orchestrator-inputs",
         min_length=3,
         description="The S3 bucket the CLI stores documents in (under `inputs/`), unless "
-        "`CLAIM_CHECK_DIR` is set.",
+        "`CLAIM_CHECK_DIR` is set; the workers keep PDFs' extracted texts under `texts/`.",
     )
     claim_check_dir: Annotated[
         Path | None, SettingDoc(Section.INPUTS, example="/shared/claims")
     ] = Field(
         default=None,
         description="A directory the CLI and the workers share, where the CLI stores documents "
-        "instead of S3.",
+        "instead of S3 (and the workers PDFs' extracted texts, under `texts/`).",
     )
     claim_check_threshold_bytes: Annotated[int, SettingDoc(Section.INPUTS)] = Field(
         default=32 * 1024,
@@ -522,6 +529,30 @@ class Settings(BaseSettings):
         str | None,
         SettingDoc(Section.INPUTS, default="unset (AWS)", example="http://127.0.0.1:8701"),
     ] = Field(default=None, description="The S3 endpoint of `s3://` inputs and the claim check.")
+    max_pdf_pages: Annotated[int, SettingDoc(Section.INPUTS)] = Field(
+        default=DEFAULT_MAX_PDF_PAGES,
+        ge=1,
+        description="A PDF with more pages fails its run (`DocumentTooLarge`) before any page "
+        "is read.",
+    )
+    max_document_chars: Annotated[int, SettingDoc(Section.INPUTS)] = Field(
+        default=DEFAULT_MAX_DOCUMENT_CHARS,
+        ge=1,
+        description="A document whose text passes this many characters fails its run "
+        "(`DocumentTooLarge`); a PDF's extraction stops as soon as it does.",
+    )
+    max_extract_memory_bytes: Annotated[int, SettingDoc(Section.INPUTS)] = Field(
+        default=DEFAULT_MAX_EXTRACT_MEMORY_BYTES,
+        ge=128 * 1024 * 1024,
+        description="The address space of the child process that extracts a PDF's text; a PDF "
+        "that needs more fails its run (`DocumentTooLarge`).",
+    )
+    max_extract_cpu_s: Annotated[int, SettingDoc(Section.INPUTS)] = Field(
+        default=DEFAULT_MAX_EXTRACT_CPU_S,
+        ge=1,
+        description="The CPU seconds that child may use; a PDF that needs more fails its run "
+        "(`DocumentTooLarge`).",
+    )
 
     # Payload encryption and the codec server. Secrets come from the variable or from a file
     # named by <NAME>_FILE, never from inputs; SecretStr keeps them out of reprs and logs.

@@ -37,9 +37,10 @@ from activities.batch import BatchActivities, BatchLane, BatchSettings
 from activities.callers import CallerCheck
 from activities.capacity import CallGate
 from activities.dead_letter import DeadLetterActivities
-from activities.documents.extract import ExtractActivities
+from activities.documents.extract import DocumentLimits, DocumentTexts, ExtractActivities
 from activities.documents.plan import DocumentPlanActivities
 from activities.documents.store import StoreActivities, create_store_engine
+from activities.documents.text_store import texts_beside_claims
 from activities.lineage import LineageActivities
 from activities.llm import LlmActivities
 from activities.notify import NotifyActivities
@@ -328,7 +329,8 @@ async def build_worker(
     )
     prompts = PromptActivities(settings, loader)
     documents = DocumentPlanActivities(settings)
-    extracts = ExtractActivities(loader)
+    texts = DocumentTexts(loader, DocumentLimits.of(settings), texts_beside_claims(settings, s3))
+    extracts = ExtractActivities(texts)
     document_store = StoreActivities(
         create_store_engine(settings.document_store_url.get_secret_value())
     )
@@ -382,6 +384,7 @@ async def build_worker(
         results=results,
         batch=lane,
         cache_scope=settings.llm_prompt_cache_scope,
+        documents=texts,
     )
     batch_activities = (
         BatchActivities(
@@ -389,7 +392,6 @@ async def build_worker(
             llm,
             client,
             batches,
-            loader,
             base_url=settings.openai_base_url,
             gate=gate,
             telemetry=genai,

@@ -1,5 +1,6 @@
 """Small PDFs the tests write themselves: text pages (Helvetica, real extractable text), a page
-holding only an image, and encrypted copies (pypdf's writer encrypts)."""
+holding only an image, encrypted copies (pypdf's writer encrypts), and a "PDF bomb" whose pages
+all show one compressed stream of millions of characters."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import io
 from collections.abc import Sequence
 
 from pypdf import PdfReader, PdfWriter
+from pypdf.generic import DecodedStreamObject, DictionaryObject, NameObject
 
 _FONT = b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>"
 # A 2x2 grey image: a scan without a text layer, as far as extraction can tell.
@@ -77,6 +79,32 @@ def encrypted(pdf: bytes, *, user_password: str, owner_password: str = "owner") 
     """``pdf`` encrypted with AES-256; an empty ``user_password`` lets anyone open it."""
     writer = PdfWriter(clone_from=PdfReader(io.BytesIO(pdf)))
     writer.encrypt(user_password=user_password, owner_password=owner_password, algorithm="AES-256")
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()
+
+
+def bomb_pdf(pages: int, characters: int) -> bytes:
+    """A PDF of a few kB whose ``pages`` pages all show one Flate-compressed content stream
+    drawing ``characters`` letters: ``pages * characters`` characters of text. pypdf's writer
+    merges the identical streams into one object, as an attacker's file would share it."""
+    font = DictionaryObject(
+        {
+            NameObject("/Type"): NameObject("/Font"),
+            NameObject("/Subtype"): NameObject("/Type1"),
+            NameObject("/BaseFont"): NameObject("/Helvetica"),
+        }
+    )
+    resources = DictionaryObject({NameObject("/Font"): DictionaryObject({NameObject("/F1"): font})})
+    content = DecodedStreamObject()
+    content.set_data(b"BT /F1 12 Tf 72 720 Td (" + b"A" * characters + b") Tj ET")
+    compressed = content.flate_encode(level=9)
+    writer = PdfWriter()
+    for _ in range(pages):
+        page = writer.add_blank_page(612, 792)
+        page[NameObject("/Resources")] = resources
+        page.replace_contents(compressed)
+    writer.compress_identical_objects(remove_duplicates=True)
     out = io.BytesIO()
     writer.write(out)
     return out.getvalue()

@@ -23,6 +23,9 @@ ACTIVITY_STORE_DOCUMENT: Final = "store_document"
 # The document is neither UTF-8 text nor a readable PDF with text (encrypted, broken, scanned
 # images only): permanent, the message says which in one line and quotes nothing of the document.
 DOCUMENT_UNREADABLE: Final = "DocumentUnreadable"
+# The document passes a limit of the operator's (MAX_PDF_PAGES, MAX_DOCUMENT_CHARS, or the
+# memory or CPU its extraction may take): permanent, the message names the limit.
+DOCUMENT_TOO_LARGE: Final = "DocumentTooLarge"
 # A reference read again (for the analysis) no longer holds the text that was extracted.
 DOCUMENT_CHANGED: Final = "DocumentChanged"
 # The SQL store could not be reached or was busy (connection refused, timeout, locked,
