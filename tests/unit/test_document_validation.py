@@ -274,6 +274,17 @@ def test_problems_are_capped() -> None:
     assert len(problems) == MAX_PROBLEMS
 
 
+def test_rule_problems_are_capped_too() -> None:
+    """An invoice the schema accepts but whose every line amount is wrong gives MAX_PROBLEMS
+    problems, the first lines' first, not one per line (the cap holds for the business rules
+    as for the schema)."""
+    wrong = {"description": "x", "quantity": "1", "unit_price": "1", "amount": "2"}
+    report = INVOICE.check(_with({"line_items": [wrong] * (MAX_PROBLEMS * 2), "total": "0"}))
+    assert report.fields is not None  # the schema held: these are the rules' problems
+    assert len(report.problems) == MAX_PROBLEMS
+    assert report.problems[0].field == "line_items[0].amount"
+
+
 @pytest.mark.parametrize("value", [None, [], "an invoice", 42, [valid_invoice()]])
 def test_a_value_that_is_not_an_object_is_one_problem(value: Any) -> None:
     """A reply that is not a JSON object is reported against the whole document."""
