@@ -10,9 +10,8 @@ import json
 from typing import Any
 
 import pytest
-from click.testing import Result
 from temporalio.client import WorkflowHandle
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from aiorch.cli.app import build_app
 from aiorch.cli.output import EXIT_ERROR, EXIT_OK, EXIT_RUN_FAILED
