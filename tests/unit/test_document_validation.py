@@ -260,10 +260,14 @@ def test_every_active_currency_passes_and_the_list_is_iso_shaped() -> None:
 
 
 def test_too_many_line_items_is_one_problem() -> None:
-    """More than MAX_LINE_ITEMS lines is refused as one problem on line_items."""
+    """More than MAX_LINE_ITEMS lines is refused as one problem on line_items; exactly
+    MAX_LINE_ITEMS lines are taken."""
     line = {"description": "x", "quantity": "1", "unit_price": "1", "amount": "1"}
     invoice = _with({"line_items": [line] * (MAX_LINE_ITEMS + 1)})
     assert fields_of(INVOICE.check(invoice).problems) == ["line_items"]
+    total = str(MAX_LINE_ITEMS)
+    full = _with({"line_items": [line] * MAX_LINE_ITEMS, "tax": "0", "total": total})
+    assert INVOICE.check(full).problems == []
 
 
 def test_problems_are_capped() -> None:
