@@ -130,8 +130,8 @@ async def test_a_thousand_runs_take_four_batches_and_pay_the_batch_price(
     ran: list[WorkflowHandle[Any, Any]],
     store: CapacityStore,
 ) -> None:
-    """1,000 runs asking for the batch lane, grouped 250 a batch: at most ceil(1000 / 250) = 4
-    batches are submitted (the simulator's count), every run ends in the state a synchronous
+    """1,000 runs asking for the batch lane, grouped 250 a batch: exactly ceil(1000 / 250) = 4
+    batches of 250 are submitted (the simulator's count), every run ends in the state a synchronous
     run of its kind ends in (answered: completed; refused with a 400 or by the model: failed),
     each in one of those batches, and the cost metric's batch lane and the tenant's spend equal
     the batch price of the simulator's token counts (half of the price table's), within 1%.
@@ -177,9 +177,9 @@ async def test_a_thousand_runs_take_four_batches_and_pay_the_batch_price(
         assert retried == 0, f"{retried} runs retried: the worker log says why the lane refused"
         state = simulator.batches()
         submitted = state["submissions"] - before
-        assert submitted <= math.ceil(RUNS / GROUP) == 4
+        assert submitted == math.ceil(RUNS / GROUP) == 4
         ours = {b["id"] for b in state["batches"][before:]}
-        assert sum(b["request_counts"]["total"] for b in state["batches"][before:]) == RUNS
+        assert [b["request_counts"]["total"] for b in state["batches"][before:]] == [GROUP] * 4
         for handle in ran[-RUNS:][:20]:
             assert (await status_of(handle)).batch_id in ours
 
