@@ -14,7 +14,6 @@ from temporalio.client import WorkflowHandle
 from typer.testing import CliRunner, Result
 
 from aiorch.cli.app import build_app
-from aiorch.cli.output import EXIT_ERROR, EXIT_OK, EXIT_RUN_FAILED
 from aiorch.ops.results import finished
 from tests.support.orchestration import Orchestration
 from tests.support.scripted_activities import Reply, server_error
@@ -47,7 +46,7 @@ async def test_a_completed_run_exits_0(orch: Orchestration) -> None:
     """A completed run's result is printed and the command succeeds."""
     run = await ended(orch, await orch.start(), "completed")
     done = await result_command(orch, run)
-    assert done.exit_code == EXIT_OK, done.output
+    assert done.exit_code == 0, done.output
     assert json.loads(done.stdout)["state"] == "completed"
 
 
@@ -61,7 +60,7 @@ async def test_a_failed_run_exits_3_after_its_result(orch: Orchestration) -> Non
     await handle.execute_update(contract.UPDATE_SUBMIT_REVIEW, rejection, result_type=RunStatus)
     run = await ended(orch, handle, "failed")
     done = await result_command(orch, run)
-    assert done.exit_code == EXIT_RUN_FAILED != EXIT_ERROR, done.output
+    assert done.exit_code == 3, done.output  # docs/cli.md: not 1, a failed command's
     assert json.loads(done.stdout)["state"] == "failed"
     assert f"error: run {run} ended in failed" in done.stderr
 
@@ -72,6 +71,6 @@ async def test_a_dead_lettered_run_exits_3_after_its_result(orch: Orchestration)
     handle = await orch.start(options={"llm_max_attempts": 3})
     run = await ended(orch, handle, "dead_letter")
     done = await result_command(orch, run)
-    assert done.exit_code == EXIT_RUN_FAILED, done.output
+    assert done.exit_code == 3, done.output
     assert json.loads(done.stdout)["state"] == "dead_letter"
     assert f"error: run {run} ended in dead_letter" in done.stderr
