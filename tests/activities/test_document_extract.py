@@ -134,6 +134,14 @@ def test_preview_never_cuts_a_character() -> None:
     assert preview("short", 100) == ("short", False)
 
 
+def test_a_text_of_exactly_the_preview_size_is_shown_whole() -> None:
+    """A text of exactly the limit in UTF-8 bytes is shown whole and not marked cut; one byte
+    more is cut to the limit."""
+    assert preview("x" * 100, 100) == ("x" * 100, False)
+    assert preview("€" * 33 + "x", 100) == ("€" * 33 + "x", False)  # 100 bytes, 34 characters
+    assert preview("x" * 101, 100) == ("x" * 100, True)
+
+
 # ------------------------------------------------------------------------- the activity
 
 

@@ -118,6 +118,22 @@ async def test_the_pipelines_policy_travels_in_the_plan_resolved_against_its_gro
     assert (await plan_for(Settings())).review_stages == []
 
 
+async def test_a_one_stage_policys_deadline_is_its_review_s_alone() -> None:
+    """A policy of one stage with ``timeout_s`` sets the review's deadline; its escalation (to
+    the same group) keeps ESCALATION_TIMEOUT_S, as a second stage without ``timeout_s`` does."""
+    one = {"llm": {"stages": [{"group": "leads", "timeout_s": 60}]}}
+    two = {"llm": {"stages": [{"group": "leads", "timeout_s": 60}, {"group": "finance"}]}}
+    for policies in (one, two):
+        settings = Settings(
+            review_policies=json.dumps(policies),
+            review_groups=json.dumps(GROUPS),
+            review_timeout_s=3600,
+            escalation_timeout_s=7200,
+        )
+        plan = await plan_for(settings)
+        assert (plan.review_timeout_s, plan.escalation_timeout_s) == (60, 7200)
+
+
 async def test_a_request_may_narrow_a_policy_never_widen_or_break_it() -> None:
     """A request's reviewers narrow each group, its timeouts only lower the policy's deadlines;
     one that leaves a stage fewer reviewers than its quorum (or that names its requester among

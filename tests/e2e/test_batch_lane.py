@@ -7,6 +7,7 @@ Real dev server, worker process, simulator (its Files and Batches API), SQS and 
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import urllib.request
 from collections.abc import AsyncIterator, Iterator
@@ -15,7 +16,7 @@ from typing import Any
 
 import pytest
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowHandle, WorkflowHistory
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowHistory
 from temporalio.worker import Replayer
 
 from aiorch.devstack.processes import free_port
@@ -130,8 +131,8 @@ async def test_a_thousand_runs_take_four_batches_and_pay_the_batch_price(
     ran: list[WorkflowHandle[Any, Any]],
     store: CapacityStore,
 ) -> None:
-    """1,000 runs asking for the batch lane, grouped 250 a batch: at most ceil(1000 / 250) = 4
-    batches are submitted (the simulator's count), every run ends in the state a synchronous
+    """1,000 runs asking for the batch lane, grouped 250 a batch: exactly ceil(1000 / 250) = 4
+    batches of 250 are submitted (the simulator's count), every run ends in the state a synchronous
     run of its kind ends in (answered: completed; refused with a 400 or by the model: failed),
     each in one of those batches, and the cost metric's batch lane and the tenant's spend equal
     the batch price of the simulator's token counts (half of the price table's), within 1%.
@@ -177,9 +178,9 @@ async def test_a_thousand_runs_take_four_batches_and_pay_the_batch_price(
         assert retried == 0, f"{retried} runs retried: the worker log says why the lane refused"
         state = simulator.batches()
         submitted = state["submissions"] - before
-        assert submitted <= math.ceil(RUNS / GROUP) == 4
+        assert submitted == math.ceil(RUNS / GROUP) == 4
         ours = {b["id"] for b in state["batches"][before:]}
-        assert sum(b["request_counts"]["total"] for b in state["batches"][before:]) == RUNS
+        assert [b["request_counts"]["total"] for b in state["batches"][before:]] == [GROUP] * 4
         for handle in ran[-RUNS:][:20]:
             assert (await status_of(handle)).batch_id in ours
 
@@ -224,30 +225,47 @@ async def test_a_failed_batched_call_takes_the_runs_retry_path(
         assert (await status_of(handle)).attempts == 2
 
 
+def first_line_message(simulator: Simulator, batch: dict[str, Any]) -> str:
+    """The user message of the first line of ``batch``'s input file: the line an expiring
+    batch answers first."""
+    url = f"{simulator.root}/v1/files/{batch['input_file_id']}/content"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        first = json.loads(response.read().decode().splitlines()[0])
+    return str(first["body"]["messages"][-1]["content"])
+
+
 async def test_an_expired_batch_resubmits_only_its_unfinished_calls(
     batched: LocalStack, ran: list[WorkflowHandle[Any, Any]]
 ) -> None:
-    """A batch of five that expires after answering two: its three unfinished calls (and only
-    they) go into a second batch, whose answers complete their runs; no call is made twice."""
+    """A batch of five that expires after answering two, one of whose runs was terminated
+    while it waited: its three unfinished calls (and only they: not the answer the terminated
+    run never took) go into a second batch, whose answers complete their runs; no call is made
+    twice."""
     simulator = sim(batched)
     client = await connect(batched)
     before = simulator.batches()["submissions"]
-    simulator.set_batches(completion_s=1, expire_after=2)
+    # Long enough to terminate a run before its batch ends.
+    simulator.set_batches(completion_s=8, expire_after=2)
     try:
         handles = [
             await start(client, request(f"Expiring {n}", options={"lane": "batch"}))
             for n in range(5)
         ]
-        ran.extend(handles)
         deadline = asyncio.get_running_loop().time() + 30
         while simulator.batches()["submissions"] == before:
             assert asyncio.get_running_loop().time() < deadline
             await asyncio.sleep(0.1)
         simulator.set_batches(completion_s=1)
-        results = [await finished(handle) for handle in handles]
+        first = first_line_message(simulator, simulator.batches()["batches"][before])
+        [stopped] = [h for n, h in enumerate(handles) if f"Expiring {n}" in first]
+        await stopped.terminate("stops waiting for its batched call")
+        waiting = [handle for handle in handles if handle is not stopped]
+        ran.extend(waiting)
+        results = [await finished(handle) for handle in waiting]
     finally:
         simulator.set_batches(completion_s=1)
-    assert [r.state for r in results] == ["completed"] * 5
+    assert [r.state for r in results] == ["completed"] * 4
+    assert (await stopped.describe()).status == WorkflowExecutionStatus.TERMINATED
     batches = simulator.batches()["batches"][before:]
     assert [(b["status"], b["request_counts"]["total"]) for b in batches] == [
         ("expired", 5),

@@ -440,7 +440,6 @@ async def test_cancel_during_embedding_leaves_no_vector(
     private_simulator.set_fault({"path": "embeddings", "delay_ms": 14_000, "times": 1})
     slow = await start(private_client, request("Cancel me while embedding"))
     await wait_until(in_flight(private_simulator, slow.id, "embeddings"), "the embedding call")
-    call_answers_at = time.monotonic() + 14
 
     cancelled = starter(private_stack, "cancel", slow.id)
 
@@ -463,8 +462,12 @@ async def test_cancel_during_embedding_leaves_no_vector(
     status = await expect_cancelled(written)
     assert status.history[-1].detail == "compensation: deleted 1 vector(s)"
 
-    await asyncio.sleep(max(0.0, call_answers_at - time.monotonic()) + 1)  # the slow call
-    private_stack.processes["worker"].stop()
+    # A drained worker exits once every activity it holds has ended (WORKER_SHUTDOWN_GRACE,
+    # 30 s, is longer than the slow call): had the cancel not stopped the call, it would
+    # answer and be written before the exit. SIGKILL (the stop's timeout) would hide that.
+    worker = private_stack.processes["worker"]
+    worker.stop(timeout=60)
+    assert worker.returncode == 0
     assert await vectors_of(private_stack, slow.id) == 0
     assert await vectors_of(private_stack, written.id) == 0
 

@@ -255,10 +255,20 @@ async def run_starter(observed: ObservedStack, *args: str) -> str:
     return stdout.decode()
 
 
+def transitions_of(spans: list[SpanRecord], workflow_id: str) -> list[SpanRecord]:
+    return [s for s in spans if s.attributes.get("aiorch.workflow_id") == workflow_id]
+
+
 async def wait_for_spans(
-    receiver: OtlpReceiver, workflow_id: str, transitions: int, timeout: float = 20.0
+    receiver: OtlpReceiver,
+    workflow_id: str,
+    transitions: int,
+    client: Client,
+    timeout: float = 20.0,
 ) -> list[SpanRecord]:
-    """Every span of the run's trace, once the workflow span and all transitions arrived."""
+    """Every span of the run's trace, once the workflow span and all transitions arrived, and
+    then every transition of a run started after that one closed: the worker exports spans in
+    the order they end, so anything of the first run's (a duplicate, too) has arrived by then."""
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
         spans = receiver.snapshot()
@@ -268,9 +278,13 @@ async def wait_for_spans(
             if s.name == f"RunWorkflow:{contract.WORKFLOW_TYPE}"
             and s.attributes.get("temporalWorkflowID") == workflow_id
         ]
-        moves = [s for s in spans if s.attributes.get("aiorch.workflow_id") == workflow_id]
+        moves = transitions_of(spans, workflow_id)
         if run and len(moves) >= transitions:
-            await asyncio.sleep(0.5)  # anything late (a duplicate would be) arrives too
+            later = await start(client, request("After the traced run", review="never"))
+            closed = len((await finished(later)).history)
+            while len(transitions_of(receiver.snapshot(), later.id)) < closed:
+                assert asyncio.get_running_loop().time() < deadline, "the later run's spans"
+                await asyncio.sleep(0.2)
             return [s for s in receiver.snapshot() if s.trace_id == run[0].trace_id]
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(
@@ -300,7 +314,9 @@ async def test_one_trace_links_start_workflow_activities_and_transitions(
         "completed",
     ]
 
-    spans = await wait_for_spans(observed.receiver, workflow_id, len(result.history))
+    spans = await wait_for_spans(
+        observed.receiver, workflow_id, len(result.history), observed_client
+    )
     by_name = Counter(s.name for s in spans)
     start_spans = [s for s in spans if s.name == f"StartWorkflow:{contract.WORKFLOW_TYPE}"]
     assert len(start_spans) == 1

@@ -50,6 +50,8 @@ from workflows.payloads import (
 PRIMARY_MODEL = "primary-model"
 FALLBACK_MODEL = "fallback-model"
 DLQ_URL = "fake://sqs/ai-orchestrator-dlq"
+# The SHA-256 every scripted extraction reports.
+EXTRACTED_SHA256 = "ab" * 32
 
 
 @dataclass(frozen=True)
@@ -336,7 +338,9 @@ class FakeDocumentActivities:
         if self.extract_error is not None:
             raise self.extract_error
         text = extract_input.text or ""
-        return ExtractedText(kind="text", characters=len(text), sha256="0" * 64, preview=text[:100])
+        return ExtractedText(
+            kind="text", characters=len(text), sha256=EXTRACTED_SHA256, preview=text[:100]
+        )
 
     @activity.defn(name=ACTIVITY_STORE_DOCUMENT)
     async def store_document(self, store_input: StoreDocumentInput) -> StoreReceipt:

@@ -260,10 +260,14 @@ def test_every_active_currency_passes_and_the_list_is_iso_shaped() -> None:
 
 
 def test_too_many_line_items_is_one_problem() -> None:
-    """More than MAX_LINE_ITEMS lines is refused as one problem on line_items."""
+    """More than MAX_LINE_ITEMS lines is refused as one problem on line_items; exactly
+    MAX_LINE_ITEMS lines are taken."""
     line = {"description": "x", "quantity": "1", "unit_price": "1", "amount": "1"}
     invoice = _with({"line_items": [line] * (MAX_LINE_ITEMS + 1)})
     assert fields_of(INVOICE.check(invoice).problems) == ["line_items"]
+    total = str(MAX_LINE_ITEMS)
+    full = _with({"line_items": [line] * MAX_LINE_ITEMS, "tax": "0", "total": total})
+    assert INVOICE.check(full).problems == []
 
 
 def test_problems_are_capped() -> None:
@@ -272,6 +276,17 @@ def test_problems_are_capped() -> None:
     broken = [{"description": "", "quantity": "x", "unit_price": "x", "amount": "x"}] * 100
     problems = INVOICE.check(_with({"line_items": broken})).problems
     assert len(problems) == MAX_PROBLEMS
+
+
+def test_rule_problems_are_capped_too() -> None:
+    """An invoice the schema accepts but whose every line amount is wrong gives MAX_PROBLEMS
+    problems, the first lines' first, not one per line (the cap holds for the business rules
+    as for the schema)."""
+    wrong = {"description": "x", "quantity": "1", "unit_price": "1", "amount": "2"}
+    report = INVOICE.check(_with({"line_items": [wrong] * (MAX_PROBLEMS * 2), "total": "0"}))
+    assert report.fields is not None  # the schema held: these are the rules' problems
+    assert len(report.problems) == MAX_PROBLEMS
+    assert report.problems[0].field == "line_items[0].amount"
 
 
 @pytest.mark.parametrize("value", [None, [], "an invoice", 42, [valid_invoice()]])

@@ -11,8 +11,18 @@ import pytest
 
 from aiorch.runtime.config import ConfigError, Settings, load_settings
 from aiorch.worker.app import check_review_policies
-from workflows.engine.policies import decides, holds, matching_rule
-from workflows.payloads import AutoApproveRule, Condition, FactValue, ReviewProgress
+from tests.support.builders import AT, prompt_plan
+from workflows.engine.policies import decides, holds, matching_rule, progress
+from workflows.llm.graph import GRAPH, State
+from workflows.payloads import (
+    AutoApproveRule,
+    Condition,
+    FactValue,
+    ReviewProgress,
+    ReviewStage,
+    RunState,
+    Vote,
+)
 
 FACTS: dict[str, FactValue] = {
     "problems": 0,
@@ -38,6 +48,24 @@ def test_comparisons_read_numbers_and_decimal_text_alike() -> None:
     assert not passes("fields.currency", "<", 10)
     assert not passes("needs_review", ">", 0)  # a bool is no number
     assert not passes("fields.note", ">=", 0)
+
+
+@pytest.mark.parametrize(
+    ("op", "below", "at", "above"),
+    [
+        (">=", False, True, True),
+        (">", False, False, True),
+        ("<=", True, True, False),
+        ("<", True, False, False),
+    ],
+)
+def test_each_comparison_at_its_boundary(op: str, below: bool, at: bool, above: bool) -> None:
+    """Each comparison decides the value equal to its bound as its operator says (``>=`` and
+    ``<=`` take it, ``>`` and ``<`` do not), for a number and for a decimal text alike, and the
+    values just either side of it the other way or the same."""
+    for bound, facts in ((0.9, (0.89, 0.9, 0.91)), (2000, ("1999.99", "2000", "2000.01"))):
+        outcomes = [holds(Condition(fact="x", op=op, value=bound), {"x": fact}) for fact in facts]
+        assert outcomes == [below, at, above], (op, bound)
 
 
 def test_a_missing_fact_never_passes_any_test() -> None:
@@ -80,6 +108,32 @@ def test_a_quorum_counts_distinct_reviewers() -> None:
     assert not decides(tally, "reject", "bob")
     assert decides(tally, "reedit", "bob")
     assert decides(ReviewProgress(), "approve", "alice")  # the engine's rule: one decides
+
+
+def test_a_revoked_reviewers_vote_stops_counting_toward_the_quorum() -> None:
+    """Votes cast before a revocation stop counting once their reviewer (or the key that
+    signed them) is revoked for the run: the round needs as many approvals again."""
+    stage = ReviewStage(reviewers=["alice", "bob", "carol"], approvals=3)
+    votes = [
+        Vote(reviewer="alice", decision="approve", at=AT),
+        Vote(reviewer="bob", decision="approve", at=AT, key_id="inbox"),
+        Vote(reviewer="carol", decision="reject", at=AT),
+    ]
+    run = RunState(
+        state=State.AWAIT_REVIEW,
+        review_round=1,
+        plan=prompt_plan(review_stages=[stage, stage], rejections=2),
+        votes=votes,
+    )
+
+    def tally(**revoked: list[str]) -> tuple[list[str], list[str]]:
+        found = progress(GRAPH, run.model_copy(update=revoked))
+        assert found is not None
+        return found.approvals, found.rejections
+
+    assert tally() == (["alice", "bob"], ["carol"])
+    assert tally(revoked_reviewers=["alice", "carol"]) == (["bob"], [])
+    assert tally(revoked_keys=["inbox"]) == (["alice"], ["carol"])
 
 
 def settings(policies: dict[str, Any], groups: dict[str, Any] | None = None) -> Settings:

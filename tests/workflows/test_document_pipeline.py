@@ -15,6 +15,7 @@ from temporalio.exceptions import ApplicationError
 from aiorch.ops.results import finished
 from tests.support.builders import new_request_id
 from tests.support.orchestration import Orchestration
+from tests.support.scripted_activities import EXTRACTED_SHA256
 from tests.support.time_skipping import TASK_PROGRESS_TIMEOUT_S
 from workflows import contract, errors
 from workflows.documents.contract import DOCUMENT_UNREADABLE, WORKFLOW_TYPE_DOCUMENT_PIPELINE
@@ -44,11 +45,13 @@ def fields(data: dict[str, Any]) -> LlmCallResult:
     return LlmCallResult(model="", data=data, content="{}")
 
 
-async def start(orch: Orchestration, review: str = "auto") -> WorkflowHandle[Any, DocumentResult]:
+async def start(
+    orch: Orchestration, review: str = "auto", document: str = "INVOICE ..."
+) -> WorkflowHandle[Any, DocumentResult]:
     request_id = new_request_id()
     handle: WorkflowHandle[Any, DocumentResult] = await orch.client.start_workflow(
         WORKFLOW_TYPE_DOCUMENT_PIPELINE,
-        {"request_id": request_id, "document": "INVOICE ...", "review": review},
+        {"request_id": request_id, "document": document, "review": review},
         id=request_id,
         task_queue=orch.task_queue,
         result_type=DocumentResult,
@@ -102,6 +105,28 @@ async def test_a_valid_invoice_is_extracted_analyzed_validated_and_stored(
     assert result.problems == [] and result.reviewed_by is None
     status: RunStatus = await handle.query(contract.QUERY_STATUS, result_type=RunStatus)
     assert (status.pipeline, status.progress) == (WORKFLOW_TYPE_DOCUMENT_PIPELINE, 100)
+
+
+async def test_the_analysis_of_a_referenced_file_names_the_text_that_was_extracted(
+    orch: Orchestration,
+) -> None:
+    """For a document given by reference, the model call carries the reference and the SHA-256
+    of the text extraction found, so the analysis reads that text or fails (DocumentChanged);
+    inline text travels in the prompt and names no hash."""
+    reference = "file:///srv/invoices/inv-0042.txt"
+    orch.documents.plan_overrides = {"input_ref": reference}
+    orch.fakes.llm_script = [fields(VALID)]
+    handle = await start(orch, document=reference)
+    assert (await asyncio.wait_for(finished(handle), TASK_PROGRESS_TIMEOUT_S)).state == "completed"
+    [extract] = orch.documents.extracts
+    assert extract.reference == reference
+    [call] = orch.fakes.llm_calls
+    assert (call.input_ref, call.input_sha256) == (reference, EXTRACTED_SHA256)
+
+    orch.documents.plan_overrides = {}
+    orch.fakes.llm_script = [fields(VALID)]
+    await asyncio.wait_for(finished(await start(orch)), TASK_PROGRESS_TIMEOUT_S)
+    assert orch.fakes.llm_calls[1].input_sha256 is None
 
 
 async def test_a_wrong_total_waits_for_review_and_the_corrected_fields_are_stored(

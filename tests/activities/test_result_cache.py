@@ -1,0 +1,130 @@
+"""The result cache in the fast tier: ``invoke_llm`` against the LLM simulator, keeping replies
+in a Redis stand-in over the wire (tests/support/redis_wire.py; the real store:
+tests/security/test_result_cache.py). A reply is kept per tenant and for
+``LLM_RESULT_CACHE_TTL_S`` only; a hit reaches no model and costs nothing."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import timedelta
+
+import aiohttp
+import pytest
+import pytest_asyncio
+import redis.asyncio as redis
+from openai import AsyncOpenAI
+from temporalio.testing import ActivityEnvironment
+
+from activities.llm import LlmActivities
+from activities.prompt import InputLoader
+from aiorch.devstack.llm_simulator import running_simulator
+from aiorch.runtime.config import DEFAULT_PRICE_TABLE
+from aiorch.runtime.result_cache import ResultCache, cache_key
+from tests.activities.llm_calls import call
+from tests.support.redis_wire import RedisWire, redis_wire
+from workflows.payloads import LlmCallResult, TokenUsage
+
+TTL = timedelta(minutes=5)
+QUESTION = "What did the board decide about the acquisition?"
+
+
+@pytest_asyncio.fixture
+async def wire() -> AsyncIterator[RedisWire]:
+    async with redis_wire() as served:
+        yield served
+
+
+@pytest_asyncio.fixture
+async def cache(wire: RedisWire) -> AsyncIterator[ResultCache]:
+    client = redis.Redis.from_url(wire.url)
+    try:
+        yield ResultCache(client, ttl=TTL)
+    finally:
+        await client.aclose()
+
+
+@pytest_asyncio.fixture(scope="module")
+async def sim_url() -> AsyncIterator[str]:
+    async with running_simulator() as url:
+        yield url
+
+
+async def chat_requests(sim_url: str) -> int:
+    """How many chat completions the simulator has answered so far."""
+    async with aiohttp.ClientSession() as session, session.get(f"{sim_url}/_sim/requests") as got:
+        log = await got.json()
+    return sum(1 for entry in log if entry["path"] == "chat")
+
+
+@pytest_asyncio.fixture
+async def llm(sim_url: str, cache: ResultCache) -> AsyncIterator[LlmActivities]:
+    client = AsyncOpenAI(base_url=f"{sim_url}/v1", api_key="sim", max_retries=0, timeout=10)
+    try:
+        yield LlmActivities(
+            client, InputLoader(), timeout_s=10, prices=DEFAULT_PRICE_TABLE, results=cache
+        )
+    finally:
+        await client.close()
+
+
+async def ask(llm: LlmActivities, tenant: str, question: str = QUESTION) -> LlmCallResult:
+    asked = call(question, tenant=tenant, result_cache=True)
+    return await ActivityEnvironment().run(llm.invoke_llm, asked)
+
+
+def kept_keys(wire: RedisWire) -> list[str]:
+    return sorted(key.decode().rsplit(":", 1)[0] for key in wire.values)
+
+
+async def test_a_kept_reply_lives_for_the_ttl_and_no_longer(
+    wire: RedisWire, cache: ResultCache
+) -> None:
+    """A reply kept at t is answered until t + TTL and is gone from then on: the store drops it
+    itself (Redis's expiry), so the cache never grows without bound."""
+    reply = LlmCallResult(model="sim-large", content="kept")
+    await cache.put("acme", "d1", reply)
+    ttl_ms = int(TTL.total_seconds() * 1000)
+    assert wire.expires_ms[cache_key("acme", "d1").encode()] == wire.now_ms + ttl_ms
+    wire.advance(ttl_ms - 1)
+    assert await cache.get("acme", "d1") == reply
+    wire.advance(1)
+    assert await cache.get("acme", "d1") is None
+
+
+async def test_one_tenants_reply_never_answers_another(
+    llm: LlmActivities, wire: RedisWire, sim_url: str
+) -> None:
+    """acme's reply is kept under acme's name: globex asking the very same question reaches
+    the model itself and is kept under its own; each tenant asking again is answered from its
+    own reply."""
+    before = await chat_requests(sim_url)
+    first = await ask(llm, "acme")
+    assert await chat_requests(sim_url) == before + 1
+    other = await ask(llm, "globex")
+    assert not other.cached_reply
+    assert await chat_requests(sim_url) == before + 2
+    assert kept_keys(wire) == ["aiorch:rc:acme", "aiorch:rc:globex"]
+    again = await ask(llm, "acme")
+    assert again.cached_reply and again.content == first.content
+    assert await chat_requests(sim_url) == before + 2
+    assert cache_key("acme", "d") != cache_key("globex", "d")
+
+
+async def test_a_hit_reaches_no_model_and_costs_nothing(llm: LlmActivities, sim_url: str) -> None:
+    """The first call is priced; the same call again is answered from the cache with no
+    tokens and no cost (its run is not charged twice for one reply), and no model call."""
+    paid = await ask(llm, "initech", "Summarise the quarterly report.")
+    assert paid.cost_usd and paid.cost_usd > 0 and not paid.cached_reply
+    before = await chat_requests(sim_url)
+    hit = await ask(llm, "initech", "Summarise the quarterly report.")
+    assert (hit.cached_reply, hit.cost_usd, hit.usage) == (True, 0.0, TokenUsage())
+    assert hit.content == paid.content
+    assert await chat_requests(sim_url) == before
+
+
+@pytest.mark.parametrize("tenant", ["acme:x", "", "a" * 300])
+def test_a_name_that_is_no_tenant_has_no_key(tenant: str) -> None:
+    """No text that is not a tenant name (one with ``:`` above all) can spell a key, so no
+    name reaches another tenant's replies."""
+    with pytest.raises(ValueError, match="is not a tenant name"):
+        cache_key(tenant, "d")
