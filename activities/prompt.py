@@ -457,6 +457,7 @@ def planned(
         review_keys=review_keys,
         review_token_binds_run=True,
         budget_decisions_signed=True,
+        quorum_counts_keys=True,
         review_token_ttl_s=cfg.review_token_ttl_s,
         review_timeout_s=reviewed.review_timeout_s,
         escalation_timeout_s=reviewed.escalation_timeout_s,
