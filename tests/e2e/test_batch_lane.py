@@ -78,7 +78,12 @@ def ran() -> list[WorkflowHandle[Any, Any]]:
 
 async def start(client: Client, payload: dict[str, Any]) -> WorkflowHandle[Any, Any]:
     """Start ``payload`` signed by the module's requester, as its CLI would."""
-    claimed = REQUESTER.sign_start(PipelineRequest.model_validate(payload), now=datetime.now(UTC))
+    claimed = REQUESTER.sign_start(
+        PipelineRequest.model_validate(payload),
+        workflow_type=contract.WORKFLOW_TYPE,
+        namespace="default",
+        now=datetime.now(UTC),
+    )
     return await start_unsigned(client, claimed.model_dump(mode="json", exclude_none=True))
 
 

@@ -39,6 +39,7 @@ from tests.support.pipeline_files import TRIAGE, TRIAGE_V1, TRIAGE_V2, write_pip
 from tests.support.reviewing import signed
 from workflows import contract
 from workflows.data.payloads import DataRequest
+from workflows.documents.contract import WORKFLOW_TYPE_DOCUMENT_PIPELINE
 from workflows.documents.payloads import DocumentRequest
 from workflows.payloads import (
     BudgetDecision,
@@ -94,14 +95,19 @@ WORKER_ENV["REQUESTER_PUBLIC_KEYS"] = ",".join(
 )
 
 
-def signed_start(request: R) -> R:
-    """``request`` with a start claim of its tenant's requester."""
-    return REQUESTERS[request.tenant or "default"].sign_start(request, now=datetime.now(UTC))
+def signed_start(request: R, workflow_type: str) -> R:
+    """``request`` with a start claim of its tenant's requester, for a run of
+    ``workflow_type``."""
+    return REQUESTERS[request.tenant or "default"].sign_start(
+        request, workflow_type=workflow_type, namespace="default", now=datetime.now(UTC)
+    )
 
 
-def signed_payload(model: type[RequestBase], payload: dict[str, Any]) -> dict[str, Any]:
+def signed_payload(
+    model: type[RequestBase], workflow_type: str, payload: dict[str, Any]
+) -> dict[str, Any]:
     """``payload`` (a request of ``model``) with its start claim, as a client sends it."""
-    request = signed_start(model.model_validate(payload))
+    request = signed_start(model.model_validate(payload), workflow_type)
     return request.model_dump(mode="json", exclude_none=True)
 
 
@@ -137,7 +143,7 @@ def starter(client: Client) -> Callable[..., Awaitable[WorkflowHandle[Any, Any]]
         payload = {"request_id": run_id, "user_message": message, **fields}
         return await client.start_workflow(
             contract.WORKFLOW_TYPE,
-            signed_payload(PipelineRequest, payload),
+            signed_payload(PipelineRequest, contract.WORKFLOW_TYPE, payload),
             id=run_id,
             task_queue=contract.DEFAULT_TASK_QUEUE,
         )
@@ -259,7 +265,7 @@ async def record_data_pipelines(client: Client, key: SigningKey, stack: LocalSta
         payload = {"request_id": run_id, "input": {"ticket": ticket, "customer": "ACME"}}
         return await client.start_workflow(
             TRIAGE,
-            signed_payload(DataRequest, payload),
+            signed_payload(DataRequest, TRIAGE, payload),
             id=run_id,
             task_queue=contract.DEFAULT_TASK_QUEUE,
         )
@@ -292,7 +298,8 @@ async def record_documents(client: Client, key: SigningKey, stack: LocalStack) -
             DocumentRequest(
                 request_id=uuid.uuid4().hex[:24],
                 document=text_document(fields).data.decode("utf-8"),
-            )
+            ),
+            WORKFLOW_TYPE_DOCUMENT_PIPELINE,
         )
         workflow_id = await start_run(
             client,

@@ -29,7 +29,7 @@ from tests.support.builders import new_request_id
 from tests.support.live_runs import request, start, status_of
 from tests.support.live_stack import E2E_WORKER_ENV, run_script
 from tests.support.simulator import Simulator
-from workflows import errors
+from workflows import contract, errors
 from workflows.payloads import PipelineRequest
 
 pytestmark = pytest.mark.e2e
@@ -59,6 +59,8 @@ def signed(key: SigningKey, message: str, **fields: Any) -> dict[str, Any]:
     """A start signed by ``key``, as its holder's CLI sends it (``REQUESTER_KEY``)."""
     claimed = key.sign_start(
         PipelineRequest.model_validate(request(message, review="never", **fields)),
+        workflow_type=contract.WORKFLOW_TYPE,
+        namespace="default",
         now=datetime.now(UTC),
     )
     return claimed.model_dump(mode="json", exclude_none=True)
