@@ -457,6 +457,7 @@ def planned(
         review_keys=review_keys,
         review_token_binds_run=True,
         budget_decisions_signed=True,
+        quorum_counts_keys=True,
         review_token_ttl_s=cfg.review_token_ttl_s,
         review_timeout_s=reviewed.review_timeout_s,
         escalation_timeout_s=reviewed.escalation_timeout_s,
@@ -476,8 +477,9 @@ def planned(
 
 def requester(settings: Settings, request: RequestBase) -> tuple[str | None, str]:
     """Who asked for the run and whose budget it spends: with start authentication on
-    (``REQUESTER_PUBLIC_KEYS``), the requester whose key signed the request's start claim and
-    that key's tenant; off, what the request says.
+    (``REQUESTER_PUBLIC_KEYS``), the requester whose key signed the request's start claim for
+    this run's pipeline and namespace (the activity's caller) and that key's tenant; off, what
+    the request says.
 
     Raises:
         ApplicationError: ``InvalidRequest`` when the start claim does not vouch for the request,
@@ -486,7 +488,14 @@ def requester(settings: Settings, request: RequestBase) -> tuple[str | None, str
     keys = settings.requester_keys()
     if not keys:
         return request.requested_by, request.tenant or DEFAULT_TENANT
-    found = start_claim_problem(request, keys=keys, now=datetime.now(UTC))
+    info = activity.info()
+    found = start_claim_problem(
+        request,
+        keys=keys,
+        workflow_type=info.workflow_type or "",
+        namespace=info.workflow_namespace or info.namespace,
+        now=datetime.now(UTC),
+    )
     if isinstance(found, str):
         raise ApplicationError(found, type=errors.INVALID_REQUEST, non_retryable=True)
     if request.requested_by not in (None, found.key_id):

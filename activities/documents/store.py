@@ -2,9 +2,14 @@
 
 One code path serves both databases: SQLite (the embedded default, a file under ``.data``) and
 PostgreSQL (through psycopg 3), chosen by ``DOCUMENT_STORE_URL`` alone. The write is an upsert
-keyed by the request id (``INSERT ... ON CONFLICT (request_id) DO UPDATE``, which both dialects
-speak), so an activity retried after a worker died mid-write, or a run redriven, leaves one row
-holding the last fields. The ``documents`` table is created on first use when it is missing.
+keyed by the request id (``INSERT ... ON CONFLICT (request_id) DO UPDATE ... WHERE``, which both
+dialects speak) that updates a row only for the run chain that owns it
+(`activities.documents.table`). An activity retried after a worker died mid-write, a continued
+or a re-edited run leaves one row holding the last fields; a run of another chain under the
+same request id (a reused id, another pipeline, another tenant; a redrive too, which starts a
+new chain) leaves the row as it was and fails with the permanent ``DocumentStoreConflict``. The
+``documents`` table is created on first use when it is missing, and given the owner columns
+when it lacks them.
 
 The engine (its connection pool) is built once per worker (`create_store_engine`) and owned by
 `StoreActivities`, which disposes of it on ``close()``. SQLAlchemy's engine is synchronous, so
@@ -14,8 +19,9 @@ activity's start-to-close timeout.
 Errors: a database that cannot be reached or is busy (refused, timed out, locked, a password an
 operator must fix) raises the retryable ``DocumentStoreUnavailable``; a row the database refuses
 (integrity, data, or a ``documents`` table of another shape) the permanent
-``DocumentStoreRejected``. Neither message holds the URL (it may hold a password) nor the
-driver's text (which may quote the fields): the backend, host and SQLSTATE or SQLite code only.
+``DocumentStoreRejected``; a row another chain owns the permanent ``DocumentStoreConflict``.
+No message holds the URL (it may hold a password) nor the driver's text (which may quote the
+fields): the backend, host and SQLSTATE or SQLite code only.
 """
 
 from __future__ import annotations
@@ -30,37 +36,31 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
-from pydantic import BaseModel, ConfigDict
-from sqlalchemy import (
-    JSON,
-    Boolean,
-    Column,
-    DateTime,
-    MetaData,
-    Table,
-    Text,
-    create_engine,
-    event,
-    inspect,
-    select,
-)
+from sqlalchemy import create_engine, event, select
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, Engine, make_url
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.documents.table import (
+    DOCUMENTS,
+    OWNER_COLUMNS,
+    TABLE_NAME,
+    StoredDocument,
+    TableOfAnotherShape,
+    prepare,
+)
 from aiorch.runtime.errors import ConfigError
 from workflows.documents.contract import (
     ACTIVITY_STORE_DOCUMENT,
+    DOCUMENT_STORE_CONFLICT,
     DOCUMENT_STORE_REJECTED,
     DOCUMENT_STORE_UNAVAILABLE,
 )
 from workflows.documents.payloads import StoreDocumentInput, StoreReceipt
-from workflows.documents.validation import Problem
 
 T = TypeVar("T")
-TABLE_NAME: Final = "documents"
 CONNECT_TIMEOUT: Final = timedelta(seconds=10)
 # PostgreSQL: the longest one statement may run. SQLite: the longest a write waits for a lock.
 STATEMENT_TIMEOUT: Final = timedelta(seconds=30)
@@ -83,39 +83,6 @@ _REFUSALS: Final = (
 # Everything else the driver or the pool reports is about reaching the database (refused, timed
 # out, locked, dropped, a password or a read-only file an operator can fix): retried.
 _PASSING: Final = (sa_exc.DBAPIError, sa_exc.TimeoutError, sa_exc.DisconnectionError)
-
-METADATA: Final = MetaData()
-# JSON, not PostgreSQL's JSONB: JSONB refuses "\u0000", which SQLite takes, and one code path
-# should accept the same documents on both.
-DOCUMENTS: Final = Table(
-    TABLE_NAME,
-    METADATA,
-    Column("request_id", Text, primary_key=True),
-    Column("pipeline", Text, nullable=False),
-    Column("schema_name", Text, nullable=False),
-    Column("fields", JSON, nullable=False),
-    Column("problems", JSON, nullable=False),
-    Column("reviewed_by", Text, nullable=True),
-    Column("corrected", Boolean, nullable=False),
-    Column("content_sha256", Text, nullable=False),
-    Column("stored_at", DateTime(timezone=True), nullable=False),
-)
-
-
-class StoredDocument(BaseModel):
-    """A row of the ``documents`` table."""
-
-    model_config = ConfigDict(frozen=True)
-
-    request_id: str
-    pipeline: str
-    schema_name: str
-    fields: dict[str, Any]
-    problems: list[Problem]
-    reviewed_by: str | None
-    corrected: bool
-    content_sha256: str
-    stored_at: datetime
 
 
 def create_store_engine(url: str) -> Engine:
@@ -212,9 +179,19 @@ class StoreActivities:
 
     @activity.defn(name=ACTIVITY_STORE_DOCUMENT)
     async def store_document(self, store_input: StoreDocumentInput) -> StoreReceipt:
-        """Upsert the document's row (keyed by request id); a second store replaces the first."""
+        """Write the document's row (keyed by request id) for the run chain that owns it: a
+        second store of the same chain replaces the first.
+
+        Raises:
+            ApplicationError: ``DocumentStoreConflict`` (permanent), another chain's row holds
+                the request id and stays as it was; ``DocumentStoreRejected`` (permanent) or
+                ``DocumentStoreUnavailable`` (retried), see the module doc.
+        """
+        store_input = _owned(store_input)
         stored_at = datetime.now(UTC)
-        await asyncio.to_thread(self._guarded, self._upsert, store_input, stored_at)
+        owner = await asyncio.to_thread(self._guarded, self._upsert, store_input, stored_at)
+        if owner is not None:
+            raise _conflict(store_input.request_id, owner)
         return StoreReceipt(
             request_id=store_input.request_id,
             table=TABLE_NAME,
@@ -230,7 +207,10 @@ class StoreActivities:
         """Close every pooled connection."""
         self._engine.dispose()
 
-    def _upsert(self, store_input: StoreDocumentInput, stored_at: datetime) -> None:
+    def _upsert(
+        self, store_input: StoreDocumentInput, stored_at: datetime
+    ) -> StoredDocument | None:
+        """Write the row unless another chain owns it; that row when it does (None: written)."""
         row = {
             "request_id": store_input.request_id,
             "pipeline": store_input.pipeline,
@@ -241,30 +221,43 @@ class StoreActivities:
             "corrected": store_input.corrected,
             "content_sha256": store_input.content_sha256,
             "stored_at": stored_at,
+            "workflow_id": store_input.workflow_id,
+            "chain_id": store_input.chain_id,
+            "tenant": store_input.tenant,
+            "requested_by": store_input.requested_by,
         }
         insert = postgresql.insert if self._dialect == "postgresql" else sqlite.insert
         statement = insert(DOCUMENTS).values(row)
+        kept = {"request_id", *OWNER_COLUMNS}
+        # The owner's columns never change, and a row whose owner is another chain (or none,
+        # a row from before owners) is not updated: the statement then changes no row.
         statement = statement.on_conflict_do_update(
             index_elements=[DOCUMENTS.c.request_id],
-            set_={name: statement.excluded[name] for name in row if name != "request_id"},
+            set_={name: statement.excluded[name] for name in row if name not in kept},
+            where=(DOCUMENTS.c.workflow_id == statement.excluded.workflow_id)
+            & (DOCUMENTS.c.chain_id == statement.excluded.chain_id),
         )
         with self._engine.begin() as connection:
-            connection.execute(statement)
+            # RETURNING rather than rowcount, which psycopg does not report for an upsert.
+            if connection.execute(statement.returning(DOCUMENTS.c.request_id)).first():
+                return None
+            found = connection.execute(
+                select(DOCUMENTS).where(DOCUMENTS.c.request_id == store_input.request_id)
+            ).first()
+        if found is None:
+            raise ApplicationError(
+                f"the document store ({self._where()}) wrote no row for request "
+                f"{store_input.request_id}; it will be retried",
+                type=DOCUMENT_STORE_UNAVAILABLE,
+            )
+        return _document(found._asdict())
 
     def _fetch(self, request_id: str) -> StoredDocument | None:
         with self._engine.connect() as connection:
             found = connection.execute(
                 select(DOCUMENTS).where(DOCUMENTS.c.request_id == request_id)
             ).first()
-        if found is None:
-            return None
-        row = found._asdict()
-        stored_at = row["stored_at"]
-        # SQLite keeps no zone (the store writes UTC); PostgreSQL answers in the session's zone.
-        row["stored_at"] = (
-            stored_at.replace(tzinfo=UTC) if stored_at.tzinfo is None else stored_at.astimezone(UTC)
-        )
-        return StoredDocument.model_validate(row)
+        return None if found is None else _document(found._asdict())
 
     def _guarded(self, work: Callable[..., T], *args: Any) -> T:
         """``work(*args)`` once the table exists, with the database's errors mapped."""
@@ -281,21 +274,15 @@ class StoreActivities:
             if self._table_ready:
                 return
             try:
-                METADATA.create_all(self._engine, checkfirst=True)
-            except sa_exc.DatabaseError:
-                # Another worker may have created it between the check and the create.
-                if not inspect(self._engine).has_table(TABLE_NAME):
-                    raise
-            present = {column["name"] for column in inspect(self._engine).get_columns(TABLE_NAME)}
-            missing = sorted(set(DOCUMENTS.columns.keys()) - present)
-            if missing:
+                prepare(self._engine)
+            except TableOfAnotherShape as err:
                 raise ApplicationError(
                     f"the {TABLE_NAME} table in the document store ({self._where()}) lacks the "
-                    f"columns {', '.join(missing)}: migrate it, or point DOCUMENT_STORE_URL at "
-                    "another database",
+                    f"columns {', '.join(err.missing)}: migrate it, or point DOCUMENT_STORE_URL "
+                    "at another database",
                     type=DOCUMENT_STORE_REJECTED,
                     non_retryable=True,
-                )
+                ) from None
             self._table_ready = True
 
     def _failure(self, err: sa_exc.SQLAlchemyError) -> ApplicationError:
@@ -332,6 +319,45 @@ def _reason(err: sa_exc.SQLAlchemyError) -> str:
     original = getattr(err, "orig", None)
     code = getattr(original, "sqlstate", None) or getattr(original, "sqlite_errorname", None)
     return f"{type(err).__name__}, {code}" if code else type(err).__name__
+
+
+def _owned(store_input: StoreDocumentInput) -> StoreDocumentInput:
+    """``store_input`` with its owner: its own, or for an input recorded before inputs named
+    one, the run that scheduled this activity (its workflow id and run id)."""
+    if store_input.chain_id is not None or not activity.in_activity():
+        return store_input
+    info = activity.info()
+    return store_input.model_copy(
+        update={
+            "workflow_id": store_input.workflow_id or info.workflow_id,
+            "chain_id": info.workflow_run_id,
+        }
+    )
+
+
+def _document(row: dict[str, Any]) -> StoredDocument:
+    stored_at = row["stored_at"]
+    # SQLite keeps no zone (the store writes UTC); PostgreSQL answers in the session's zone.
+    row["stored_at"] = (
+        stored_at.replace(tzinfo=UTC) if stored_at.tzinfo is None else stored_at.astimezone(UTC)
+    )
+    return StoredDocument.model_validate(row)
+
+
+def _conflict(request_id: str, owner: StoredDocument) -> ApplicationError:
+    """The refusal of a write over another chain's row: which run wrote it and when, nothing
+    of its fields or its tenant."""
+    if owner.chain_id is None:
+        writer = "a run stored before rows named their run chain"
+    else:
+        writer = f"another run chain ({owner.pipeline}, run {owner.chain_id})"
+    return ApplicationError(
+        f"request {request_id} is stored already, by {writer} at "
+        f"{owner.stored_at.isoformat(timespec='seconds')}: that row was left as it was and "
+        "this run's fields were not stored; start the document under a new request id",
+        type=DOCUMENT_STORE_CONFLICT,
+        non_retryable=True,
+    )
 
 
 def _log() -> logging.LoggerAdapter[logging.Logger] | logging.Logger:

@@ -290,9 +290,16 @@ def start(
     if stored:
         (err_console if print_only else out).print(plain(stored))
     if (starts := requester_key_from_settings(settings)) is not None:
-        # The claim vouches for this request: the workers take requester and tenant from it.
+        # The claim vouches for this request, as a run of this pipeline in this namespace:
+        # the workers take requester and tenant from it.
         ttl = timedelta(seconds=settings.review_token_ttl_s)
-        request = starts.sign_start(request, now=datetime.now(UTC), ttl=ttl)
+        request = starts.sign_start(
+            request,
+            workflow_type=pipelines.named(pipeline).workflow_type,
+            namespace=settings.temporal_namespace,
+            now=datetime.now(UTC),
+            ttl=ttl,
+        )
     if print_only:
         typer.echo(request.model_dump_json(exclude_none=True))
         return

@@ -2,7 +2,8 @@
 
 `aiorch.ops.redrive` trusts a dead-letter message only as a pointer to a run; this module asks
 Temporal about that exact run (`verify_dead_run`). It must exist, be of one of this project's
-pipelines (its workflow type) and be closed, and its own result must say ``dead_letter``: a run
+pipelines (its workflow type) on the worker's task queue (a look-alike on another one is
+refused) and be closed, and its own result must say ``dead_letter``: a run
 closed Completed with its ``RunResult``, or closed Failed with the result in its failure's details
 (`final_result` reads both forms). The request to start again is the run's own (`run_request`):
 the input of its WorkflowExecutionStarted event, decoded with the client's data converter in the
@@ -107,8 +108,11 @@ def final_result(
     return None
 
 
-async def verify_dead_run(client: Client, workflow_id: str, run_id: str) -> DeadRun:
-    """Check against Temporal that this exact run ended in ``dead_letter``; read its request.
+async def verify_dead_run(
+    client: Client, workflow_id: str, run_id: str, *, task_queue: str
+) -> DeadRun:
+    """Check against Temporal that this exact run, a pipeline's run on ``task_queue`` (the
+    worker's), ended in ``dead_letter``; read its request.
 
     Does not check that it is still the latest run (the caller does, right before starting).
 
@@ -133,6 +137,13 @@ async def verify_dead_run(client: Client, workflow_id: str, run_id: str) -> Dead
     if description.run_id != run_id or pipeline is None:
         raise NotRedrivable(
             "refused", f"run {run_id} is a {description.workflow_type}, not a pipeline run"
+        )
+    if description.task_queue != task_queue:
+        # A look-alike: a pipeline's type name on a worker of someone else's.
+        raise NotRedrivable(
+            "refused",
+            f"run {run_id} ran on task queue {description.task_queue[:80]!r}, "
+            f"not the worker's ({task_queue})",
         )
     status = description.status
     if status == WorkflowExecutionStatus.RUNNING:

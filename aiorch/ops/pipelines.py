@@ -7,8 +7,8 @@ version it started with, which its ``status`` names). A pipeline file's short na
 pipeline's name, which is also its runs' workflow type.
 
 Every tool that lists, counts or acts on runs covers all of them: visibility queries select
-their workflow types, state options take any of their states, and what a run shows is asked of
-its own pipeline.
+their workflow types on the worker's task queue (`task_queue`), state options take any of their
+states, and what a run shows is asked of its own pipeline.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ __all__ = [
     "record_of",
     "reload",
     "review_states",
+    "task_queue",
     "terminal_states",
     "workflow_types",
 ]
@@ -75,10 +76,23 @@ def _scan() -> FolderScan | None:
     return found.check() if found is not None else None
 
 
+@functools.cache
+def task_queue() -> str:
+    """The task queue the worker polls (``TEMPORAL_TASK_QUEUE``): the tools trust only runs on
+    it. A run of a pipeline's workflow type on another task queue is a look-alike, since anyone
+    with namespace access may run a worker of their own there under any type name.
+
+    Raises:
+        ConfigError: invalid settings.
+    """
+    return load_settings().temporal_task_queue
+
+
 def reload() -> None:
     """Read the settings and the folder afresh at the next use (a long-lived process, a test)."""
     folder.cache_clear()
     _scan.cache_clear()
+    task_queue.cache_clear()
 
 
 def data_pipelines() -> list[Pipeline[Any, Any]]:

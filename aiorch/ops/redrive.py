@@ -175,7 +175,7 @@ async def _redrive_one(
         return RedriveOutcome(letter.message_id, None, "skipped", letter.problem or "")
     wid = body.workflow_id
     try:
-        dead = await dead_runs.verify_dead_run(client, wid, body.run_id)
+        dead = await dead_runs.verify_dead_run(client, wid, body.run_id, task_queue=task_queue)
     except dead_runs.NotRedrivable as no:
         await asyncio.to_thread(queue.release, [letter])
         kept = "message left in the queue"

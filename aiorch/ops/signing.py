@@ -134,9 +134,25 @@ class SigningKey:
         )
         return decision.model_copy(update={"token": token})
 
-    def sign_start(self, request: R, *, now: datetime, ttl: timedelta = timedelta(minutes=10)) -> R:
-        """``request`` with its start claim: this key's requester asks for exactly it."""
-        claims = start_claims_for(request, requester=self.key_id, issued=now, ttl=ttl)
+    def sign_start(
+        self,
+        request: R,
+        *,
+        workflow_type: str,
+        namespace: str,
+        now: datetime,
+        ttl: timedelta = timedelta(minutes=10),
+    ) -> R:
+        """``request`` with its start claim: this key's requester asks for exactly it, as a
+        run of ``workflow_type`` (the pipeline) in ``namespace``."""
+        claims = start_claims_for(
+            request,
+            requester=self.key_id,
+            workflow_type=workflow_type,
+            namespace=namespace,
+            issued=now,
+            ttl=ttl,
+        )
         token = jwt.encode(
             claims, self.private_key, algorithm=ALGORITHM, headers={"kid": self.key_id}
         )

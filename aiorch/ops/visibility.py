@@ -65,11 +65,22 @@ def visibility_time(moment: datetime) -> str:
 
 
 def runs_query(*clauses: str, pipeline: str | None = None) -> str:
-    """The project's runs (of every pipeline, or of the one named ``pipeline``), narrowed by
-    every non-empty clause (joined with AND)."""
+    """The project's runs (of every pipeline, or of the one named ``pipeline``) on the worker's
+    task queue, narrowed by every non-empty clause (joined with AND).
+
+    The task queue is part of what makes a run ours: a look-alike (a pipeline's workflow type
+    on a worker of someone else's, on another task queue) is never listed, counted or acted on.
+
+    Raises:
+        ValueError: ``TEMPORAL_TASK_QUEUE`` holds a quote or a backslash (no query can name it).
+    """
     types = [pipelines.named(pipeline).workflow_type] if pipeline else pipelines.workflow_types()
     listed = ", ".join(f"'{name}'" for name in types)
-    return " AND ".join([f"WorkflowType IN ({listed})", *filter(None, clauses)])
+    queue = pipelines.task_queue()
+    if any(character in queue for character in "'\"\\"):
+        raise ValueError("TEMPORAL_TASK_QUEUE holds a quote or a backslash: no query can name it")
+    clause = f"TaskQueue = '{queue}'"
+    return " AND ".join([f"WorkflowType IN ({listed})", clause, *filter(None, clauses)])
 
 
 def state_is(state: str) -> str:

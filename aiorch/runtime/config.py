@@ -793,8 +793,9 @@ class Settings(BaseSettings):
         le=90 * 86400,
         description="How long a model call identical to one that succeeded (model, messages, "
         "parameters, pipeline version; per tenant) is answered from the capacity store without "
-        "calling the provider; `0` turns the result cache off. Needs `CAPACITY_STORE_URL`; a "
-        "request may refuse it (`options.result_cache: false`).",
+        "calling the provider; `0` turns the result cache off. Needs `CAPACITY_STORE_URL`, "
+        "and `REQUESTER_PUBLIC_KEYS` (else a request names any tenant: a worker refuses to "
+        "start); a request may refuse it (`options.result_cache: false`).",
     )
 
     # Observability. The OTEL_* names are the standard OpenTelemetry variables.

@@ -61,6 +61,7 @@ from aiorch.runtime.review_policies import pipeline_of
 from aiorch.runtime.signals import stop_event
 from aiorch.runtime.telemetry import tracing, worker_runtime
 from aiorch.worker.health import WorkerHealth, start_health
+from aiorch.worker.tenant_boundaries import check_result_cache
 from workflows import contract
 from workflows.batch.workflow import LlmBatch
 from workflows.engine.pipeline import ENGINE_FACTS
@@ -465,7 +466,8 @@ async def run_worker(settings: Settings, client: Client | None = None) -> None:
     Raises:
         ConfigError: reviewer authentication is required and no reviewer key is configured
             (`review_auth_warning`), a pipeline file has a problem (`pipeline_folder`), or a
-            review policy names what no pipeline has (`check_review_policies`): before
+            review policy names what no pipeline has (`check_review_policies`), or the result
+            cache is on while tenants are not authenticated (`check_result_cache`): before
             anything starts.
         TemporalUnreachable: no connection, or the server refused the worker (an unknown
             namespace, for example) before it could poll.
@@ -474,6 +476,7 @@ async def run_worker(settings: Settings, client: Client | None = None) -> None:
     if warning := review_auth_warning(settings):
         log.warning("%s", warning)
     check_review_policies(settings)
+    check_result_cache(settings)
     health = WorkerHealth()
     probes = await start_health(health, settings.health_port, settings.health_host)
     # Before anything else, so a signal during start-up is not lost.

@@ -15,8 +15,10 @@ from sqlalchemy import func, select, text
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.documents.store import DOCUMENTS, StoreActivities, create_store_engine
+from activities.documents.store import StoreActivities, create_store_engine
+from activities.documents.table import DOCUMENTS
 from workflows.documents import (
+    DOCUMENT_STORE_CONFLICT,
     DOCUMENT_STORE_REJECTED,
     DOCUMENT_STORE_UNAVAILABLE,
     Problem,
@@ -27,6 +29,17 @@ from workflows.documents import (
 REQUEST_ID = "0123456789abcdef01234567"
 FIRST = {"vendor": "ACME", "total": "175.66", "currency": "EUR"}
 SECOND = {"vendor": "ACME Supplies Ltd", "total": "175.67", "currency": "EUR"}
+
+
+def owned(chain: str, *, tenant: str = "acme", **changes: Any) -> StoreDocumentInput:
+    """A document written by the run chain ``chain`` of workflow ``REQUEST_ID``."""
+    return document(
+        workflow_id=REQUEST_ID,
+        chain_id=chain,
+        tenant=tenant,
+        requested_by=f"{tenant}-clerk",
+        **changes,
+    )
 
 
 def document(request_id: str = REQUEST_ID, **changes: Any) -> StoreDocumentInput:
@@ -142,6 +155,99 @@ async def a_table_of_another_shape_is_refused_for_good(url: str) -> None:
     assert error.non_retryable
     assert "lacks the columns content_sha256, corrected, fields" in error.message
     assert "\n" not in error.message
+
+
+async def another_chain_never_replaces_a_row(url: str) -> None:
+    """Writes under the stored request id from another chain of the same workflow id (a reused
+    id), from another pipeline and from another tenant each fail for good with one line naming
+    DocumentStoreConflict; the row keeps its fields, owner, tenant and time."""
+    async with opened(url) as activities:
+        await store(activities, owned("chain-a", fields=FIRST))
+        before = await activities.fetch(REQUEST_ID)
+        errors = [
+            await refusal(activities, owned("chain-b", fields=SECOND)),
+            await refusal(activities, owned("chain-c", fields=SECOND, pipeline="SupportTriage")),
+            await refusal(activities, owned("chain-d", fields=SECOND, tenant="evil")),
+            await refusal(activities, document(workflow_id="other", chain_id="chain-a")),
+        ]
+        after = await activities.fetch(REQUEST_ID)
+    for error in errors:
+        assert error.type == DOCUMENT_STORE_CONFLICT
+        assert error.non_retryable
+        assert "\n" not in error.message
+        assert f"request {REQUEST_ID} is stored already" in error.message
+        assert "DocumentPipeline, run chain-a" in error.message
+    assert before is not None
+    assert (before.workflow_id, before.chain_id) == (REQUEST_ID, "chain-a")
+    assert (before.tenant, before.requested_by) == ("acme", "acme-clerk")
+    assert after == before
+    assert row_count(url) == 1
+
+
+async def the_owning_chain_writes_its_row_again(url: str) -> None:
+    """The chain that stored a row (a retry, a continuation, a re-edit) replaces its fields;
+    the owner columns stay the first write's."""
+    async with opened(url) as activities:
+        await store(activities, owned("chain-a", fields=FIRST))
+        await store(activities, owned("chain-a", fields=SECOND, reviewed_by="alice"))
+        row = await activities.fetch(REQUEST_ID)
+    assert row is not None
+    assert (row.fields, row.reviewed_by, row.chain_id) == (SECOND, "alice", "chain-a")
+
+
+async def racing_chains_leave_one_owner(url: str) -> None:
+    """Eight chains race to store one request id through two engines: one wins, the row holds
+    its fields, and every other write is refused as a conflict (none is lost silently)."""
+    chains = [owned(f"chain-{n}", fields={"total": f"{n}.00"}) for n in range(8)]
+    async with opened(url) as one, opened(url) as two:
+        outcomes = await asyncio.gather(
+            *(store(one if n % 2 else two, chain) for n, chain in enumerate(chains)),
+            return_exceptions=True,
+        )
+        row = await one.fetch(REQUEST_ID)
+    winners = [chains[n] for n, got in enumerate(outcomes) if isinstance(got, StoreReceipt)]
+    losers = [got for got in outcomes if not isinstance(got, StoreReceipt)]
+    assert len(winners) == 1
+    assert all(
+        isinstance(lost, ApplicationError) and lost.type == DOCUMENT_STORE_CONFLICT
+        for lost in losers
+    )
+    assert row is not None
+    assert (row.chain_id, row.fields) == (winners[0].chain_id, winners[0].fields)
+
+
+async def a_table_from_before_owners_is_migrated(url: str) -> None:
+    """A documents table of the previous release (no owner columns) with a row in it gets the
+    owner columns added: the old row is kept, and no chain may replace it (its owner is
+    unknown); a new request is stored with its owner."""
+    engine = create_store_engine(url)
+    with engine.begin() as connection:
+        connection.execute(
+            text(
+                "CREATE TABLE documents (request_id TEXT PRIMARY KEY, pipeline TEXT NOT NULL, "
+                "schema_name TEXT NOT NULL, fields JSON NOT NULL, problems JSON NOT NULL, "
+                "reviewed_by TEXT, corrected BOOLEAN NOT NULL, content_sha256 TEXT NOT NULL, "
+                "stored_at TIMESTAMP WITH TIME ZONE NOT NULL)"
+            )
+        )
+        connection.execute(
+            text(
+                "INSERT INTO documents VALUES ('old', 'DocumentPipeline', 'invoice', "
+                "'{\"total\": \"1.00\"}', '[]', NULL, false, 'cd', '2026-01-02 03:04:05+00')"
+            )
+        )
+    engine.dispose()
+    async with opened(url) as activities:
+        error = await refusal(activities, owned("chain-a", request_id="old", fields=SECOND))
+        await store(activities, owned("chain-a", fields=FIRST))
+        old = await activities.fetch("old")
+        new = await activities.fetch(REQUEST_ID)
+    assert error.type == DOCUMENT_STORE_CONFLICT
+    assert "before rows named their run chain" in error.message
+    assert old is not None
+    assert (old.fields, old.chain_id, old.tenant) == ({"total": "1.00"}, None, None)
+    assert new is not None
+    assert (new.chain_id, new.tenant) == ("chain-a", "acme")
 
 
 def assert_unavailable(error: ApplicationError, *secrets: str) -> None:

@@ -78,6 +78,28 @@ async def test_any_text_in_the_fields_is_stored(url: str) -> None:
     await store_cases.any_text_in_the_fields_is_stored(url)
 
 
+async def test_another_chain_never_replaces_a_row(url: str) -> None:
+    """A write under a stored request id from another run chain (a reused id, another pipeline,
+    another tenant) is refused for good as DocumentStoreConflict; the row is unchanged."""
+    await store_cases.another_chain_never_replaces_a_row(url)
+
+
+async def test_the_owning_chain_writes_its_row_again(url: str) -> None:
+    """The chain that owns a row (its retry, continuation or re-edit) replaces its fields."""
+    await store_cases.the_owning_chain_writes_its_row_again(url)
+
+
+async def test_racing_chains_leave_one_owner(url: str) -> None:
+    """Chains racing to store one request id: one wins, every other write is a conflict."""
+    await store_cases.racing_chains_leave_one_owner(url)
+
+
+async def test_a_table_from_before_owners_is_migrated(url: str) -> None:
+    """A SQLite table of the previous release gets the owner columns; its rows are kept and
+    never replaced."""
+    await store_cases.a_table_from_before_owners_is_migrated(url)
+
+
 async def test_a_table_of_another_shape_is_refused_for_good(url: str) -> None:
     """An existing documents table without our columns fails for good, naming them."""
     await store_cases.a_table_of_another_shape_is_refused_for_good(url)

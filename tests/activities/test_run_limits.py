@@ -143,7 +143,13 @@ SIGNED_STARTS = Settings(
 async def signed_plan(key: SigningKey, **fields: Any) -> PromptPlan:
     """The plan of a request ``key`` signed, on a worker that authenticates starts."""
     payload = {"request_id": RUN_ID, "user_message": "Hi", **fields}
-    claimed = key.sign_start(PipelineRequest.model_validate(payload), now=datetime.now(UTC))
+    # The activity environment's run is of workflow type "test" in namespace "default".
+    claimed = key.sign_start(
+        PipelineRequest.model_validate(payload),
+        workflow_type="test",
+        namespace="default",
+        now=datetime.now(UTC),
+    )
     return await plan_for(SIGNED_STARTS, **claimed.model_dump(mode="json", exclude_none=True))
 
 

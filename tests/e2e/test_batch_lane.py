@@ -22,19 +22,21 @@ from temporalio.worker import Replayer
 from aiorch.devstack.processes import free_port
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops.results import finished
+from aiorch.ops.signing import SigningKey
 from aiorch.runtime.capacity import CapacityStore
 from aiorch.runtime.config import DEFAULT_PRICE_TABLE
 from aiorch.runtime.temporal import AiOrchestratorPlugin
 from tests.e2e.test_observability import samples, total
 from tests.support.capacity_store import operator_view
-from tests.support.live_runs import request, start, status_of, wait_for_state
+from tests.support.live_runs import request, status_of, wait_for_state
+from tests.support.live_runs import start as start_unsigned
 from tests.support.live_stack import E2E_WORKER_ENV, connect, stack_with_worker, starter
 from tests.support.reviewing import signed
 from tests.support.simulator import Simulator
 from workflows import contract
 from workflows.batch.workflow import LlmBatch
 from workflows.orchestrator import AiOrchestrator
-from workflows.payloads import RunStatus
+from workflows.payloads import PipelineRequest, RunStatus
 
 pytestmark = pytest.mark.e2e
 
@@ -43,6 +45,9 @@ GROUP = 250
 PRICE = DEFAULT_PRICE_TABLE["sim-large"]
 # Kinds of run, by what the model answers: a sync run of each kind ends as the batch lane's do.
 KINDS = {"plain": "", "refused": " [sim:status=400]", "refusal": " [sim:refusal]"}
+# The result cache is on only where tenants are authenticated: every run is signed by this
+# requester, of the default tenant.
+REQUESTER = SigningKey.generate("batcher")
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +64,7 @@ def batched(tmp_path_factory: pytest.TempPathFactory, metrics_port: int) -> Iter
         "LLM_BATCH_DELAY_S": "2",
         "LLM_BATCH_POLL_S": "1",
         "LLM_RESULT_CACHE_TTL_S": "3600",
+        "REQUESTER_PUBLIC_KEYS": REQUESTER.requester_entry("default"),
         "LLM_MAX_OUTPUT_TOKENS": "200",
         "METRICS_PORT": str(metrics_port),
     }
@@ -69,6 +75,17 @@ def batched(tmp_path_factory: pytest.TempPathFactory, metrics_port: int) -> Iter
 def ran() -> list[WorkflowHandle[Any, Any]]:
     """Every run this module starts, for the replay at its end."""
     return []
+
+
+async def start(client: Client, payload: dict[str, Any]) -> WorkflowHandle[Any, Any]:
+    """Start ``payload`` signed by the module's requester, as its CLI would."""
+    claimed = REQUESTER.sign_start(
+        PipelineRequest.model_validate(payload),
+        workflow_type=contract.WORKFLOW_TYPE,
+        namespace="default",
+        now=datetime.now(UTC),
+    )
+    return await start_unsigned(client, claimed.model_dump(mode="json", exclude_none=True))
 
 
 def sim(stack: LocalStack) -> Simulator:

@@ -270,7 +270,9 @@ async def test_racing_redrives_of_the_same_dead_runs_start_one_run_each(
     handle = keyed.get_workflow_handle(workflow_id)
     assert (await finished(handle)).state == "completed"
     new_run = (await handle.describe()).run_id
-    verified = await verify_dead_run(keyed, workflow_id, dead_run)
+    verified = await verify_dead_run(
+        keyed, workflow_id, dead_run, task_queue=contract.DEFAULT_TASK_QUEUE
+    )
     late = await start_again(
         keyed, verified, task_queue=contract.DEFAULT_TASK_QUEUE, identity="a late operator"
     )

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from temporalio.client import Client, WorkflowHandle
 
@@ -38,8 +38,18 @@ from tests.support.invoices import invoice_fields, text_document
 from tests.support.pipeline_files import TRIAGE, TRIAGE_V1, TRIAGE_V2, write_pipeline
 from tests.support.reviewing import signed
 from workflows import contract
+from workflows.data.payloads import DataRequest
+from workflows.documents.contract import WORKFLOW_TYPE_DOCUMENT_PIPELINE
 from workflows.documents.payloads import DocumentRequest
-from workflows.payloads import BudgetDecision, ReviewDecision, RunStatus
+from workflows.payloads import (
+    BudgetDecision,
+    PipelineRequest,
+    RequestBase,
+    ReviewDecision,
+    RunStatus,
+)
+
+R = TypeVar("R", bound=RequestBase)
 
 HISTORIES = Path(__file__).parent / "histories"
 # Two reedit rounds per run, so a longer loop records a continued run too.
@@ -75,6 +85,30 @@ WORKER_ENV = {
     "LLM_BATCH_POLL_S": "1",
     "LLM_RESULT_CACHE_TTL_S": "3600",
 }
+# The result cache needs authenticated tenants: each start is signed by its tenant's requester.
+REQUESTERS = {
+    tenant: SigningKey.generate(name)
+    for tenant, name in (("default", "dora"), ("quorum", "quinn"), ("auto", "otto"))
+}
+WORKER_ENV["REQUESTER_PUBLIC_KEYS"] = ",".join(
+    key.requester_entry(tenant) for tenant, key in REQUESTERS.items()
+)
+
+
+def signed_start(request: R, workflow_type: str) -> R:
+    """``request`` with a start claim of its tenant's requester, for a run of
+    ``workflow_type``."""
+    return REQUESTERS[request.tenant or "default"].sign_start(
+        request, workflow_type=workflow_type, namespace="default", now=datetime.now(UTC)
+    )
+
+
+def signed_payload(
+    model: type[RequestBase], workflow_type: str, payload: dict[str, Any]
+) -> dict[str, Any]:
+    """``payload`` (a request of ``model``) with its start claim, as a client sends it."""
+    request = signed_start(model.model_validate(payload), workflow_type)
+    return request.model_dump(mode="json", exclude_none=True)
 
 
 async def until(handle: WorkflowHandle[Any, Any], state: str) -> None:
@@ -108,7 +142,10 @@ def starter(client: Client) -> Callable[..., Awaitable[WorkflowHandle[Any, Any]]
         run_id = uuid.uuid4().hex[:24]
         payload = {"request_id": run_id, "user_message": message, **fields}
         return await client.start_workflow(
-            contract.WORKFLOW_TYPE, payload, id=run_id, task_queue=contract.DEFAULT_TASK_QUEUE
+            contract.WORKFLOW_TYPE,
+            signed_payload(PipelineRequest, contract.WORKFLOW_TYPE, payload),
+            id=run_id,
+            task_queue=contract.DEFAULT_TASK_QUEUE,
         )
 
     return start
@@ -227,7 +264,10 @@ async def record_data_pipelines(client: Client, key: SigningKey, stack: LocalSta
         run_id = uuid.uuid4().hex[:24]
         payload = {"request_id": run_id, "input": {"ticket": ticket, "customer": "ACME"}}
         return await client.start_workflow(
-            TRIAGE, payload, id=run_id, task_queue=contract.DEFAULT_TASK_QUEUE
+            TRIAGE,
+            signed_payload(DataRequest, TRIAGE, payload),
+            id=run_id,
+            task_queue=contract.DEFAULT_TASK_QUEUE,
         )
 
     folder = Path(stack.worker_env["PIPELINES_DIR"])
@@ -254,8 +294,12 @@ async def record_documents(client: Client, key: SigningKey, stack: LocalStack) -
     wrong = {**valid, "total": str(Decimal(valid["total"]) + Decimal("10.00"))}
 
     async def start(fields: dict[str, Any]) -> WorkflowHandle[Any, Any]:
-        request = DocumentRequest(
-            request_id=uuid.uuid4().hex[:24], document=text_document(fields).data.decode("utf-8")
+        request = signed_start(
+            DocumentRequest(
+                request_id=uuid.uuid4().hex[:24],
+                document=text_document(fields).data.decode("utf-8"),
+            ),
+            WORKFLOW_TYPE_DOCUMENT_PIPELINE,
         )
         workflow_id = await start_run(
             client,

@@ -9,6 +9,7 @@ a Temporal client who writes payloads by hand.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import UTC, datetime
 from typing import Any
@@ -32,6 +33,8 @@ from workflows.payloads import ReviewDecision, RunStatus
 pytestmark = pytest.mark.e2e
 
 KEYS = {name: SigningKey.generate(name) for name in ("alice", "bob", "carol", "dave")}
+# One person's key that may sign for two members of finance (a shared or delegated key).
+TEAM = SigningKey.generate("team")
 POLICY = {"llm": {"name": "two-of-finance", "stages": [{"group": "finance", "approvals": 2}]}}
 
 
@@ -39,7 +42,12 @@ POLICY = {"llm": {"name": "two-of-finance", "stages": [{"group": "finance", "app
 def worker_env() -> dict[str, str]:
     return {
         **E2E_WORKER_ENV,
-        "REVIEW_PUBLIC_KEYS": ",".join(key.public_entry([name]) for name, key in KEYS.items()),
+        "REVIEW_PUBLIC_KEYS": ",".join(
+            [
+                *(key.public_entry([name]) for name, key in KEYS.items()),
+                TEAM.public_entry(["bob", "carol"]),
+            ]
+        ),
         "REVIEW_POLICIES": json.dumps(POLICY),
         "REVIEW_GROUPS": json.dumps({"finance": ["alice", "bob", "carol"]}),
     }
@@ -103,6 +111,41 @@ async def test_one_reviewer_cannot_release_a_run_alone(client: Client) -> None:
     result = await finished(handle)
     assert result.state == "completed"
     assert [e.reviewer for e in result.history if e.event == "approve"] == ["bob"]
+
+
+async def test_a_key_for_two_names_casts_one_vote(client: Client) -> None:
+    """The holder of a key that signs for bob and carol approves as bob (counted: 1 of 2),
+    then as carol: refused, by update and by signal, as the same key's second vote, and the run
+    still waits with one approval. alice's approval releases it."""
+    handle = await start(client, request("Pay the supplier", review="always"))
+    await wait_for_state(handle, "await_review")
+
+    async def as_team(reviewer: str) -> dict[str, Any]:
+        status = await status_of(handle)
+        described = await handle.describe()
+        return TEAM.sign(
+            ReviewDecision(decision="approve", reviewer=reviewer),
+            workflow_id=handle.id,
+            review_round=status.review_round,
+            now=datetime.now(UTC),
+            run_id=described.raw_description.workflow_execution_info.first_run_id,
+        ).model_dump(mode="json", exclude_none=True)
+
+    counted = await send(handle, await as_team("bob"))
+    assert counted.review is not None and counted.review.approvals == ["bob"]
+    assert "a key counts once a round" in await refused(handle, await as_team("carol"))
+    await handle.signal(contract.SIGNAL_REVIEW, await as_team("carol"))
+    for _ in range(50):
+        waiting = await status_of(handle)
+        if waiting.reviews_refused:
+            break
+        await asyncio.sleep(0.1)
+    assert waiting.state == "await_review" and waiting.reviews_refused == 1
+    assert waiting.review is not None and waiting.review.approvals == ["bob"]
+    await send(handle, await review(handle, "alice"))
+    result = await finished(handle)
+    assert result.state == "completed"
+    assert [e.reviewer for e in result.history if e.event == "approve"] == ["alice"]
 
 
 async def test_a_reviewer_outside_the_group_never_counts(client: Client) -> None:

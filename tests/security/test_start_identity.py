@@ -7,10 +7,12 @@ from __future__ import annotations
 import asyncio
 import json
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
 from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
+from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 
 from aiorch.devstack.stack import LocalStack
@@ -23,7 +25,9 @@ from tests.support.live_stack import (
     temporal_cli,
     temporal_workflow_start,
 )
+from tests.support.pipeline_files import TRIAGE, TRIAGE_V1, write_pipeline
 from tests.support.reviewing import signed
+from tests.support.simulator import Simulator
 from workflows import contract, errors
 from workflows.payloads import BudgetDecision, PipelineRequest, RunStatus
 
@@ -33,10 +37,28 @@ ALICE = SigningKey.generate("alice")
 BOB = SigningKey.generate("bob")
 
 
+# A second pipeline file whose input has the triage file's shape: a claim for one must not
+# start the other.
+LOOKALIKE_PIPELINE = "TriageCopy"
+
+
 @pytest.fixture(scope="module")
-def worker_env() -> dict[str, str]:
+def pipelines_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("pipelines")
+    write_pipeline(folder, TRIAGE_V1)
+    copy = TRIAGE_V1.replace(f"name: {TRIAGE}", f"name: {LOOKALIKE_PIPELINE}")
+    write_pipeline(folder, copy, "triage_copy.yaml")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def worker_env(pipelines_dir: Path) -> dict[str, str]:
     keys = f"{ALICE.requester_entry('acme')},{BOB.requester_entry('bigco')}"
-    return {**E2E_WORKER_ENV, "REQUESTER_PUBLIC_KEYS": keys}
+    return {
+        **E2E_WORKER_ENV,
+        "REQUESTER_PUBLIC_KEYS": keys,
+        "PIPELINES_DIR": str(pipelines_dir),
+    }
 
 
 async def refused(client: Client, payload: dict[str, Any], words: str) -> None:
@@ -54,7 +76,10 @@ async def refused(client: Client, payload: dict[str, Any], words: str) -> None:
 
 def signed_start(key: SigningKey, message: str, **fields: Any) -> dict[str, Any]:
     claimed = key.sign_start(
-        PipelineRequest.model_validate(request(message, **fields)), now=datetime.now(UTC)
+        PipelineRequest.model_validate(request(message, **fields)),
+        workflow_type=contract.WORKFLOW_TYPE,
+        namespace="default",
+        now=datetime.now(UTC),
     )
     return claimed.model_dump(mode="json", exclude_none=True)
 
@@ -202,3 +227,62 @@ async def test_the_temporal_cli_starts_a_run_the_cli_signed_for_it(
     unsigned = {key: value for key, value in payload.items() if key != "start_claim"}
     unsigned["request_id"] = new_request_id()
     await refused(client, unsigned, "the start is not signed")
+
+
+async def test_a_claim_for_one_pipeline_or_namespace_starts_no_other(
+    stack: LocalStack, client: Client, pipelines_dir: Path
+) -> None:
+    """alice's CLI signs a start of the SupportTriage pipeline (``start --print``). Started as
+    TriageCopy, another pipeline file whose input has the same shape, under the same id, the
+    run fails at once naming another pipeline, and no model is called; her claim for the same
+    pipeline in another namespace fails too. Her claim started as she meant it runs as hers."""
+    simulator = Simulator(stack.addresses.openai_base_url)
+
+    def printed(request_id: str, **env: str) -> dict[str, Any]:
+        done = starter(
+            stack,
+            "start",
+            "--pipeline",
+            TRIAGE,
+            "--id",
+            request_id,
+            "--input",
+            json.dumps({"ticket": "Refund order 42 to my new account"}),
+            "--print",
+            env={
+                "REQUESTER_KEY": ALICE.private_entry(),
+                "PIPELINES_DIR": str(pipelines_dir),
+                **env,
+            },
+        )
+        assert done.returncode == 0, done.stderr
+        payload: dict[str, Any] = json.loads(done.stdout)
+        return payload
+
+    async def refused_as(workflow_type: str, payload: dict[str, Any], words: str) -> None:
+        handle = await client.start_workflow(
+            workflow_type,
+            payload,
+            id=payload["request_id"],
+            task_queue=contract.DEFAULT_TASK_QUEUE,
+            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+        )
+        with pytest.raises(WorkflowFailureError) as failed:
+            await asyncio.wait_for(handle.result(), 30)
+        cause = failed.value.cause
+        assert isinstance(cause, ApplicationError)
+        assert errors.INVALID_REQUEST in f"{cause.type}: {cause.message}"
+        assert words in cause.message, cause.message
+        assert simulator.requests(handle.id) == []
+
+    claim = printed(new_request_id())
+    await refused_as(LOOKALIKE_PIPELINE, claim, "issued for another pipeline")
+    elsewhere = printed(new_request_id(), TEMPORAL_NAMESPACE="elsewhere")
+    await refused_as(TRIAGE, elsewhere, "issued for another namespace")
+    meant = printed(new_request_id())
+    handle = await client.start_workflow(
+        TRIAGE, meant, id=meant["request_id"], task_queue=contract.DEFAULT_TASK_QUEUE
+    )
+    waiting = await wait_for_state(handle, "reply_review")
+    assert waiting.tenant == "acme"
+    await handle.terminate(reason="test over")

@@ -11,6 +11,7 @@ import asyncio
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 
 import boto3
 import pytest
@@ -76,11 +77,14 @@ async def plant(stack: LocalStack) -> Planted:
     with pytest.raises(WorkflowFailureError):
         await evil.result()
     stray_id, forged_id = f"stray-{MARKUP}-{ESCAPES}", f"forged-{MARKUP}-{ESCAPES}"
+    # On the worker's task queue (the tools list no other), but due only tomorrow: no worker
+    # has picked it up, so its AiState is still the attacker's text.
     await client.start_workflow(
         contract.WORKFLOW_TYPE,
         request("never picked up", request_id=new_request_id()),
         id=stray_id,
-        task_queue=f"nobody-{new_request_id()}",
+        task_queue=contract.DEFAULT_TASK_QUEUE,
+        start_delay=timedelta(days=1),
         search_attributes=TypedSearchAttributes(
             [SearchAttributePair(contract.AI_STATE, f"{MARKUP}{ESCAPES}")]
         ),

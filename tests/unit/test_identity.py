@@ -432,6 +432,10 @@ def public_key_text(key: SigningKey) -> str:
     return base64.b64encode(key.private_key.public_key().public_bytes_raw()).decode()
 
 
+# The pipeline and namespace the runs in these tests start as (a claim names both).
+STARTED_TYPE, STARTED_NAMESPACE = "AiOrchestrator", "default"
+
+
 def claim_for(
     key: SigningKey = REQUESTER_ALICE,
     request: RequestBase = REPORT_REQUEST,
@@ -439,7 +443,14 @@ def claim_for(
 ) -> str:
     """``key``'s start claim for ``request``, issued at ``AT`` for 10 minutes, with
     ``changes`` to its claims."""
-    claims = start_claims_for(request, requester=key.key_id, issued=AT, ttl=timedelta(minutes=10))
+    claims = start_claims_for(
+        request,
+        requester=key.key_id,
+        issued=AT,
+        ttl=timedelta(minutes=10),
+        workflow_type=STARTED_TYPE,
+        namespace=STARTED_NAMESPACE,
+    )
     return signed_by(key, {**claims, **changes})
 
 
@@ -448,7 +459,11 @@ def start_verdict(
 ) -> RequesterKey | str:
     """What the worker makes of ``request`` arriving with ``claim`` at ``now``."""
     return start_claim_problem(
-        request.model_copy(update={"start_claim": claim}), keys=WORKER_REQUESTER_KEYS, now=now
+        request.model_copy(update={"start_claim": claim}),
+        keys=WORKER_REQUESTER_KEYS,
+        now=now,
+        workflow_type=STARTED_TYPE,
+        namespace=STARTED_NAMESPACE,
     )
 
 
@@ -470,7 +485,8 @@ def test_a_start_claim_for_exactly_this_request_yields_its_requesters_key() -> N
 def test_each_start_claim_that_does_not_vouch_for_the_request_is_refused_in_its_words() -> None:
     """A start without a claim, a claim that is not a token, signed by an unknown key, with
     another algorithm or a forged signature, a review token of a trusted key, and a claim for
-    another audience, requester, request or time are each refused with their own reason."""
+    another audience, requester, request, pipeline, namespace or time (and one issued before
+    claims named the pipeline and namespace) are each refused with their own reason."""
     at = int(AT.timestamp())
     hs256 = jwt.encode(
         {"sub": "alice"},
@@ -498,6 +514,12 @@ def test_each_start_claim_that_does_not_vouch_for_the_request_is_refused_in_its_
         claim_for(aud=f"{CLAIM_AUDIENCE} "): "start claim is not meant for starts",
         claim_for(sub="bob"): "start claim names another requester than its key's",
         claim_for(rq=request_digest(other_request)): ("start claim was issued for another request"),
+        claim_for(wft="DocumentPipeline"): (
+            "start claim was issued for another pipeline (workflow type)"
+        ),
+        claim_for(wft=None): "start claim was issued for another pipeline (workflow type)",
+        claim_for(ns="production"): "start claim was issued for another namespace",
+        claim_for(ns=None): "start claim was issued for another namespace",
         claim_for(exp=at): "start claim has expired",
         claim_for(iat=at + 61, exp=at + 661): "start claim is issued in the future",
     }
@@ -550,7 +572,9 @@ def test_a_request_digests_alike_before_and_after_it_travels_as_json() -> None:
         update={"metadata": {"due": datetime(2026, 3, 1, 12, tzinfo=UTC), "pages": (1, 2)}}
     )
     received = PipelineRequest.model_validate_json(
-        REQUESTER_ALICE.sign_start(built, now=AT).model_dump_json()
+        REQUESTER_ALICE.sign_start(
+            built, now=AT, workflow_type=STARTED_TYPE, namespace=STARTED_NAMESPACE
+        ).model_dump_json()
     )
     assert received.metadata == {"due": "2026-03-01T12:00:00Z", "pages": [1, 2]}
     assert request_digest(received) == request_digest(built)
@@ -559,19 +583,34 @@ def test_a_request_digests_alike_before_and_after_it_travels_as_json() -> None:
 
 def test_start_claims_name_audience_requester_request_and_lifetime() -> None:
     """The claims a requester signs are the start audience, the requester, the request's
-    digest, when issued and when it expires; a lifetime under a second is one second."""
+    digest, the pipeline (workflow type) and namespace it starts in, when issued and when it
+    expires; a lifetime under a second is one second."""
     at = int(AT.timestamp())
     claims = start_claims_for(
-        REPORT_REQUEST, requester="alice", issued=AT, ttl=timedelta(minutes=5)
+        REPORT_REQUEST,
+        requester="alice",
+        issued=AT,
+        ttl=timedelta(minutes=5),
+        workflow_type=STARTED_TYPE,
+        namespace=STARTED_NAMESPACE,
     )
     assert claims == {
         "aud": CLAIM_AUDIENCE,
         "sub": "alice",
         "rq": hashlib.sha256(REPORT_CANONICAL.encode()).hexdigest(),
+        "wft": "AiOrchestrator",
+        "ns": "default",
         "iat": at,
         "exp": at + 300,
     }
-    instant = start_claims_for(REPORT_REQUEST, requester="alice", issued=AT, ttl=timedelta(0))
+    instant = start_claims_for(
+        REPORT_REQUEST,
+        requester="alice",
+        issued=AT,
+        ttl=timedelta(0),
+        workflow_type=STARTED_TYPE,
+        namespace=STARTED_NAMESPACE,
+    )
     assert instant["exp"] == at + 1
 
 
@@ -579,7 +618,9 @@ def test_sign_start_attaches_a_claim_for_exactly_the_request() -> None:
     """``SigningKey.sign_start`` returns the request unchanged but for its claim: an EdDSA token
     naming the key, signed by it, for this request, issued now and living 10 minutes unless
     told otherwise; the worker accepts it until it expires."""
-    signed = REQUESTER_ALICE.sign_start(REPORT_REQUEST, now=AT)
+    signed = REQUESTER_ALICE.sign_start(
+        REPORT_REQUEST, now=AT, workflow_type=STARTED_TYPE, namespace=STARTED_NAMESPACE
+    )
     assert signed.start_claim is not None
     assert signed.model_copy(update={"start_claim": None}) == REPORT_REQUEST
     assert jwt.get_unverified_header(signed.start_claim) == {
@@ -595,10 +636,21 @@ def test_sign_start_attaches_a_claim_for_exactly_the_request() -> None:
         options={"verify_exp": False, "verify_iat": False},
     )
     assert claims == start_claims_for(
-        REPORT_REQUEST, requester="alice", issued=AT, ttl=timedelta(minutes=10)
+        REPORT_REQUEST,
+        requester="alice",
+        issued=AT,
+        ttl=timedelta(minutes=10),
+        workflow_type=STARTED_TYPE,
+        namespace=STARTED_NAMESPACE,
     )
     assert start_verdict(signed.start_claim) == WORKER_REQUESTER_KEYS[0]
-    short = REQUESTER_ALICE.sign_start(REPORT_REQUEST, now=AT, ttl=timedelta(minutes=1))
+    short = REQUESTER_ALICE.sign_start(
+        REPORT_REQUEST,
+        now=AT,
+        ttl=timedelta(minutes=1),
+        workflow_type=STARTED_TYPE,
+        namespace=STARTED_NAMESPACE,
+    )
     assert (
         start_verdict(short.start_claim, now=AT + timedelta(seconds=59)) == WORKER_REQUESTER_KEYS[0]
     )

@@ -14,6 +14,7 @@ from tests.support.builders import AT, history_entry, prompt_plan
 from workflows.documents.graph import GRAPH as DOCUMENTS
 from workflows.engine.graph import Event
 from workflows.engine.pipeline import Context
+from workflows.engine.policies import signing_key
 from workflows.engine.reviews import (
     MAX_REFUSAL_CHARS,
     MAX_REVOKED,
@@ -28,7 +29,6 @@ from workflows.engine.reviews import (
     operator_reason,
     refusal,
     revoke,
-    signing_key,
     take_forced_reason,
 )
 from workflows.llm.graph import GRAPH, State

@@ -12,12 +12,13 @@ import pytest
 from aiorch.runtime.config import ConfigError, Settings, load_settings
 from aiorch.worker.app import check_review_policies
 from tests.support.builders import AT, prompt_plan
-from workflows.engine.policies import decides, holds, matching_rule, progress
+from workflows.engine.policies import decides, holds, matching_rule, progress, voter
 from workflows.llm.graph import GRAPH, State
 from workflows.payloads import (
     AutoApproveRule,
     Condition,
     FactValue,
+    ReviewKey,
     ReviewProgress,
     ReviewStage,
     RunState,
@@ -32,6 +33,22 @@ FACTS: dict[str, FactValue] = {
     "fields.currency": "EUR",
     "fields.note": None,
 }
+
+
+def test_a_key_for_named_reviewers_is_one_voter_whatever_name_it_signs() -> None:
+    """A vote is cast by the key that signed it when that key signs for named reviewers (two
+    names, one voter), and by the reviewer named when the key signs for anyone (the inbox's)
+    or is not known (authentication off): each name is a voter."""
+    plan = prompt_plan(
+        review_keys=[
+            ReviewKey(key_id="team", public_key="k", reviewers=["bob", "carol"]),
+            ReviewKey(key_id="inbox", public_key="k", reviewers=None),
+        ]
+    )
+    assert voter(plan, "bob", "team") == voter(plan, "carol", "team")
+    assert voter(plan, "bob", "inbox") != voter(plan, "carol", "inbox")
+    assert voter(plan, "bob", None) != voter(plan, "carol", None)
+    assert voter(plan, "bob", "team") != voter(plan, "bob", "inbox")
 
 
 def passes(fact: str, op: str, value: Any) -> bool:

@@ -18,7 +18,8 @@ def test_stuck_query_covers_runs_never_picked_up() -> None:
     """Open runs older than the cutoff in their state, or started before it and never moved."""
     query = stuck_query(T0, State.AWAIT_REVIEW)
     assert query == (
-        f"WorkflowType IN ({TYPES}) AND ExecutionStatus = 'Running' AND "
+        f"WorkflowType IN ({TYPES}) AND TaskQueue = 'ai-orchestrator' AND "
+        "ExecutionStatus = 'Running' AND "
         "(AiStateSince < '2026-11-01T12:00:00Z' OR "
         "(AiStateSince IS NULL AND StartTime < '2026-11-01T12:00:00Z')) "
         "AND AiState = 'await_review'"

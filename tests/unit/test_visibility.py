@@ -33,19 +33,38 @@ def test_visibility_time_is_utc() -> None:
     assert visibility_time(plus_two) == "2026-11-01T12:00:00Z"
 
 
+QUEUE = f"TaskQueue = '{contract.DEFAULT_TASK_QUEUE}'"
+
+
 def test_queries_name_the_workflow_types_and_skip_empty_clauses() -> None:
-    """Every query is narrowed to the project's runs (of every pipeline, or of the one named);
-    clauses join with AND, empty ones drop; a state no pipeline has is refused."""
+    """Every query is narrowed to the project's runs (of every pipeline, or of the one named)
+    on the worker's task queue; clauses join with AND, empty ones drop; a state no pipeline has
+    is refused."""
     every = ", ".join(f"'{name}'" for name in pipelines.workflow_types())
     assert "'AiOrchestrator'" in every
-    assert runs_query() == f"WorkflowType IN ({every})"
+    assert runs_query() == f"WorkflowType IN ({every}) AND {QUEUE}"
     assert runs_query(state_is(State.ESCALATE), "") == (
-        f"WorkflowType IN ({every}) AND AiState = 'escalate'"
+        f"WorkflowType IN ({every}) AND {QUEUE} AND AiState = 'escalate'"
     )
-    assert runs_query(pipeline="llm") == "WorkflowType IN ('AiOrchestrator')"
+    assert runs_query(pipeline="llm") == f"WorkflowType IN ('AiOrchestrator') AND {QUEUE}"
     assert state_in([State.FAILED, State.COMPLETED]) == "AiState IN ('completed', 'failed')"
     with pytest.raises(ValueError, match="no pipeline has a state"):
         state_is("x' OR WorkflowType != '")
+
+
+@pytest.mark.parametrize("queue", ["evil' OR TaskQueue != '", 'a"b', "a\\b"])
+def test_a_task_queue_no_query_can_name_is_refused(
+    queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``TEMPORAL_TASK_QUEUE`` with a quote or backslash never reaches a query."""
+    monkeypatch.setenv("TEMPORAL_TASK_QUEUE", queue)
+    pipelines.reload()
+    try:
+        with pytest.raises(ValueError, match="TEMPORAL_TASK_QUEUE"):
+            runs_query()
+    finally:
+        monkeypatch.delenv("TEMPORAL_TASK_QUEUE")
+        pipelines.reload()
 
 
 def test_final_states_are_the_results_states() -> None:

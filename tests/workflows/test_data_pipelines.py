@@ -90,6 +90,8 @@ async def test_a_ticket_runs_through_the_triage_file_end_to_end(orch: Orchestrat
         "reply": "Sorry about that: refunded.",
     }
     assert row.pipeline == TRIAGE and row.schema_name == "SupportTriage@1"
+    assert (row.workflow_id, row.chain_id) == (handle.id, handle.first_execution_run_id)
+    assert (row.tenant, row.requested_by) == ("default", None)
     assert result.outputs["classify"] == {"category": "billing"}
 
 

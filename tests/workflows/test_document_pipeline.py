@@ -185,7 +185,8 @@ async def test_corrections_that_still_break_a_rule_go_back_to_review(orch: Orche
 
 async def test_a_reedit_asks_the_model_again_with_the_feedback(orch: Orchestration) -> None:
     """Reedit sends the run back to analysis: the model is called again with the reviewer's
-    feedback, and its new fields, now valid, are stored."""
+    feedback, and its new fields, now valid, are stored, owned by the run's chain (its
+    workflow id and first run id) and tenant."""
     orch.fakes.llm_script = [fields(WRONG_TOTAL), fields(VALID)]
     handle = await start(orch)
     await waiting(orch, handle)
@@ -196,6 +197,9 @@ async def test_a_reedit_asks_the_model_again_with_the_feedback(orch: Orchestrati
     assert result.state == "completed" and result.fields == VALID
     assert [call.feedback for call in orch.fakes.llm_calls] == [[], ["Total: 22.20"]]
     assert_progress_rises(result.history)
+    row = orch.documents.rows[handle.id]
+    assert (row.workflow_id, row.chain_id) == (handle.id, handle.first_execution_run_id)
+    assert row.tenant == "default"
 
 
 async def test_corrected_fields_are_refused_by_a_pipeline_that_takes_none(

@@ -491,7 +491,8 @@ def input_digest(value: Any) -> str:
 
 
 async def store(step: StepRun, settings: StoreSettings) -> None:
-    """Upsert the fields into the SQL store under the request id (a retry overwrites)."""
+    """Write the fields into the SQL store under the request id, owned by this run chain (its
+    retry overwrites; a row another chain wrote stays as it was, and the step fails)."""
     run, plan = step.run, step.plan
     if settings.fields is None:
         fields = {"input": step.request.input, "steps": dict(run.outputs)}
@@ -514,7 +515,8 @@ async def store(step: StepRun, settings: StoreSettings) -> None:
                 problems=run.problems,
                 reviewed_by=approval,
                 corrected=run.was_corrected,
-            )
+            ),
+            plan,
         )
     except (ActivityError, ApplicationError) as err:
         await step.failed(err)

@@ -34,3 +34,6 @@ DOCUMENT_STORE_UNAVAILABLE: Final = "DocumentStoreUnavailable"
 # The store refused the row for good (integrity or data error, a documents table of another
 # shape): permanent.
 DOCUMENT_STORE_REJECTED: Final = "DocumentStoreRejected"
+# The request id's row was written by another run chain (a reused id, another pipeline, another
+# tenant): it is left as it was, and this run's fields are not stored. Permanent.
+DOCUMENT_STORE_CONFLICT: Final = "DocumentStoreConflict"

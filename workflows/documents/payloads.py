@@ -64,7 +64,13 @@ class ExtractedText(_Payload):
 
 class StoreDocumentInput(_Payload):
     """Input of ``store_document``: the fields of one completed document, and how they got
-    there (the validation problems a reviewer saw, and who approved or corrected them)."""
+    there (the validation problems a reviewer saw, and who approved or corrected them).
+
+    The run chain that writes them (``workflow_id`` and ``chain_id``, the chain's first run
+    id) owns the row: only that chain may write it again. ``tenant`` and ``requested_by`` are
+    the plan's (authenticated with ``REQUESTER_PUBLIC_KEYS``). Inputs recorded before rows had
+    owners carry none of the four; the activity then takes the run that scheduled it as owner.
+    """
 
     request_id: str
     schema_name: str
@@ -74,6 +80,10 @@ class StoreDocumentInput(_Payload):
     problems: list[Problem] = []
     reviewed_by: str | None = None
     corrected: bool = False
+    workflow_id: str | None = None
+    chain_id: str | None = None
+    tenant: str | None = None
+    requested_by: str | None = None
 
 
 class StoreReceipt(_Payload):

@@ -117,7 +117,8 @@ async def validate(ctx: Run) -> None:
 
 
 async def store(ctx: Run) -> None:
-    """``store_document``: the fields into the SQL store, keyed by the request id."""
+    """``store_document``: the fields into the SQL store, keyed by the request id and owned by
+    this run chain (a row another chain wrote stays as it was, and the run fails)."""
     run, request = ctx.run, ctx.request
     assert run.fields is not None and run.extracted is not None
     approval = next(
@@ -135,7 +136,8 @@ async def store(ctx: Run) -> None:
                 problems=run.problems,
                 reviewed_by=approval,
                 corrected=run.was_corrected,
-            )
+            ),
+            ctx.plan,
         )
     except ActivityError as err:
         if activity_policy.cancelled(err):

@@ -31,6 +31,7 @@ from workflows.documents.payloads import (
     StoreDocumentInput,
     StoreReceipt,
 )
+from workflows.payloads import RunPolicy
 
 # A document that is missing, not allowed or unreadable stays so: fail at once. Anything else
 # (S3 throttling, a worker's own trouble) is worth a few tries, then a dead letter.
@@ -84,11 +85,23 @@ async def extract(request: DocumentRequest) -> ExtractedText:
     )
 
 
-async def store(store_input: StoreDocumentInput) -> StoreReceipt:
-    """``store_document``: upsert the fields under the request id (a retry overwrites)."""
+async def store(store_input: StoreDocumentInput, plan: RunPolicy) -> StoreReceipt:
+    """``store_document``: write the fields under the request id, owned by this run chain
+    (its workflow id and first run id) with the plan's tenant and requester. The same chain's
+    retry, continuation or re-edit overwrites its own row; a row another chain wrote is left
+    as it was (``DocumentStoreConflict``, permanent)."""
+    info = workflow.info()
+    owned = store_input.model_copy(
+        update={
+            "workflow_id": info.workflow_id,
+            "chain_id": info.first_execution_run_id,
+            "tenant": plan.tenant,
+            "requested_by": plan.requested_by,
+        }
+    )
     return await commands.execute(
         ACTIVITY_STORE_DOCUMENT,
-        store_input,
+        owned,
         StoreReceipt,
         timeout=timedelta(seconds=90),
         retry=STORE_RETRY,

@@ -272,13 +272,17 @@ def _verified(token: str, keys: Sequence[K], model: type[C], what: str) -> tuple
 
 
 class StartClaims(BaseModel):
-    """The claims of a start claim: who asked for which request (its digest), when."""
+    """The claims of a start claim: who asked for which request (its digest), of which
+    pipeline (its workflow type) in which namespace, when. Claims issued before they named
+    the pipeline and namespace carry neither, and vouch for no start."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
     aud: str
     sub: str = Field(min_length=1, max_length=200)
     rq: str
+    wft: str | None = None
+    ns: str | None = None
     iat: int
     exp: int
 
@@ -293,24 +297,39 @@ def request_digest(request: RequestBase) -> str:
 
 
 def start_claims_for(
-    request: RequestBase, *, requester: str, issued: datetime, ttl: timedelta
+    request: RequestBase,
+    *,
+    requester: str,
+    workflow_type: str,
+    namespace: str,
+    issued: datetime,
+    ttl: timedelta,
 ) -> dict[str, object]:
-    """The claims a requester's tool signs for ``request`` (the verifier checks the same)."""
+    """The claims a requester's tool signs for ``request``, a start of ``workflow_type`` (the
+    pipeline) in ``namespace`` (the verifier checks the same)."""
     issued_s = int(issued.timestamp())
     return {
         "aud": START_AUDIENCE,
         "sub": requester,
         "rq": request_digest(request),
+        "wft": workflow_type,
+        "ns": namespace,
         "iat": issued_s,
         "exp": issued_s + max(1, int(ttl.total_seconds())),
     }
 
 
 def start_claim_problem(
-    request: RequestBase, *, keys: Sequence[RequesterKey], now: datetime
+    request: RequestBase,
+    *,
+    keys: Sequence[RequesterKey],
+    workflow_type: str,
+    namespace: str,
+    now: datetime,
 ) -> RequesterKey | str:
-    """The requester key that signed ``request``'s start claim, or why it does not vouch for
-    the request (not signed, an unknown key, another request, expired)."""
+    """The requester key that signed ``request``'s start claim for a run of ``workflow_type``
+    in ``namespace``, or why it does not vouch for this start (not signed, an unknown key,
+    another request, another pipeline or namespace, expired)."""
     if not request.start_claim:
         return "the start is not signed (start authentication is on: sign it with REQUESTER_KEY)"
     verified = _verified(request.start_claim, keys, StartClaims, "start claim")
@@ -323,6 +342,10 @@ def start_claim_problem(
         return "start claim names another requester than its key's"
     if claims.rq != request_digest(request):
         return "start claim was issued for another request"
+    if claims.wft != workflow_type:
+        return "start claim was issued for another pipeline (workflow type)"
+    if claims.ns != namespace:
+        return "start claim was issued for another namespace"
     now_s = now.timestamp()
     if claims.exp <= now_s:
         return "start claim has expired"

@@ -9,7 +9,8 @@ plan without stages has the engine's first rule, as every plan had before polici
 decision from one reviewer the plan allows decides the round, from either state.
 
 Approvals short of the quorum are votes: counted (``RunCore.votes``, at most one per reviewer
-a round) without moving the run. A vote counts at the stage it was cast and, after an
+a round, and, in plans that say ``quorum_counts_keys``, one per key that signs for named
+reviewers: see `voter`) without moving the run. A vote counts at the stage it was cast and, after an
 escalation, wherever its reviewer may decide too; a vote of a reviewer or a key revoked since
 stops counting.
 
@@ -27,15 +28,19 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+import jwt
+
 from workflows.engine.graph import Graph, Role
 from workflows.payloads import (
     AutoApproveRule,
     Condition,
     FactValue,
+    ReviewDecision,
     ReviewProgress,
     ReviewStage,
     RunCore,
     RunPolicy,
+    Vote,
 )
 
 # A stage index per review role: the review, then its escalation.
@@ -93,6 +98,40 @@ def progress(graph: Graph, run: RunCore[Any]) -> ReviewProgress | None:
         approvals_needed=current.approvals,
         rejections=counted("reject"),
         rejections_needed=plan.rejections,
+    )
+
+
+def voter(plan: RunPolicy, reviewer: str, key_id: str | None) -> str:
+    """Who casts a vote: the key that signed it, when that key signs for named reviewers (one
+    holder of a key for ``alice|bob`` is one person), else the reviewer it names (a key that
+    signs for anyone, such as the inbox's, vouches for each reviewer it authenticated)."""
+    key = next((key for key in plan.review_keys if key.key_id == key_id), None)
+    if key is None or key.reviewers is None:
+        return f"reviewer:{reviewer}"
+    return f"key:{key.key_id}"
+
+
+def signing_key(decision: ReviewDecision) -> str | None:
+    """The id of the key that signed ``decision`` (its token's ``kid``), if it is signed. Read
+    only from a token the rules already verified."""
+    if not decision.token:
+        return None
+    try:
+        key_id = jwt.get_unverified_header(decision.token).get("kid")
+    except jwt.PyJWTError:
+        return None
+    return key_id if isinstance(key_id, str) else None
+
+
+def same_voter(plan: RunPolicy, run: RunCore[Any], decision: ReviewDecision) -> Vote | None:
+    """The vote this round that the key signing ``decision`` already cast under another name
+    (plans that count keys: ``quorum_counts_keys``), if any."""
+    if not plan.quorum_counts_keys or decision.decision not in ("approve", "reject"):
+        return None
+    casting = voter(plan, decision.reviewer, signing_key(decision))
+    return next(
+        (v for v in run.votes if voter(plan, v.reviewer, v.key_id) == casting),
+        None,
     )
 
 

@@ -38,7 +38,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final, NoReturn
 
-import jwt
 from temporalio import workflow
 
 import workflows.engine.commands as commands
@@ -160,6 +159,14 @@ def refusal(
         problem = identity.review_token_problem(decision, keys=keys, expected=expected)
         if problem is not None:
             return Refusal("unauthenticated", problem)
+    same_key = policies.same_voter(plan, run, decision)
+    if same_key is not None:
+        return Refusal(
+            "already_voted",
+            f"the key that signed for {decision.reviewer[:80]!r} already voted "
+            f"{same_key.decision} for {same_key.reviewer[:80]!r} in round {run.review_round} of "
+            f"run {workflow_id}; a key counts once a round",
+        )
     return None
 
 
@@ -244,29 +251,20 @@ def count_refusal(run: RunCore[Any], refused: Refusal) -> None:
     run.last_refusal = record.bounded_text(refused.reason, MAX_REFUSAL_CHARS)
 
 
-def signing_key(decision: ReviewDecision) -> str | None:
-    """The id of the key that signed ``decision`` (its token's ``kid``), if it is signed. Read
-    only from a token the rules already verified."""
-    if not decision.token:
-        return None
-    try:
-        key_id = jwt.get_unverified_header(decision.token).get("kid")
-    except jwt.PyJWTError:
-        return None
-    return key_id if isinstance(key_id, str) else None
-
-
 def count_vote(graph: Graph, run: RunCore[Any], decision: ReviewDecision) -> bool:
     """Count ``decision`` (accepted by the rules) as a vote when it does not end the round: an
     approval or a rejection short of the stage's or the policy's quorum. True when it was
     counted (the run does not move); False when it decides the round (``apply`` moves it).
 
     Without a policy every decision decides, so a run planned before policies never votes.
-    The rules refuse a second decision of a reviewer who voted; one that passed validation
-    before the first was counted (two updates validated in one workflow task, before their
-    handlers run) is taken without effect: a reviewer counts once a round.
+    The rules refuse a second decision of a reviewer who voted (or of a key that voted under
+    another of its names); one that passed validation before the first was counted (two
+    updates validated in one workflow task, before their handlers run) is taken without
+    effect: a reviewer, and a key, counts once a round.
     """
     if any(vote.reviewer == decision.reviewer for vote in run.votes):
+        return True
+    if run.plan is not None and policies.same_voter(run.plan, run, decision) is not None:
         return True
     current = policies.progress(graph, run)
     if current is None or policies.decides(current, event_of(decision), decision.reviewer):
@@ -277,7 +275,7 @@ def count_vote(graph: Graph, run: RunCore[Any], decision: ReviewDecision) -> boo
             reviewer=decision.reviewer,
             decision=decision.decision,
             at=workflow.now(),
-            key_id=signing_key(decision),
+            key_id=policies.signing_key(decision),
         )
     )
     tally = policies.progress(graph, run)

@@ -89,6 +89,9 @@ class RunPolicy(_Open):
     # Plans built since budget decisions are signed: with review keys, a budget decision must
     # carry a token signed by a key allowed to sign for its operator (older plans took any).
     budget_decisions_signed: bool = False
+    # Plans built since a quorum counts keys: a key that signs for named reviewers casts one
+    # vote a round whichever of its names it signs (older plans counted each name).
+    quorum_counts_keys: bool = False
     max_feedback_chars: int = MAX_FEEDBACK_CHARS
     # The operator's review policy (REVIEW_POLICIES) by name, and its two stages (the review,
     # then its escalation) resolved against REVIEW_GROUPS and the request. Plans without

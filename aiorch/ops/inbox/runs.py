@@ -1,14 +1,16 @@
 """What the inbox shows: the runs waiting for a reviewer, and one run in full, each as its own
 pipeline shows it.
 
-The list comes from visibility: open runs of every pipeline whose ``AiState`` is a review state,
-oldest wait first (``AiStateSince``), with the round they wait on (``AiReviewRound``, where the
-workflow publishes it). What a reviewer reads of a run (what it works on, the result under
-review, the problems found, until when it waits, who may decide) is the run's own answer to the
-``review_view`` query, built by its pipeline: the inbox never reads a pipeline's activities out
-of the event history. A query is a billed action, so the list asks each waiting run once per
-wait (cached by run and ``AiStateSince``: a new round or the escalation is a new wait); the run
-page asks afresh (one action per page view, as the ``status`` query it replaces did).
+The list comes from visibility: open runs of every pipeline on the worker's task queue (a
+look-alike on another one decides its own query answers, so it is never asked) whose ``AiState``
+is a review state, oldest wait first (``AiStateSince``), with the round they wait on
+(``AiReviewRound``, where the workflow publishes it). What a reviewer reads of a run (what it
+works on, the result under review, the problems found, until when it waits, who may decide) is
+the run's own answer to the ``review_view`` query, built by its pipeline: the inbox never reads
+a pipeline's activities out of the event history. A query is a billed action, so the list asks
+each waiting run once per wait (cached by run and ``AiStateSince``: a new round or the
+escalation is a new wait); the run page asks afresh (one action per page view, as the ``status``
+query it replaces did).
 
 A reviewer sees only the runs they may decide, only while those wait: a run whose reviewers
 (``allowed_reviewers``) leave them out, one they requested, or one that no longer waits is left
@@ -197,6 +199,12 @@ class RunReader:
             if err.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT):
                 raise NotYours(workflow_id) from None
             raise
+        if (
+            description.task_queue != pipelines.task_queue()
+            or pipelines.of_type(description.workflow_type) is None
+        ):
+            # A look-alike decides what its queries answer: never ask it.
+            raise NotYours(workflow_id)
         view = await self._view(workflow_id, description.run_id, fresh=True)
         if not may_review(view, reviewer):
             raise NotYours(workflow_id)
