@@ -64,6 +64,8 @@ class CallerCheck(Interceptor):
 
         Raises:
             temporalio.service.RPCError: Temporal did not answer (the attempt is retried).
+            aiorch.runtime.errors.ConfigError: the worker's pipeline folder could not be read
+                just now (the attempt is retried).
         """
         key = (info.workflow_id or "", info.workflow_run_id or "")
         if key in self._known:

@@ -73,15 +73,15 @@ class PipelineActivities:
     async def _record(self, name: str) -> PipelineRecord:
         try:
             record = await self._folder.get(name) if self._folder is not None else None
-            files = await self._folder.names() if self._folder is not None else []
+            if record is None:
+                files = await self._folder.names() if self._folder is not None else []
+                known = ", ".join([*self._code_pipelines, *files])
+                raise invalid(f"this worker runs {known}, not {printable(name, 80)}")
         except PipelineFilesInvalid as err:
             raise invalid(str(err)) from None
         except ConfigError as err:
             # The folder is unreadable or slow just now: the start is retried.
             raise ApplicationError(str(err), type=errors.INPUT_FETCH_FAILED) from None
-        if record is None:
-            known = [*self._code_pipelines, *files]
-            raise invalid(f"this worker runs {', '.join(known)}, not {printable(name, 80)}")
         return record
 
     @activity.defn(name=ACTIVITY_PLAN_PIPELINE)
