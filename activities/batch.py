@@ -43,10 +43,16 @@ from openai.types.chat import ChatCompletion
 from pydantic import ValidationError
 from temporalio import activity
 from temporalio.client import Client
-from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
+from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
+from activities.batch_groups import (
+    HeldByAnother,
+    check_group,
+    is_last,
+    new_owner,
+    start_group,
+)
 from activities.capacity import CallGate, SpendHold, call_key
 from activities.heartbeat import HEARTBEAT_EVERY, heartbeat_while
 from activities.llm import (
@@ -101,11 +107,6 @@ METRIC_BATCH_CALLS: Final = "aiorch_batch_calls"
 def item_name(call: LlmCallInput) -> str:
     """A batched call's name (its ``custom_id``): a digest of its idempotency key."""
     return "call-" + hashlib.sha256(call_key(call).encode()).hexdigest()[:40]
-
-
-def group_workflow_id(scope: str, group: int) -> str:
-    """The id of the ``LlmBatch`` workflow of ``scope``'s group ``group``."""
-    return f"{contract.WORKFLOW_TYPE_LLM_BATCH}:{scope}:{group}"
 
 
 def submission_key(scope: str, group: int, round_: int) -> str:
@@ -202,6 +203,8 @@ class BatchLane:
                 cache=digest or "",
                 size=self._settings.size,
                 queue=_time_left(info) - QUEUE_MARGIN,
+                owner=new_owner(),
+                run=info.workflow_id or "",
             )
             if queued.again and (batch_id := await self._store.batch_of(scope, queued.group, 0)):
                 return batched(call, item, batch_id)
@@ -217,10 +220,20 @@ class BatchLane:
         )
         try:
             if queued.full:
-                await self._start(group, full=True)
+                await self._start(group, queued.owner, full=True)
             elif not queued.started:
-                await self._start(group, full=False)
+                await self._start(group, queued.owner, full=False)
                 await self._store.mark_started(scope, queued.group)
+        except HeldByAnother:
+            # Nobody joins this group any more; the run retries into the next one.
+            with contextlib.suppress(CapacityStoreError):
+                await self._store.claim(scope, queued.group)
+                await self._store.withdraw(scope, queued.group, item)
+            await self._give_back(hold)
+            raise _unavailable(
+                f"group {queued.group}'s workflow id is held by a run the batch lane did not "
+                "start; the call goes into the next group"
+            ) from None
         except (RPCError, CapacityStoreError) as err:
             # Not withdrawn, the call is submitted after all: its answer then goes unused.
             with contextlib.suppress(CapacityStoreError):
@@ -231,20 +244,8 @@ class BatchLane:
             ) from None
         activity.raise_complete_async()
 
-    async def _start(self, group: BatchGroup, *, full: bool) -> None:
-        """Start the group's workflow, or signal it that the group is full (signal-with-start);
-        one that already ran to its end (its group was submitted) is left alone."""
-        with contextlib.suppress(WorkflowAlreadyStartedError):
-            await self._temporal.start_workflow(
-                contract.WORKFLOW_TYPE_LLM_BATCH,
-                group,
-                id=group_workflow_id(group.scope, group.group),
-                task_queue=self._settings.task_queue,
-                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-                start_signal=contract.SIGNAL_BATCH_FULL if full else None,
-                static_summary=f"batch group {group.group} of {group.model}",
-            )
+    async def _start(self, group: BatchGroup, owner: str, *, full: bool) -> None:
+        await start_group(self._temporal, group, owner, self._settings.task_queue, full=full)
 
     async def _give_back(self, hold: SpendHold | None) -> None:
         if self._gate is not None and hold is not None:
@@ -292,7 +293,7 @@ class BatchActivities:
     async def submit_batch(self, batch: BatchRound) -> BatchSubmitted:
         """Submit a group's round (its unanswered calls) as one batch, at most once, and tell
         each run of round 0 which batch holds its call."""
-        _check_group(batch)
+        await check_group(self._temporal, self._store, batch)
         scope, group, number = batch.scope, batch.group, batch.round
         batch_id = await self._stored(self._store.batch_of(scope, group, number))
         now_ms, items = await self._stored(self._store.claim(scope, group))
@@ -438,7 +439,7 @@ class BatchActivities:
         """Hand every call of the batch its outcome (see the module docstring); a call the
         batch left unfinished is kept for the next round, or failed in the last."""
         assert batch.batch_id is not None
-        _check_group(batch)
+        await check_group(self._temporal, self._store, batch)
         scope = batch.scope
         try:
             found = await self._client.batches.retrieve(batch.batch_id)
@@ -455,7 +456,7 @@ class BatchActivities:
                 # Kept by an earlier attempt: hand it over again (its run may not have it).
                 outcome = LlmCallResult.model_validate_json(queued.result)
             else:
-                maybe = await self._outcome(queued, lines.get(queued.item), found, batch.last)
+                maybe = await self._outcome(queued, lines.get(queued.item), found, is_last(batch))
                 if maybe is None:
                     unfinished += 1
                     continue
@@ -572,12 +573,19 @@ class BatchActivities:
         """The batched call's outcome if its batch answered, else none yet: the activity is
         completed by the batch's collection (``activity.raise_complete_async``)."""
         scope = scope_name(self._base_url, waiting.model)
+        info = activity.info()
         try:
             state, result = await self._store.awaiting(
-                scope, waiting.item, activity.info().task_token
+                scope, waiting.item, info.task_token, info.workflow_id or ""
             )
         except CapacityStoreError as err:
             raise _unavailable(f"the batch lane's store cannot be reached ({err})") from None
+        if state == "another_run":
+            raise ApplicationError(
+                f"batched call {waiting.item} was made by another run; its answer goes there",
+                type=errors.UNKNOWN_CALLER,
+                non_retryable=True,
+            )
         if state == "answered" and result is not None:
             await self._stored(self._store.delivered(scope, waiting.item))
             return LlmCallResult.model_validate_json(result)
@@ -629,22 +637,6 @@ class BatchActivities:
             return await pending
         except CapacityStoreError as err:
             raise _unavailable(f"the batch lane's store cannot be reached ({err})") from None
-
-
-def _check_group(batch: BatchRound) -> None:
-    """Only a group's own workflow (its id names the group) may submit or collect it: a
-    workflow started under another id with a group's number must not submit it a second time.
-
-    Raises:
-        ApplicationError: ``UnknownCaller`` (permanent) for any other workflow.
-    """
-    caller = activity.info().workflow_id
-    if caller != group_workflow_id(batch.scope, batch.group):
-        raise ApplicationError(
-            f"group {batch.group} of {batch.model} belongs to its own workflow, not {caller!r}",
-            type=errors.UNKNOWN_CALLER,
-            non_retryable=True,
-        )
 
 
 def _input(queued: QueuedCall) -> LlmCallInput:

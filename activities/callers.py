@@ -15,8 +15,7 @@ itself is executing.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Container
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from temporalio import activity
 from temporalio.client import Client
@@ -34,10 +33,22 @@ from workflows import errors
 KNOWN_RUNS: Final = 10_000
 
 
+class WorkflowTypes(Protocol):
+    """The workflow types whose runs may call the worker's activities."""
+
+    async def has(self, workflow_type: str) -> bool:
+        """Whether ``workflow_type`` is one of them (it may read the worker's pipeline folder).
+
+        Raises:
+            aiorch.runtime.errors.ConfigError: the folder could not be read just now.
+        """
+        ...
+
+
 class CallerCheck(Interceptor):
     """Refuses a regular activity scheduled by a run that is not one of this worker's own."""
 
-    def __init__(self, client: Client, task_queue: str, workflow_types: Container[str]) -> None:
+    def __init__(self, client: Client, task_queue: str, workflow_types: WorkflowTypes) -> None:
         # Asked on each new run, not copied: a pipeline file added to the worker's folder
         # becomes one of its pipelines.
         self._client = client
@@ -53,6 +64,8 @@ class CallerCheck(Interceptor):
 
         Raises:
             temporalio.service.RPCError: Temporal did not answer (the attempt is retried).
+            aiorch.runtime.errors.ConfigError: the worker's pipeline folder could not be read
+                just now (the attempt is retried).
         """
         key = (info.workflow_id or "", info.workflow_run_id or "")
         if key in self._known:
@@ -71,7 +84,7 @@ class CallerCheck(Interceptor):
             if err.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT):
                 return "no such run"
             raise
-        if caller.workflow_type not in self._types:
+        if not await self._types.has(caller.workflow_type):
             return f"a {caller.workflow_type} run is no pipeline of this worker's"
         if caller.task_queue != self._task_queue:
             return f"a run on task queue {caller.task_queue!r}, not this worker's"

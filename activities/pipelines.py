@@ -22,6 +22,7 @@ from temporalio.exceptions import ApplicationError
 from activities.notify import NotifyActivities, shown_id
 from activities.prompt import lowered, planned
 from aiorch.runtime.config import Settings
+from aiorch.runtime.errors import ConfigError
 from aiorch.runtime.links import inbox_run_url, web_ui_run_url
 from aiorch.runtime.pipeline_files import PipelineFilesInvalid, PipelineFolder
 from workflows import errors
@@ -69,14 +70,18 @@ class PipelineActivities:
         self._notifier = notifier
         self._review_keys = settings.review_keys()
 
-    def _record(self, name: str) -> PipelineRecord:
+    async def _record(self, name: str) -> PipelineRecord:
         try:
-            record = self._folder.get(name) if self._folder is not None else None
+            record = await self._folder.get(name) if self._folder is not None else None
+            if record is None:
+                files = await self._folder.names() if self._folder is not None else []
+                known = ", ".join([*self._code_pipelines, *files])
+                raise invalid(f"this worker runs {known}, not {printable(name, 80)}")
         except PipelineFilesInvalid as err:
             raise invalid(str(err)) from None
-        if record is None:
-            known = [*self._code_pipelines, *(self._folder.names() if self._folder else [])]
-            raise invalid(f"this worker runs {', '.join(known)}, not {printable(name, 80)}")
+        except ConfigError as err:
+            # The folder is unreadable or slow just now: the start is retried.
+            raise ApplicationError(str(err), type=errors.INPUT_FETCH_FAILED) from None
         return record
 
     @activity.defn(name=ACTIVITY_PLAN_PIPELINE)
@@ -87,7 +92,7 @@ class PipelineActivities:
             ApplicationError: ``InvalidRequest`` (non-retryable): no such pipeline, its file has
                 a problem, or the request or its input does not fit.
         """
-        record = self._record(plan_input.pipeline)
+        record = await self._record(plan_input.pipeline)
         try:
             request = DataRequest.model_validate(plan_input.request)
         except ValidationError as err:

@@ -15,7 +15,7 @@ from typing import Any
 
 from temporalio import activity
 
-from activities.prompt import context_suffix, planned
+from activities.prompt import REVIEW_LEVELS, context_suffix, planned
 from aiorch.runtime.config import Settings
 from workflows.documents.contract import ACTIVITY_PLAN_DOCUMENT, PIPELINE_DOCUMENTS
 from workflows.documents.payloads import DocumentPlan, PlanDocumentInput
@@ -41,7 +41,10 @@ class DocumentPlanActivities:
     """The ``plan_document`` activity, with the worker's settings injected."""
 
     def __init__(self, settings: Settings) -> None:
-        self._settings = settings
+        # A document's fields are model output, which the document itself steers: its runs
+        # get at least DOCUMENT_REVIEW_MIN.
+        floor = max(settings.review_min, settings.document_review_min, key=REVIEW_LEVELS.index)
+        self._settings = settings.model_copy(update={"review_min": floor})
         self._review_keys = settings.review_keys()
 
     @activity.defn(name=ACTIVITY_PLAN_DOCUMENT)

@@ -5,12 +5,14 @@ Per scope (an endpoint and a model), under one Redis Cluster hash tag (``aiorch:
 
 - ``seq``: the number of the last group opened; ``open``: the group calls join now (``group``,
   ``count``, ``started``: whether its ``LlmBatch`` workflow is known to run);
-- ``q``: every queued call by its group (a sorted set); ``g``: each group's times and, per round,
-  the provider's batch id, recorded the moment the batch exists;
+- ``q``: every queued call by its group (a sorted set); ``g``: each group's times, its owner
+  token (a random value its ``LlmBatch`` workflow carries in its memo: the mark of the run the
+  lane started) and, per round, the provider's batch id, recorded the moment the batch exists;
 - ``i:ITEM``: one call: its input (``LlmCallInput``), the task token of the ``invoke_llm`` that
-  waits for its submission, the pipeline that made it, its spend reservation and result cache
-  digest, the time its run stops waiting for the submission, and once answered its result and
-  the task token of the ``await_batch`` that waits for it.
+  waits for its submission, the pipeline and the run (workflow id) that made it, its spend
+  reservation and result cache digest, the time its run stops waiting for the submission, and
+  once answered its result and the task token of the ``await_batch`` that waits for it (only
+  that run's ``await_batch`` may wait for it).
 
 A call joins the open group (opening one when there is none) in one script; the call that fills a
 group closes it, and so does its submission, so every call is in exactly one group and a group's
@@ -30,14 +32,16 @@ from redis.exceptions import RedisError
 from aiorch.runtime.capacity import KEY_PREFIX, CapacityStoreError
 
 # KEYS: seq, open, q, g, item. ARGV: item, call, token, pipeline, spend, cache digest, group size,
-# ms the call may wait for its submission, item ttl s. Returns {group, started (0/1), full (0/1),
-# already queued (0/1)}.
+# ms the call may wait for its submission, item ttl s, the owner token a group opened now gets,
+# the workflow id of the run that made the call.
+# Returns {group, started (0/1), full (0/1), already queued (0/1), the group's owner token or ''}.
 ENQUEUE: Final = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if redis.call('EXISTS', KEYS[5]) == 1 then
   redis.call('HSET', KEYS[5], 'token', ARGV[3])
-  return {tonumber(redis.call('HGET', KEYS[5], 'group')), 1, 0, 1}
+  local queued = tonumber(redis.call('HGET', KEYS[5], 'group'))
+  return {queued, 1, 0, 1, redis.call('HGET', KEYS[4], queued .. ':owner') or ''}
 end
 local group = tonumber(redis.call('HGET', KEYS[2], 'group'))
 local count = tonumber(redis.call('HGET', KEYS[2], 'count')) or 0
@@ -45,12 +49,13 @@ local started = tonumber(redis.call('HGET', KEYS[2], 'started')) or 0
 if not group then
   group = redis.call('INCR', KEYS[1])
   count, started = 0, 0
-  redis.call('HSET', KEYS[4], group .. ':opened', now)
+  redis.call('HSET', KEYS[4], group .. ':opened', now, group .. ':owner', ARGV[10])
 end
 count = count + 1
 redis.call('ZADD', KEYS[3], group, ARGV[1])
 redis.call('HSET', KEYS[5], 'call', ARGV[2], 'token', ARGV[3], 'pipeline', ARGV[4],
-  'spend', ARGV[5], 'cache', ARGV[6], 'group', group, 'deadline', now + tonumber(ARGV[8]))
+  'spend', ARGV[5], 'cache', ARGV[6], 'group', group, 'deadline', now + tonumber(ARGV[8]),
+  'run', ARGV[11])
 redis.call('EXPIRE', KEYS[5], tonumber(ARGV[9]))
 local full = 0
 if count >= tonumber(ARGV[7]) then
@@ -59,7 +64,7 @@ if count >= tonumber(ARGV[7]) then
 else
   redis.call('HSET', KEYS[2], 'group', group, 'count', count, 'started', started)
 end
-return {group, started, full, 0}
+return {group, started, full, 0, redis.call('HGET', KEYS[4], group .. ':owner') or ''}
 """
 
 # KEYS: open. ARGV: group. The group's workflow runs: later calls need not start it.
@@ -105,10 +110,13 @@ redis.call('EXPIRE', KEYS[1], tonumber(ARGV[2]))
 return {1, redis.call('HGET', KEYS[1], 'await') or ''}
 """
 
-# KEYS: item. ARGV: await_batch task token. Returns {-1} (no such call), {0} (waiting: the token
-# is kept for the answer) or {1, result}.
+# KEYS: item. ARGV: await_batch task token, the waiting run's workflow id. Returns {-1} (no such
+# call), {-2} (the call is another run's), {0} (waiting: the token is kept for the answer) or
+# {1, result}.
 AWAIT: Final = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return {-1} end
+local run = redis.call('HGET', KEYS[1], 'run')
+if run and run ~= '' and run ~= ARGV[2] then return {-2} end
 local result = redis.call('HGET', KEYS[1], 'result')
 if result then return {1, result} end
 redis.call('HSET', KEYS[1], 'await', ARGV[1])
@@ -121,13 +129,15 @@ _FIELDS: Final = ("call", "token", "pipeline", "spend", "cache", "deadline", "re
 @dataclass(frozen=True)
 class Enqueued:
     """Where a call went: its ``group``, whether that group's workflow is known to run
-    (``started``), whether this call filled it (``full``), and whether the call was queued
-    before (``again``: the same attempt enqueued twice)."""
+    (``started``), whether this call filled it (``full``), whether the call was queued before
+    (``again``: the same attempt enqueued twice), and the group's ``owner`` token (what its
+    workflow carries in its memo; '' for a group opened before groups had one)."""
 
     group: int
     started: bool
     full: bool
     again: bool
+    owner: str = ""
 
 
 @dataclass(frozen=True)
@@ -144,7 +154,7 @@ class QueuedCall:
     result: str | None
 
 
-Awaited = tuple[Literal["unknown", "waiting", "answered"], str | None]
+Awaited = tuple[Literal["unknown", "another_run", "waiting", "answered"], str | None]
 
 
 def scope_keys(scope: str) -> dict[str, str]:
@@ -180,9 +190,12 @@ class BatchStore:
         cache: str,
         size: int,
         queue: timedelta,
+        owner: str,
+        run: str,
     ) -> Enqueued:
         """Queue call ``item`` in ``scope``'s open group (groups hold ``size`` calls); it waits
-        at most ``queue`` for its submission."""
+        at most ``queue`` for its submission; a group it opens gets ``owner`` as its token. ``run``:
+        the workflow id of the run that made the call, the only one its answer goes to."""
         keys = scope_keys(scope)
         args: list[Any] = [
             item,
@@ -194,11 +207,22 @@ class BatchStore:
             size,
             int(queue.total_seconds() * 1000),
             self._ttl,
+            owner,
+            run,
         ]
-        group, started, full, again = await self._run(
+        group, started, full, again, token = await self._run(
             self._enqueue(keys=self._keys(keys, item), args=args)
         )
-        return Enqueued(int(group), bool(int(started)), bool(int(full)), bool(int(again)))
+        return Enqueued(
+            int(group), bool(int(started)), bool(int(full)), bool(int(again)), _text(token)
+        )
+
+    async def owner_of(self, scope: str, group: int) -> tuple[bool, str]:
+        """Whether ``group`` was ever opened, and its owner token ('' if none was kept)."""
+        opened, owner = await self._run(
+            self._redis.hmget(scope_keys(scope)["g"], [f"{group}:opened", f"{group}:owner"])
+        )
+        return opened is not None, _text(owner) if owner is not None else ""
 
     async def mark_started(self, scope: str, group: int) -> None:
         """Note that ``group``'s workflow runs, so later calls need not start it."""
@@ -275,11 +299,14 @@ class BatchStore:
         )
         return bool(int(stored)), (bytes(token) if token else None)
 
-    async def awaiting(self, scope: str, item: str, token: bytes) -> Awaited:
-        """Call ``item``'s result if it has one, else keep ``token`` for its answer."""
+    async def awaiting(self, scope: str, item: str, token: bytes, run: str) -> Awaited:
+        """Call ``item``'s result if it has one, else keep ``token`` for its answer; neither
+        when the call is not run ``run``'s (a workflow id)."""
         keys = scope_keys(scope)
-        reply = await self._run(self._await(keys=[self._item(keys, item)], args=[token]))
+        reply = await self._run(self._await(keys=[self._item(keys, item)], args=[token, run]))
         verdict = int(reply[0])
+        if verdict == -2:
+            return "another_run", None
         if verdict < 0:
             return "unknown", None
         if verdict == 0:
@@ -294,7 +321,7 @@ class BatchStore:
         """Drop ``group``'s index entries, its ``rounds`` batch ids included (its calls keep
         their answers until delivered)."""
         keys = scope_keys(scope)
-        fields = ["opened", "closed", *(f"r{number}" for number in range(rounds))]
+        fields = ["opened", "closed", "owner", *(f"r{number}" for number in range(rounds))]
         async with self._redis.pipeline(transaction=False) as pipe:
             pipe.zremrangebyscore(keys["q"], group, group)
             pipe.hdel(keys["g"], *(f"{group}:{field}" for field in fields))

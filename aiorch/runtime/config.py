@@ -277,6 +277,14 @@ class Settings(BaseSettings):
         description="The least review any run gets: `never` < `auto` (when the model asks for "
         "it) < `always`; a request may only raise it.",
     )
+    document_review_min: Annotated[
+        Literal["never", "auto", "always"], SettingDoc(Section.REVIEW)
+    ] = Field(
+        default="always",
+        description="The least review a document run gets (with `REVIEW_MIN`, the higher "
+        "counts): the fields it stores are model output, which the document steers, so by "
+        "default a person approves them; `auto` stores valid fields unreviewed.",
+    )
     allowed_reviewers: Annotated[
         list[str] | None,
         NoDecode,

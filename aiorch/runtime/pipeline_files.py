@@ -15,16 +15,17 @@ earlier keep theirs (``workflows.data.source``).
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import yaml
 from pydantic import ValidationError
 
 from aiorch.runtime.errors import ConfigError
+from aiorch.runtime.pipeline_yaml import Marks, Reader, ReadRefused
 from workflows.data.catalog import Catalog
 from workflows.data.compiler import CheckProblem, check, error_message
 from workflows.data.contract import MAX_FILE_BYTES, Rule
@@ -32,7 +33,9 @@ from workflows.data.spec import PipelineRecord, PipelineSpec, file_digest
 from workflows.payloads import printable
 
 SUFFIXES = (".yaml", ".yml")
-Loc = tuple[Any, ...]
+# How long a run's start waits for the folder: every file's read is bounded, so only a stalled
+# file system takes this long.
+READ_TIMEOUT = dt.timedelta(seconds=5)
 
 
 @dataclass(frozen=True)
@@ -70,82 +73,7 @@ class PipelineFilesInvalid(ConfigError):
         super().__init__(f"{what}: {shown}{more}; check them with `aiorch pipeline check FILE`")
 
 
-@dataclass
-class _Marks:
-    """Where each value was in the text: the mark of a mapping entry is its key's."""
-
-    at: dict[Loc, tuple[int, int]] = field(default_factory=dict)
-    values: dict[Loc, yaml.Node] = field(default_factory=dict)
-
-    def where(self, path: Loc) -> tuple[int, int]:
-        """The line and column of ``path``, or of the nearest enclosing value."""
-        current = tuple(path)
-        while current and current not in self.at:
-            current = current[:-1]
-        return self.at.get(current, (1, 1))
-
-
-class _Reader:
-    """YAML into plain data, keeping marks and refusing duplicate keys and non-JSON values;
-    keys are taken as written (``on:`` is the key "on", not YAML 1.1's true)."""
-
-    def __init__(self, text: str) -> None:
-        self.loader = yaml.SafeLoader(text)
-        self.marks = _Marks()
-        self.problems: list[tuple[Loc, Rule, str]] = []
-
-    def read(self) -> Any:
-        try:
-            node = self.loader.get_single_node()
-            if node is None:
-                return None
-            return self._data(node, ())
-        finally:
-            self.loader.dispose()
-
-    def _mark(self, path: Loc, node: yaml.Node) -> None:
-        self.marks.at[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
-
-    def _data(self, node: yaml.Node, path: Loc) -> Any:
-        self.marks.at.setdefault(path, (node.start_mark.line + 1, node.start_mark.column + 1))
-        self.marks.values[path] = node
-        if isinstance(node, yaml.MappingNode):
-            self.loader.flatten_mapping(node)
-            data: dict[str, Any] = {}
-            for key_node, value_node in node.value:
-                # A key is its text: YAML 1.1 would read `on:` as true and `1:` as a number.
-                if not isinstance(key_node, yaml.ScalarNode):
-                    self._mark((*path,), key_node)
-                    self.problems.append(((*path,), Rule.INVALID_VALUE, "a key must be a name"))
-                    continue
-                key = str(key_node.value)
-                entry = (*path, key)
-                if key in data:
-                    self._mark(entry, key_node)
-                    self.problems.append((entry, Rule.DUPLICATE_KEY, f"{key!r} is given twice"))
-                    continue
-                self._mark(entry, key_node)
-                data[key] = self._data(value_node, entry)
-            return data
-        if isinstance(node, yaml.SequenceNode):
-            items = []
-            for index, item in enumerate(node.value):
-                self._mark((*path, index), item)
-                items.append(self._data(item, (*path, index)))
-            return items
-        value = self.loader.construct_object(node, deep=True)
-        if isinstance(value, dt.datetime | dt.date):
-            return value.isoformat()
-        if isinstance(value, bytes):
-            self.problems.append((path, Rule.INVALID_VALUE, "binary data is not allowed"))
-            return None
-        if isinstance(value, float) and value != value:  # NaN is no JSON
-            self.problems.append((path, Rule.INVALID_VALUE, "NaN is not allowed"))
-            return None
-        return value
-
-
-def _file_problem(name: str, text: str, marks: _Marks, problem: CheckProblem) -> FileProblem:
+def _file_problem(name: str, text: str, marks: Marks, problem: CheckProblem) -> FileProblem:
     line, column = marks.where(problem.path)
     node = marks.values.get(tuple(problem.path))
     if problem.template_line and isinstance(node, yaml.ScalarNode):
@@ -182,12 +110,15 @@ def check_text(
                 f"a pipeline file holds at most {MAX_FILE_BYTES} bytes",
             )
         ]
-    reader = _Reader(text)
+    reader = Reader(text)
     try:
         data = reader.read()
+    except ReadRefused as err:
+        line, column = _line_column(err.problem_mark)
+        return None, [FileProblem(name, line, column, str(err.rule), str(err.problem))]
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
-        line, column = (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
+        line, column = _line_column(mark)
         reason = getattr(err, "problem", None) or str(err)
         return None, [FileProblem(name, line, column, str(Rule.YAML), f"not YAML: {reason}")]
     marks = reader.marks
@@ -235,6 +166,10 @@ def check_text(
         name=spec.name, version=spec.version, sha256=file_digest(text), text=text, spec=spec
     )
     return record, []
+
+
+def _line_column(mark: yaml.Mark | None) -> tuple[int, int]:
+    return (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
 
 
 def _order(problem: FileProblem) -> tuple[int, int]:
@@ -308,8 +243,10 @@ def scan(files: Iterable[CheckedFile]) -> FolderScan:
 class PipelineFolder:
     """The worker's pipeline folder (``PIPELINES_DIR``), read again when a file in it changes.
 
-    ``names`` and membership (``in``) cover every pipeline this process has served, so runs
-    that started on a file since removed still pass the activity caller check.
+    ``names`` and ``has`` cover every pipeline this process has served, so runs that started
+    on a file since removed still pass the activity caller check. A worker reads it with
+    `current` (in a thread, with a time limit); ``scan`` and ``check`` read it in the caller's
+    thread (the operator's tools, a worker's start).
     """
 
     def __init__(self, path: Path, catalog: Catalog, reserved: Collection[str] = ()) -> None:
@@ -318,6 +255,7 @@ class PipelineFolder:
         self._reserved = frozenset(reserved)
         self._cache: dict[Path, tuple[tuple[int, int], CheckedFile]] = {}
         self._served: set[str] = set()
+        self._reading: asyncio.Future[FolderScan] | None = None
 
     def scan(self) -> FolderScan:
         """The folder now (files unchanged since the last scan are not read again).
@@ -344,7 +282,8 @@ class PipelineFolder:
         for gone in set(self._cache) - set(paths):
             del self._cache[gone]
         found = scan(checked)
-        self._served.update(found.records)
+        # Replaced, not updated: the event loop reads it while a thread scans.
+        self._served = self._served | set(found.records)
         return found
 
     def check(self) -> FolderScan:
@@ -361,14 +300,36 @@ class PipelineFolder:
             )
         return found
 
-    def get(self, name: str) -> PipelineRecord | None:
-        """The pipeline called ``name`` as its file is now, if it has no problem.
+    async def current(self) -> FolderScan:
+        """The folder now, read in a thread so the worker's event loop never waits on it, and
+        given at most ``READ_TIMEOUT``; callers meanwhile share the read under way.
+
+        Raises:
+            ConfigError: the folder cannot be listed, or was not read in time (the read goes
+                on in its thread and the next caller shares it).
+        """
+        if self._reading is None or self._reading.done():
+            self._reading = asyncio.ensure_future(asyncio.to_thread(self.scan))
+        try:
+            return await asyncio.wait_for(
+                asyncio.shield(self._reading), READ_TIMEOUT.total_seconds()
+            )
+        except TimeoutError:
+            raise ConfigError(
+                f"PIPELINES_DIR={str(self.path)!r} was not read within "
+                f"{READ_TIMEOUT.total_seconds():g} s"
+            ) from None
+
+    async def get(self, name: str) -> PipelineRecord | None:
+        """The pipeline called ``name`` as its file is now, if it has no problem. Another
+        file's problem does not stop it.
 
         Raises:
             PipelineFilesInvalid: no valid file names it and some file has problems (it may be
                 the one).
+            ConfigError: as `current`.
         """
-        found = self.scan()
+        found = await self.current()
         record = found.records.get(name)
         if record is None and found.problems:
             raise PipelineFilesInvalid(
@@ -377,12 +338,21 @@ class PipelineFolder:
             )
         return record
 
-    def names(self) -> list[str]:
-        """The pipelines the folder has now and every one this process served."""
-        return sorted({*self.scan().records, *self._served})
+    async def names(self) -> list[str]:
+        """The pipelines the folder has now and every one this process served.
 
-    def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and name in self.names()
+        Raises:
+            ConfigError: as `current`.
+        """
+        return sorted({*(await self.current()).records, *self._served})
+
+    async def has(self, name: str) -> bool:
+        """Whether ``name`` is one of `names`.
+
+        Raises:
+            ConfigError: as `current`.
+        """
+        return name in self._served or name in (await self.current()).records
 
 
 def settings_folder(

@@ -300,10 +300,15 @@ class WorkerPipelines:
         )
         self._folder = folder
 
-    def __contains__(self, workflow_type: object) -> bool:
+    async def has(self, workflow_type: str) -> bool:
+        """Whether runs of ``workflow_type`` may call the worker's activities.
+
+        Raises:
+            ConfigError: the folder could not be read just now (the activity is retried).
+        """
         if workflow_type in self._types:
             return True
-        return self._folder is not None and workflow_type in self._folder
+        return self._folder is not None and await self._folder.has(workflow_type)
 
 
 @contextlib.asynccontextmanager

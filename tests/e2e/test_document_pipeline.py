@@ -54,7 +54,9 @@ pytestmark = pytest.mark.e2e
 
 # Two workers share the stack (HEALTH_PORT 0: no fixed port for either to fight over); the
 # second one writes to PostgreSQL and polls a task queue of its own.
-WORKER_ENV = {**E2E_WORKER_ENV, "HEALTH_PORT": "0"}
+# These runs store valid fields unreviewed, as an operator who sets DOCUMENT_REVIEW_MIN=auto
+# chose; the default sends every document to a reviewer.
+WORKER_ENV = {**E2E_WORKER_ENV, "HEALTH_PORT": "0", "DOCUMENT_REVIEW_MIN": "auto"}
 POSTGRES_QUEUE = "documents-postgres"
 DOCUMENTS = pipelines.named("documents")
 EDGES = {(t.source, t.event, t.target) for t in GRAPH.transitions}

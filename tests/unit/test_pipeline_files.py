@@ -112,21 +112,21 @@ def test_a_key_is_its_text_not_yaml_1_1s_boolean() -> None:
     assert review.on == {"reject": "store"}
 
 
-def test_the_folder_serves_a_changed_file_s_new_version(tmp_path: Path) -> None:
+async def test_the_folder_serves_a_changed_file_s_new_version(tmp_path: Path) -> None:
     """A file changed in place is read again: the next run gets the new version; the names
     include every pipeline the process served, so runs of a removed file still pass the
     activity caller check."""
     folder = PipelineFolder(tmp_path, CATALOG, code_pipeline_names())
     path = write_pipeline(tmp_path, TRIAGE_V1)
-    first = folder.get("SupportTriage")
+    first = await folder.get("SupportTriage")
     write_pipeline(tmp_path, TRIAGE_V2)
-    second = folder.get("SupportTriage")
+    second = await folder.get("SupportTriage")
     assert first is not None and second is not None
     assert (first.version, second.version) == ("1", "2")
     assert first.sha256 != second.sha256 and second.text == TRIAGE_V2
     path.unlink()
-    assert folder.get("SupportTriage") is None
-    assert "SupportTriage" in folder
+    assert await folder.get("SupportTriage") is None
+    assert await folder.has("SupportTriage")
 
 
 def test_two_files_of_one_name_are_both_refused(tmp_path: Path) -> None:

@@ -25,9 +25,9 @@ from typing import Any, Final
 from jinja2 import TemplateError, meta, nodes
 from jinja2.exceptions import SecurityError
 from jinja2.runtime import Undefined
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from workflows.data.contract import Rule
+from workflows.data.template_bounds import MAX_RENDERED, BoundedEnvironment
 
 ROOTS: Final = ("input", "steps")
 # random: different on every replay; attr: reaches an attribute by a computed name.
@@ -66,9 +66,10 @@ def _finalize(value: Any) -> Any:
     return "" if value is None else value
 
 
-def environment() -> ImmutableSandboxedEnvironment:
-    """A fresh sandboxed environment with nothing in reach but what a render is given."""
-    env = ImmutableSandboxedEnvironment(
+def environment() -> BoundedEnvironment:
+    """A fresh sandboxed environment with nothing in reach but what a render is given, and
+    bounds on what it computes (``workflows.data.template_bounds``)."""
+    env = BoundedEnvironment(
         autoescape=False, undefined=Undefined, finalize=_finalize, keep_trailing_newline=True
     )
     env.globals.clear()
@@ -81,9 +82,7 @@ FieldCheck = Callable[[tuple[str, ...]], str | None]
 """Why a path (``("input", "ticket")``) names nothing the run will have, or None."""
 
 
-def problems(
-    env: ImmutableSandboxedEnvironment, text: str, check: FieldCheck
-) -> list[TemplateProblem]:
+def problems(env: BoundedEnvironment, text: str, check: FieldCheck) -> list[TemplateProblem]:
     """Every problem in ``text``: syntax, what it may not reach, fields that do not exist."""
     try:
         tree = env.parse(text)
@@ -91,7 +90,21 @@ def problems(
     except TemplateError as err:
         line = getattr(err, "lineno", None) or 1
         return [TemplateProblem(line, Rule.TEMPLATE_SYNTAX, _one_line(err))]
+    except RecursionError:
+        # Jinja2's parser and compiler recurse once per nested expression.
+        return [TemplateProblem(1, Rule.TEMPLATE_SYNTAX, "expressions nest too deeply")]
     found: list[TemplateProblem] = []
+    nested = {
+        id(inner): inner for loop in tree.find_all(nodes.For) for inner in loop.find_all(nodes.For)
+    }
+    for inner in nested.values():
+        found.append(
+            TemplateProblem(
+                inner.lineno,
+                Rule.TEMPLATE_UNSAFE,
+                "a template nests no loop inside another (a client's lists would multiply)",
+            )
+        )
     for node in _lookups(tree):
         name = _key(node)
         if isinstance(name, str) and name.startswith("_"):
@@ -184,10 +197,20 @@ def render(template: Any, values: dict[str, Any]) -> str:
     Raises:
         RenderFailed: it reached something the sandbox refuses, or failed otherwise.
     """
+    parts: list[str] = []
+    length = 0
     try:
-        text: str = template.render(values)
+        # Piece by piece, so a render that outgrows the limit stops there.
+        for part in template.generate(values):
+            length += len(part)
+            if length > MAX_RENDERED:
+                raise RenderFailed(
+                    f"the template rendered more than {MAX_RENDERED} characters "
+                    "(a template's limit)"
+                )
+            parts.append(part)
     except SecurityError as err:
         raise RenderFailed(f"refused by the template sandbox: {_one_line(err)}") from None
     except (TemplateError, TypeError, ValueError, LookupError, ArithmeticError) as err:
         raise RenderFailed(f"{type(err).__name__}: {_one_line(err)}") from None
-    return text
+    return "".join(parts)
