@@ -25,7 +25,8 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.batch import BatchActivities, group_workflow_id, item_name
+from activities.batch import BatchActivities, item_name
+from activities.batch_groups import group_workflow_id
 from activities.llm import LlmActivities, call_cost
 from activities.prompt import InputLoader
 from aiorch.devstack.llm_simulator import running_simulator
@@ -140,7 +141,6 @@ class Lane:
             client,
             cast(Client, None),  # tells waiting runs their outcomes: none waits here
             store,
-            InputLoader(),
             base_url=str(client.base_url),
             prices=DEFAULT_PRICE_TABLE,
         )

@@ -214,7 +214,7 @@ def batch_activities(stack: LocalStack, store: BatchStore, client: Client) -> Ba
     loader = InputLoader()
     llm = LlmActivities(openai_client(settings), loader, settings.llm_timeout_s)
     return BatchActivities(
-        llm, openai_client(settings), client, store, loader, base_url=settings.openai_base_url
+        llm, openai_client(settings), client, store, base_url=settings.openai_base_url
     )
 
 
