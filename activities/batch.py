@@ -54,7 +54,7 @@ from activities.batch_groups import (
     start_group,
 )
 from activities.capacity import CallGate, SpendHold, call_key
-from activities.heartbeat import HEARTBEAT_EVERY, heartbeat_while
+from activities.heartbeat import HEARTBEAT_EVERY, HeartbeatPacer, heartbeat_while
 from activities.llm import (
     LlmActivities,
     answer_of,
@@ -329,9 +329,9 @@ class BatchActivities:
         the calls in it; a call whose request cannot be built now (its document is gone or
         changed) is failed back to its run instead."""
         kept, lines = [], []
+        pacer = HeartbeatPacer(self._heartbeat_every)
         for count, queued in enumerate(calls):
-            if count and count % 100 == 0:  # a heartbeat is a billable action
-                activity.heartbeat(f"writing line {count} of {len(calls)}")
+            pacer.beat(f"writing line {count} of {len(calls)}")
             call = _input(queued)
             try:
                 document = await load_document(self._llm.documents, call)
@@ -449,9 +449,9 @@ class BatchActivities:
         _, items = await self._stored(self._store.claim(scope, batch.group))
         calls = await self._stored(self._store.calls(scope, items))
         answered = failures = unfinished = 0
+        pacer = HeartbeatPacer(self._heartbeat_every)
         for count, queued in enumerate(calls):
-            if count and count % 100 == 0:  # a heartbeat is a billable action
-                activity.heartbeat(f"collecting call {count} of {len(calls)}")
+            pacer.beat(f"collecting call {count} of {len(calls)}")
             if queued.result is not None:
                 # Kept by an earlier attempt: hand it over again (its run may not have it).
                 outcome = LlmCallResult.model_validate_json(queued.result)

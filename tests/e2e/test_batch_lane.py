@@ -337,10 +337,10 @@ async def test_replaying_every_history_on_a_cold_worker_changes_no_spend(
     store: CapacityStore,
 ) -> None:
     """Every history of this module (runs in both lanes, cached and redriven, and the batch
-    groups' LlmBatch runs) replays without a nondeterminism error, through the replayer and on
-    a restarted worker with no cache that answers a query of each run from its history; the
-    tenant's spend, the simulator's calls and submissions stay as they were, and the cold
-    worker's cost and token metrics count nothing."""
+    groups' LlmBatch runs, each ended once its runs have) replays without a nondeterminism
+    error, through the replayer and on a restarted worker with no cache that answers a query of
+    each run from its history; the tenant's spend, the simulator's calls and submissions stay
+    as they were, and the cold worker's cost and token metrics count nothing."""
     simulator = sim(batched)
     client = await connect(batched)
     day = datetime.now(UTC).date()
@@ -353,6 +353,10 @@ async def test_replaying_every_history_on_a_cold_worker_changes_no_spend(
         async for w in client.list_workflows(f"WorkflowType = '{contract.WORKFLOW_TYPE_LLM_BATCH}'")
     ]
     assert groups
+    # A group's run ends once its collection returns, moments after the last of its runs got
+    # its answer: one still collecting would be in flight through the restarts below.
+    for group in groups:
+        await asyncio.wait_for(group.result(), timeout=30)
     histories = [await h.fetch_history() for h in [*ran, *groups]]
     for history in histories:
         assert not any(
