@@ -32,6 +32,8 @@ from tests.activities.llm_calls import call
 from tests.support.pdfs import bomb_pdf, text_pdf
 from workflows.documents import DOCUMENT_TOO_LARGE
 
+pytestmark = pytest.mark.e2e
+
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 

@@ -34,6 +34,8 @@ from workflows.contract import DEFAULT_TASK_QUEUE
 from workflows.documents import DOCUMENT_TOO_LARGE, ExtractTextInput
 from workflows.documents.payloads import DocumentRequest, DocumentResult
 
+pytestmark = pytest.mark.e2e
+
 T = TypeVar("T")
 PAGES, CHARACTERS = 40, 5_000_000  # 200 M characters from a file of about 14 kB
 CAP = "its text passes MAX_DOCUMENT_CHARS (4000000 characters)"

@@ -25,6 +25,8 @@ from tests.support.pipeline_files import TRIAGE, TRIAGE_V1, write_pipeline
 from workflows import contract
 from workflows.data import CATALOG, DataResult
 
+pytestmark = pytest.mark.e2e
+
 # 24 bytes: the list holds itself, so expanding it never ends.
 RECURSIVE = "name: Helper\nx: &a [*a]\n"
 # About 400 bytes whose last line expands to ten to the eighth power strings.

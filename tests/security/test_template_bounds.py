@@ -17,6 +17,8 @@ from tests.support.pipeline_files import TRIAGE_V1
 from workflows.data import CATALOG, templates
 from workflows.data.template_bounds import MAX_RENDERED
 
+pytestmark = pytest.mark.e2e
+
 FAST_S = 0.5
 # The review's inputs, and the filters that repeat a string a client chooses.
 ATTACKS = {

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from types import MappingProxyType
 from typing import Any, Final
 
 from jinja2 import Environment, nodes
@@ -173,13 +174,15 @@ def _wordwrap(
     return do_wordwrap(environment, s, width, break_long_words, wrapstring, break_on_hyphens)
 
 
-BOUNDED_FILTERS: Final = {
-    "center": _center,
-    "indent": _indent,
-    "format": _format,
-    "slice": _slice,
-    "tojson": _tojson,
-    "replace": _replace,
-    "join": _join,
-    "wordwrap": _wordwrap,
-}
+BOUNDED_FILTERS: Final = MappingProxyType(
+    {
+        "center": _center,
+        "indent": _indent,
+        "format": _format,
+        "slice": _slice,
+        "tojson": _tojson,
+        "replace": _replace,
+        "join": _join,
+        "wordwrap": _wordwrap,
+    }
+)
