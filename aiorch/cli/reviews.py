@@ -25,6 +25,7 @@ from temporalio.exceptions import ApplicationError
 from aiorch.cli import choices
 from aiorch.cli.output import (
     CliError,
+    UsageError,
     command_group,
     err_console,
     one_line_errors,
@@ -37,7 +38,7 @@ from aiorch.ops.durations import parse_duration
 from aiorch.ops.signing import SigningKey, signing_key_from_settings
 from aiorch.runtime.config import Settings, load_settings
 from workflows.engine.graph import AWAIT_REVIEW
-from workflows.payloads import Decision, ReviewDecision, describe_validation_error
+from workflows.payloads import Decision, ReviewDecision, describe_validation_error, lacks_feedback
 
 DecisionArgument = Annotated[Decision, typer.Argument()]
 FeedbackOption = Annotated[str | None, typer.Option(help="what to change (reedit)")]
@@ -65,9 +66,12 @@ def signed_decision(
     The reviewer defaults to the signing key's id, else ``cli``.
 
     Raises:
+        UsageError: a reedit with no feedback (nothing is sent).
         CliError: the decision is invalid (e.g. feedback too long).
         ConfigError: the signing key is configured but unusable.
     """
+    if lacks_feedback(decision, feedback):
+        raise UsageError("a reedit needs --feedback: say what the model should change")
     settings = load_settings()
     key = signing_key_from_settings(settings)
     try:
