@@ -55,6 +55,7 @@ def test_there_are_broken_files_for_every_rule_that_matters() -> None:
         "duplicate-state",
         "name-taken",
         "progress-goes-down",
+        "unknown-case",
     } <= rules
 
 
