@@ -7,9 +7,10 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import uuid
 
 import pytest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowFailureError
 
 from aiorch.devstack.llm_simulator.replies import REFUSAL_TEXT
 from aiorch.devstack.stack import LocalStack
@@ -57,6 +58,36 @@ async def test_status_shows_what_the_run_refused(stack: LocalStack, client: Clie
     assert as_json["last_refusal"] == lines["last_refusal"]
     assert RunStatus.model_validate(as_json).state == "await_review"
     await handle.cancel()
+
+
+async def test_status_of_a_run_refused_at_start_says_it_failed(
+    stack: LocalStack, client: Client
+) -> None:
+    """A run a plain client started with input the contract refuses closes Failed at once,
+    before its state leaves idle; `status` says what Temporal and `result` say: state failed,
+    status Failed, and the refusal as last_error, in text and in `--json`."""
+    handle = await client.start_workflow(
+        contract.WORKFLOW_TYPE,
+        {"request_id": "a" * 24, "user_message": "x", "colour": "red"},
+        id=f"refused-{uuid.uuid4().hex}",
+        task_queue=contract.DEFAULT_TASK_QUEUE,
+    )
+    with pytest.raises(WorkflowFailureError):
+        await handle.result()
+
+    shown = starter(stack, "status", handle.id, columns=80)
+
+    assert shown.returncode == 0, shown.stderr
+    lines = fields(shown.stdout)
+    assert (lines["state"], lines["status"], lines["progress"]) == ("failed", "Failed", "100%")
+    assert lines["last_error"].startswith("InvalidRequest: invalid request: ")
+    assert "colour" in lines["last_error"]
+    as_json = json.loads(starter(stack, "status", handle.id, "--json").stdout)
+    assert (as_json["state"], as_json["status"]) == ("failed", "Failed")
+    assert as_json["last_error"] == lines["last_error"]
+    outcome = starter(stack, "result", handle.id)
+    assert outcome.returncode == 3
+    assert "colour" in outcome.stderr
 
 
 async def test_a_refused_run_shows_the_refusal_text(stack: LocalStack, client: Client) -> None:
