@@ -242,7 +242,7 @@ def start(
         ),
     ] = False,
 ) -> None:
-    """Start a pipeline run and print its id and Web UI link.
+    """Start a pipeline run and print its id and Web UI link (on stderr with --wait).
 
     A document given with --file, or a message above CLAIM_CHECK_THRESHOLD_BYTES, is stored
     (claim check) and only its reference enters the run's history.
@@ -287,8 +287,10 @@ def start(
         schema=schema,
         data_input=payload,
     )
+    # With --print or --wait, stdout is for the JSON alone; what happens on the way goes to stderr.
+    progress = err_console if print_only or wait else out
     if stored:
-        (err_console if print_only else out).print(plain(stored))
+        progress.print(plain(stored))
     if (starts := requester_key_from_settings(settings)) is not None:
         # The claim vouches for this request: the workers take requester and tenant from it.
         ttl = timedelta(seconds=settings.review_token_ttl_s)
@@ -299,10 +301,10 @@ def start(
 
     async def start_and_report(client: Client, settings: Settings) -> None:
         workflow_id = await start_run(client, settings, request, pipeline)
-        out.print(plain(f"started {workflow_id}"))
-        out.print(plain(f"web ui: {web_ui_run_url(settings, workflow_id)}"))
+        progress.print(plain(f"started {workflow_id}"))
+        progress.print(plain(f"web ui: {web_ui_run_url(settings, workflow_id)}"))
         if inbox := inbox_start_line(settings, workflow_id):
-            out.print(plain(inbox))
+            progress.print(plain(inbox))
         if wait:
             await show_final_result(client, workflow_id)
 

@@ -8,6 +8,7 @@ import asyncio
 import json
 import re
 import uuid
+from pathlib import Path
 
 import pytest
 from temporalio.client import Client, WorkflowFailureError
@@ -88,6 +89,21 @@ async def test_status_of_a_run_refused_at_start_says_it_failed(
     outcome = starter(stack, "result", handle.id)
     assert outcome.returncode == 3
     assert "colour" in outcome.stderr
+
+
+def test_start_wait_prints_the_result_alone_on_stdout(stack: LocalStack, tmp_path: Path) -> None:
+    """`start --file F --wait` prints the result's JSON alone on stdout, which parses whole;
+    where the file was stored, the run's id and its Web UI link go to stderr."""
+    document = tmp_path / "note.txt"
+    document.write_text("Summarise this note about durable execution.", encoding="utf-8")
+    done = starter(stack, "start", "--file", str(document), "--review", "never", "--wait")
+
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["state"] == "completed"
+    assert f"started {result['request_id']}" in done.stderr
+    assert "web ui: http" in done.stderr
+    assert f"stored {document}" in done.stderr
 
 
 async def test_a_refused_run_shows_the_refusal_text(stack: LocalStack, client: Client) -> None:

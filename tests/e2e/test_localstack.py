@@ -369,7 +369,7 @@ def test_the_shell_lines_of_an_encrypted_stack_start_encrypted_runs(
         ["bash", "-c", script], cwd=ROOT, env=shell, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    workflow_id = done.stdout.split("started ", 1)[1].split()[0]
+    workflow_id = done.stderr.split("started ", 1)[1].split()[0]
 
     async def check() -> None:
         plain = await Client.connect(exported["TEMPORAL_ADDRESS"])
