@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from aiorch.cli import build_app
+from aiorch.cli.output import out
 from aiorch.ops import pipelines
 from tests.support.pipeline_files import TRIAGE_V1, write_pipeline
 
@@ -61,6 +62,29 @@ def test_list_names_every_pipeline_with_its_version(folder: Path) -> None:
     assert rows["SupportTriage"]["version"].startswith("1@")
     assert rows["SupportTriage"]["defined_in"] == str(folder / "support_triage.yaml")
     assert rows["llm"]["version"] is None
+
+
+@pytest.mark.parametrize("width", [60, 120, 240])
+def test_list_cuts_no_path_and_no_description(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, width: int
+) -> None:
+    """`pipeline list` at any terminal width prints each file's path whole and every word of
+    its description (a table that wraps the description, or aligned lines), never cut."""
+    deep = tmp_path / "operators" / "pipelines-for-the-support-team" / "current"
+    deep.mkdir(parents=True)
+    path = write_pipeline(deep, TRIAGE_V1)
+    monkeypatch.setenv("PIPELINES_DIR", str(deep))
+    monkeypatch.setattr(out, "width", width)
+    pipelines.reload()
+    try:
+        code, output = run("list")
+    finally:
+        pipelines.reload()
+    assert code == 0, output
+    assert str(path) in output
+    words = output.split()
+    for word in ("Classify", "reviewed,", "store", "result."):
+        assert word in words, word
 
 
 def test_show_prints_the_file_with_its_hash_and_graph_draws_it(folder: Path) -> None:
