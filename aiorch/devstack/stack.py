@@ -40,6 +40,7 @@ from typing import Self
 from rich.console import Console
 from rich.text import Text
 
+from aiorch.devstack import notices
 from aiorch.devstack.processes import HOST, LocalStackError, ManagedProcess, free_port
 from aiorch.devstack.servers import (
     PROJECT_ROOT,
@@ -487,9 +488,7 @@ def _watch(stack: LocalStack, console: Console) -> None:
         for name, proc in stack.processes.items():
             if name not in reported and not proc.is_running():
                 reported.add(name)
-                console.print(
-                    f"[red]{name} exited (code {proc.returncode})[/]; see {proc.log_path}"
-                )
+                console.print(notices.exited(name, proc.returncode, proc.log_path))
         time.sleep(1.0)
 
 

@@ -10,6 +10,7 @@ import pytest
 from rich.console import Console
 
 from aiorch.devstack.demo import closing_lines, render, scenarios
+from aiorch.devstack.notices import exited
 from aiorch.devstack.stack import StackAddresses
 from workflows.payloads import RunStatus
 
@@ -64,3 +65,13 @@ def test_the_demo_gives_links_only_while_its_stack_stays_up(tmp_path: Path) -> N
         assert f"Stack stopped ({why}); `make dev` keeps one up." in stopped
         assert "http://" not in stopped and "export" not in stopped
         assert "documents.db" in stopped
+
+
+def test_a_worker_that_exits_is_reported_with_how_to_start_one() -> None:
+    """When the stack's worker exits (a kill -9), its line says the code, the log, and how to
+    start a worker again; another part's line gives its code and log only."""
+    worker = exited("worker", -9, Path(".data/logs/worker.log"))
+    assert "worker exited (code -9)" in worker and ".data/logs/worker.log" in worker
+    assert "start one with `python worker.py`" in worker
+    sqs = exited("sqs", 1, Path(".data/logs/sqs.log"))
+    assert "sqs exited (code 1)" in sqs and "python" not in sqs
