@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from aiorch.devstack.demo import closing_lines, render, scenarios
+from aiorch.devstack.demo import render, scenarios
 from aiorch.devstack.notices import exited
-from aiorch.devstack.stack import StackAddresses
 from workflows.payloads import RunStatus
 
 STATES = ("generate_embedding", "await_review", "dead_letter", "completed")
@@ -39,32 +38,6 @@ def test_the_demo_table_shows_every_state_and_model_whole(width: int) -> None:
     for state in STATES:
         assert state in text.split()
     assert text.count("sim-large") == len(runs)
-
-
-def test_the_demo_gives_links_only_while_its_stack_stays_up(tmp_path: Path) -> None:
-    """At its end the demo points at the Web UI and the shell's exports only while the stack
-    stays up; when it stops (stdin not a terminal, --exit), it says that it stopped, why, and
-    that `make dev` keeps one up, and gives no link that would lead nowhere."""
-    addresses = StackAddresses(
-        temporal_address="127.0.0.1:7233",
-        sqs_endpoint_url="http://127.0.0.1:9324",
-        openai_base_url="http://127.0.0.1:8000/v1",
-        vector_store_path=tmp_path / "vectors",
-        document_store_url=f"sqlite:///{tmp_path / 'documents.db'}",
-        input_dir=tmp_path / "inputs",
-        review_public_keys="",
-        reviewer_key_file=tmp_path / "reviewer-key",
-        ui_url="http://127.0.0.1:8233",
-    )
-    staying = "\n".join(closing_lines(addresses, stopping=None))
-    assert "Web UI:  http://127.0.0.1:8233/namespaces/default/workflows" in staying
-    assert "export TEMPORAL_ADDRESS=127.0.0.1:7233" in staying
-
-    for why in ("stdin is not a terminal", "--exit"):
-        stopped = "\n".join(closing_lines(addresses, stopping=why))
-        assert f"Stack stopped ({why}); `make dev` keeps one up." in stopped
-        assert "http://" not in stopped and "export" not in stopped
-        assert "documents.db" in stopped
 
 
 def test_a_worker_that_exits_is_reported_with_how_to_start_one() -> None:
