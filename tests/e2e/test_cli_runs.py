@@ -106,6 +106,28 @@ def test_start_wait_prints_the_result_alone_on_stdout(stack: LocalStack, tmp_pat
     assert f"stored {document}" in done.stderr
 
 
+async def test_list_waiting_shows_the_runs_waiting_for_a_reviewer(
+    stack: LocalStack, client: Client
+) -> None:
+    """`list --waiting --json` lists a run waiting in await_review, and not a run that has
+    completed."""
+    waiting = await start(client, request("Wait for me", review="always"))
+    done = await start(client, request("Do not wait", review="never"))
+    await wait_for_state(waiting, "await_review")
+    assert (await finished(done)).state == "completed"
+    deadline = asyncio.get_running_loop().time() + 30
+    while True:  # visibility is eventually consistent
+        listed = starter(stack, "list", "--waiting", "--json", "--limit", "1000")
+        assert listed.returncode == 0, listed.stderr
+        ids = {row["workflow_id"]: row["state"] for row in json.loads(listed.stdout)}
+        if waiting.id in ids or asyncio.get_running_loop().time() > deadline:
+            break
+        await asyncio.sleep(0.5)
+    assert ids[waiting.id] == "await_review"
+    assert done.id not in ids
+    await waiting.cancel()
+
+
 async def test_a_refused_run_shows_the_refusal_text(stack: LocalStack, client: Client) -> None:
     """A run the model refused fails with a message that names the command that shows the
     refusal (never the text itself); that command, `status`, prints the text from the

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from aiorch.cli import build_app
 from aiorch.cli.output import out
-from aiorch.ops import pipelines
+from aiorch.ops import pipelines, visibility
 from tests.support.pipeline_files import TRIAGE_V1, write_pipeline
 
 BROKEN = Path(__file__).resolve().parent / "pipeline_files"
@@ -85,6 +85,20 @@ def test_list_cuts_no_path_and_no_description(
     words = output.split()
     for word in ("Classify", "reviewed,", "store", "result."):
         assert word in words, word
+
+
+def test_waiting_runs_are_those_in_any_review_state_of_any_pipeline(folder: Path) -> None:
+    """`list --waiting` (and the inbox) asks visibility for open runs in every review state:
+    the pipelines written in Python's and a pipeline file's (SupportTriage's urgent_review),
+    which `--state await_review` alone would miss; with --state too it is one line, exit 1."""
+    query = visibility.waiting_for_review()
+    assert "ExecutionStatus = 'Running'" in query
+    for review_state in ("await_review", "escalate", "urgent_review"):
+        assert f"'{review_state}'" in query
+    assert "'completed'" not in query
+    done = CliRunner().invoke(build_app("list"), ["list", "--waiting", "--state", "idle"])
+    assert done.exit_code == 1
+    assert done.output == "error: --waiting lists every review state; leave out --state\n"
 
 
 def test_show_prints_the_file_with_its_hash_and_graph_draws_it(folder: Path) -> None:
