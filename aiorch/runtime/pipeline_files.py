@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ import yaml
 from pydantic import ValidationError
 
 from aiorch.runtime.errors import ConfigError
+from aiorch.runtime.pipeline_places import FileProblem, Loc, Marks, file_problem
 from workflows.data.catalog import Catalog
 from workflows.data.compiler import CheckProblem, check, error_message
 from workflows.data.contract import MAX_FILE_BYTES, Rule
@@ -32,21 +33,6 @@ from workflows.data.spec import PipelineRecord, PipelineSpec, file_digest
 from workflows.payloads import printable
 
 SUFFIXES = (".yaml", ".yml")
-Loc = tuple[Any, ...]
-
-
-@dataclass(frozen=True)
-class FileProblem:
-    """One problem in a pipeline file: where (1-based line and column), the rule, what."""
-
-    file: str
-    line: int
-    column: int
-    rule: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.file}:{self.line}:{self.column}: {self.rule}: {self.message}"
 
 
 @dataclass(frozen=True)
@@ -70,28 +56,13 @@ class PipelineFilesInvalid(ConfigError):
         super().__init__(f"{what}: {shown}{more}; check them with `aiorch pipeline check FILE`")
 
 
-@dataclass
-class _Marks:
-    """Where each value was in the text: the mark of a mapping entry is its key's."""
-
-    at: dict[Loc, tuple[int, int]] = field(default_factory=dict)
-    values: dict[Loc, yaml.Node] = field(default_factory=dict)
-
-    def where(self, path: Loc) -> tuple[int, int]:
-        """The line and column of ``path``, or of the nearest enclosing value."""
-        current = tuple(path)
-        while current and current not in self.at:
-            current = current[:-1]
-        return self.at.get(current, (1, 1))
-
-
 class _Reader:
     """YAML into plain data, keeping marks and refusing duplicate keys and non-JSON values;
     keys are taken as written (``on:`` is the key "on", not YAML 1.1's true)."""
 
     def __init__(self, text: str) -> None:
         self.loader = yaml.SafeLoader(text)
-        self.marks = _Marks()
+        self.marks = Marks()
         self.problems: list[tuple[Loc, Rule, str]] = []
 
     def read(self) -> Any:
@@ -145,28 +116,6 @@ class _Reader:
         return value
 
 
-def _file_problem(name: str, text: str, marks: _Marks, problem: CheckProblem) -> FileProblem:
-    line, column = marks.where(problem.path)
-    node = marks.values.get(tuple(problem.path))
-    if problem.template_line and isinstance(node, yaml.ScalarNode):
-        line, column = _template_position(text, node, problem.template_line)
-    return FileProblem(name, line, column, str(problem.rule), problem.message)
-
-
-def _template_position(text: str, node: yaml.ScalarNode, template_line: int) -> tuple[int, int]:
-    """Where line ``template_line`` of a scalar's value is in the file: a block scalar's text
-    starts on the line after its indicator; a flow scalar's on its own line."""
-    start = node.start_mark.line + 1
-    if node.style in ("|", ">"):
-        line = start + template_line
-        lines = text.splitlines()
-        body = lines[line - 1] if 0 < line <= len(lines) else ""
-        return line, len(body) - len(body.lstrip()) + 1
-    if template_line == 1:
-        return start, node.start_mark.column + 1
-    return start + template_line - 1, 1
-
-
 def check_text(
     text: str, name: str, catalog: Catalog, reserved: Collection[str] = ()
 ) -> tuple[PipelineRecord | None, list[FileProblem]]:
@@ -192,7 +141,7 @@ def check_text(
         return None, [FileProblem(name, line, column, str(Rule.YAML), f"not YAML: {reason}")]
     marks = reader.marks
     problems = [
-        _file_problem(name, text, marks, CheckProblem(path, rule, message))
+        file_problem(name, text, marks, CheckProblem(path, rule, message))
         for path, rule, message in reader.problems
     ]
     if not isinstance(data, dict):
@@ -215,11 +164,11 @@ def check_text(
             )
             owner = "a step" if item["loc"][:1] == ("steps",) else "a pipeline file"
             found = CheckProblem(tuple(item["loc"]), rule, error_message(item, owner))
-            problems.append(_file_problem(name, text, marks, found))
+            problems.append(file_problem(name, text, marks, found))
         return None, sorted(problems, key=_order)
     if spec.name in reserved:
         problems.append(
-            _file_problem(
+            file_problem(
                 name,
                 text,
                 marks,
@@ -228,7 +177,7 @@ def check_text(
                 ),
             )
         )
-    problems += [_file_problem(name, text, marks, problem) for problem in check(spec, catalog)]
+    problems += [file_problem(name, text, marks, problem) for problem in check(spec, catalog)]
     if problems:
         return None, sorted(problems, key=_order)
     record = PipelineRecord(
