@@ -13,7 +13,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from aiorch.cli import choices
 from aiorch.cli.output import CliError, one_line_errors, out, plain, print_table
 from aiorch.cli.session import run_async
-from aiorch.ops import visibility
+from aiorch.ops import closed_runs, visibility
 from aiorch.ops.retries import retrying
 from aiorch.runtime.config import Settings
 
@@ -56,7 +56,9 @@ def list_runs(
                     "run_id": execution.run_id,
                     "pipeline": execution.workflow_type,
                     "version": visibility.version_of(execution),
-                    "state": visibility.state_of(execution),
+                    "state": closed_runs.end_state(
+                        visibility.state_of(execution), execution.status
+                    ),
                     "temporal_status": (execution.status or WorkflowExecutionStatus.RUNNING).name,
                     "started_at": execution.start_time.isoformat(),
                 }

@@ -4,7 +4,8 @@ The ``status`` query also answers for a closed run: Temporal replays the run to 
 the run says what its own state held. A run that closed where its state never got to an end
 (its input refused or its pipeline file broken when it started, terminated, timed out, or
 failed in a workflow task) would say ``idle, Pending, 0%`` while Temporal, the Web UI and
-``result`` say Failed. `as_closed` puts the end Temporal recorded, and its message, in place.
+``result`` say Failed. `as_closed` puts the end Temporal recorded, and its message, in place;
+`end_state` does the same for a state read from visibility (``list``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,15 @@ ENDS = MappingProxyType(
 )
 
 
+def end_state(state: str | None, status: WorkflowExecutionStatus | None) -> str | None:
+    """The run's state as its reads should show it: ``state`` (what the run published or
+    answered), unless Temporal closed the run before that reached an end state, then the end
+    of `ENDS` for how it closed."""
+    if state in TERMINAL_STATES or status is None:
+        return state
+    return ENDS.get(status, state)
+
+
 def close_reason(error: WorkflowFailureError) -> str:
     """One line for why a run closed: its error's type (for an application error) and message,
     as ``result`` says it."""
@@ -51,8 +61,8 @@ async def as_closed(client: Client, workflow_id: str, status: RunStatus) -> RunS
         return status
     handle = client.get_workflow_handle(workflow_id)
     described = await retrying(handle.describe)
-    end = ENDS.get(described.status) if described.status is not None else None
-    if end is None:
+    end = end_state(status.state, described.status)
+    if end is None or end == status.state:
         return status
     try:
         await retrying(handle.result)

@@ -66,7 +66,8 @@ async def test_status_of_a_run_refused_at_start_says_it_failed(
 ) -> None:
     """A run a plain client started with input the contract refuses closes Failed at once,
     before its state leaves idle; `status` says what Temporal and `result` say: state failed,
-    status Failed, and the refusal as last_error, in text and in `--json`."""
+    status Failed, and the refusal as last_error, in text and in `--json`; `list` says failed
+    too (not `?`)."""
     handle = await client.start_workflow(
         contract.WORKFLOW_TYPE,
         {"request_id": "a" * 24, "user_message": "x", "colour": "red"},
@@ -89,6 +90,15 @@ async def test_status_of_a_run_refused_at_start_says_it_failed(
     outcome = starter(stack, "result", handle.id)
     assert outcome.returncode == 3
     assert "colour" in outcome.stderr
+    deadline = asyncio.get_running_loop().time() + 30
+    while True:  # visibility is eventually consistent
+        listed = json.loads(starter(stack, "list", "--json", "--limit", "1000").stdout)
+        rows = [row for row in listed if row["workflow_id"] == handle.id]
+        if rows and rows[0]["temporal_status"] == "FAILED":
+            break
+        assert asyncio.get_running_loop().time() < deadline, rows
+        await asyncio.sleep(0.5)
+    assert rows[0]["state"] == "failed"
 
 
 def test_start_wait_prints_the_result_alone_on_stdout(stack: LocalStack, tmp_path: Path) -> None:
