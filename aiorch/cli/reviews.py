@@ -42,7 +42,7 @@ from workflows.engine.graph import AWAIT_REVIEW
 from workflows.payloads import Decision, ReviewDecision, describe_validation_error, lacks_feedback
 
 DecisionArgument = Annotated[Decision, typer.Argument()]
-FeedbackOption = Annotated[str | None, typer.Option(help="what to change (reedit)")]
+FeedbackOption = Annotated[str | None, typer.Option(help="what to change (a reedit needs it)")]
 ReviewerOption = Annotated[
     str | None, typer.Option(help="who decides (default: the signing key's id, else cli)")
 ]
