@@ -74,6 +74,13 @@ class CliError(OrchestratorError):
     exit_code = EXIT_ERROR
 
 
+class UsageError(CliError):
+    """A command line that parses but asks for what no command does (a reedit with no
+    feedback); exit status 2, as a command line that does not parse."""
+
+    exit_code = EXIT_USAGE
+
+
 class RunDidNotComplete(CliError):
     """The run the command waited for, or read, ended failed, dead_letter or cancelled."""
 

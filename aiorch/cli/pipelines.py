@@ -12,17 +12,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
-from aiorch.cli.output import CliError, command_group, one_line_errors, out, plain
+from aiorch.cli.output import CliError, command_group, one_line_errors, out, plain, print_table
 from aiorch.ops import pipelines
-from aiorch.runtime.pipeline_files import (
-    CheckedFile,
-    FileProblem,
-    pipeline_paths,
-    read_file,
-    scan,
-)
+from aiorch.runtime.pipeline_files import CheckedFile, pipeline_paths, read_file, scan
+from aiorch.runtime.pipeline_places import FileProblem
 from workflows.data import compile_spec
 from workflows.data.spec import PipelineRecord
 from workflows.orchestrator import DATA_PIPELINES
@@ -119,17 +113,12 @@ def list_pipelines(
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
-    table = Table()
-    for column in ("name", "workflow type", "version"):
-        table.add_column(column, no_wrap=True)
-    for column in ("defined in", "description"):
-        table.add_column(column)
-    for row in rows:
-        table.add_row(
-            *(plain(row[key] or "") for key in ("name", "workflow_type", "version", "defined_in")),
-            plain(str(row["description"])[:80]),
-        )
-    out.print(table)
+    keys = ("name", "workflow_type", "version", "defined_in", "description")
+    print_table(
+        ("name", "workflow type", "version", "defined in", "description"),
+        [[plain(row[key] or "") for key in keys] for row in rows],
+        wrap=("description",),
+    )
 
 
 @app.command()

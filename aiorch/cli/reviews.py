@@ -25,6 +25,7 @@ from temporalio.exceptions import ApplicationError
 from aiorch.cli import choices
 from aiorch.cli.output import (
     CliError,
+    UsageError,
     command_group,
     err_console,
     one_line_errors,
@@ -34,13 +35,14 @@ from aiorch.cli.output import (
 from aiorch.cli.session import about_run, fetch_status, run_async
 from aiorch.ops import corrections, reviews
 from aiorch.ops.durations import parse_duration
+from aiorch.ops.results import NoResult, run_result
 from aiorch.ops.signing import SigningKey, signing_key_from_settings
 from aiorch.runtime.config import Settings, load_settings
 from workflows.engine.graph import AWAIT_REVIEW
-from workflows.payloads import Decision, ReviewDecision, describe_validation_error
+from workflows.payloads import Decision, ReviewDecision, describe_validation_error, lacks_feedback
 
 DecisionArgument = Annotated[Decision, typer.Argument()]
-FeedbackOption = Annotated[str | None, typer.Option(help="what to change (reedit)")]
+FeedbackOption = Annotated[str | None, typer.Option(help="what to change (a reedit needs it)")]
 ReviewerOption = Annotated[
     str | None, typer.Option(help="who decides (default: the signing key's id, else cli)")
 ]
@@ -65,9 +67,12 @@ def signed_decision(
     The reviewer defaults to the signing key's id, else ``cli``.
 
     Raises:
+        UsageError: a reedit with no feedback (nothing is sent).
         CliError: the decision is invalid (e.g. feedback too long).
         ConfigError: the signing key is configured but unusable.
     """
+    if lacks_feedback(decision, feedback):
+        raise UsageError("a reedit needs --feedback: say what the model should change")
     settings = load_settings()
     key = signing_key_from_settings(settings)
     try:
@@ -122,6 +127,38 @@ async def refuse_a_repeat(
         )
 
 
+async def answer_an_ended_run(
+    client: Client, decision: ReviewDecision, target: reviews.ReviewTarget, closed: str
+) -> None:
+    """Say, sending nothing, what became of ``decision`` in a run that has ended (``closed``:
+    how Temporal says it closed): applied (a shell retry after the run completed), or too
+    late.
+
+    Raises:
+        CliError: the run ended without taking it.
+    """
+    workflow_id = target.workflow_id
+    review_round = decision.review_round or target.review_round
+    try:
+        with about_run(workflow_id):
+            result = await run_result(client, workflow_id)
+    except NoResult:
+        result = None
+    ended = result.state if result is not None else closed
+    if result is not None and reviews.already_applied(result.history, decision, review_round):
+        out.print(
+            plain(
+                f"{workflow_id}: {decision.decision} for round {review_round} is already "
+                f"applied; the run has ended: {ended}; nothing was sent"
+            )
+        )
+        return
+    raise CliError(
+        f"run {workflow_id} has ended ({ended}); nothing was sent "
+        f"(`starter.py result {workflow_id}` shows how it ended)"
+    )
+
+
 def signed_json(
     decision: ReviewDecision, target: reviews.ReviewTarget, signer: reviews.Signer
 ) -> str:
@@ -170,6 +207,9 @@ def review(
     async def send(client: Client, settings: Settings) -> None:
         with about_run(workflow_id):
             target = await reviews.current_target(client, workflow_id)
+        if target.ended is not None:
+            await answer_an_ended_run(client, payload, target, target.ended.lower())
+            return
         if payload.review_round is not None:
             target = replace(target, review_round=payload.review_round)
         elif target.review_round is not None:

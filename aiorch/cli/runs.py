@@ -1,4 +1,4 @@
-"""Commands on one run at a time: start, status, history, list, cancel."""
+"""Commands on one run at a time: start, status, history, result, cancel."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from aiorch.cli import choices
+from aiorch.cli.listing import list_runs
 from aiorch.cli.output import (
     CliError,
     RunDidNotComplete,
@@ -22,7 +23,6 @@ from aiorch.cli.output import (
     out,
     plain,
     print_json,
-    print_table,
 )
 from aiorch.cli.session import about_run, fetch_status, run_async
 from aiorch.cli.views import print_history, print_status, status_document
@@ -242,7 +242,7 @@ def start(
         ),
     ] = False,
 ) -> None:
-    """Start a pipeline run and print its id and Web UI link.
+    """Start a pipeline run and print its id and Web UI link (on stderr with --wait).
 
     A document given with --file, or a message above CLAIM_CHECK_THRESHOLD_BYTES, is stored
     (claim check) and only its reference enters the run's history.
@@ -287,8 +287,10 @@ def start(
         schema=schema,
         data_input=payload,
     )
+    # With --print or --wait, stdout is for the JSON alone; what happens on the way goes to stderr.
+    progress = err_console if print_only or wait else out
     if stored:
-        (err_console if print_only else out).print(plain(stored))
+        progress.print(plain(stored))
     if (starts := requester_key_from_settings(settings)) is not None:
         # The claim vouches for this request, as a run of this pipeline in this namespace:
         # the workers take requester and tenant from it.
@@ -306,10 +308,10 @@ def start(
 
     async def start_and_report(client: Client, settings: Settings) -> None:
         workflow_id = await start_run(client, settings, request, pipeline)
-        out.print(plain(f"started {workflow_id}"))
-        out.print(plain(f"web ui: {web_ui_run_url(settings, workflow_id)}"))
+        progress.print(plain(f"started {workflow_id}"))
+        progress.print(plain(f"web ui: {web_ui_run_url(settings, workflow_id)}"))
         if inbox := inbox_start_line(settings, workflow_id):
-            out.print(plain(inbox))
+            progress.print(plain(inbox))
         if wait:
             await show_final_result(client, workflow_id)
 
@@ -356,61 +358,6 @@ def history(
         print_history(workflow_id, await fetch_status(client, workflow_id), as_json=as_json)
 
     run_async(show_history)
-
-
-@one_line_errors
-def list_runs(
-    state: Annotated[
-        str | None, typer.Option(callback=choices.state, help=choices.STATE_HELP)
-    ] = None,
-    pipeline: Annotated[
-        str | None, typer.Option(callback=choices.pipeline, help=choices.PIPELINE_HELP)
-    ] = None,
-    limit: Annotated[int, typer.Option(min=1, help="at most this many")] = 50,
-    as_json: JsonOption = False,
-) -> None:
-    """List runs with their state (from visibility, so no worker is needed). Nothing is cut,
-    whatever the terminal's width."""
-
-    async def show_runs(client: Client, settings: Settings) -> None:
-        query = visibility.runs_query(
-            visibility.state_is(state) if state else "", pipeline=pipeline
-        )
-
-        async def listed() -> list[dict[str, object]]:
-            return [
-                {
-                    "workflow_id": execution.id,
-                    "run_id": execution.run_id,
-                    "pipeline": execution.workflow_type,
-                    "version": visibility.version_of(execution),
-                    "state": visibility.state_of(execution),
-                    "temporal_status": (execution.status or WorkflowExecutionStatus.RUNNING).name,
-                    "started_at": execution.start_time.isoformat(),
-                }
-                async for execution in client.list_workflows(query, limit=limit)
-            ]
-
-        rows = await retrying(listed)
-        if as_json:
-            typer.echo(json.dumps(rows, indent=2))
-            return
-        print_table(
-            ("workflow id", "pipeline", "state", "temporal status", "started (UTC)"),
-            [
-                (
-                    plain(row["workflow_id"]),
-                    plain(f"{row['pipeline']} {row['version'] or ''}".strip()),
-                    plain(row["state"] or "?"),
-                    str(row["temporal_status"]),
-                    str(row["started_at"])[:19].replace("T", " "),
-                )
-                for row in rows
-            ],
-        )
-        out.print(f"{len(rows)} run(s)")
-
-    run_async(show_runs)
 
 
 @one_line_errors

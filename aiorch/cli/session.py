@@ -12,6 +12,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from aiorch.cli.output import CliError
+from aiorch.ops import closed_runs
 from aiorch.ops.retries import retrying
 from aiorch.runtime.config import Settings, load_settings
 from aiorch.runtime.telemetry import tracing
@@ -64,7 +65,8 @@ def about_run(workflow_id: str) -> Iterator[None]:
 
 
 async def fetch_status(client: Client, workflow_id: str) -> RunStatus:
-    """The run's ``status`` query.
+    """The run's ``status`` query; for a run that closed short of an end state, with the end
+    Temporal recorded (`closed_runs.as_closed`).
 
     Raises:
         CliError: no such run, or the server refused.
@@ -75,4 +77,4 @@ async def fetch_status(client: Client, workflow_id: str) -> RunStatus:
                 contract.QUERY_STATUS, result_type=RunStatus
             )
         )
-    return status
+        return await closed_runs.as_closed(client, workflow_id, status)

@@ -22,9 +22,10 @@ from rich.console import Console
 
 from aiorch.cli.output import cli_app, print_error
 from aiorch.devstack import docs, llm_simulator
+from aiorch.devstack.banner import up
 from aiorch.devstack.demo import run_demo
 from aiorch.devstack.processes import LocalStackError
-from aiorch.devstack.stack import LocalStack, up
+from aiorch.devstack.stack import LocalStack
 from aiorch.runtime.config import (
     DEFAULT_CODEC_PORT,
     DEFAULT_HEALTH_PORT,

@@ -27,7 +27,7 @@ from temporalio.service import RPCError
 
 from aiorch.cli.output import fits_terminal
 from aiorch.devstack.processes import port_or_free
-from aiorch.devstack.stack import LocalStack
+from aiorch.devstack.stack import LocalStack, StackAddresses
 from aiorch.ops import pipelines, reviews
 from aiorch.ops.signing import SigningKey
 from aiorch.ops.visibility import start_run
@@ -269,6 +269,22 @@ async def drive(stack: LocalStack, console: Console) -> bool:
     return ok
 
 
+def closing_lines(addresses: StackAddresses, *, stopping: str | None) -> list[str]:
+    """What the demo says at its end: where to look while the stack stays up; when it stops
+    (``stopping``: why), that it stops and how to keep one up (its links would lead nowhere),
+    and where the rows it stored stay."""
+    rows = f"Rows:    the invoices' fields in {addresses.document_store_url}"
+    if stopping is not None:
+        return [f"Stack stopped ({stopping}); `make dev` keeps one up.", rows]
+    return [
+        f"Web UI:  {addresses.ui_url}/namespaces/default/workflows",
+        f"CLI:     temporal workflow list --address {addresses.temporal_address}",
+        f"Shell:   export TEMPORAL_ADDRESS={addresses.temporal_address} "
+        f"OPENAI_BASE_URL={addresses.openai_base_url}; python starter.py list",
+        rows,
+    ]
+
+
 def run_demo(data_dir: Path, *, stay_up: bool) -> bool:
     """Start the stack in ``data_dir``, walk the scenarios, report where each run ended, and
     (with ``stay_up``) keep the stack up until Ctrl-C or SIGTERM.
@@ -303,30 +319,19 @@ def run_demo(data_dir: Path, *, stay_up: bool) -> bool:
             ):
                 addresses = stack.start()
             ok = asyncio.run(drive(stack, console))
-            console.print()
-            console.print(
-                f"Web UI:  {addresses.ui_url}/namespaces/default/workflows", highlight=False
-            )
-            console.print(
-                f"CLI:     temporal workflow list --address {addresses.temporal_address}",
-                highlight=False,
-            )
-            # Soft-wrapped: a line to paste, which the terminal wraps, never broken in two.
-            console.print(
-                f"Shell:   export TEMPORAL_ADDRESS={addresses.temporal_address} "
-                f"OPENAI_BASE_URL={addresses.openai_base_url}; python starter.py list",
-                highlight=False,
-                soft_wrap=True,
-            )
-            console.print(
-                f"Rows:    the invoices' fields in {addresses.document_store_url}",
-                highlight=False,
-            )
             if not ok:
                 console.print(f"[red]some runs did not end where expected; see {stack.log_dir}[/]")
-                return False
-            if not stay_up or not sys.stdin.isatty():
-                return True
+                stopping: str | None = "a run did not end where expected"
+            elif not stay_up:
+                stopping = "--exit"
+            else:
+                stopping = None if sys.stdin.isatty() else "stdin is not a terminal"
+            console.print()
+            # Soft-wrapped: a line to paste, which the terminal wraps, never broken in two.
+            for line in closing_lines(addresses, stopping=stopping):
+                console.print(line, highlight=False, soft_wrap=True, markup=False)
+            if stopping is not None:
+                return ok
             console.print(
                 "The stack stays up for exploring. Press Ctrl-C to stop it.", style="bold"
             )

@@ -30,15 +30,10 @@ import json
 import os
 import re
 import secrets
-import shlex
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
-
-from rich.console import Console
-from rich.text import Text
 
 from aiorch.devstack.processes import HOST, LocalStackError, ManagedProcess, free_port
 from aiorch.devstack.servers import (
@@ -53,7 +48,6 @@ from aiorch.devstack.servers import (
 )
 from aiorch.ops.inbox.auth import new_token
 from aiorch.ops.signing import SigningKey
-from aiorch.runtime.signals import interrupt_on_stop
 
 # What the worker logs about its metrics (aiorch.runtime.telemetry.worker_runtime) and health
 # endpoints (aiorch.worker.health.start_health): served, or not started and why; `up`'s flag.
@@ -76,7 +70,7 @@ _START_ORDER = ("codec", "temporal", "sqs", "llm", "capacity", "worker", "inbox"
 ENCRYPTION_VARIABLES = ("PAYLOAD_KEYS", "PAYLOAD_KEYS_FILE")
 CODEC_TOKEN_VARIABLES = ("CODEC_SERVER_TOKEN", "CODEC_SERVER_TOKEN_FILE")
 
-__all__ = ["LocalStack", "LocalStackError", "StackAddresses", "show_banner", "up"]
+__all__ = ["LocalStack", "LocalStackError", "StackAddresses"]
 
 
 @dataclass(frozen=True)
@@ -310,9 +304,12 @@ class LocalStack:
         self._write_state()
 
     def shell_env(self) -> dict[str, str]:
-        """What a shell needs to use this stack (`up` prints it): the addresses, and with
-        encryption on the keys (as a file), their current id and ``REQUIRE_ENCRYPTION``."""
+        """What a shell needs to use this stack (`up` prints it): the addresses, the worker's
+        ``PIPELINES_DIR`` (absolute) when it has one, so the CLI knows the same pipelines, and
+        with encryption on the keys (as a file), their current id and ``REQUIRE_ENCRYPTION``."""
         env = self.addresses.env()
+        if pipelines_dir := {**os.environ, **self.worker_env}.get("PIPELINES_DIR"):
+            env["PIPELINES_DIR"] = str((self.worker_cwd / pipelines_dir).resolve())
         if self.encrypted:
             env["PAYLOAD_KEYS_FILE"] = str(self.payload_keys_file)
             if self._payload_key_id:
@@ -437,76 +434,3 @@ def _distinct_free_port(taken: set[int]) -> int:
         pass
     taken.add(port)
     return port
-
-
-def show_banner(stack: LocalStack, console: Console) -> None:
-    """What `up` prints once the stack runs: where each part listens (the worker's metrics and
-    health endpoints, or why they did not start), the lines for another shell, how to stop."""
-    addresses = stack.addresses
-    rows = [
-        ("Web UI", addresses.ui_url or "(headless)"),
-        ("Temporal", addresses.temporal_address),
-        ("SQS", addresses.sqs_endpoint_url),
-        ("LLM", addresses.openai_base_url),
-    ]
-    if addresses.capacity_store_url:
-        rows.append(("Capacity store", addresses.capacity_store_url))
-    rows += [("Logs", str(stack.log_dir)), ("Inputs (file://)", str(addresses.input_dir))]
-    if addresses.inbox_url:
-        logins = stack.data_dir / "inbox-logins"
-        rows.append(("Review inbox", f"{addresses.inbox_url} (login tokens in {logins})"))
-    if addresses.codec_server_url:
-        rows.append(
-            ("Codec server", f"{addresses.codec_server_url} (token in {stack.codec_token_file})")
-        )
-    if "worker" in stack.processes:
-        endpoints = stack.worker_endpoints()
-        rows += [("Worker metrics", endpoints["metrics"]), ("Worker health", endpoints["health"])]
-    console.print("ai-orchestrator local stack", style="bold")
-    # One line each, wrapped by the terminal, not cut: addresses and paths are copied whole.
-    width = max(len(label) for label, _ in rows) + 2
-    for label, value in rows:
-        style = "bold red" if value.startswith("NOT") else None
-        console.print(Text(f"{label:<{width}}{value}", style=style or ""), soft_wrap=True)
-    # Plain print: lines to copy and paste, never wrapped or styled.
-    print("\n".join(shell_lines(stack)))
-    console.print("Press Ctrl-C to stop.", style="bold")
-
-
-def shell_lines(stack: LocalStack) -> list[str]:
-    """The lines `up` prints for another shell: ``export`` for each of `LocalStack.shell_env`,
-    after an ``unset PAYLOAD_KEYS`` when the keys come as a file (both at once are refused)."""
-    env = stack.shell_env()
-    unset = ["unset PAYLOAD_KEYS"] if "PAYLOAD_KEYS_FILE" in env else []
-    return [*unset, *(f"export {k}={shlex.quote(v)}" for k, v in env.items())]
-
-
-def _watch(stack: LocalStack, console: Console) -> None:
-    reported: set[str] = set()
-    while True:
-        for name, proc in stack.processes.items():
-            if name not in reported and not proc.is_running():
-                reported.add(name)
-                console.print(
-                    f"[red]{name} exited (code {proc.returncode})[/]; see {proc.log_path}"
-                )
-        time.sleep(1.0)
-
-
-def up(stack: LocalStack, console: Console) -> None:
-    """Start ``stack``, show its addresses and report any part that exits, until Ctrl-C or
-    SIGTERM; then stop every part.
-
-    Raises:
-        LocalStackError: a part could not be started (everything started is stopped again).
-    """
-    with interrupt_on_stop():
-        try:
-            with console.status("starting the local stack..."):
-                stack.start()
-            show_banner(stack, console)
-            _watch(stack, console)
-        except KeyboardInterrupt:
-            console.print("stopping...")
-        finally:
-            stack.stop()

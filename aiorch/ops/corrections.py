@@ -4,7 +4,8 @@ Every reedit and every approval with corrected fields is kept in the run that to
 (``RunCore.corrections``) and returned with its result (``RunResult.corrections``): the
 reviewer, the round, the pipeline and its version, the feedback, and the result before and
 after. This module reads them from the runs that ended (completed, failed or dead-lettered)
-since a moment, and turns each one made since then into one `Example`: with the request the run
+since a moment, and turns each one made since then into one `Example` (a reedit with no
+feedback is none): with the request the run
 was started with (read from its history) when it can be read, and, for corrected fields, each
 field that changed. A run that continued as new carries its earlier corrections to the run that
 ends, so a long reedit loop gives all of its (within the bound the run keeps).
@@ -26,7 +27,7 @@ from temporalio.client import Client, WorkflowExecution
 from aiorch.ops import pipelines, visibility
 from aiorch.ops.dead_runs import NotRedrivable, RedriveError, run_request
 from aiorch.ops.results import NoResult, run_result
-from workflows.payloads import Correction, CorrectionKind
+from workflows.payloads import Correction, CorrectionKind, lacks_feedback
 
 
 class FieldChange(BaseModel):
@@ -103,6 +104,21 @@ def example(
     )
 
 
+def exported(
+    corrections: Sequence[Correction], since: datetime, until: datetime | None
+) -> list[Correction]:
+    """The corrections made in [since, until) that are examples: not a reedit with no feedback
+    (one the run took before reedits needed feedback, or by its ``review`` signal), which
+    teaches nothing."""
+    return [
+        c
+        for c in corrections
+        if c.at >= since
+        and (until is None or c.at < until)
+        and not lacks_feedback(c.kind, c.feedback)
+    ]
+
+
 def ended_query(since: datetime, until: datetime | None, pipeline: str | None) -> str:
     """Runs (of ``pipeline``, or every one) that ended with a result in [since, until)."""
     clauses = [visibility.ENDED_WITH_RESULT, f"CloseTime >= '{visibility.visibility_time(since)}'"]
@@ -136,9 +152,7 @@ async def export(
                 result = await run_result(client, execution.id, execution.run_id)
             except NoResult:
                 return []
-            made = [
-                c for c in result.corrections if c.at >= since and (until is None or c.at < until)
-            ]
+            made = exported(result.corrections, since, until)
             if not made:
                 return []
             request = await _request(client, execution) if with_input else None

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import get_args
 
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 
 from aiorch.ops.retries import retrying
 from workflows import contract
@@ -46,13 +46,15 @@ the run has not reached a review yet."""
 class ReviewTarget:
     """The run a decision is for: where it is sent (``run_id``, the run the reviewer looked
     at), what its token names (``chain_id``, the chain's first run id; ``digest``, of what the
-    reviewer was shown, when the tool showed it) and the round."""
+    reviewer was shown, when the tool showed it) and the round; ``ended``: how the run closed
+    (Temporal's status: ``COMPLETED``, ``FAILED``, ...), once it has."""
 
     workflow_id: str
     run_id: str | None
     chain_id: str | None
     review_round: int | None
     digest: str | None = None
+    ended: str | None = None
 
 
 def for_each_round(template: ReviewDecision) -> DecisionFor:
@@ -215,12 +217,29 @@ async def current_target(client: Client, workflow_id: str) -> ReviewTarget:
         temporalio.service.RPCError: no such run, or the server is unreachable.
     """
     description = await retrying(client.get_workflow_handle(workflow_id).describe)
+    status = description.status
     return ReviewTarget(
         workflow_id=workflow_id,
         run_id=description.run_id,
         chain_id=description.raw_description.workflow_execution_info.first_run_id or None,
         review_round=description.typed_search_attributes.get(contract.AI_REVIEW_ROUND) or None,
+        ended=status.name if status not in (None, WorkflowExecutionStatus.RUNNING) else None,
     )
+
+
+def already_applied(
+    history: list[HistoryEntry], decision: ReviewDecision, review_round: int | None
+) -> HistoryEntry | None:
+    """The entry that recorded ``decision`` (same reviewer and decision) for ``review_round``,
+    if the run took it: what a decision sent again after the run ended finds."""
+    recorded = decision_for_round(history, review_round) if review_round else None
+    if (
+        recorded is not None
+        and recorded.reviewer == decision.reviewer
+        and recorded.event == event_of(decision)
+    ):
+        return recorded
+    return None
 
 
 async def decision_for_current_round(

@@ -83,6 +83,12 @@ def runs_query(*clauses: str, pipeline: str | None = None) -> str:
     return " AND ".join([f"WorkflowType IN ({listed})", clause, *filter(None, clauses)])
 
 
+def waiting_for_review(pipeline: str | None = None) -> str:
+    """Open runs (of every pipeline, or of the one named ``pipeline``) that wait in any review
+    state of any pipeline, pipeline files' too: the inbox's list and ``list --waiting``."""
+    return runs_query(OPEN, state_in(pipelines.review_states()), pipeline=pipeline)
+
+
 def state_is(state: str) -> str:
     """Runs whose ``AiState`` is ``state``."""
     return f"{contract.AI_STATE.name} = '{_known(state)}'"

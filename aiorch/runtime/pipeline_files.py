@@ -25,7 +25,8 @@ import yaml
 from pydantic import ValidationError
 
 from aiorch.runtime.errors import ConfigError
-from aiorch.runtime.pipeline_yaml import Marks, Reader, ReadRefused
+from aiorch.runtime.pipeline_places import FileProblem, file_problem
+from aiorch.runtime.pipeline_yaml import Reader, ReadRefused
 from workflows.data.catalog import Catalog
 from workflows.data.compiler import CheckProblem, check, error_message
 from workflows.data.contract import MAX_FILE_BYTES, Rule
@@ -36,20 +37,6 @@ SUFFIXES = (".yaml", ".yml")
 # How long a run's start waits for the folder: every file's read is bounded, so only a stalled
 # file system takes this long.
 READ_TIMEOUT = dt.timedelta(seconds=5)
-
-
-@dataclass(frozen=True)
-class FileProblem:
-    """One problem in a pipeline file: where (1-based line and column), the rule, what."""
-
-    file: str
-    line: int
-    column: int
-    rule: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.file}:{self.line}:{self.column}: {self.rule}: {self.message}"
 
 
 @dataclass(frozen=True)
@@ -71,28 +58,6 @@ class PipelineFilesInvalid(ConfigError):
         shown = "; ".join(str(problem) for problem in problems[:5])
         more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
         super().__init__(f"{what}: {shown}{more}; check them with `aiorch pipeline check FILE`")
-
-
-def _file_problem(name: str, text: str, marks: Marks, problem: CheckProblem) -> FileProblem:
-    line, column = marks.where(problem.path)
-    node = marks.values.get(tuple(problem.path))
-    if problem.template_line and isinstance(node, yaml.ScalarNode):
-        line, column = _template_position(text, node, problem.template_line)
-    return FileProblem(name, line, column, str(problem.rule), problem.message)
-
-
-def _template_position(text: str, node: yaml.ScalarNode, template_line: int) -> tuple[int, int]:
-    """Where line ``template_line`` of a scalar's value is in the file: a block scalar's text
-    starts on the line after its indicator; a flow scalar's on its own line."""
-    start = node.start_mark.line + 1
-    if node.style in ("|", ">"):
-        line = start + template_line
-        lines = text.splitlines()
-        body = lines[line - 1] if 0 < line <= len(lines) else ""
-        return line, len(body) - len(body.lstrip()) + 1
-    if template_line == 1:
-        return start, node.start_mark.column + 1
-    return start + template_line - 1, 1
 
 
 def check_text(
@@ -123,7 +88,7 @@ def check_text(
         return None, [FileProblem(name, line, column, str(Rule.YAML), f"not YAML: {reason}")]
     marks = reader.marks
     problems = [
-        _file_problem(name, text, marks, CheckProblem(path, rule, message))
+        file_problem(name, text, marks, CheckProblem(path, rule, message))
         for path, rule, message in reader.problems
     ]
     if not isinstance(data, dict):
@@ -146,11 +111,11 @@ def check_text(
             )
             owner = "a step" if item["loc"][:1] == ("steps",) else "a pipeline file"
             found = CheckProblem(tuple(item["loc"]), rule, error_message(item, owner))
-            problems.append(_file_problem(name, text, marks, found))
+            problems.append(file_problem(name, text, marks, found))
         return None, sorted(problems, key=_order)
     if spec.name in reserved:
         problems.append(
-            _file_problem(
+            file_problem(
                 name,
                 text,
                 marks,
@@ -159,7 +124,7 @@ def check_text(
                 ),
             )
         )
-    problems += [_file_problem(name, text, marks, problem) for problem in check(spec, catalog)]
+    problems += [file_problem(name, text, marks, problem) for problem in check(spec, catalog)]
     if problems:
         return None, sorted(problems, key=_order)
     record = PipelineRecord(

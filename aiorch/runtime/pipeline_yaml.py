@@ -14,11 +14,11 @@ YAML says.
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass, field
 from typing import Any, Final
 
 import yaml
 
+from aiorch.runtime.pipeline_places import Loc, Marks
 from workflows.data.contract import Rule
 
 # A pipeline's own structure (steps, settings, JSON Schemas) nests a dozen levels; PyYAML's
@@ -26,8 +26,6 @@ from workflows.data.contract import Rule
 MAX_DEPTH: Final = 40
 # A 64 KiB file without aliases holds at most about 33,000 values ("a: [1,1,1,...]").
 MAX_VALUES: Final = 100_000
-
-Loc = tuple[Any, ...]
 
 
 class ReadRefused(yaml.MarkedYAMLError):
@@ -107,21 +105,6 @@ def measure(root: yaml.Node) -> None:
             open_nodes.add(key)
             stack.append((node, True))
             stack.extend((child, False) for child in _children(node))
-
-
-@dataclass
-class Marks:
-    """Where each value was in the text: the mark of a mapping entry is its key's."""
-
-    at: dict[Loc, tuple[int, int]] = field(default_factory=dict)
-    values: dict[Loc, yaml.Node] = field(default_factory=dict)
-
-    def where(self, path: Loc) -> tuple[int, int]:
-        """The line and column of ``path``, or of the nearest enclosing value."""
-        current = tuple(path)
-        while current and current not in self.at:
-            current = current[:-1]
-        return self.at.get(current, (1, 1))
 
 
 class Reader:

@@ -112,3 +112,31 @@ async def test_a_reedit_sent_again_within_its_round_returns_the_first_result(
     assert len(simulator.chat_requests(handle.id)) == 2
     await wait_for_state(handle, "await_review")
     await handle.cancel()
+
+
+async def test_a_review_sent_again_after_the_run_ended_says_so(review_stack: LocalStack) -> None:
+    """`review ID approve` run again once the run has completed sends nothing and says the
+    approval is already applied and the run has ended, exit 0 (no stale "now ..." answer);
+    another reviewer's decision then is one line saying the run has ended, exit 1."""
+    client: Client = await connect(review_stack)
+    handle = await start(client, request("Review me once", review="always"))
+    await at_round(handle, 1)
+    approve = ("review", handle.id, "approve", "--reviewer", "ann")
+    first = starter(review_stack, *approve)
+    assert first.returncode == 0, first.stderr
+    assert (await finished(handle)).state == "completed"
+
+    again = starter(review_stack, *approve)
+
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == (
+        f"{handle.id}: approve for round 1 is already applied; the run has ended: completed; "
+        "nothing was sent\n"
+    )
+    late = starter(review_stack, "review", handle.id, "reject", "--reviewer", "bob")
+    assert late.returncode == 1
+    assert late.stderr == (
+        f"error: run {handle.id} has ended (completed); nothing was sent "
+        f"(`starter.py result {handle.id}` shows how it ended)\n"
+    )
+    assert decisions((await finished(handle)).history) == [("approve", "ann", 1)]

@@ -7,9 +7,11 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import uuid
+from pathlib import Path
 
 import pytest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowFailureError
 
 from aiorch.devstack.llm_simulator.replies import REFUSAL_TEXT
 from aiorch.devstack.stack import LocalStack
@@ -57,6 +59,83 @@ async def test_status_shows_what_the_run_refused(stack: LocalStack, client: Clie
     assert as_json["last_refusal"] == lines["last_refusal"]
     assert RunStatus.model_validate(as_json).state == "await_review"
     await handle.cancel()
+
+
+async def test_status_of_a_run_refused_at_start_says_it_failed(
+    stack: LocalStack, client: Client
+) -> None:
+    """A run a plain client started with input the contract refuses closes Failed at once,
+    before its state leaves idle; `status` says what Temporal and `result` say: state failed,
+    status Failed, and the refusal as last_error, in text and in `--json`; `list` says failed
+    too (not `?`)."""
+    handle = await client.start_workflow(
+        contract.WORKFLOW_TYPE,
+        {"request_id": "a" * 24, "user_message": "x", "colour": "red"},
+        id=f"refused-{uuid.uuid4().hex}",
+        task_queue=contract.DEFAULT_TASK_QUEUE,
+    )
+    with pytest.raises(WorkflowFailureError):
+        await handle.result()
+
+    shown = starter(stack, "status", handle.id, columns=80)
+
+    assert shown.returncode == 0, shown.stderr
+    lines = fields(shown.stdout)
+    assert (lines["state"], lines["status"], lines["progress"]) == ("failed", "Failed", "100%")
+    assert lines["last_error"].startswith("InvalidRequest: invalid request: ")
+    assert "colour" in lines["last_error"]
+    as_json = json.loads(starter(stack, "status", handle.id, "--json").stdout)
+    assert (as_json["state"], as_json["status"]) == ("failed", "Failed")
+    assert as_json["last_error"] == lines["last_error"]
+    outcome = starter(stack, "result", handle.id)
+    assert outcome.returncode == 3
+    assert "colour" in outcome.stderr
+    deadline = asyncio.get_running_loop().time() + 30
+    while True:  # visibility is eventually consistent
+        listed = json.loads(starter(stack, "list", "--json", "--limit", "1000").stdout)
+        rows = [row for row in listed if row["workflow_id"] == handle.id]
+        if rows and rows[0]["temporal_status"] == "FAILED":
+            break
+        assert asyncio.get_running_loop().time() < deadline, rows
+        await asyncio.sleep(0.5)
+    assert rows[0]["state"] == "failed"
+
+
+def test_start_wait_prints_the_result_alone_on_stdout(stack: LocalStack, tmp_path: Path) -> None:
+    """`start --file F --wait` prints the result's JSON alone on stdout, which parses whole;
+    where the file was stored, the run's id and its Web UI link go to stderr."""
+    document = tmp_path / "note.txt"
+    document.write_text("Summarise this note about durable execution.", encoding="utf-8")
+    done = starter(stack, "start", "--file", str(document), "--review", "never", "--wait")
+
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["state"] == "completed"
+    assert f"started {result['request_id']}" in done.stderr
+    assert "web ui: http" in done.stderr
+    assert f"stored {document}" in done.stderr
+
+
+async def test_list_waiting_shows_the_runs_waiting_for_a_reviewer(
+    stack: LocalStack, client: Client
+) -> None:
+    """`list --waiting --json` lists a run waiting in await_review, and not a run that has
+    completed."""
+    waiting = await start(client, request("Wait for me", review="always"))
+    done = await start(client, request("Do not wait", review="never"))
+    await wait_for_state(waiting, "await_review")
+    assert (await finished(done)).state == "completed"
+    deadline = asyncio.get_running_loop().time() + 30
+    while True:  # visibility is eventually consistent
+        listed = starter(stack, "list", "--waiting", "--json", "--limit", "1000")
+        assert listed.returncode == 0, listed.stderr
+        ids = {row["workflow_id"]: row["state"] for row in json.loads(listed.stdout)}
+        if waiting.id in ids or asyncio.get_running_loop().time() > deadline:
+            break
+        await asyncio.sleep(0.5)
+    assert ids[waiting.id] == "await_review"
+    assert done.id not in ids
+    await waiting.cancel()
 
 
 async def test_a_refused_run_shows_the_refusal_text(stack: LocalStack, client: Client) -> None:

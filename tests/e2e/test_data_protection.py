@@ -444,8 +444,8 @@ def test_five_mb_document_runs_through_the_claim_check(
         timeout=90,
     )
     assert done.returncode == 0, done.stderr
-    assert f"as s3://ai-orchestrator-inputs/inputs/{run_id}/" in done.stdout
-    assert '"state": "completed"' in done.stdout
+    assert f"as s3://ai-orchestrator-inputs/inputs/{run_id}/" in done.stderr
+    assert json.loads(done.stdout)["state"] == "completed"
     token = protected.stack.codec_token()
     shown = workflow_show(
         protected,

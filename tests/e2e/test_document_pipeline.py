@@ -274,8 +274,8 @@ async def run_batch(
     if cli_run is not None:
         shown = await cli_run
         assert shown.returncode == 0, shown.stderr
-        assert f"started {ids[0]}" in shown.stdout
-        assert "as s3://" in shown.stdout  # stored by claim check: only the reference travels
+        assert f"started {ids[0]}" in shown.stderr  # --wait: stdout is the result alone
+        assert "as s3://" in shown.stderr  # stored by claim check: only the reference travels
     results = await asyncio.gather(*(result_of(client, request_id) for request_id in ids))
     took = time.monotonic() - started
 

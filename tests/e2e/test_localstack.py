@@ -28,6 +28,8 @@ from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 
+from aiorch.devstack.banner import show_banner
+from aiorch.devstack.demo import closing_lines
 from aiorch.devstack.processes import (
     LocalStackError,
     ManagedProcess,
@@ -37,7 +39,7 @@ from aiorch.devstack.processes import (
     temporal_test_server_path,
 )
 from aiorch.devstack.servers import start_sqs_server, start_temporal_dev_server
-from aiorch.devstack.stack import LocalStack, show_banner
+from aiorch.devstack.stack import LocalStack, StackAddresses
 from aiorch.runtime.codec import KeyRing, new_key
 from aiorch.runtime.temporal import encrypted_converter
 from tests.support import ROOT
@@ -369,7 +371,7 @@ def test_the_shell_lines_of_an_encrypted_stack_start_encrypted_runs(
         ["bash", "-c", script], cwd=ROOT, env=shell, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    workflow_id = done.stdout.split("started ", 1)[1].split()[0]
+    workflow_id = done.stderr.split("started ", 1)[1].split()[0]
 
     async def check() -> None:
         plain = await Client.connect(exported["TEMPORAL_ADDRESS"])
@@ -420,3 +422,48 @@ def test_the_banner_prints_each_address_and_path_whole(
     assert any(line.endswith(f"(login tokens in {data.resolve()}/inbox-logins)") for line in lines)
     exported = capsys.readouterr().out.splitlines()
     assert f"export INPUT_FILE_ROOTS={stack.addresses.input_dir}" in exported
+
+
+def test_the_banner_and_exports_name_the_workers_pipeline_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With PIPELINES_DIR set for the stack's worker (relative to its working directory), the
+    banner shows the folder and the export lines carry it, absolute, so the CLI in another
+    shell knows the same pipelines; without it, neither mentions one."""
+    monkeypatch.delenv("PIPELINES_DIR", raising=False)
+    folder = tmp_path / "work" / "my-pipelines"
+    folder.mkdir(parents=True)
+    for worker_env, shown in (({"PIPELINES_DIR": "my-pipelines"}, True), ({}, False)):
+        stack = LocalStack(tmp_path / "data", worker_cwd=tmp_path / "work", worker_env=worker_env)
+        banner = Console(file=io.StringIO(), width=200, record=True)
+        show_banner(stack, banner)
+        exports = capsys.readouterr().out
+        assert (f"Pipeline files    {folder}" in banner.export_text()) is shown
+        assert (f"export PIPELINES_DIR={folder}" in exports.splitlines()) is shown
+        assert ("PIPELINES_DIR" in exports) is shown
+
+
+def test_the_demo_gives_links_only_while_its_stack_stays_up(tmp_path: Path) -> None:
+    """At its end the demo points at the Web UI and the shell's exports only while the stack
+    stays up; when it stops (stdin not a terminal, --exit), it says that it stopped, why, and
+    that `make dev` keeps one up, and gives no link that would lead nowhere."""
+    addresses = StackAddresses(
+        temporal_address="127.0.0.1:7233",
+        sqs_endpoint_url="http://127.0.0.1:9324",
+        openai_base_url="http://127.0.0.1:8000/v1",
+        vector_store_path=tmp_path / "vectors",
+        document_store_url=f"sqlite:///{tmp_path / 'documents.db'}",
+        input_dir=tmp_path / "inputs",
+        review_public_keys="",
+        reviewer_key_file=tmp_path / "reviewer-key",
+        ui_url="http://127.0.0.1:8233",
+    )
+    staying = "\n".join(closing_lines(addresses, stopping=None))
+    assert "Web UI:  http://127.0.0.1:8233/namespaces/default/workflows" in staying
+    assert "export TEMPORAL_ADDRESS=127.0.0.1:7233" in staying
+
+    for why in ("stdin is not a terminal", "--exit"):
+        stopped = "\n".join(closing_lines(addresses, stopping=why))
+        assert f"Stack stopped ({why}); `make dev` keeps one up." in stopped
+        assert "http://" not in stopped and "export" not in stopped
+        assert "documents.db" in stopped

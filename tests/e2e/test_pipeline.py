@@ -164,15 +164,16 @@ async def test_same_request_id_runs_once(client: Client, simulator: Simulator) -
 
 
 def test_starter_cli_start_status_and_refused_review(stack: LocalStack) -> None:
-    """starter.py start prints the id and a UI link; a refused review is one clear line."""
+    """starter.py start --wait prints the id and a UI link on stderr (stdout is the result);
+    a refused review is one clear line."""
     env = {**stack.addresses.env(), "TEMPORAL_UI_URL": "http://ui.example"}
     run_id = new_request_id()
     started = run_script(
         "starter.py", "start", "Hello from the CLI", "--id", run_id, "--wait", env=env
     )
     assert started.returncode == 0, started.stderr
-    assert f"started {run_id}" in started.stdout
-    assert f"http://ui.example/namespaces/default/workflows/{run_id}" in started.stdout
+    assert f"started {run_id}" in started.stderr
+    assert f"http://ui.example/namespaces/default/workflows/{run_id}" in started.stderr
     again = run_script("starter.py", "start", "again", "--id", run_id, env=env)
     assert again.returncode == 1
     assert "already started" in again.stderr

@@ -139,7 +139,7 @@ FORGED = f"forged-{MARKUP}-{SHOWN_ESCAPES}"
     ("command", "shown"),
     [
         (["history", "{dead}"], [SHOWN_REASON]),
-        (["history", "{evil}"], [f"{EVIL_ID}: idle"]),
+        (["history", "{evil}"], [f"{EVIL_ID}: failed"]),
         (["status", "{dead}"], [f"dead-lettered by operator: {SHOWN_REASON}"]),
         (["list"], [EVIL_ID, STRAY, f"{MARKUP}{SHOWN_ESCAPES}"]),
         (["stats"], ["dead_letter", "(no AiState)"]),

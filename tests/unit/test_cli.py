@@ -108,6 +108,28 @@ def test_unreachable_temporal_is_one_line(monkeypatch: pytest.MonkeyPatch) -> No
     assert len(done.output.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["review", "0123456789abcdef01234567", "reedit"],
+        ["review", "0123456789abcdef01234567", "reedit", "--feedback", "  "],
+        ["review", "0123456789abcdef01234567", "reedit", "--print"],
+        ["review-all", "reedit", "-y"],
+    ],
+)
+def test_a_reedit_without_feedback_is_refused_before_anything_is_sent(
+    monkeypatch: pytest.MonkeyPatch, args: list[str]
+) -> None:
+    """`review ID reedit` and `review-all reedit` with no feedback (or only blanks) are one
+    line saying a reedit needs --feedback, exit 2, as the inbox refuses it: nothing is sent
+    (Temporal's address has nothing listening, so a command that tried would say so)."""
+    monkeypatch.setenv("TEMPORAL_ADDRESS", f"127.0.0.1:{free_port()}")
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
+    done = CliRunner().invoke(build_app(), args)
+    assert done.exit_code == 2
+    assert done.output == "error: a reedit needs --feedback: say what the model should change\n"
+
+
 def test_each_command_line_loads_its_module_and_help_lists_every_command() -> None:
     """`build_app(NAME)` registers NAME (from the module the table names), and the full app
     has exactly the table's commands, so no command is missing from help or loaded lazily by

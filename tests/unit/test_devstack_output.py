@@ -4,11 +4,13 @@ must be, never cut (`up`'s banner: tests/e2e/test_localstack.py)."""
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import pytest
 from rich.console import Console
 
 from aiorch.devstack.demo import render, scenarios
+from aiorch.devstack.notices import exited
 from workflows.payloads import RunStatus
 
 STATES = ("generate_embedding", "await_review", "dead_letter", "completed")
@@ -36,3 +38,13 @@ def test_the_demo_table_shows_every_state_and_model_whole(width: int) -> None:
     for state in STATES:
         assert state in text.split()
     assert text.count("sim-large") == len(runs)
+
+
+def test_a_worker_that_exits_is_reported_with_how_to_start_one() -> None:
+    """When the stack's worker exits (a kill -9), its line says the code, the log, and how to
+    start a worker again; another part's line gives its code and log only."""
+    worker = exited("worker", -9, Path(".data/logs/worker.log"))
+    assert "worker exited (code -9)" in worker and ".data/logs/worker.log" in worker
+    assert "start one with `python worker.py`" in worker
+    sqs = exited("sqs", 1, Path(".data/logs/sqs.log"))
+    assert "sqs exited (code 1)" in sqs and "python" not in sqs

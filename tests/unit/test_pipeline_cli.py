@@ -12,7 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from aiorch.cli import build_app
-from aiorch.ops import pipelines
+from aiorch.cli.output import out
+from aiorch.ops import pipelines, visibility
 from tests.support.pipeline_files import TRIAGE_V1, write_pipeline
 
 BROKEN = Path(__file__).resolve().parent / "pipeline_files"
@@ -61,6 +62,43 @@ def test_list_names_every_pipeline_with_its_version(folder: Path) -> None:
     assert rows["SupportTriage"]["version"].startswith("1@")
     assert rows["SupportTriage"]["defined_in"] == str(folder / "support_triage.yaml")
     assert rows["llm"]["version"] is None
+
+
+@pytest.mark.parametrize("width", [60, 120, 240])
+def test_list_cuts_no_path_and_no_description(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, width: int
+) -> None:
+    """`pipeline list` at any terminal width prints each file's path whole and every word of
+    its description (a table that wraps the description, or aligned lines), never cut."""
+    deep = tmp_path / "operators" / "pipelines-for-the-support-team" / "current"
+    deep.mkdir(parents=True)
+    path = write_pipeline(deep, TRIAGE_V1)
+    monkeypatch.setenv("PIPELINES_DIR", str(deep))
+    monkeypatch.setattr(out, "width", width)
+    pipelines.reload()
+    try:
+        code, output = run("list")
+    finally:
+        pipelines.reload()
+    assert code == 0, output
+    assert str(path) in output
+    words = output.split()
+    for word in ("Classify", "reviewed,", "store", "result."):
+        assert word in words, word
+
+
+def test_waiting_runs_are_those_in_any_review_state_of_any_pipeline(folder: Path) -> None:
+    """`list --waiting` (and the inbox) asks visibility for open runs in every review state:
+    the pipelines written in Python's and a pipeline file's (SupportTriage's urgent_review),
+    which `--state await_review` alone would miss; with --state too it is one line, exit 1."""
+    query = visibility.waiting_for_review()
+    assert "ExecutionStatus = 'Running'" in query
+    for review_state in ("await_review", "escalate", "urgent_review"):
+        assert f"'{review_state}'" in query
+    assert "'completed'" not in query
+    done = CliRunner().invoke(build_app("list"), ["list", "--waiting", "--state", "idle"])
+    assert done.exit_code == 1
+    assert done.output == "error: --waiting lists every review state; leave out --state\n"
 
 
 def test_show_prints_the_file_with_its_hash_and_graph_draws_it(folder: Path) -> None:

@@ -23,7 +23,8 @@ from workflows.data import CATALOG, compile_spec, templates
 from workflows.data.spec import PipelineSpec
 
 HERE = Path(__file__).resolve().parent
-BROKEN = sorted((HERE / "pipeline_files").glob("*.yaml"))
+BROKEN_DIR = HERE / "pipeline_files"
+BROKEN = sorted(BROKEN_DIR.glob("*.yaml"))
 ROOT = HERE.parents[1]
 
 
@@ -55,6 +56,7 @@ def test_there_are_broken_files_for_every_rule_that_matters() -> None:
         "duplicate-state",
         "name-taken",
         "progress-goes-down",
+        "unknown-case",
     } <= rules
 
 
@@ -194,3 +196,12 @@ def test_a_client_s_template_syntax_renders_as_text() -> None:
         compiled.template(prompt), {"input": {"ticket": ticket}, "steps": {}}
     )
     assert rendered == f"Ticket: {ticket}"
+
+
+def test_a_version_read_as_a_number_is_quoted_as_the_file_wrote_it() -> None:
+    """`version: 1.10` (which YAML reads as the number 1.1) is refused with a hint that quotes
+    the file's own text, '1.10', never the number YAML made of it."""
+    checked = read_file(BROKEN_DIR / "19_version_number.yaml", CATALOG, code_pipeline_names())
+    [problem] = checked.problems
+    assert (problem.line, problem.rule) == (4, "invalid-value")
+    assert problem.message == "write it as a string ('1.10'), or YAML reads it as a number"

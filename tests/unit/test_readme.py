@@ -13,6 +13,7 @@ import typer
 from aiorch.cli.app import build_app
 from aiorch.devstack.config_page import anchor
 from aiorch.devstack.docs import ROOT
+from workflows.llm.graph import GRAPH
 
 README = ROOT / "README.md"
 PAGES = [README, ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -106,3 +107,20 @@ def test_every_link_in_the_readme_and_docs_resolves() -> None:
             if not path.exists() or (fragment and fragment not in _anchors(path)):
                 broken.append(f"{page.relative_to(ROOT)}: {link}")
     assert broken == []
+
+
+def test_the_state_table_lists_each_state_once_as_the_graph_has_it() -> None:
+    """The README's table of the LLM pipeline's states names each state of its graph exactly
+    once, with the status and progress the graph gives it."""
+    text = README.read_text(encoding="utf-8")
+    table = text.split("<!-- graph:llm:end -->", 1)[1].split("\n\n", 2)[1]
+    named: list[str] = []
+    for row in table.splitlines()[2:]:
+        states, status, progress = (cell.strip() for cell in row.strip("|").split("|"))
+        for state in states.split(" (", 1)[0].split(", "):
+            named.append(state)
+            info = GRAPH.info(state)
+            assert status == info.status.value, row
+            assert progress == f"{info.progress}%", row
+    assert sorted(named) == sorted(set(named)), "a state is listed twice"
+    assert set(named) == set(GRAPH.states), set(GRAPH.states) ^ set(named)

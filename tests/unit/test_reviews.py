@@ -3,7 +3,9 @@ and what an exported correction says changed."""
 
 from __future__ import annotations
 
-from aiorch.ops.corrections import field_changes
+from datetime import timedelta
+
+from aiorch.ops.corrections import exported, field_changes
 from aiorch.ops.reviews import (
     ReviewOutcome,
     decision_for_round,
@@ -12,8 +14,14 @@ from aiorch.ops.reviews import (
     update_id,
     vote_in_round,
 )
-from tests.support.builders import history_entry
-from workflows.payloads import HistoryEntry, ReviewDecision, ReviewProgress, RunStatus
+from tests.support.builders import AT, history_entry
+from workflows.payloads import (
+    Correction,
+    HistoryEntry,
+    ReviewDecision,
+    ReviewProgress,
+    RunStatus,
+)
 
 
 def decided(event: str, reviewer: str, review_round: int) -> HistoryEntry:
@@ -156,3 +164,27 @@ def test_an_example_lists_the_fields_a_reviewer_changed() -> None:
     ]
     assert field_changes(before, dict(before)) == []
     assert field_changes("v1", "v2") == []
+
+
+def test_a_reedit_without_feedback_is_no_example() -> None:
+    """The export takes the reedits with feedback and the corrections made in its window; a
+    reedit a run took with no feedback (or only blanks) is left out, as is one made before
+    the window."""
+
+    def kept(kind: str, feedback: str | None, at_offset: int = 0) -> Correction:
+        return Correction.model_validate(
+            {
+                "kind": kind,
+                "reviewer": "ann",
+                "review_round": 1,
+                "at": AT + timedelta(minutes=at_offset),
+                "pipeline": "llm",
+                "pipeline_version": "v1",
+                "feedback": feedback,
+            }
+        )
+
+    useful = [kept("reedit", "shorter"), kept("correct", None)]
+    useless = [kept("reedit", None), kept("reedit", " \n"), kept("reedit", "early", -10)]
+
+    assert exported([*useless, *useful], AT, None) == useful

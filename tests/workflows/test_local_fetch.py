@@ -109,7 +109,7 @@ async def test_the_review_round_is_published_with_the_review_state(orch: Orchest
     first = (await handle.describe()).typed_search_attributes.get(contract.AI_REVIEW_ROUND)
     await handle.execute_update(
         contract.UPDATE_SUBMIT_REVIEW,
-        {"decision": "reedit", "reviewer": "ann", "review_round": 1},
+        {"decision": "reedit", "reviewer": "ann", "feedback": "again", "review_round": 1},
         result_type=RunStatus,
     )
     await orch.wait_for_state(handle, "await_review")

@@ -6,8 +6,10 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from temporalio.client import WorkflowHandle
+from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
 
 from aiorch.ops.results import finished
 from tests.support.orchestration import Orchestration
@@ -15,7 +17,13 @@ from tests.support.run_history import entry_for, events, path, step
 from tests.support.scripted_activities import PRIMARY_MODEL, Reply
 from tests.support.time_skipping import skip_time
 from workflows import contract
-from workflows.payloads import Decision, PipelineResult, ReviewDecision, RunStatus
+from workflows.payloads import (
+    REEDIT_NEEDS_FEEDBACK,
+    Decision,
+    PipelineResult,
+    ReviewDecision,
+    RunStatus,
+)
 
 CONFIDENT = {
     "name": "confident",
@@ -110,8 +118,9 @@ async def test_approve_during_escalation_completes(orch: Orchestration) -> None:
 
 
 async def test_reedit_passes_feedback_to_the_next_llm_call(orch: Orchestration) -> None:
-    """reedit sends the run back to invoke_llm with every reviewer's feedback so far (a reedit
-    without feedback asks for a revision); the revised answer is reviewed again, then approved."""
+    """reedit sends the run back to invoke_llm with every reviewer's feedback so far (a review
+    signal's reedit without feedback asks for a revision); the revised answer is reviewed
+    again, then approved."""
     orch.fakes.llm_script = [
         Reply(content="v1", needs_review=True),
         Reply(content="v2", needs_review=True),
@@ -128,7 +137,8 @@ async def test_reedit_passes_feedback_to_the_next_llm_call(orch: Orchestration) 
         "Cite your sources.",
     )
     await orch.wait_for_state(handle, "await_review")
-    await submit(handle, "reedit", reviewer="bob")
+    await handle.signal(contract.SIGNAL_REVIEW, {"decision": "reedit", "reviewer": "bob"})
+    await orch.wait_for_state(handle, "invoke_llm")
     await orch.wait_for_state(handle, "await_review")
     await submit(handle, "approve")
     result = await finished(handle)
@@ -146,6 +156,34 @@ async def test_reedit_passes_feedback_to_the_next_llm_call(orch: Orchestration) 
     assert events(result.history).count("reedit") == 2
     assert [e.content for e in orch.fakes.embedding_calls] == ["v3"]
     await orch.check_finished(handle, result)
+
+
+async def test_a_reedit_without_feedback_is_refused_by_the_update(orch: Orchestration) -> None:
+    """A reedit sent through the submit_review update with no feedback, or only blanks, is
+    refused with the reason, as the CLI and the inbox refuse it: the run stays in its round,
+    records nothing and asks the model nothing; a reedit with feedback is then taken."""
+    orch.fakes.llm_script = [
+        Reply(content="v1", needs_review=True),
+        Reply(content="v2", needs_review=False),
+    ]
+    handle = await orch.start(review="always")
+    await orch.wait_for_state(handle, "await_review")
+
+    for feedback in (None, "  \n "):
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
+            await submit(handle, "reedit", feedback=feedback)
+        assert isinstance(refused.value.cause, ApplicationError)
+        assert refused.value.cause.message == REEDIT_NEEDS_FEEDBACK
+    waiting = await orch.status(handle)
+    assert (waiting.state, waiting.review_round) == ("await_review", 1)
+    assert "reedit" not in events(waiting.history)
+    assert len(orch.fakes.llm_calls) == 1
+
+    await submit(handle, "reedit", feedback="Shorter.")
+    await orch.wait_for_state(handle, "await_review")
+    assert [c.feedback for c in orch.fakes.llm_calls] == [[], ["Shorter."]]
+    await submit(handle, "approve")
+    assert (await finished(handle)).state == "completed"
 
 
 async def test_reject_fails_the_run_naming_the_reviewer(orch: Orchestration) -> None:

@@ -55,8 +55,9 @@ class StepType:
     """One kind of step (module docstring). ``output``: the JSON Schema of what the step
     records as its output (``steps.ID`` in templates; None: it records none), which the check
     uses to refuse a template field the step will not have. ``routes``: outcomes whose target
-    the step's settings name (a route's cases). ``defaults``: where an outcome the file does
-    not route leads (else the step's ``next``)."""
+    the step's settings name (a route's cases). ``routes_on``: the data path whose value picks
+    one of them, which the check reads to name a case no value can match. ``defaults``: where
+    an outcome the file does not route leads (else the step's ``next``)."""
 
     name: str
     settings: type[Settings]
@@ -69,6 +70,7 @@ class StepType:
     description: str = ""
     defaults: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     routes: Callable[[Any], Mapping[str, str]] | None = None
+    routes_on: Callable[[Any], str] | None = None
     output: Callable[[Any], dict[str, Any] | None] = _no_output
 
     def outcomes_of(self, settings: Any) -> tuple[str, ...]:

@@ -29,7 +29,7 @@ import jsonschema
 from jinja2 import TemplateError
 from pydantic import ValidationError
 
-from workflows.data import templates
+from workflows.data import route_cases, templates
 from workflows.data.catalog import (
     FAILURE_TARGETS,
     Catalog,
@@ -657,6 +657,27 @@ class _Builder:
                 elif mark == Mark.SCHEMA:
                     for inner, message in schema_problems(value):
                         self.problem((*path, *inner), Rule.INVALID_JSON_SCHEMA, message)
+            if step.type.routes_on is not None and step.type.routes is not None:
+                routes = step.type.routes(step.settings)
+                self._route_cases(step, step.type.routes_on(step.settings), routes)
+
+    def _route_cases(self, step: CompiledStep, value: str, routes: Mapping[str, str]) -> None:
+        """Name each case of ``step`` that no value at the data path ``value`` can match."""
+        schema = self.value_schema(tuple(value.split(".")))
+        cases = [case for case in routes if case != "default"]
+        unmatched, allowed = route_cases.never_matched(schema, cases)
+        for case in unmatched:
+            path = self._event_path(("steps", step.index), step.spec, step.settings, case)
+            self.problem(path, Rule.UNKNOWN_CASE, route_cases.problem(value, schema, case, allowed))
+
+    def value_schema(self, parts: tuple[str, ...]) -> Any:
+        """The JSON Schema of the value at a data path, or None when nothing says."""
+        if parts[0] == "input":
+            return route_cases.subschema(self.spec.input, parts[1:])
+        step_type = self.types.get(parts[1]) if len(parts) > 1 else None
+        if step_type is None:
+            return None
+        return route_cases.subschema(step_type.output(self.settings[parts[1]]), parts[2:])
 
     def field_problem(self, parts: tuple[str, ...]) -> str | None:
         """Why ``parts`` names nothing a run will have, or None."""

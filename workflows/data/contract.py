@@ -37,6 +37,7 @@ class Rule(StrEnum):
     DUPLICATE_STATE = "duplicate-state"
     MISSING_STEP = "missing-step"
     UNKNOWN_OUTCOME = "unknown-outcome"
+    UNKNOWN_CASE = "unknown-case"
     DUPLICATE_EVENT = "duplicate-event"
     UNREACHABLE_STEP = "unreachable-step"
     DEAD_END = "dead-end"

@@ -60,13 +60,16 @@ class StateName(Settings):
     description: str | None = Field(default=None, max_length=200)
 
 
+VERSION_AS_NUMBER = "or YAML reads it as a number"
+
+
 def _version(value: Any) -> Any:
     if isinstance(value, bool):
         raise ValueError("must be a version such as 1, 2 or '1.2'")
     if isinstance(value, int):
         return str(value)
     if isinstance(value, float):
-        raise ValueError(f"write it as a string ('{value}'), or YAML reads it as a number")
+        raise ValueError(f"write it as a string ('{value}'), {VERSION_AS_NUMBER}")
     return value
 
 

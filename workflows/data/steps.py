@@ -617,6 +617,7 @@ CATALOG: Final = Catalog.of(
         shown=False,
         description="choosing the way on",
         routes=_route_targets,
+        routes_on=lambda settings: settings.value,
     ),
     StepType(
         "review",

@@ -152,6 +152,10 @@ class DecisionInbox(Generic[D, R]):
     reason: Callable[[R], str]
     # Apply an accepted decision at once when it does not move the run; True when it did.
     settle: Callable[[D], bool] | None = None
+    # Why the update's validator refuses a decision's own content (None: it does not). Only
+    # the validator asks: it is not replayed, so a rule added here leaves recorded histories,
+    # and the signal's handling, as they were.
+    screen: Callable[[D], R | None] | None = None
     pending: D | None = None
     # Decisions accepted and applied so far: an update waits until its own is applied.
     accepted: int = 0
@@ -182,16 +186,19 @@ class DecisionInbox(Generic[D, R]):
         """The update's validator.
 
         Raises:
-            ApplicationError: ``DecisionRefused`` (non-retryable): the rules refuse the
-                decision (the update is rejected with the reason); before admission, only a
-                decision that does not decode, or one too many held.
+            ApplicationError: ``DecisionRefused`` (non-retryable): the rules or ``screen``
+                refuse the decision (the update is rejected with the reason); before
+                admission, only a decision that does not decode, one ``screen`` refuses, or
+                one too many held.
         """
         if self.admission.admitted:
-            _, refused = self._judged(args)
+            decision, refused = self._judged(args)
         else:
-            refused = self._undecodable(args)
+            decision, refused = self._decoded(args)
             if refused is None and self.admission.full:
                 refused = self.invalid(OVERFLOW)
+        if refused is None and decision is not None and self.screen is not None:
+            refused = self.screen(decision)
         if refused is not None:
             raise self._refused(refused)
 
@@ -255,12 +262,11 @@ class DecisionInbox(Generic[D, R]):
             return None, self.invalid(str(err))
         return decision, self.refusal(decision, self.pending)
 
-    def _undecodable(self, args: Sequence[RawValue]) -> R | None:
+    def _decoded(self, args: Sequence[RawValue]) -> tuple[D | None, R | None]:
         try:
-            inbound(args, self.model)
+            return inbound(args, self.model), None
         except errors.InvalidRequest as err:
-            return self.invalid(str(err))
-        return None
+            return None, self.invalid(str(err))
 
     def _refused(self, refused: R) -> ApplicationError:
         return ApplicationError(

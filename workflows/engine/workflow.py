@@ -44,6 +44,7 @@ import workflows.engine.commands as commands
 import workflows.engine.continuation as continuation
 import workflows.engine.observability as observability
 import workflows.engine.record as record
+import workflows.engine.review_content as review_content
 import workflows.engine.reviews as reviews
 import workflows.errors as errors
 from workflows.engine.backoff import full_jitter_delay
@@ -97,6 +98,7 @@ class PipelineWorkflow:
             count=self._count_refused_review,
             reason=lambda refused: refused.reason,
             settle=self._counted_vote,
+            screen=review_content.content_refusal,
         )
         self._budgets = DecisionInbox(
             BudgetDecision,

@@ -26,12 +26,13 @@ Reviews the run refused are counted (``RunStatus.reviews_refused``), never store
 so no sender can grow a run's state.
 """
 
-from workflows.payloads import _base, activity, batch, client, policy, state
+from workflows.payloads import _base, activity, batch, client, policy, review_rules, state
 from workflows.payloads._base import *  # noqa: F403
 from workflows.payloads.activity import *  # noqa: F403
 from workflows.payloads.batch import *  # noqa: F403
 from workflows.payloads.client import *  # noqa: F403
 from workflows.payloads.policy import *  # noqa: F403
+from workflows.payloads.review_rules import *  # noqa: F403
 from workflows.payloads.state import *  # noqa: F403
 
 __all__ = [
@@ -40,5 +41,6 @@ __all__ = [
     *batch.__all__,
     *client.__all__,
     *policy.__all__,
+    *review_rules.__all__,
     *state.__all__,
 ]

@@ -59,6 +59,7 @@ from workflows.payloads import (
     Decision,
     ReviewDecision,
     describe_validation_error,
+    lacks_feedback,
 )
 
 log = logging.getLogger("ai-orchestrator.inbox")
@@ -479,7 +480,7 @@ def _decision(form: Any, reviewer: str) -> ReviewDecision:
     feedback = feedback_raw.strip() if isinstance(feedback_raw, str) else ""
     if len(feedback) > MAX_FEEDBACK_CHARS:
         raise ValueError(f"Feedback is limited to {MAX_FEEDBACK_CHARS} characters.")
-    if decision == "reedit" and not feedback:
+    if lacks_feedback(decision, feedback):
         raise ValueError(
             "A reedit needs feedback: say what the model should change. Nothing was sent."
         )

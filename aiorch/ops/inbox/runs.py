@@ -43,7 +43,7 @@ _CONCURRENT_QUERIES: Final = 16
 
 def waiting_query() -> str:
     """Open runs of every pipeline that wait in a review state."""
-    return visibility.runs_query(visibility.OPEN, visibility.state_in(pipelines.review_states()))
+    return visibility.waiting_for_review()
 
 
 class RunUnreadable(Exception):
