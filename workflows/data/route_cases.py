@@ -14,7 +14,8 @@ Deterministic and pure: the compiler runs it as one of its advisory checks.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 from workflows.payloads import printable
@@ -22,11 +23,13 @@ from workflows.payloads import printable
 # How many allowed values a problem lists.
 SHOWN_VALUES = 12
 
-_MATCHED_BY_TYPE: dict[str, Callable[[str], bool]] = {
-    "boolean": lambda case: case in ("True", "False"),
-    "integer": lambda case: re.fullmatch(r"0|[1-9][0-9]*", case) is not None,
-    "null": lambda case: case == "",
-}
+_MATCHED_BY_TYPE: Mapping[str, Callable[[str], bool]] = MappingProxyType(
+    {
+        "boolean": lambda case: case in ("True", "False"),
+        "integer": lambda case: re.fullmatch(r"0|[1-9][0-9]*", case) is not None,
+        "null": lambda case: case == "",
+    }
+)
 
 
 def shown(value: Any) -> str:
