@@ -15,6 +15,14 @@ LOCK_BUILD := requirements/build.txt
 # venvs pass uv's (`PIP_INSTALL="uv pip install --python .venv-3.12/bin/python"`).
 PIP_INSTALL ?= $(BIN)/python -m pip install
 
+# `make test` and `make test-fast` hand whole test files to parallel pytest processes: most
+# live-server tests wait on timers and servers, not on the CPU, so four fit on two cores. A file
+# runs in one process, so its module-scoped servers serve only its own tests.
+# `TEST_PROCESSES=0` runs every test in this process, one after another.
+TEST_PROCESSES ?= 4
+FAST_PROCESSES ?= 2
+PARALLEL = --dist loadfile --no-loadscope-reorder
+
 .PHONY: demo dev test test-fast lint typecheck imports unit mutate bench graph screenshots lock clean
 
 $(STAMP): pyproject.toml $(LOCK_DEV)
@@ -36,13 +44,13 @@ dev: $(STAMP)
 
 ## test: lint, type-check, check the import contracts and run every test layer (what CI runs)
 test: lint typecheck imports
-	$(BIN)/python -m pytest --durations=15
+	$(BIN)/python -m pytest -n $(TEST_PROCESSES) $(PARALLEL) --durations=15
 
 ## test-fast: the inner loop (under a minute): the import contracts, then every test that starts
 ## no server in a process of its own (not marked e2e); `make lint typecheck` check the rest.
 ## CI runs it on whichever of Python 3.12 and 3.13 does not run `make test` that commit
 test-fast: imports
-	$(BIN)/python -m pytest -m "not e2e"
+	$(BIN)/python -m pytest -n $(FAST_PROCESSES) $(PARALLEL) -m "not e2e"
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

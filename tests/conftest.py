@@ -5,3 +5,10 @@ import pytest
 # Failed asserts in the test library report their operands as a test's own do: pytest rewrites
 # test and conftest modules only, unless told before the import.
 pytest.register_assert_rewrite("tests.support")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files marked ``long`` first, the rest in their usual order: `make test` hands whole files
+    to its parallel processes in this order, so the longest start together at the beginning
+    instead of one of them finishing the run alone (docs/testing.md)."""
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)

@@ -33,7 +33,7 @@ from tests.deploy.processes import probe, process_env, start_worker
 from workflows import contract
 from workflows.payloads import PipelineResult
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.long]
 
 RUNS = 300
 WORKERS = 3

@@ -20,7 +20,7 @@ from tests.support.live_stack import E2E_WORKER_ENV, connect, stack_with_worker
 from tests.support.simulator import Simulator
 from workflows import contract
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.long]
 
 GROUP = 20
 

@@ -38,7 +38,7 @@ from workflows.batch.workflow import LlmBatch
 from workflows.orchestrator import AiOrchestrator
 from workflows.payloads import PipelineRequest, RunStatus
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.long]
 
 RUNS = 1000
 GROUP = 250

@@ -40,7 +40,7 @@ PATHS = ("happy", "review", "retry")
 ACTIONS_KS = (5, 10)  # two batch sizes: exact counts per run must not depend on it
 PRICE = 25.0  # not the default (50), to see that the price given is the one used
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.long]
 
 
 @pytest.fixture(scope="module")

@@ -36,7 +36,7 @@ from tests.support.live_runs import request, start
 from tests.support.live_stack import E2E_WORKER_ENV
 from tests.support.simulator import Simulator
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.long]
 
 RUNS = 300
 WORKERS = 3

@@ -31,7 +31,7 @@ from workflows.data import CATALOG, DataResult, compile_spec
 from workflows.data.spec import PipelineSpec
 from workflows.orchestrator import AiOrchestrator
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.long]
 BROKEN = Path(__file__).resolve().parents[1] / "unit" / "pipeline_files"
 
 

@@ -38,7 +38,7 @@ from tests.support.simulator import Simulator
 from workflows import contract
 from workflows.payloads import DeadLetterMessage, RunStatus
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.long]
 
 QUEUE_NAME = "ai-orchestrator-dlq"  # DLQ_QUEUE_NAME's default, which the stacks' workers use
 

@@ -49,7 +49,7 @@ from workflows import contract, errors
 from workflows.llm.graph import State
 from workflows.payloads import ContinuedRun, PipelineRequest, RunState, RunStatus
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.long]
 
 WORKER_ENV = {**E2E_WORKER_ENV, "ALLOWED_REVIEWERS": "alice,bob"}
 

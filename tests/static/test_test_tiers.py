@@ -4,6 +4,7 @@ carries the ``e2e`` marker, so ``make test-fast`` (``-m "not e2e"``) starts none
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -51,3 +52,28 @@ def test_the_check_sees_a_missing_marker() -> None:
     assert not marked_e2e(ast.parse(source))
     assert marked_e2e(ast.parse(source + "import pytest\npytestmark = pytest.mark.e2e\n"))
     assert marked_e2e(ast.parse("import pytest\npytestmark = [pytest.mark.e2e]\n"))
+
+
+def marked_long(tree: ast.Module) -> bool:
+    """Whether the module's ``pytestmark`` holds ``pytest.mark.long``."""
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(target, ast.Name) and target.id == "pytestmark" for target in node.targets
+        ):
+            return "pytest.mark.long" in ast.unparse(node.value)
+    return False
+
+
+def test_the_docs_name_every_long_file_and_say_why() -> None:
+    """docs/testing.md's table of long files names exactly the files marked ``long``, each with
+    a reason: a file that becomes long is explained, and one that is no longer long leaves."""
+    marked = {
+        f"tests/{path.relative_to(TESTS)}"
+        for path in sorted(TESTS.rglob("test_*.py"))
+        if marked_long(ast.parse(path.read_text(encoding="utf-8")))
+    }
+    table = (TESTS.parent / "docs" / "testing.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| `(tests/[\w/]+\.py)` \| (.+) \|$", table, re.MULTILINE)
+    assert marked, "no file is marked long"
+    assert {path for path, _ in rows} == marked
+    assert all(len(why.split()) >= 8 for _, why in rows), rows
