@@ -41,7 +41,8 @@ from aiorch.runtime.capacity import (
 )
 from aiorch.runtime.config import DEFAULT_PRICE_TABLE, RateLimit
 from tests.activities.llm_calls import call
-from tests.support.capacity_store import capacity_store_url, unreachable_store
+from tests.support.capacity_store import unreachable_store
+from tests.support.valkey import capacity_store_url
 from workflows import errors
 from workflows.payloads import LlmCallInput
 

@@ -13,7 +13,7 @@ import redis.asyncio as redis
 
 from aiorch.runtime.capacity import STORE_CONNECTIONS, CapacityStore, ProviderSignal, scope_name
 from aiorch.runtime.config import Settings
-from tests.support.capacity_store import capacity_store_url
+from tests.support.valkey import capacity_store_url
 
 pytestmark = pytest.mark.e2e
 

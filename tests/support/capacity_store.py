@@ -1,32 +1,19 @@
-"""A capacity store (the Redis-compatible server the dev stack runs) of a test's own."""
+"""Views of a capacity store (the Redis-compatible server the dev stack runs): one nothing
+answers at, and the operator's view of a local stack's (one of a test's own:
+tests/support/valkey.py)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
-from pathlib import Path
 
-import pytest
 import redis.asyncio as redis
 
-from aiorch.devstack.processes import ManagedProcess, free_port
-from aiorch.devstack.servers import start_capacity_store
+from aiorch.devstack.processes import free_port
 from aiorch.devstack.stack import LocalStack
 from aiorch.runtime.capacity import CapacityStore
 from aiorch.runtime.config import Settings
-
-
-def capacity_store_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """Start a capacity store on a free port, yield its URL, and stop it by its PID."""
-    port = free_port()
-    process: ManagedProcess = start_capacity_store(
-        port=port, log_dir=Path(tmp_path_factory.mktemp("redis"))
-    )
-    try:
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        process.stop()
 
 
 def unreachable_store(lease: timedelta) -> CapacityStore:
