@@ -1,9 +1,14 @@
 """The batch lane's submission and collection in the fast tier: ``submit_batch`` and
 ``collect_batch`` in Temporal's activity environment against the LLM simulator's Files and
-Batches API over real HTTP. The group's calls are kept by `GroupInMemory`, the store's part
-these activities read and write (the real store runs Lua in Redis: tests/e2e/test_batch_lane.py
-and tests/e2e/test_batch_crash.py run it whole); no run waits for an answer here, so no run is
-told one.
+Batches API over real HTTP, the group's calls kept by the real `BatchStore` in the real store
+(Valkey in memory, tests/support/valkey.py), queued through its ``enqueue`` as the lane queues
+them (tests/e2e/test_batch_lane.py and tests/e2e/test_batch_crash.py run the lane whole).
+
+The group is opened with no owner token, so ``check_group`` accepts its workflow id alone (the
+path of groups opened before tokens existed) and needs no Temporal server: the owner check
+itself is attacked in tests/security/test_batch_lane_abuse.py. Rounds 1 and 2 are run, never
+round 0, and no run waits in ``await_batch``, so no run is told anything: there is no
+Temporal client here.
 
 An expired batch's second round holds its unfinished calls only (one answered but not yet
 delivered is not paid for twice); answered calls are priced at the batch rate; a submission
@@ -12,7 +17,7 @@ retried after its worker died finds the batch it created instead of creating ano
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
 from typing import Any, cast
 
@@ -30,63 +35,40 @@ from activities.batch_groups import group_workflow_id
 from activities.llm import LlmActivities, call_cost
 from activities.prompt import InputLoader
 from aiorch.devstack.llm_simulator import running_simulator
-from aiorch.runtime.batch_store import BatchStore, QueuedCall
+from aiorch.runtime.batch_store import BatchStore
 from aiorch.runtime.capacity import CapacityStoreError, scope_name
 from aiorch.runtime.config import DEFAULT_PRICE_TABLE
 from tests.activities.llm_calls import call
-from workflows.payloads import BatchRound, LlmCallResult
+from tests.support.valkey import capacity_store_url
+from workflows.payloads import BatchRound, LlmCallInput, LlmCallResult
 
 MODEL = "sim-large"
-GROUP = 7
-FAR = 2**62  # a run that waits for its submission as long as it takes
+ITEM_TTL = timedelta(days=1)
+QUEUE = timedelta(hours=1)
 
 
-class GroupInMemory(BatchStore):
-    """One group's calls as the store keeps them, in memory: what each call is, its result
-    once answered, and the batch of each round; ``fail_records`` record_batch calls fail as
-    if the store (or the worker) died right after the provider created the batch."""
-
-    def __init__(self, calls: list[QueuedCall]) -> None:
-        super().__init__(redis.Redis(), item_ttl=timedelta(days=1))  # never connects
-        self.items = {queued.item: queued for queued in calls}
-        self.rounds: dict[int, str] = {}
-        self.fail_records = 0
-
-    async def claim(self, scope: str, group: int) -> tuple[int, list[str]]:
-        return 0, list(self.items)
-
-    async def calls(self, scope: str, items: list[str]) -> list[QueuedCall]:
-        return [self.items[item] for item in items if item in self.items]
-
-    async def drop(self, scope: str, items: list[str]) -> None:
-        for item in items:
-            self.items.pop(item, None)
-
-    async def owner_of(self, scope: str, group: int) -> tuple[bool, str]:
-        return True, ""  # opened, by a lane that kept no owner token: the group's id alone
-
-    async def batch_of(self, scope: str, group: int, round_: int) -> str | None:
-        return self.rounds.get(round_)
+class RecordFails(BatchStore):
+    """The real store, but its ``record_batch`` fails, as if the store (or the worker) died
+    right after the provider created the batch."""
 
     async def record_batch(self, scope: str, group: int, round_: int, batch_id: str) -> None:
-        if self.fail_records:
-            self.fail_records -= 1
-            raise CapacityStoreError("capacity store: ConnectionError: the worker died")
-        self.rounds[round_] = batch_id
+        raise CapacityStoreError("capacity store: ConnectionError: the worker died")
 
-    async def answer(self, scope: str, item: str, result: str) -> tuple[bool, bytes | None]:
-        if item not in self.items:
-            return False, None
-        self.items[item] = dataclasses.replace(self.items[item], result=result)
-        return True, None  # no run's await_batch waits yet: the answer is kept
 
-    async def finish(self, scope: str, group: int, rounds: int) -> None:
-        self.rounds.clear()
+@pytest.fixture(scope="module")
+def valkey(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    yield from capacity_store_url(tmp_path_factory)
 
-    def result(self, item: str) -> LlmCallResult:
-        kept = self.items[item].result
-        assert kept is not None, f"{item} has no result"
-        return LlmCallResult.model_validate_json(kept)
+
+@pytest_asyncio.fixture
+async def store(valkey: str) -> AsyncIterator[redis.Redis]:
+    """A client of the store, emptied first."""
+    client = redis.Redis.from_url(valkey)
+    await client.flushdb()
+    try:
+        yield client
+    finally:
+        await client.aclose()
 
 
 @pytest_asyncio.fixture(scope="module")
@@ -114,30 +96,16 @@ async def openai_client(sim_url: str) -> AsyncIterator[AsyncOpenAI]:
         yield client
 
 
-def queued(n: int) -> list[QueuedCall]:
-    """A group of ``n`` batch-lane calls, none answered yet."""
-    found = []
-    for number in range(n):
-        asked = call(f"Batched question {number}", lane="batch")
-        found.append(
-            QueuedCall(
-                item=item_name(asked),
-                call=asked.model_dump_json(),
-                token=b"",
-                pipeline="",
-                spend="",
-                cache="",
-                deadline_ms=FAR,
-                result=None,
-            )
-        )
-    return found
+def asked(n: int) -> list[LlmCallInput]:
+    """``n`` batch-lane calls."""
+    return [call(f"Batched question {number}", lane="batch") for number in range(n)]
 
 
 class Lane:
-    """``submit_batch`` and ``collect_batch`` of one group, as its workflow runs them."""
+    """``submit_batch`` and ``collect_batch`` of one group, as its workflow runs them, with the
+    store's view of its calls."""
 
-    def __init__(self, client: AsyncOpenAI, store: GroupInMemory) -> None:
+    def __init__(self, client: AsyncOpenAI, store: BatchStore, group: int = 0) -> None:
         llm = LlmActivities(client, InputLoader(), timeout_s=10, prices=DEFAULT_PRICE_TABLE)
         self.activities = BatchActivities(
             llm,
@@ -147,17 +115,49 @@ class Lane:
             base_url=str(client.base_url),
             prices=DEFAULT_PRICE_TABLE,
         )
+        self.store = store
         self.scope = scope_name(str(client.base_url), MODEL)
+        self.group = group
+
+    async def open_group(self, calls: list[LlmCallInput]) -> None:
+        """Queue ``calls`` as their runs' ``invoke_llm`` does (`BatchLane.enqueue`), into one
+        group opened with no owner token; each run waits an hour for its submission."""
+        groups = set()
+        for number, queued in enumerate(calls):
+            enqueued = await self.store.enqueue(
+                self.scope,
+                item_name(queued),
+                call=queued.model_dump_json(),
+                token=b"",
+                pipeline="",
+                spend="",
+                cache="",
+                size=len(calls),
+                queue=QUEUE,
+                owner="",
+                run=f"run-{number}",
+            )
+            groups.add(enqueued.group)
+        [self.group] = groups
+
+    async def results(self, calls: list[LlmCallInput]) -> dict[str, LlmCallResult | None]:
+        """Each call's result as the store keeps it (None: not answered yet)."""
+        kept = await self.store.calls(self.scope, [item_name(c) for c in calls])
+        assert len(kept) == len(calls), "the store lost a call"
+        return {
+            c.item: LlmCallResult.model_validate_json(c.result) if c.result is not None else None
+            for c in kept
+        }
 
     def env(self, attempt: int = 1) -> ActivityEnvironment:
         env = ActivityEnvironment()
         env.info = dataclasses.replace(
-            env.info, workflow_id=group_workflow_id(self.scope, GROUP), attempt=attempt
+            env.info, workflow_id=group_workflow_id(self.scope, self.group), attempt=attempt
         )
         return env
 
     def round(self, number: int, **fields: Any) -> BatchRound:
-        return BatchRound(scope=self.scope, model=MODEL, group=GROUP, round=number, **fields)
+        return BatchRound(scope=self.scope, model=MODEL, group=self.group, round=number, **fields)
 
 
 async def sim_batches(http: aiohttp.ClientSession) -> list[dict[str, Any]]:
@@ -173,22 +173,23 @@ async def answered_lines(http: aiohttp.ClientSession) -> list[str]:
 
 
 async def test_an_expired_batch_s_next_round_holds_only_its_unfinished_calls(
-    openai_client: AsyncOpenAI, http: aiohttp.ClientSession
+    openai_client: AsyncOpenAI, http: aiohttp.ClientSession, store: redis.Redis
 ) -> None:
     """A batch of three expires after answering one, whose run has not taken its answer yet:
     the next round submits the two unfinished calls only, its answers are collected, and the
     kept answer is handed over again; each call was answered exactly once."""
-    calls = queued(3)
-    store = GroupInMemory(calls)
-    lane = Lane(openai_client, store)
+    calls = asked(3)
+    lane = Lane(openai_client, BatchStore(store, item_ttl=ITEM_TTL))
+    await lane.open_group(calls)
     await http.put("/_sim/batches", json={"completion_s": 0, "expire_after": 1})
     first = await lane.env().run(lane.activities.submit_batch, lane.round(1))
-    assert (first.calls, first.batch_id) == (3, store.rounds[1])
+    assert first.calls == 3
+    assert first.batch_id == await lane.store.batch_of(lane.scope, lane.group, 1)
     collected = await lane.env().run(
         lane.activities.collect_batch, lane.round(1, batch_id=first.batch_id)
     )
     assert (collected.answered, collected.unfinished) == (1, 2)
-    kept = [c.item for c in store.items.values() if c.result is not None]
+    kept = [item for item, result in (await lane.results(calls)).items() if result is not None]
     assert len(kept) == 1
 
     await http.put("/_sim/batches", json={"completion_s": 0})
@@ -199,23 +200,24 @@ async def test_an_expired_batch_s_next_round_holds_only_its_unfinished_calls(
         lane.activities.collect_batch, lane.round(2, batch_id=second.batch_id, last=True)
     )
     assert (last.answered, last.failed, last.unfinished) == (3, 0, 0)
-    assert sorted(await answered_lines(http)) == sorted(c.item for c in calls)
+    assert sorted(await answered_lines(http)) == sorted(item_name(c) for c in calls)
 
 
 async def test_a_batched_answer_is_priced_at_the_batch_rate(
-    openai_client: AsyncOpenAI, http: aiohttp.ClientSession
+    openai_client: AsyncOpenAI, http: aiohttp.ClientSession, store: redis.Redis
 ) -> None:
     """Each answered call of a batch costs the batch share of the model's price for the
     tokens it used, below what the same tokens cost in a synchronous call."""
-    calls = queued(2)
-    store = GroupInMemory(calls)
-    lane = Lane(openai_client, store)
+    calls = asked(2)
+    lane = Lane(openai_client, BatchStore(store, item_ttl=ITEM_TTL))
+    await lane.open_group(calls)
     submitted = await lane.env().run(lane.activities.submit_batch, lane.round(1))
     await lane.env().run(
         lane.activities.collect_batch, lane.round(1, batch_id=submitted.batch_id, last=True)
     )
-    for queued_call in calls:
-        result = store.result(queued_call.item)
+    results = await lane.results(calls)
+    for result in results.values():
+        assert result is not None
         assert (result.outcome, result.lane) == ("answered", "batch")
         batch_price = call_cost(DEFAULT_PRICE_TABLE, MODEL, result.usage, "batch")
         sync_price = call_cost(DEFAULT_PRICE_TABLE, MODEL, result.usage, "sync")
@@ -225,17 +227,19 @@ async def test_a_batched_answer_is_priced_at_the_batch_rate(
 
 
 async def test_a_retried_submission_finds_its_batch_instead_of_creating_another(
-    openai_client: AsyncOpenAI, http: aiohttp.ClientSession
+    openai_client: AsyncOpenAI, http: aiohttp.ClientSession, store: redis.Redis
 ) -> None:
     """The provider created the batch, but the attempt died before recording it: the next
     attempt finds that batch by its submission key, records it, and creates none."""
-    store = GroupInMemory(queued(2))
-    store.fail_records = 1
-    lane = Lane(openai_client, store)
+    dying = Lane(openai_client, RecordFails(store, item_ttl=ITEM_TTL))
+    await dying.open_group(asked(2))
     with pytest.raises(ApplicationError) as died:
-        await lane.env(attempt=1).run(lane.activities.submit_batch, lane.round(1))
+        await dying.env(attempt=1).run(dying.activities.submit_batch, dying.round(1))
     assert not died.value.non_retryable
     [created] = await sim_batches(http)
+    assert await dying.store.batch_of(dying.scope, dying.group, 1) is None
+    lane = Lane(openai_client, BatchStore(store, item_ttl=ITEM_TTL), dying.group)
     retried = await lane.env(attempt=2).run(lane.activities.submit_batch, lane.round(1))
-    assert retried.batch_id == created["id"] == store.rounds[1]
+    assert retried.batch_id == created["id"]
+    assert retried.batch_id == await lane.store.batch_of(lane.scope, lane.group, 1)
     assert len(await sim_batches(http)) == 1
