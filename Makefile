@@ -46,8 +46,9 @@ dev: $(STAMP)
 test: lint typecheck imports
 	$(BIN)/python -m pytest -n $(TEST_PROCESSES) $(PARALLEL) --durations=15
 
-## test-fast: the inner loop (under a minute): the import contracts, then every test that starts
-## no server in a process of its own (not marked e2e); `make lint typecheck` check the rest.
+## test-fast: the inner loop (under a minute): the import contracts, then every test not marked
+## e2e (no server in a process of its own but the in-memory capacity store); `make lint typecheck`
+## check the rest.
 ## CI runs it on whichever of Python 3.12 and 3.13 does not run `make test` that commit
 test-fast: imports
 	$(BIN)/python -m pytest -n $(FAST_PROCESSES) $(PARALLEL) -m "not e2e"
