@@ -1,10 +1,20 @@
 """Set-up every test layer needs before any module of the test library is imported."""
 
+import os
+
 import pytest
 
 # Failed asserts in the test library report their operands as a test's own do: pytest rewrites
 # test and conftest modules only, unless told before the import.
 pytest.register_assert_rewrite("tests.support")
+
+# pytest-xdist's worker processes start with COLUMNS=80 and LINES=24, which a plain pytest
+# process does not have. Rich fixes a console's width from COLUMNS when the console is made, so
+# the CLI's consoles (made on import) would ignore the COLUMNS a test gives an in-process CLI
+# call: each process starts as a plain one does.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for name in ("COLUMNS", "LINES"):
+        os.environ.pop(name, None)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -420,7 +420,11 @@ async def test_an_unreadable_pdf_fails_the_run_in_one_line(
     shown = await asyncio.to_thread(cli_start, doc_stack, request_id, path)
 
     assert shown.returncode == 3
-    [line] = shown.stderr.strip().splitlines()
+    # stderr also carries --wait's progress (where the file went, the id, the Web UI link);
+    # the error is one line.
+    *progress, line = shown.stderr.strip().splitlines()
+    assert f"started {request_id}" in progress
+    assert not any("error" in earlier.lower() for earlier in progress), progress
     assert line.startswith(f"error: run {request_id} ended in failed: {DOCUMENT_UNREADABLE}: ")
     assert reason in line
     handle = doc_client.get_workflow_handle(request_id)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gzip
+import json
 import sys
 import threading
 import urllib.request
@@ -239,7 +240,8 @@ async def observed_client(observed: ObservedStack) -> Client:
 
 
 async def run_starter(observed: ObservedStack, *args: str) -> str:
-    """``python starter.py ARGS`` with the stack's and OTel's environment; returns stdout."""
+    """``python starter.py ARGS`` with the stack's and OTel's environment; returns what it
+    printed on stderr (with ``--wait``: the id and links; stdout holds the result's JSON)."""
     env = {**observed.stack.addresses.env(), **observed.otel_env}
     process = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -252,7 +254,8 @@ async def run_starter(observed: ObservedStack, *args: str) -> str:
     )
     stdout, stderr = await asyncio.wait_for(process.communicate(), timeout=60)
     assert process.returncode == 0, stderr.decode()
-    return stdout.decode()
+    json.loads(stdout)
+    return stderr.decode()
 
 
 def transitions_of(spans: list[SpanRecord], workflow_id: str) -> list[SpanRecord]:

@@ -29,6 +29,7 @@ from aiorch.ops.visibility import start_run
 from tests.support.builders import new_request_id
 from tests.support.invoices import invoice_fields, pdf_document
 from tests.support.live_runs import status_of
+from tests.support.live_stack import E2E_WORKER_ENV
 from tests.support.pdfs import bomb_pdf
 from workflows.contract import DEFAULT_TASK_QUEUE
 from workflows.documents import DOCUMENT_TOO_LARGE, ExtractTextInput
@@ -40,6 +41,13 @@ T = TypeVar("T")
 PAGES, CHARACTERS = 40, 5_000_000  # 200 M characters from a file of about 14 kB
 CAP = "its text passes MAX_DOCUMENT_CHARS (4000000 characters)"
 MIB = 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def worker_env() -> dict[str, str]:
+    """The invoice beside the bomb is valid and stored with no reviewer, so its run completes on
+    its own while the bomb's extraction is stopped."""
+    return {**E2E_WORKER_ENV, "DOCUMENT_REVIEW_MIN": "auto"}
 
 
 def rss_of(pid: int | str) -> int:
