@@ -8,13 +8,15 @@ import pytest
 # test and conftest modules only, unless told before the import.
 pytest.register_assert_rewrite("tests.support")
 
-# pytest-xdist's worker processes start with COLUMNS=80 and LINES=24, which a plain pytest
-# process does not have. Rich fixes a console's width from COLUMNS when the console is made, so
-# the CLI's consoles (made on import) would ignore the COLUMNS a test gives an in-process CLI
-# call: each process starts as a plain one does.
-if os.environ.get("PYTEST_XDIST_WORKER"):
-    for name in ("COLUMNS", "LINES"):
-        os.environ.pop(name, None)
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Each parallel process starts as a plain pytest process does: pytest-xdist's worker
+    processes inherit COLUMNS=80 and LINES=24, and Rich fixes a console's width from COLUMNS
+    when the console is made, so the CLI's consoles (made when a test module imports them)
+    would ignore the COLUMNS a test gives an in-process CLI call."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        for name in ("COLUMNS", "LINES"):
+            os.environ.pop(name, None)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -331,5 +331,8 @@ async def test_a_cancel_stops_a_long_extraction(inputs: Inputs) -> None:
     with pytest.raises((CancelledError, asyncio.CancelledError)):
         await task
     assert asyncio.get_running_loop().time() - started < 2
-    assert extracting_children() == []
-    assert not Path(f"/proc/{child}").exists()
+    # Killed, not finishing its pages (seconds of CPU): gone within a second of the cancel,
+    # however loaded the machine is when the kill lands.
+    while child in extracting_children():
+        assert asyncio.get_running_loop().time() - started < 3, "the child outlived the cancel"
+        await asyncio.sleep(0.01)
