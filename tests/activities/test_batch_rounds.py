@@ -17,7 +17,7 @@ retried after its worker died finds the batch it created instead of creating ano
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any, cast
 
@@ -39,7 +39,6 @@ from aiorch.runtime.batch_store import BatchStore
 from aiorch.runtime.capacity import CapacityStoreError, scope_name
 from aiorch.runtime.config import DEFAULT_PRICE_TABLE
 from tests.activities.llm_calls import call
-from tests.support.valkey import capacity_store_url
 from workflows.payloads import BatchRound, LlmCallInput, LlmCallResult
 
 MODEL = "sim-large"
@@ -53,22 +52,6 @@ class RecordFails(BatchStore):
 
     async def record_batch(self, scope: str, group: int, round_: int, batch_id: str) -> None:
         raise CapacityStoreError("capacity store: ConnectionError: the worker died")
-
-
-@pytest.fixture(scope="module")
-def valkey(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    yield from capacity_store_url(tmp_path_factory)
-
-
-@pytest_asyncio.fixture
-async def store(valkey: str) -> AsyncIterator[redis.Redis]:
-    """A client of the store, emptied first."""
-    client = redis.Redis.from_url(valkey)
-    await client.flushdb()
-    try:
-        yield client
-    finally:
-        await client.aclose()
 
 
 @pytest_asyncio.fixture(scope="module")
@@ -173,13 +156,13 @@ async def answered_lines(http: aiohttp.ClientSession) -> list[str]:
 
 
 async def test_an_expired_batch_s_next_round_holds_only_its_unfinished_calls(
-    openai_client: AsyncOpenAI, http: aiohttp.ClientSession, store: redis.Redis
+    openai_client: AsyncOpenAI, http: aiohttp.ClientSession, valkey_client: redis.Redis
 ) -> None:
     """A batch of three expires after answering one, whose run has not taken its answer yet:
     the next round submits the two unfinished calls only, its answers are collected, and the
     kept answer is handed over again; each call was answered exactly once."""
     calls = asked(3)
-    lane = Lane(openai_client, BatchStore(store, item_ttl=ITEM_TTL))
+    lane = Lane(openai_client, BatchStore(valkey_client, item_ttl=ITEM_TTL))
     await lane.open_group(calls)
     await http.put("/_sim/batches", json={"completion_s": 0, "expire_after": 1})
     first = await lane.env().run(lane.activities.submit_batch, lane.round(1))
@@ -204,12 +187,12 @@ async def test_an_expired_batch_s_next_round_holds_only_its_unfinished_calls(
 
 
 async def test_a_batched_answer_is_priced_at_the_batch_rate(
-    openai_client: AsyncOpenAI, http: aiohttp.ClientSession, store: redis.Redis
+    openai_client: AsyncOpenAI, http: aiohttp.ClientSession, valkey_client: redis.Redis
 ) -> None:
     """Each answered call of a batch costs the batch share of the model's price for the
     tokens it used, below what the same tokens cost in a synchronous call."""
     calls = asked(2)
-    lane = Lane(openai_client, BatchStore(store, item_ttl=ITEM_TTL))
+    lane = Lane(openai_client, BatchStore(valkey_client, item_ttl=ITEM_TTL))
     await lane.open_group(calls)
     submitted = await lane.env().run(lane.activities.submit_batch, lane.round(1))
     await lane.env().run(
@@ -227,18 +210,18 @@ async def test_a_batched_answer_is_priced_at_the_batch_rate(
 
 
 async def test_a_retried_submission_finds_its_batch_instead_of_creating_another(
-    openai_client: AsyncOpenAI, http: aiohttp.ClientSession, store: redis.Redis
+    openai_client: AsyncOpenAI, http: aiohttp.ClientSession, valkey_client: redis.Redis
 ) -> None:
     """The provider created the batch, but the attempt died before recording it: the next
     attempt finds that batch by its submission key, records it, and creates none."""
-    dying = Lane(openai_client, RecordFails(store, item_ttl=ITEM_TTL))
+    dying = Lane(openai_client, RecordFails(valkey_client, item_ttl=ITEM_TTL))
     await dying.open_group(asked(2))
     with pytest.raises(ApplicationError) as died:
         await dying.env(attempt=1).run(dying.activities.submit_batch, dying.round(1))
     assert not died.value.non_retryable
     [created] = await sim_batches(http)
     assert await dying.store.batch_of(dying.scope, dying.group, 1) is None
-    lane = Lane(openai_client, BatchStore(store, item_ttl=ITEM_TTL), dying.group)
+    lane = Lane(openai_client, BatchStore(valkey_client, item_ttl=ITEM_TTL), dying.group)
     retried = await lane.env(attempt=2).run(lane.activities.submit_batch, lane.round(1))
     assert retried.batch_id == created["id"]
     assert retried.batch_id == await lane.store.batch_of(lane.scope, lane.group, 1)

@@ -6,19 +6,11 @@ one instead of failing or opening more."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 
-import pytest
 import redis.asyncio as redis
 
 from aiorch.runtime.capacity import STORE_CONNECTIONS, CapacityStore
 from aiorch.runtime.config import Settings
-from tests.support.valkey import capacity_store_url
-
-
-@pytest.fixture(scope="module")
-def valkey(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    yield from capacity_store_url(tmp_path_factory)
 
 
 async def test_a_burst_waits_for_the_pool_s_connections_and_uses_them_all(valkey: str) -> None:

@@ -5,7 +5,7 @@ tests/security/test_result_cache.py). A reply is kept per tenant and for
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import aiohttp
@@ -21,32 +21,15 @@ from aiorch.devstack.llm_simulator import running_simulator
 from aiorch.runtime.config import DEFAULT_PRICE_TABLE
 from aiorch.runtime.result_cache import ResultCache, cache_key
 from tests.activities.llm_calls import call
-from tests.support.valkey import capacity_store_url
 from workflows.payloads import LlmCallResult, TokenUsage
 
 TTL = timedelta(minutes=5)
 QUESTION = "What did the board decide about the acquisition?"
 
 
-@pytest.fixture(scope="module")
-def valkey(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    yield from capacity_store_url(tmp_path_factory)
-
-
-@pytest_asyncio.fixture
-async def store(valkey: str) -> AsyncIterator[redis.Redis]:
-    """A client of the store, emptied first."""
-    client = redis.Redis.from_url(valkey)
-    await client.flushdb()
-    try:
-        yield client
-    finally:
-        await client.aclose()
-
-
 @pytest.fixture
-def cache(store: redis.Redis) -> ResultCache:
-    return ResultCache(store, ttl=TTL)
+def cache(valkey_client: redis.Redis) -> ResultCache:
+    return ResultCache(valkey_client, ttl=TTL)
 
 
 @pytest_asyncio.fixture(scope="module")
@@ -84,21 +67,21 @@ async def kept_keys(store: redis.Redis) -> list[str]:
 
 
 async def test_a_kept_reply_lives_for_the_ttl_and_no_longer(
-    store: redis.Redis, cache: ResultCache
+    valkey_client: redis.Redis, cache: ResultCache
 ) -> None:
     """A kept reply is answered, and the store keeps it for the configured TTL and no longer:
     the key's expiry, read back right after the put, is the TTL, so the store drops it itself
     and the cache never grows without bound."""
     reply = LlmCallResult(model="sim-large", content="kept")
     await cache.put("acme", "d1", reply)
-    left_ms = await store.pttl(cache_key("acme", "d1"))
+    left_ms = await valkey_client.pttl(cache_key("acme", "d1"))
     ttl_ms = int(TTL.total_seconds() * 1000)
     assert ttl_ms - 5000 < left_ms <= ttl_ms  # a few seconds for a loaded machine, no more
     assert await cache.get("acme", "d1") == reply
 
 
 async def test_one_tenants_reply_never_answers_another(
-    llm: LlmActivities, store: redis.Redis, sim_url: str
+    llm: LlmActivities, valkey_client: redis.Redis, sim_url: str
 ) -> None:
     """acme's reply is kept under acme's name: globex asking the very same question reaches
     the model itself and is kept under its own; each tenant asking again is answered from its
@@ -109,7 +92,7 @@ async def test_one_tenants_reply_never_answers_another(
     other = await ask(llm, "globex")
     assert not other.cached_reply
     assert await chat_requests(sim_url) == before + 2
-    assert await kept_keys(store) == ["aiorch:rc:acme", "aiorch:rc:globex"]
+    assert await kept_keys(valkey_client) == ["aiorch:rc:acme", "aiorch:rc:globex"]
     again = await ask(llm, "acme")
     assert again.cached_reply and again.content == first.content
     assert await chat_requests(sim_url) == before + 2

@@ -21,14 +21,18 @@ FAST_TIER_HELPER: Final = "tests.support.valkey"
 FAST_TIER_STARTER: Final = "start_capacity_store"
 
 
-def marked_e2e(tree: ast.Module) -> bool:
-    """Whether the module sets ``pytestmark`` to (or to a list holding) ``pytest.mark.e2e``."""
+def marked(tree: ast.Module, marker: str) -> bool:
+    """Whether the module sets ``pytestmark`` to (or to a list holding) ``pytest.mark.MARKER``."""
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(
             isinstance(target, ast.Name) and target.id == "pytestmark" for target in node.targets
         ):
-            return "pytest.mark.e2e" in ast.unparse(node.value)
+            return f"pytest.mark.{marker}" in ast.unparse(node.value)
     return False
+
+
+def marked_e2e(tree: ast.Module) -> bool:
+    return marked(tree, "e2e")
 
 
 def starter_names(tree: ast.Module) -> set[str]:
@@ -130,26 +134,16 @@ def test_the_test_library_s_starters_are_found() -> None:
     assert FAST_TIER_HELPER not in support
 
 
-def marked_long(tree: ast.Module) -> bool:
-    """Whether the module's ``pytestmark`` holds ``pytest.mark.long``."""
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(
-            isinstance(target, ast.Name) and target.id == "pytestmark" for target in node.targets
-        ):
-            return "pytest.mark.long" in ast.unparse(node.value)
-    return False
-
-
 def test_the_docs_name_every_long_file_and_say_why() -> None:
     """docs/testing.md's table of long files names exactly the files marked ``long``, each with
     a reason: a file that becomes long is explained, and one that is no longer long leaves."""
-    marked = {
+    long_files = {
         f"tests/{path.relative_to(TESTS)}"
         for path in sorted(TESTS.rglob("test_*.py"))
-        if marked_long(ast.parse(path.read_text(encoding="utf-8")))
+        if marked(ast.parse(path.read_text(encoding="utf-8")), "long")
     }
     table = (TESTS.parent / "docs" / "testing.md").read_text(encoding="utf-8")
     rows = re.findall(r"^\| `(tests/[\w/]+\.py)` \| (.+) \|$", table, re.MULTILINE)
-    assert marked, "no file is marked long"
-    assert {path for path, _ in rows} == marked
+    assert long_files, "no file is marked long"
+    assert {path for path, _ in rows} == long_files
     assert all(len(why.split()) >= 8 for _, why in rows), rows
