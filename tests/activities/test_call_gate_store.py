@@ -69,8 +69,10 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest_asyncio.fixture
 async def store(redis_server: str) -> AsyncIterator[CapacityStore]:
-    """An empty store whose holds and reservations expire after 0.6 s unless renewed."""
-    client = redis.Redis.from_url(redis_server)
+    """An empty store whose holds and reservations expire after 0.6 s unless renewed; its
+    client times out as the worker's does (``CapacityStore.from_settings``), so an answer that
+    never comes is a store error the gate handles, not a wait without end."""
+    client = redis.Redis.from_url(redis_server, socket_timeout=2.0, socket_connect_timeout=2.0)
     await client.flushdb()
     capacity = CapacityStore(client, lease=LEASE)
     try:
