@@ -47,14 +47,16 @@ MERGES = "a0: &a0 {k: 1, j: 2}\n" + "".join(
 CHAIN = "a0: &a0 [1]\n" + "".join(f"a{n}: &a{n} [*a{n - 1}]\n" for n in range(1, 2000))
 # Nested 20,000 levels as written: PyYAML's composer recurses once per level.
 DEEP = "x: " + "[" * 20_000 + "]" * 20_000 + "\n"
+# The issue's bar for the check, in this process's CPU time (every thread): what the reading
+# itself costs, whatever else the machine runs. Unbounded, the laughs alone took minutes.
 FAST_S = 1.0
 
 
 def problems_of(text: str) -> list[tuple[int, str, str]]:
     """The problems of ``text`` as a pipeline file, checked within ``FAST_S``."""
-    started = time.perf_counter()
+    started = time.process_time()
     record, problems = check_text(text, "contributed.yaml", CATALOG, code_pipeline_names())
-    assert time.perf_counter() - started < FAST_S
+    assert time.process_time() - started < FAST_S
     assert record is None
     return [(problem.line, problem.rule, problem.message) for problem in problems]
 
@@ -115,9 +117,9 @@ def bombed(tmp_path: Path) -> Path:
 def test_pipeline_check_names_both_bombs_in_under_a_second(bombed: Path) -> None:
     """``aiorch pipeline check`` on the folder exits 1 (no traceback) with one line for each
     bomb, names the triage file ok, and takes under a second."""
-    started = time.perf_counter()
+    started = time.process_time()
     done = CliRunner().invoke(build_app("pipeline"), ["pipeline", "check", str(bombed)])
-    assert time.perf_counter() - started < FAST_S
+    assert time.process_time() - started < FAST_S
     # A crash would also exit 1, with the exception kept; a clean refusal exits through Exit.
     assert done.exit_code == 1 and isinstance(done.exception, SystemExit), done.output
     lines = done.output.splitlines()
@@ -132,9 +134,9 @@ async def test_the_folder_serves_every_other_pipeline_beside_the_bombs(bombed: P
     """A worker's folder read gives the triage pipeline, with both bombs listed as problems
     of their own files, in under a second."""
     folder = PipelineFolder(bombed, CATALOG, code_pipeline_names())
-    started = time.perf_counter()
+    started = time.process_time()
     record = await folder.get(TRIAGE)
-    assert time.perf_counter() - started < FAST_S
+    assert time.process_time() - started < FAST_S
     assert record is not None and record.name == TRIAGE
     problems = {Path(problem.file).name for problem in (await folder.current()).problems}
     assert problems == {"zz_helper.yaml", "laughs.yaml"}

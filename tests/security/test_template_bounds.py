@@ -19,6 +19,8 @@ from workflows.data.template_bounds import MAX_RENDERED
 
 pytestmark = pytest.mark.e2e
 
+# In this process's CPU time: what the check or render itself computes, whatever else the
+# machine runs (unbounded, the attacks took seconds to minutes of CPU).
 FAST_S = 0.5
 # The review's inputs, and the filters that repeat a string a client chooses.
 ATTACKS = {
@@ -49,9 +51,9 @@ def pipeline_with(template: str) -> str:
 def test_a_check_computes_nothing_a_template_would(template: str) -> None:
     """The check of a pipeline file holding the attack returns at once: it parses and
     compiles the template without folding its constants."""
-    started = time.perf_counter()
+    started = time.process_time()
     check_text(pipeline_with(template), "contributed.yaml", CATALOG, code_pipeline_names())
-    assert time.perf_counter() - started < FAST_S
+    assert time.process_time() - started < FAST_S
 
 
 @pytest.mark.parametrize(("template", "limit"), ATTACKS.items())
@@ -59,10 +61,10 @@ def test_a_render_refuses_before_it_builds_the_value(template: str, limit: str) 
     """Rendering the attack with a client's input fails with one line naming the limit, in
     well under a second."""
     env = templates.environment()
-    started = time.perf_counter()
+    started = time.process_time()
     with pytest.raises(templates.RenderFailed, match="a template's limit") as failure:
         templates.render(env.from_string(template), {"input": INPUT})
-    assert time.perf_counter() - started < FAST_S
+    assert time.process_time() - started < FAST_S
     assert limit in str(failure.value) and "\n" not in str(failure.value)
 
 
@@ -71,10 +73,10 @@ def test_output_that_grows_past_the_limit_stops_there() -> None:
     text passes a million characters, not when the loop ends."""
     env = templates.environment()
     template = env.from_string("{% for tag in input.tags %}{{ input.ticket }}{% endfor %}")
-    started = time.perf_counter()
+    started = time.process_time()
     with pytest.raises(templates.RenderFailed, match=f"more than {MAX_RENDERED} characters"):
         templates.render(template, {"input": {**INPUT, "tags": ["a"] * 100_000}})
-    assert time.perf_counter() - started < FAST_S
+    assert time.process_time() - started < FAST_S
 
 
 def test_a_loop_inside_a_loop_is_refused_at_check_time() -> None:
