@@ -5,6 +5,7 @@ catalog by name."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -156,10 +157,12 @@ class RecordedNotices:
 
     def __init__(self) -> None:
         self.notices: list[PipelineNotice] = []
+        self.sent = asyncio.Event()
 
     @activity.defn(name=ACTIVITY_NOTIFY_PIPELINE)
     async def notify_pipeline(self, notice: PipelineNotice) -> int:
         self.notices.append(notice)
+        self.sent.set()
         return 200
 
 
@@ -198,6 +201,9 @@ async def test_a_notify_step_with_a_webhook_sends_ids_and_the_file_s_text(
         await orch.wait_for_state(handle, "reply_review")
         await decide(handle, "approve")
         result = await handle.result()
+        # The run does not wait for its notice: the worker stays until it was sent, else the
+        # notice's activity would be left scheduled and hold the test server's clock.
+        await asyncio.wait_for(notices.sent.wait(), 10)
     [notice] = notices.notices
     assert (notice.workflow_id, notice.pipeline, notice.step) == (
         request_id,
