@@ -20,6 +20,7 @@ COPY pyproject.toml README.md ./
 COPY workflows ./workflows
 COPY activities ./activities
 COPY aiorch ./aiorch
+COPY aiorch_runtime ./aiorch_runtime
 COPY worker.py starter.py ./
 # The project itself: built with the locked backend, installed without resolving anything.
 RUN /opt/build/bin/pip wheel --no-deps --no-build-isolation --wheel-dir /wheels . \

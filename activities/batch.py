@@ -68,11 +68,11 @@ from activities.llm import (
     token_usage,
 )
 from activities.redaction import scrubbed_error
-from aiorch.runtime.batch_store import BatchStore, QueuedCall
-from aiorch.runtime.capacity import CapacityStoreError, scope_name
-from aiorch.runtime.config import PriceTable
-from aiorch.runtime.genai import OPERATION_CHAT, GenAiTelemetry
-from aiorch.runtime.result_cache import ResultCache
+from aiorch_runtime.batch_store import BatchStore, QueuedCall
+from aiorch_runtime.capacity import CapacityStoreError, scope_name
+from aiorch_runtime.config import PriceTable
+from aiorch_runtime.genai import OPERATION_CHAT, GenAiTelemetry
+from aiorch_runtime.result_cache import ResultCache
 from workflows import contract, errors
 from workflows.payloads import (
     AwaitBatchInput,

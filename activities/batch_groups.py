@@ -30,8 +30,8 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
-from aiorch.runtime.batch_store import BatchStore
-from aiorch.runtime.capacity import CapacityStoreError
+from aiorch_runtime.batch_store import BatchStore
+from aiorch_runtime.capacity import CapacityStoreError
 from workflows import contract, errors
 from workflows.payloads import BatchGroup, BatchRound
 

@@ -40,7 +40,7 @@ class WorkflowTypes(Protocol):
         """Whether ``workflow_type`` is one of them (it may read the worker's pipeline folder).
 
         Raises:
-            aiorch.runtime.errors.ConfigError: the folder could not be read just now.
+            aiorch_runtime.errors.ConfigError: the folder could not be read just now.
         """
         ...
 
@@ -64,7 +64,7 @@ class CallerCheck(Interceptor):
 
         Raises:
             temporalio.service.RPCError: Temporal did not answer (the attempt is retried).
-            aiorch.runtime.errors.ConfigError: the worker's pipeline folder could not be read
+            aiorch_runtime.errors.ConfigError: the worker's pipeline folder could not be read
                 just now (the attempt is retried).
         """
         key = (info.workflow_id or "", info.workflow_run_id or "")

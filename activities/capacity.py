@@ -1,7 +1,7 @@
 """Before each LLM call: the run's and its tenant's budgets, then the model's shared capacity;
 after it: settle the reservations, count the tenant's spend, pass on the provider's signals.
 
-The shared state lives in the capacity store (``aiorch.runtime.capacity``, Redis); the rules of
+The shared state lives in the capacity store (``aiorch_runtime.capacity``, Redis); the rules of
 this module decide what the LLM activity does with it:
 
 - a call whose reservation (prompt estimate + reply limit) is more than the model's tokens per
@@ -45,8 +45,8 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.pricing import estimate_cost
-from aiorch.runtime.capacity import CapacityStore, CapacityStoreError, ProviderSignal, scope_name
-from aiorch.runtime.config import PriceTable, RateLimits
+from aiorch_runtime.capacity import CapacityStore, CapacityStoreError, ProviderSignal, scope_name
+from aiorch_runtime.config import PriceTable, RateLimits
 from workflows import contract, errors
 from workflows.payloads import DEFAULT_TENANT, TENANT_PATTERN, LlmCallInput
 

@@ -57,10 +57,10 @@ from activities.heartbeat import HEARTBEAT_EVERY, heartbeat_while
 from activities.pricing import estimate_cost
 from activities.prompt import CORRECTIVE_INSTRUCTION, OBJECT_CORRECTIVE_INSTRUCTION, InputLoader
 from activities.redaction import scrubbed_error
-from aiorch.runtime.capacity import ProviderSignal
-from aiorch.runtime.config import PriceTable
-from aiorch.runtime.genai import OPERATION_CHAT, CallRecord, GenAiTelemetry, text_messages
-from aiorch.runtime.result_cache import ResultCache
+from aiorch_runtime.capacity import ProviderSignal
+from aiorch_runtime.config import PriceTable
+from aiorch_runtime.genai import OPERATION_CHAT, CallRecord, GenAiTelemetry, text_messages
+from aiorch_runtime.result_cache import ResultCache
 from workflows import contract, errors
 from workflows.engine.observability import (
     METRIC_LLM_COST,

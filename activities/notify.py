@@ -39,8 +39,8 @@ import aiohttp
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from aiorch.runtime.config import Settings
-from aiorch.runtime.links import inbox_run_url, web_ui_run_url
+from aiorch_runtime.config import Settings
+from aiorch_runtime.links import inbox_run_url, web_ui_run_url
 from workflows import contract, errors
 from workflows.payloads import ReviewNotice
 

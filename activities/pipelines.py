@@ -21,10 +21,10 @@ from temporalio.exceptions import ApplicationError
 
 from activities.notify import NotifyActivities, shown_id
 from activities.prompt import lowered, planned
-from aiorch.runtime.config import Settings
-from aiorch.runtime.errors import ConfigError
-from aiorch.runtime.links import inbox_run_url, web_ui_run_url
-from aiorch.runtime.pipeline_files import PipelineFilesInvalid, PipelineFolder
+from aiorch_runtime.config import Settings
+from aiorch_runtime.errors import ConfigError
+from aiorch_runtime.links import inbox_run_url, web_ui_run_url
+from aiorch_runtime.pipeline_files import PipelineFilesInvalid, PipelineFolder
 from workflows import errors
 from workflows.data import (
     ACTIVITY_NOTIFY_PIPELINE,

@@ -1,5 +1,5 @@
 """What a model call costs, from the price table (``LLM_PRICE_TABLE``, see
-``aiorch.runtime.config.ModelPrice``): prompt tokens the provider read from its prompt cache at
+``aiorch_runtime.config.ModelPrice``): prompt tokens the provider read from its prompt cache at
 the cached rate, the rest of the prompt and the reply at theirs, and a call through the
 provider's batch API at the table's batch share of each. A model missing from the table has no
 estimate (not a zero one)."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from aiorch.runtime.config import PriceTable
+from aiorch_runtime.config import PriceTable
 
 Lane = Literal["sync", "batch"]
 

@@ -27,8 +27,8 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.capacity import unbudgeted_tenant
-from aiorch.runtime.config import DEFAULT_MAX_INPUT_BYTES, Settings
-from aiorch.runtime.review_policies import PolicyUnmet, resolve
+from aiorch_runtime.config import DEFAULT_MAX_INPUT_BYTES, Settings
+from aiorch_runtime.review_policies import PolicyUnmet, resolve
 from workflows import contract, errors
 from workflows.engine.identity import start_claim_problem
 from workflows.payloads import (

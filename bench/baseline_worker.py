@@ -16,11 +16,11 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from aiorch.runtime.config import Settings, load_settings
-from aiorch.runtime.signals import stop_event
-from aiorch.runtime.telemetry import worker_runtime
-from aiorch.runtime.temporal import connect
 from aiorch.worker.app import tuning_options
+from aiorch_runtime.config import Settings, load_settings
+from aiorch_runtime.signals import stop_event
+from aiorch_runtime.telemetry import worker_runtime
+from aiorch_runtime.temporal import connect
 from bench import baseline
 from bench.baseline import BASELINE_TASK_QUEUE, BenchBaseline, bench_embed, bench_fetch, bench_llm
 

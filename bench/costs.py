@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from activities.pricing import Lane, estimate_cost
-from aiorch.runtime.config import PriceTable
+from aiorch_runtime.config import PriceTable
 
 
 @dataclass(frozen=True)

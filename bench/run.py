@@ -46,8 +46,8 @@ from rich.table import Table
 from temporalio.client import Client
 
 from aiorch.devstack.processes import temporal_cli_path
-from aiorch.runtime.config import load_settings
-from aiorch.runtime.temporal import AiOrchestratorPlugin
+from aiorch_runtime.config import load_settings
+from aiorch_runtime.temporal import AiOrchestratorPlugin
 from bench import actions, costs, phases
 from bench.load import BatchFigures, BenchError
 from bench.procstat import machine_info

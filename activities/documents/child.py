@@ -24,7 +24,7 @@ from temporalio.exceptions import ApplicationError
 
 import activities
 from activities.documents import pdf_text
-from aiorch.runtime.config import (
+from aiorch_runtime.config import (
     DEFAULT_MAX_DOCUMENT_CHARS,
     DEFAULT_MAX_EXTRACT_CPU_S,
     DEFAULT_MAX_EXTRACT_MEMORY_BYTES,

@@ -16,7 +16,7 @@ from typing import Any
 from temporalio import activity
 
 from activities.prompt import REVIEW_LEVELS, context_suffix, planned
-from aiorch.runtime.config import Settings
+from aiorch_runtime.config import Settings
 from workflows.documents.contract import ACTIVITY_PLAN_DOCUMENT, PIPELINE_DOCUMENTS
 from workflows.documents.payloads import DocumentPlan, PlanDocumentInput
 from workflows.documents.schemas import ExtractionSchema, schema_named

@@ -51,7 +51,7 @@ from activities.documents.table import (
     TableOfAnotherShape,
     prepare,
 )
-from aiorch.runtime.errors import ConfigError
+from aiorch_runtime.errors import ConfigError
 from workflows.documents.contract import (
     ACTIVITY_STORE_DOCUMENT,
     DOCUMENT_STORE_CONFLICT,

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from aiorch.runtime.config import Settings
+from aiorch_runtime.config import Settings
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client

@@ -22,8 +22,8 @@ from aiorch.cli.session import about_run, run_async
 from aiorch.ops.retries import retrying
 from aiorch.ops.reviews import current_target
 from aiorch.ops.signing import signing_key_from_settings
-from aiorch.runtime.capacity import CapacityStore, CapacityStoreError
-from aiorch.runtime.config import Settings, load_settings
+from aiorch_runtime.capacity import CapacityStore, CapacityStoreError
+from aiorch_runtime.config import Settings, load_settings
 from workflows import contract
 from workflows.payloads import BudgetDecision, BudgetVerdict, RunStatus, describe_validation_error
 

@@ -19,7 +19,7 @@ from aiorch.cli.output import (
 from aiorch.cli.session import run_async
 from aiorch.ops import dead_letters
 from aiorch.ops.durations import format_duration
-from aiorch.runtime.config import Settings, load_settings
+from aiorch_runtime.config import Settings, load_settings
 
 dlq_app = command_group(
     "Dead-lettered runs: list them from the SQS queue, start them again (redrive)."

@@ -13,7 +13,7 @@ from aiorch.cli.output import CliError, command_group, one_line_errors
 from aiorch.cli.session import connected
 from aiorch.ops.inbox import auth, server
 from aiorch.ops.signing import SigningKey
-from aiorch.runtime.config import Settings, load_settings
+from aiorch_runtime.config import Settings, load_settings
 
 inbox_app = command_group(
     "The review inbox: serve it, make its signing key, make a reviewer's login token."

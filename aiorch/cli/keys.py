@@ -16,8 +16,8 @@ from aiorch.cli.output import CliError, command_group, one_line_errors, out, pla
 from aiorch.cli.session import run_async
 from aiorch.ops.revocation import revoke_in_open_runs
 from aiorch.ops.signing import SigningKey
-from aiorch.runtime.codec import KeyRing, new_key
-from aiorch.runtime.errors import ConfigError
+from aiorch_runtime.codec import KeyRing, new_key
+from aiorch_runtime.errors import ConfigError
 from workflows.engine.identity import KeySpecError, parse_requester_keys, parse_review_keys
 from workflows.payloads import Revocation, describe_validation_error
 

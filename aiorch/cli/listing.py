@@ -15,7 +15,7 @@ from aiorch.cli.output import CliError, one_line_errors, out, plain, print_table
 from aiorch.cli.session import run_async
 from aiorch.ops import closed_runs, visibility
 from aiorch.ops.retries import retrying
-from aiorch.runtime.config import Settings
+from aiorch_runtime.config import Settings
 
 
 @one_line_errors

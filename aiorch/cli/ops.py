@@ -20,7 +20,7 @@ from aiorch.ops import codec_server, pipelines
 from aiorch.ops.durations import format_duration, parse_duration
 from aiorch.ops.stats import NO_GROUP, DurationSummary, RunStats, collect_stats
 from aiorch.ops.stuck import StuckAction, StuckRun, applies, apply_action, find_stuck
-from aiorch.runtime.config import Settings, load_settings
+from aiorch_runtime.config import Settings, load_settings
 
 # --before: a date, or a date and time with or without fractions and a UTC offset (or Z).
 ISO_8601 = [

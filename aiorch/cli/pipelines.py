@@ -15,8 +15,8 @@ import typer
 
 from aiorch.cli.output import CliError, command_group, one_line_errors, out, plain, print_table
 from aiorch.ops import pipelines
-from aiorch.runtime.pipeline_files import CheckedFile, pipeline_paths, read_file, scan
-from aiorch.runtime.pipeline_places import FileProblem
+from aiorch_runtime.pipeline_files import CheckedFile, pipeline_paths, read_file, scan
+from aiorch_runtime.pipeline_places import FileProblem
 from workflows.data import compile_spec
 from workflows.data.spec import PipelineRecord
 from workflows.orchestrator import DATA_PIPELINES

@@ -37,7 +37,7 @@ from aiorch.ops import corrections, reviews
 from aiorch.ops.durations import parse_duration
 from aiorch.ops.results import NoResult, run_result
 from aiorch.ops.signing import SigningKey, signing_key_from_settings
-from aiorch.runtime.config import Settings, load_settings
+from aiorch_runtime.config import Settings, load_settings
 from workflows.engine.graph import AWAIT_REVIEW
 from workflows.payloads import Decision, ReviewDecision, describe_validation_error, lacks_feedback
 

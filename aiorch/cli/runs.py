@@ -30,8 +30,8 @@ from aiorch.ops import claim_check, pipelines, visibility
 from aiorch.ops.results import NoResult, error_details, run_result
 from aiorch.ops.retries import retrying
 from aiorch.ops.signing import requester_key_from_settings
-from aiorch.runtime.config import Settings, load_settings
-from aiorch.runtime.links import inbox_start_line, web_ui_run_url
+from aiorch_runtime.config import Settings, load_settings
+from aiorch_runtime.links import inbox_start_line, web_ui_run_url
 from workflows.data.compiler import value_problems
 from workflows.engine.graph import COMPLETED
 from workflows.payloads import (

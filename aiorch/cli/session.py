@@ -14,9 +14,9 @@ from temporalio.service import RPCError, RPCStatusCode
 from aiorch.cli.output import CliError
 from aiorch.ops import closed_runs
 from aiorch.ops.retries import retrying
-from aiorch.runtime.config import Settings, load_settings
-from aiorch.runtime.telemetry import tracing
-from aiorch.runtime.temporal import connect
+from aiorch_runtime.config import Settings, load_settings
+from aiorch_runtime.telemetry import tracing
+from aiorch_runtime.temporal import connect
 from workflows import contract
 from workflows.payloads import RunStatus
 

@@ -11,7 +11,7 @@ from rich.text import Text
 
 from aiorch.devstack import notices
 from aiorch.devstack.stack import LocalStack
-from aiorch.runtime.signals import interrupt_on_stop
+from aiorch_runtime.signals import interrupt_on_stop
 
 
 def show_banner(stack: LocalStack, console: Console) -> None:

@@ -26,7 +26,7 @@ from aiorch.devstack.banner import up
 from aiorch.devstack.demo import run_demo
 from aiorch.devstack.processes import LocalStackError
 from aiorch.devstack.stack import LocalStack
-from aiorch.runtime.config import (
+from aiorch_runtime.config import (
     DEFAULT_CODEC_PORT,
     DEFAULT_HEALTH_PORT,
     DEFAULT_INBOX_PORT,

@@ -1,5 +1,5 @@
 """The configuration reference, ``docs/configuration.md``, and ``.env.example``, both generated
-from the settings: each field's description and `SettingDoc` (``aiorch.runtime.config``), and
+from the settings: each field's description and `SettingDoc` (``aiorch_runtime.config``), and
 the variables the libraries read themselves (`OUTSIDE_VARIABLES`).
 
 `aiorch.devstack.docs` writes them with the other generated documents, and its staleness check
@@ -21,12 +21,12 @@ from pydantic import SecretStr
 from pydantic.fields import FieldInfo
 from pydantic_core import to_jsonable_python
 
-from aiorch.runtime.config import Settings
-from aiorch.runtime.config_docs import OUTSIDE_VARIABLES, Section, SettingDoc
-from aiorch.runtime.config_sources import FILE_BACKED_FIELDS
+from aiorch_runtime.config import Settings
+from aiorch_runtime.config_docs import OUTSIDE_VARIABLES, Section, SettingDoc
+from aiorch_runtime.config_sources import FILE_BACKED_FIELDS
 
 GENERATED_NOTE = (
-    "Generated from the settings in `aiorch/runtime/config.py` by `make graph`; do not edit."
+    "Generated from the settings in `aiorch_runtime/config.py` by `make graph`; do not edit."
 )
 _KIB = 1024
 _MIB = 1024 * 1024
@@ -167,7 +167,7 @@ def _variable_cell(entry: Entry) -> str:
 
 INTRO = """\
 Every setting is an environment variable, read once when a process starts
-(`aiorch/runtime/config.py`, the only code that reads the environment). The defaults suit the
+(`aiorch_runtime/config.py`, the only code that reads the environment). The defaults suit the
 local stack, and `make dev` sets the few it needs itself (its addresses and reviewer keys), so
 nothing needs setting to try the project; production sets the addresses and the secrets. An
 invalid value stops the process with one line that names the variable.

@@ -31,15 +31,15 @@ from aiorch.devstack.stack import LocalStack, StackAddresses
 from aiorch.ops import pipelines, reviews
 from aiorch.ops.signing import SigningKey
 from aiorch.ops.visibility import start_run
-from aiorch.runtime.config import (
+from aiorch_runtime.config import (
     DEFAULT_HEALTH_PORT,
     DEFAULT_LLM_PORT,
     DEFAULT_METRICS_PORT,
     DEFAULT_SQS_PORT,
     load_settings,
 )
-from aiorch.runtime.signals import interrupt_on_stop
-from aiorch.runtime.temporal import AiOrchestratorPlugin
+from aiorch_runtime.signals import interrupt_on_stop
+from aiorch_runtime.temporal import AiOrchestratorPlugin
 from workflows import contract
 from workflows.documents.graph import DocState
 from workflows.llm.graph import State

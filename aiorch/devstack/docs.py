@@ -18,7 +18,7 @@ from pathlib import Path
 
 from aiorch.devstack.config_page import configuration_documents
 from aiorch.ops import pipelines
-from aiorch.runtime.pipeline_files import pipeline_paths, read_file
+from aiorch_runtime.pipeline_files import pipeline_paths, read_file
 from workflows.data import CATALOG, compile_spec
 from workflows.engine.graph import Graph
 from workflows.payloads import ALL_MODELS

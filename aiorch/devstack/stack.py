@@ -49,7 +49,7 @@ from aiorch.devstack.servers import (
 from aiorch.ops.inbox.auth import new_token
 from aiorch.ops.signing import SigningKey
 
-# What the worker logs about its metrics (aiorch.runtime.telemetry.worker_runtime) and health
+# What the worker logs about its metrics (aiorch_runtime.telemetry.worker_runtime) and health
 # endpoints (aiorch.worker.health.start_health): served, or not started and why; `up`'s flag.
 _ENDPOINT_LINES = {
     "metrics": (
@@ -65,7 +65,7 @@ _ENDPOINT_LINES = {
 }
 # The reverse is the stop order: the worker goes before the servers it uses.
 _START_ORDER = ("codec", "temporal", "sqs", "llm", "capacity", "worker", "inbox")
-# Variables that switch payload encryption on (see aiorch.runtime.codec) and configure the
+# Variables that switch payload encryption on (see aiorch_runtime.codec) and configure the
 # codec server.
 ENCRYPTION_VARIABLES = ("PAYLOAD_KEYS", "PAYLOAD_KEYS_FILE")
 CODEC_TOKEN_VARIABLES = ("CODEC_SERVER_TOKEN", "CODEC_SERVER_TOKEN_FILE")
@@ -99,7 +99,7 @@ class StackAddresses:
     capacity_store_url: str | None = None
 
     def env(self) -> dict[str, str]:
-        """The variables the worker and starter read (see ``aiorch.runtime.config``)."""
+        """The variables the worker and starter read (see ``aiorch_runtime.config``)."""
         env = {
             "TEMPORAL_ADDRESS": self.temporal_address,
             "SQS_ENDPOINT_URL": self.sqs_endpoint_url,

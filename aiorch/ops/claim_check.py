@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from aiorch.runtime import aws
-from aiorch.runtime.config import Settings
+from aiorch_runtime import aws
+from aiorch_runtime.config import Settings
 from workflows.documents.contract import PDF_SIGNATURE
 from workflows.errors import OrchestratorError
 from workflows.payloads import REFERENCE_SCHEMES, REQUEST_ID_PATTERN

@@ -8,7 +8,7 @@ shape. The caller must name its namespace in ``X-Namespace`` (the Web UI and the
 CLI do); this server serves only the configured ``TEMPORAL_NAMESPACE``: no header is 400,
 another namespace 403, and ``/decode`` also refuses (403) a payload encrypted for another
 namespace. ``/encode`` encrypts for this namespace and no run, so workers refuse what it makes
-as a run's input (see ``aiorch.runtime.codec``): it serves display and round trips, not sending.
+as a run's input (see ``aiorch_runtime.codec``): it serves display and round trips, not sending.
 
 Access:
 
@@ -39,7 +39,7 @@ from aiohttp import hdrs, web
 from google.protobuf import json_format
 from temporalio.api.common.v1 import Payloads
 
-from aiorch.runtime.codec import (
+from aiorch_runtime.codec import (
     Binding,
     EncryptionCodec,
     PayloadDecryptionError,
@@ -47,8 +47,8 @@ from aiorch.runtime.codec import (
     keyring_from_settings,
     payload_binding,
 )
-from aiorch.runtime.config import ConfigError, Settings
-from aiorch.runtime.signals import stop_event
+from aiorch_runtime.config import ConfigError, Settings
+from aiorch_runtime.signals import stop_event
 
 log = logging.getLogger("ai-orchestrator.codec-server")
 

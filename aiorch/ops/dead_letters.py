@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, ParamSpec, TypeVar
 from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import ValidationError
 
-from aiorch.runtime import aws
-from aiorch.runtime.config import Settings
+from aiorch_runtime import aws
+from aiorch_runtime.config import Settings
 from workflows.errors import OrchestratorError
 from workflows.payloads import DeadLetterMessage, describe_validation_error
 

@@ -17,8 +17,8 @@ import functools
 from typing import Any
 
 import workflows.data as data
-from aiorch.runtime.config import load_settings
-from aiorch.runtime.pipeline_files import FolderScan, PipelineFolder, settings_folder
+from aiorch_runtime.config import load_settings
+from aiorch_runtime.pipeline_files import FolderScan, PipelineFolder, settings_folder
 from workflows.data.spec import PipelineRecord
 from workflows.engine.graph import Graph
 from workflows.engine.pipeline import Pipeline

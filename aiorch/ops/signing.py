@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from aiorch.ops.reviews import ReviewTarget, Signer
-from aiorch.runtime.config import ConfigError, Settings
+from aiorch_runtime.config import ConfigError, Settings
 from workflows.engine.identity import (
     ALGORITHM,
     ANY_REVIEWER,

@@ -2,7 +2,7 @@
 
 Loads configuration (without reviewer keys it refuses to start unless ``REVIEW_AUTH=off``,
 which it then warns about), serves its health endpoints, connects
-(``aiorch.runtime.connection``: the envconfig profile, TLS and API key, the project's plugin),
+(``aiorch_runtime.connection``: the envconfig profile, TLS and API key, the project's plugin),
 registers the search attributes, builds the activity clients and polls the task queue until
 SIGTERM or SIGINT. Then it drains: readiness turns to ``draining``, polling stops, the tasks it
 holds finish (activities get ``WORKER_SHUTDOWN_GRACE`` seconds before they are cancelled), and
@@ -47,21 +47,21 @@ from activities.notify import NotifyActivities
 from activities.pipelines import PipelineActivities
 from activities.prompt import BATCH_SUBMISSION_ALLOWANCE_S, InputLoader, PromptActivities
 from activities.vectors import VectorActivities, embedded_store
-from aiorch.runtime import aws
-from aiorch.runtime.batch_store import BatchStore
-from aiorch.runtime.capacity import CapacityStore, CapacityStoreError
-from aiorch.runtime.codec import keyring_from_settings
-from aiorch.runtime.config import ConfigError, Settings, load_settings
-from aiorch.runtime.connection import connect, describe_target, ensure_search_attributes
-from aiorch.runtime.errors import TemporalUnreachable, VectorStoreLocked
-from aiorch.runtime.genai import GenAiTelemetry, install_genai_metrics
-from aiorch.runtime.pipeline_files import PipelineFolder, settings_folder
-from aiorch.runtime.result_cache import ResultCache
-from aiorch.runtime.review_policies import pipeline_of
-from aiorch.runtime.signals import stop_event
-from aiorch.runtime.telemetry import tracing, worker_runtime
 from aiorch.worker.health import WorkerHealth, start_health
 from aiorch.worker.tenant_boundaries import check_result_cache
+from aiorch_runtime import aws
+from aiorch_runtime.batch_store import BatchStore
+from aiorch_runtime.capacity import CapacityStore, CapacityStoreError
+from aiorch_runtime.codec import keyring_from_settings
+from aiorch_runtime.config import ConfigError, Settings, load_settings
+from aiorch_runtime.connection import connect, describe_target, ensure_search_attributes
+from aiorch_runtime.errors import TemporalUnreachable, VectorStoreLocked
+from aiorch_runtime.genai import GenAiTelemetry, install_genai_metrics
+from aiorch_runtime.pipeline_files import PipelineFolder, settings_folder
+from aiorch_runtime.result_cache import ResultCache
+from aiorch_runtime.review_policies import pipeline_of
+from aiorch_runtime.signals import stop_event
+from aiorch_runtime.telemetry import tracing, worker_runtime
 from workflows import contract
 from workflows.batch.workflow import LlmBatch
 from workflows.engine.pipeline import ENGINE_FACTS

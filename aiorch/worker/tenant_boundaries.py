@@ -8,8 +8,8 @@ that tenant asked exactly this. The cache is therefore refused unless tenants ar
 
 from __future__ import annotations
 
-from aiorch.runtime.config import Settings
-from aiorch.runtime.errors import ConfigError
+from aiorch_runtime.config import Settings
+from aiorch_runtime.errors import ConfigError
 
 
 def check_result_cache(settings: Settings) -> None:

@@ -178,7 +178,7 @@ init() {
 NEW_INBOX_TOKEN='
 import sys
 from aiorch.ops.inbox.auth import new_token
-from aiorch.runtime.config import ConfigError
+from aiorch_runtime.config import ConfigError
 try:
     token, line = new_token(sys.argv[1])
 except ConfigError as err:
@@ -229,8 +229,8 @@ rotate_payload_key() {
 # Parses the ring with the codec's own parser: one line on error, never key material.
 CHECK_RING='
 import sys
-from aiorch.runtime.codec import KeyRing
-from aiorch.runtime.config import ConfigError
+from aiorch_runtime.codec import KeyRing
+from aiorch_runtime.config import ConfigError
 spec = open(sys.argv[1], encoding="utf-8").read()
 entries = [e.strip() for e in spec.replace(",", "\n").splitlines()]
 ids = [e.split(":", 1)[0].strip() for e in entries if e and not e.startswith("#")]

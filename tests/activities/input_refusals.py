@@ -13,7 +13,7 @@ from botocore.config import Config as BotoConfig
 from temporalio.exceptions import ApplicationError
 
 from activities.prompt import InputLoader, shown_reference
-from aiorch.runtime import aws
+from aiorch_runtime import aws
 from workflows import errors
 
 if TYPE_CHECKING:

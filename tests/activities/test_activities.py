@@ -23,7 +23,7 @@ from activities.prompt import InputLoader, PromptActivities
 from activities.vectors import VectorActivities, embedded_store, point_id
 from aiorch.devstack.llm_simulator import running_simulator
 from aiorch.devstack.llm_simulator.replies import REFUSAL_TEXT
-from aiorch.runtime.config import Settings
+from aiorch_runtime.config import Settings
 from tests.activities.llm_calls import call
 from workflows import errors
 from workflows.payloads import EmbeddingInput, PipelineRequest, PromptInput, vector_key

@@ -35,9 +35,9 @@ from activities.batch_groups import group_workflow_id
 from activities.llm import LlmActivities, call_cost
 from activities.prompt import InputLoader
 from aiorch.devstack.llm_simulator import running_simulator
-from aiorch.runtime.batch_store import BatchStore
-from aiorch.runtime.capacity import CapacityStoreError, scope_name
-from aiorch.runtime.config import DEFAULT_PRICE_TABLE
+from aiorch_runtime.batch_store import BatchStore
+from aiorch_runtime.capacity import CapacityStoreError, scope_name
+from aiorch_runtime.config import DEFAULT_PRICE_TABLE
 from tests.activities.llm_calls import call
 from workflows.payloads import BatchRound, LlmCallInput, LlmCallResult
 

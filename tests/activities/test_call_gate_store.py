@@ -32,14 +32,14 @@ from activities.capacity import (
     today,
 )
 from activities.pricing import estimate_cost
-from aiorch.runtime.capacity import (
+from aiorch_runtime.capacity import (
     CapacityStore,
     CapacityStoreError,
     ProviderSignal,
     scope_name,
     spend_keys,
 )
-from aiorch.runtime.config import DEFAULT_PRICE_TABLE, RateLimit
+from aiorch_runtime.config import DEFAULT_PRICE_TABLE, RateLimit
 from tests.activities.llm_calls import call
 from tests.support.capacity_store import unreachable_store
 from tests.support.valkey import capacity_store_url

@@ -9,8 +9,8 @@ import asyncio
 
 import redis.asyncio as redis
 
-from aiorch.runtime.capacity import STORE_CONNECTIONS, CapacityStore
-from aiorch.runtime.config import Settings
+from aiorch_runtime.capacity import STORE_CONNECTIONS, CapacityStore
+from aiorch_runtime.config import Settings
 
 
 async def test_a_burst_waits_for_the_pool_s_connections_and_uses_them_all(valkey: str) -> None:

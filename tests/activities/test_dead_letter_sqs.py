@@ -26,7 +26,7 @@ from activities.dead_letter import MAX_BODY_BYTES, DeadLetterActivities, dedup_k
 from aiorch.devstack.processes import ManagedProcess, free_port
 from aiorch.devstack.servers import start_sqs_server
 from aiorch.ops.dead_letters import DeadLetterQueue
-from aiorch.runtime import aws
+from aiorch_runtime import aws
 from tests.support.builders import REQUEST_ID, dead_letter, history_entry, triage_fields
 from workflows import errors
 from workflows.payloads import DeadLetterInput, DeadLetterMessage

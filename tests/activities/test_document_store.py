@@ -15,7 +15,7 @@ from sqlalchemy import Engine
 
 from activities.documents.store import create_store_engine
 from aiorch.devstack.processes import free_port
-from aiorch.runtime.config import DEFAULT_DOCUMENT_STORE_URL, ConfigError, Settings
+from aiorch_runtime.config import DEFAULT_DOCUMENT_STORE_URL, ConfigError, Settings
 from tests.activities import store_cases
 from tests.activities.store_cases import assert_unavailable, document, opened, refusal
 

@@ -32,10 +32,10 @@ from temporalio.worker import Worker
 from activities.dead_letter import DeadLetterActivities
 from aiorch.devstack.processes import ManagedProcess, free_port
 from aiorch.devstack.servers import start_temporal_dev_server
-from aiorch.runtime import aws
-from aiorch.runtime.codec import KeyRing, new_key
-from aiorch.runtime.failures import FAILURE_BUDGET, SERVER_FAILURE_LIMIT
-from aiorch.runtime.temporal import DATA_CONVERTER, AiOrchestratorPlugin, encrypted_converter
+from aiorch_runtime import aws
+from aiorch_runtime.codec import KeyRing, new_key
+from aiorch_runtime.failures import FAILURE_BUDGET, SERVER_FAILURE_LIMIT
+from aiorch_runtime.temporal import DATA_CONVERTER, AiOrchestratorPlugin, encrypted_converter
 from tests.support.builders import dead_letter
 from tests.support.large_failures import (
     BOTOCORE_REASON,

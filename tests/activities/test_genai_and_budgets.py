@@ -38,9 +38,9 @@ from activities.llm import LlmActivities, build_messages
 from activities.pricing import estimate_cost
 from activities.prompt import InputLoader
 from aiorch.devstack.llm_simulator import running_simulator
-from aiorch.runtime.capacity import ProviderSignal
-from aiorch.runtime.config import DEFAULT_PRICE_TABLE, RateLimit
-from aiorch.runtime.genai import CONTENT_ATTRIBUTES, GenAiTelemetry
+from aiorch_runtime.capacity import ProviderSignal
+from aiorch_runtime.config import DEFAULT_PRICE_TABLE, RateLimit
+from aiorch_runtime.genai import CONTENT_ATTRIBUTES, GenAiTelemetry
 from tests.activities.llm_calls import call
 from tests.support.capacity_store import unreachable_store
 from workflows import errors

@@ -17,7 +17,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from activities.notify import NotifyActivities, shown_id
-from aiorch.runtime.config import Settings
+from aiorch_runtime.config import Settings
 from tests.support.webhooks import Receiver, running_broken_receiver, running_receiver
 from workflows import errors
 from workflows.payloads import ReviewNotice

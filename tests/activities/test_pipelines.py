@@ -17,8 +17,8 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.notify import NotifyActivities
 from activities.pipelines import PipelineActivities
-from aiorch.runtime.config import Settings
-from aiorch.runtime.pipeline_files import PipelineFolder
+from aiorch_runtime.config import Settings
+from aiorch_runtime.pipeline_files import PipelineFolder
 from tests.support.pipeline_files import TRIAGE, TRIAGE_V1, write_pipeline
 from tests.support.webhooks import Receiver, running_receiver
 from workflows import errors

@@ -22,8 +22,8 @@ from temporalio.testing import ActivityEnvironment
 from activities.llm import LlmActivities, build_messages, prompt_cache_key
 from activities.prompt import InputLoader
 from aiorch.devstack.llm_simulator import running_simulator
-from aiorch.runtime.config import DEFAULT_PRICE_TABLE
-from aiorch.runtime.genai import GenAiTelemetry
+from aiorch_runtime.config import DEFAULT_PRICE_TABLE
+from aiorch_runtime.genai import GenAiTelemetry
 from tests.activities.llm_calls import call
 from workflows.engine.observability import METRIC_LLM_COST, METRIC_LLM_TOKENS
 

@@ -18,8 +18,8 @@ from temporalio.testing import ActivityEnvironment
 from activities.llm import LlmActivities
 from activities.prompt import InputLoader
 from aiorch.devstack.llm_simulator import running_simulator
-from aiorch.runtime.config import DEFAULT_PRICE_TABLE
-from aiorch.runtime.result_cache import ResultCache, cache_key
+from aiorch_runtime.config import DEFAULT_PRICE_TABLE
+from aiorch_runtime.result_cache import ResultCache, cache_key
 from tests.activities.llm_calls import call
 from workflows.payloads import LlmCallResult, TokenUsage
 

@@ -11,7 +11,7 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.prompt import InputLoader, PromptActivities
 from aiorch.ops.signing import SigningKey
-from aiorch.runtime.config import Settings
+from aiorch_runtime.config import Settings
 from workflows import errors
 from workflows.payloads import PipelineRequest, PromptInput, PromptPlan
 

@@ -12,7 +12,7 @@ from pydantic import SecretStr
 from temporalio.exceptions import ApplicationError
 
 from aiorch.ops.signing import SigningKey
-from aiorch.runtime.config import Settings
+from aiorch_runtime.config import Settings
 from tests.activities.test_review_policy import RUN_ID, plan_for
 from workflows import errors
 from workflows.payloads import PipelineRequest, PromptPlan

@@ -17,8 +17,8 @@ from aiohttp import web
 from pydantic import SecretStr
 from qdrant_client.http.exceptions import ResponseHandlingException
 
-from aiorch.runtime.config import ConfigError, Settings
 from aiorch.worker.app import vector_store
+from aiorch_runtime.config import ConfigError, Settings
 from tests.support.certs import issue, make_authority
 
 API_KEY = "qdrant-key-canary-7f3a"

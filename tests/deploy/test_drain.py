@@ -28,7 +28,7 @@ from temporalio.client import Client, WorkflowHandle
 
 from aiorch.devstack.processes import ManagedProcess, free_port
 from aiorch.devstack.stack import LocalStack
-from aiorch.runtime.temporal import AiOrchestratorPlugin
+from aiorch_runtime.temporal import AiOrchestratorPlugin
 from tests.deploy.processes import probe, process_env, start_worker
 from workflows import contract
 from workflows.payloads import PipelineResult

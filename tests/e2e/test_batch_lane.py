@@ -23,9 +23,9 @@ from aiorch.devstack.processes import free_port
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops.results import finished
 from aiorch.ops.signing import SigningKey
-from aiorch.runtime.capacity import CapacityStore
-from aiorch.runtime.config import DEFAULT_PRICE_TABLE
-from aiorch.runtime.temporal import AiOrchestratorPlugin
+from aiorch_runtime.capacity import CapacityStore
+from aiorch_runtime.config import DEFAULT_PRICE_TABLE
+from aiorch_runtime.temporal import AiOrchestratorPlugin
 from tests.e2e.test_observability import samples, total
 from tests.support.capacity_store import operator_view
 from tests.support.live_runs import request, status_of, wait_for_state

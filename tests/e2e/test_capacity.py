@@ -29,9 +29,9 @@ from aiorch.devstack.processes import ManagedProcess
 from aiorch.devstack.servers import start_worker
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops.results import finished
-from aiorch.runtime.capacity import CapacityStore, scope_name
-from aiorch.runtime.config import Settings
-from aiorch.runtime.temporal import DATA_CONVERTER
+from aiorch_runtime.capacity import CapacityStore, scope_name
+from aiorch_runtime.config import Settings
+from aiorch_runtime.temporal import DATA_CONVERTER
 from tests.support.live_runs import request, start
 from tests.support.live_stack import E2E_WORKER_ENV
 from tests.support.simulator import Simulator

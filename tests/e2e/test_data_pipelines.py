@@ -21,7 +21,7 @@ from temporalio.worker import Replayer
 
 from activities.documents.store import StoreActivities, create_store_engine
 from aiorch.devstack.stack import LocalStack
-from aiorch.runtime.temporal import AiOrchestratorPlugin
+from aiorch_runtime.temporal import AiOrchestratorPlugin
 from tests.support.builders import new_request_id
 from tests.support.live_runs import status_of, wait_for_state
 from tests.support.live_stack import E2E_WORKER_ENV, connect, run_script, stack_with_worker

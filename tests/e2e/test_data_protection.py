@@ -39,8 +39,8 @@ from aiorch.devstack.stack import LocalStack
 from aiorch.ops.dead_runs import RedriveError, run_request
 from aiorch.ops.results import finished
 from aiorch.ops.signing import SigningKey
-from aiorch.runtime.codec import METADATA_KEY_ID, KeyRing, PayloadUnreadable, new_key
-from aiorch.runtime.temporal import DATA_CONVERTER, encrypted_converter
+from aiorch_runtime.codec import METADATA_KEY_ID, KeyRing, PayloadUnreadable, new_key
+from aiorch_runtime.temporal import DATA_CONVERTER, encrypted_converter
 from tests.e2e.test_observability import OtlpReceiver
 from tests.support.builders import new_request_id
 from tests.support.live_runs import request, start, wait_for_state

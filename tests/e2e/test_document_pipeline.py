@@ -36,7 +36,7 @@ from aiorch.ops import claim_check, pipelines
 from aiorch.ops.results import run_result
 from aiorch.ops.reviews import submit_review
 from aiorch.ops.visibility import start_run
-from aiorch.runtime.config import Settings
+from aiorch_runtime.config import Settings
 from tests.support.builders import new_request_id
 from tests.support.invoices import Document, batch, invoice_fields, pdf_document, text_document
 from tests.support.live_runs import status_of, wait_for_state

@@ -28,8 +28,8 @@ from activities.vectors import embedded_store
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops.dead_letters import DeadLetter, DeadLetterQueue
 from aiorch.ops.results import finished
-from aiorch.runtime.config import load_settings
-from aiorch.runtime.temporal import DATA_CONVERTER
+from aiorch_runtime.config import load_settings
+from aiorch_runtime.temporal import DATA_CONVERTER
 from tests.support.history_events import scheduled_activities
 from tests.support.live_runs import llm_call_key, request, start, status_of, wait_for_state
 from tests.support.live_stack import starter

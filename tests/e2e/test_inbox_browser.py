@@ -23,8 +23,8 @@ from temporalio.client import Client, WorkflowHandle
 
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops.results import finished
-from aiorch.runtime.codec import KeyRing, new_key
-from aiorch.runtime.temporal import DATA_CONVERTER, encrypted_converter
+from aiorch_runtime.codec import KeyRing, new_key
+from aiorch_runtime.temporal import DATA_CONVERTER, encrypted_converter
 from tests.support.builders import new_request_id
 from tests.support.live_runs import request, start, wait_for_state
 from tests.support.live_stack import E2E_WORKER_ENV

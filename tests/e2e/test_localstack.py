@@ -40,8 +40,8 @@ from aiorch.devstack.processes import (
 )
 from aiorch.devstack.servers import start_sqs_server, start_temporal_dev_server
 from aiorch.devstack.stack import LocalStack, StackAddresses
-from aiorch.runtime.codec import KeyRing, new_key
-from aiorch.runtime.temporal import encrypted_converter
+from aiorch_runtime.codec import KeyRing, new_key
+from aiorch_runtime.temporal import encrypted_converter
 from tests.support import ROOT
 
 pytestmark = pytest.mark.e2e

@@ -40,8 +40,8 @@ from activities.pricing import estimate_cost
 from aiorch.devstack.processes import free_port
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops.results import finished
-from aiorch.runtime.config import DEFAULT_PRICE_TABLE
-from aiorch.runtime.temporal import DATA_CONVERTER
+from aiorch_runtime.config import DEFAULT_PRICE_TABLE
+from aiorch_runtime.temporal import DATA_CONVERTER
 from tests.support.history_events import scheduled_activities
 from tests.support.live_runs import request, start, visible_state
 from tests.support.live_stack import E2E_WORKER_ENV

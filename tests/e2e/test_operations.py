@@ -16,7 +16,7 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops.results import finished
 from aiorch.ops.stuck import find_stuck
-from aiorch.runtime.temporal import DATA_CONVERTER
+from aiorch_runtime.temporal import DATA_CONVERTER
 from tests.support import ROOT
 from tests.support.live_runs import request, start, status_of, visible_state
 from tests.support.reviewing import signed

@@ -28,8 +28,8 @@ from aiorch.ops.dead_letters import DeadLetterQueue
 from aiorch.ops.dead_runs import start_again, verify_dead_run
 from aiorch.ops.redrive import redrive, summarize
 from aiorch.ops.results import finished
-from aiorch.runtime.codec import KeyRing, new_key
-from aiorch.runtime.temporal import encrypted_converter
+from aiorch_runtime.codec import KeyRing, new_key
+from aiorch_runtime.temporal import encrypted_converter
 from tests.support import ROOT
 from tests.support.live_runs import request, start, status_of
 from tests.support.live_stack import E2E_WORKER_ENV

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pytest
 
-from aiorch.runtime import sandbox
+from aiorch_runtime import sandbox
 
 MUTMUT = "mutmut"
 # From the cheapest tests to the dearest; a test in none of them runs last.

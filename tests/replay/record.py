@@ -31,9 +31,9 @@ from aiorch.ops import pipelines
 from aiorch.ops.reviews import current_target, submit_review
 from aiorch.ops.signing import SigningKey
 from aiorch.ops.visibility import start_run
-from aiorch.runtime.capacity import CapacityStore, ProviderSignal, scope_name
-from aiorch.runtime.config import Settings
-from aiorch.runtime.temporal import AiOrchestratorPlugin
+from aiorch_runtime.capacity import CapacityStore, ProviderSignal, scope_name
+from aiorch_runtime.config import Settings
+from aiorch_runtime.temporal import AiOrchestratorPlugin
 from tests.support.invoices import invoice_fields, text_document
 from tests.support.pipeline_files import TRIAGE, TRIAGE_V1, TRIAGE_V2, write_pipeline
 from tests.support.reviewing import signed

@@ -3,7 +3,7 @@
 Each history replays twice, through the project's plugin as the worker uses it: with the
 workflow modules re-imported by the sandbox for every run (every restriction enforced at run
 time), and with the worker's pass-through of the ``workflows`` package
-(`aiorch.runtime.sandbox`)."""
+(`aiorch_runtime.sandbox`)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
-from aiorch.runtime.temporal import AiOrchestratorPlugin
+from aiorch_runtime.temporal import AiOrchestratorPlugin
 from workflows.batch.workflow import LlmBatch
 from workflows.data import DataPlan
 from workflows.data.spec import file_digest

@@ -30,10 +30,10 @@ from activities.llm import LlmActivities
 from activities.prompt import InputLoader
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops.results import finished
-from aiorch.runtime.batch_store import BatchStore, scope_keys
-from aiorch.runtime.config import Settings
-from aiorch.runtime.temporal import DATA_CONVERTER
 from aiorch.worker.app import openai_client
+from aiorch_runtime.batch_store import BatchStore, scope_keys
+from aiorch_runtime.config import Settings
+from aiorch_runtime.temporal import DATA_CONVERTER
 from tests.support.live_runs import request, start, wait_for_state
 from tests.support.live_stack import E2E_WORKER_ENV, temporal_cli, temporal_workflow_signal
 from tests.support.simulator import Simulator

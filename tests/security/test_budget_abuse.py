@@ -22,7 +22,7 @@ from temporalio.client import Client
 
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops.results import finished
-from aiorch.runtime.capacity import CapacityStore
+from aiorch_runtime.capacity import CapacityStore
 from tests.support.capacity_store import operator_view
 from tests.support.live_runs import request, start
 from tests.support.live_stack import E2E_WORKER_ENV, starter

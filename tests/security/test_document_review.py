@@ -14,7 +14,7 @@ from temporalio.testing import ActivityEnvironment
 from activities.documents.plan import DocumentPlanActivities
 from aiorch.ops import pipelines
 from aiorch.ops.visibility import start_run
-from aiorch.runtime.config import Settings
+from aiorch_runtime.config import Settings
 from tests.support.builders import new_request_id
 from tests.support.invoices import invoice_fields, text_document
 from tests.support.live_runs import wait_for_state

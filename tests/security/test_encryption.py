@@ -32,8 +32,8 @@ from temporalio.exceptions import ApplicationError
 
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops.results import finished
-from aiorch.runtime.codec import Binding, EncryptionCodec, KeyRing, new_key
-from aiorch.runtime.temporal import encrypted_converter
+from aiorch_runtime.codec import Binding, EncryptionCodec, KeyRing, new_key
+from aiorch_runtime.temporal import encrypted_converter
 from tests.support.builders import new_request_id
 from tests.support.history_events import refused_at_once
 from tests.support.live_runs import request, start, status_of, wait_for_state

@@ -23,7 +23,7 @@ from temporalio.client import Client
 
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops.results import finished
-from aiorch.runtime.config import DEFAULT_MAX_INPUT_BYTES
+from aiorch_runtime.config import DEFAULT_MAX_INPUT_BYTES
 from tests.support.live_runs import request, start
 from tests.support.live_stack import CLOSES_WITHIN_S
 from tests.support.simulator import Simulator

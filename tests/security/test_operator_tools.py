@@ -24,7 +24,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops.dead_letters import DeadLetterQueue
 from aiorch.ops.results import finished
-from aiorch.runtime.temporal import DATA_CONVERTER
+from aiorch_runtime.temporal import DATA_CONVERTER
 from tests.support.builders import new_request_id
 from tests.support.live_runs import request, start, wait_for_state
 from tests.support.live_stack import starter

@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 
 from aiorch.cli import build_app
 from aiorch.devstack.stack import LocalStack
-from aiorch.runtime.pipeline_files import PipelineFolder, check_text
 from aiorch.worker.app import code_pipeline_names
+from aiorch_runtime.pipeline_files import PipelineFolder, check_text
 from tests.support.builders import new_request_id
 from tests.support.live_runs import wait_for_state
 from tests.support.live_stack import E2E_WORKER_ENV, run_script

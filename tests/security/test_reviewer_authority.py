@@ -32,7 +32,7 @@ from aiorch.devstack.llm_simulator.replies import REFUSAL_TEXT
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops.results import finished
 from aiorch.ops.signing import SigningKey
-from aiorch.runtime.temporal import DATA_CONVERTER
+from aiorch_runtime.temporal import DATA_CONVERTER
 from tests.support.builders import attacker_plan, new_request_id
 from tests.support.live_runs import request, start, status_of, wait_for_state
 from tests.support.live_stack import (

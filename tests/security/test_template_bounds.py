@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from aiorch.runtime.pipeline_files import check_text
 from aiorch.worker.app import code_pipeline_names
+from aiorch_runtime.pipeline_files import check_text
 from tests.support.pipeline_files import TRIAGE_V1
 from workflows.data import CATALOG, templates
 from workflows.data.template_bounds import MAX_RENDERED

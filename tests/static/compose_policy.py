@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from aiorch.runtime.config_sources import SECRET_FILE_FIELDS
+from aiorch_runtime.config_sources import SECRET_FILE_FIELDS
 from tests.static.compose import (
     SECRETS_SCRIPT,
     WORKER,

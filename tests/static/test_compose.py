@@ -1,5 +1,5 @@
 """The Docker stack, checked without Docker: docker-compose.yml and the Dockerfiles agree with
-each other and with the worker's configuration (`aiorch.runtime.config.Settings`), and
+each other and with the worker's configuration (`aiorch_runtime.config.Settings`), and
 docs/docker.md describes the stack as it is."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import re
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from aiorch.runtime.config import Settings
-from aiorch.runtime.config_sources import SECRET_FILE_FIELDS
+from aiorch_runtime.config import Settings
+from aiorch_runtime.config_sources import SECRET_FILE_FIELDS
 from tests.static.compose import (
     ADDRESS_OR_NAME_SUFFIXES,
     APP_DOCKERFILE,

@@ -41,7 +41,7 @@ DEV_ONLY = {
     "uv",
 }
 SUPPORTED_PYTHONS = ("3.11", "3.12", "3.13")
-SOURCE_DIRS = ("aiorch", "activities", "workflows", "bench", "tests")
+SOURCE_DIRS = ("aiorch", "aiorch_runtime", "activities", "workflows", "bench", "tests")
 SOURCE_FILES = ("worker.py", "starter.py")
 # A private module of the SDK: any dotted path below ``temporalio`` with a part starting "_".
 # Built from parts so this file does not match its own check.

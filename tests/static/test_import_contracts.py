@@ -10,6 +10,8 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 CONTRACTS = [
@@ -22,7 +24,7 @@ CONTRACTS = [
 
 def copy_of_the_tree(target: Path) -> Path:
     """The product's packages and pyproject.toml, copied without caches."""
-    for package in ("workflows", "activities", "aiorch"):
+    for package in ("workflows", "activities", "aiorch_runtime", "aiorch"):
         shutil.copytree(
             ROOT / package, target / package, ignore=shutil.ignore_patterns("__pycache__")
         )
@@ -54,10 +56,14 @@ def test_every_contract_is_kept() -> None:
 FORBIDDEN = [
     ("workflows/engine/backoff.py", "import boto3"),
     ("workflows/engine/graph.py", "import workflows.llm.graph"),
-    ("activities/pricing.py", "from aiorch.ops import visibility"),
-    ("aiorch/runtime/aws.py", "import activities.heartbeat"),
-    ("aiorch/ops/durations.py", "import aiorch.cli.output"),
+    ("aiorch_runtime/aws.py", "import activities.heartbeat"),
     ("aiorch/worker/app.py", "import aiorch.cli.output"),
+]
+# Imports that run back up the house, each of which alone breaks its layers contract.
+UPWARD = [
+    ("aiorch_runtime/aws.py", "import aiorch.ops.visibility"),
+    ("activities/pricing.py", "from aiorch.ops import visibility"),
+    ("aiorch/ops/durations.py", "import aiorch.cli.output"),
     ("aiorch/cli/keys.py", "import aiorch.devstack.processes"),
 ]
 
@@ -80,3 +86,20 @@ def test_a_forbidden_import_breaks_its_contract(tmp_path: Path) -> None:
     for (module, _), start, end in zip(FORBIDDEN, starts, [*starts[1:], None], strict=True):
         dotted = module.removesuffix(".py").replace("/", ".")
         assert f"{dotted} -> " in broken[start:end]
+
+
+@pytest.mark.parametrize(("module", "upward_import"), UPWARD)
+def test_an_import_up_the_house_breaks_the_layers(
+    tmp_path: Path, module: str, upward_import: str
+) -> None:
+    """One import from a lower layer of the product to a higher one, alone, breaks the layers
+    contract and names the importing module."""
+    tree = copy_of_the_tree(tmp_path)
+    path = tree / module
+    path.write_text(f"{path.read_text(encoding='utf-8')}\n{upward_import}\n", encoding="utf-8")
+    done = lint_imports(tree)
+    assert done.returncode != 0
+    assert f"Contracts: {len(CONTRACTS) - 1} kept, 1 broken." in done.stdout
+    broken = " ".join(done.stdout.split("Broken contracts", 1)[1].split())
+    assert "the house, top to bottom" in broken
+    assert module.removesuffix(".py").replace("/", ".") + " -> " in broken

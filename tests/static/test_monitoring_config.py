@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from aiorch.runtime.config import Settings
+from aiorch_runtime.config import Settings
 from tests.static.compose import (
     ELASTICMQ_FILE,
     GRAFANA_DIR,

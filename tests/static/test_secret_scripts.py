@@ -15,7 +15,7 @@ import pytest
 
 from aiorch.ops.inbox.auth import TokenBook
 from aiorch.ops.signing import SigningKey
-from aiorch.runtime.codec import KeyRing
+from aiorch_runtime.codec import KeyRing
 from tests.static.compose import WRAPPER_SCRIPT
 from tests.static.secret_volumes import SECRET_FILES, run_secrets_sh, secret_volumes
 from workflows.engine.identity import parse_review_keys

@@ -12,8 +12,8 @@ import redis.asyncio as redis
 
 from aiorch.devstack.processes import free_port
 from aiorch.devstack.stack import LocalStack
-from aiorch.runtime.capacity import CapacityStore
-from aiorch.runtime.config import Settings
+from aiorch_runtime.capacity import CapacityStore
+from aiorch_runtime.config import Settings
 
 
 def unreachable_store(lease: timedelta) -> CapacityStore:

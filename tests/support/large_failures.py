@@ -1,5 +1,5 @@
 """The largest failures an activity can raise, each raised for real (so each level has its own
-traceback), for the tests of ``aiorch.runtime.failures``:
+traceback), for the tests of ``aiorch_runtime.failures``:
 
 - ``huge_message``: a reason followed by a megabyte (a provider's error body quoted whole);
 - ``deep_chain``: 40 causes, each with a 2 kB message, the outermost raised 200 frames deep;
@@ -21,7 +21,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from aiorch.devstack.processes import free_port
-from aiorch.runtime import aws
+from aiorch_runtime import aws
 from workflows import errors
 
 RAISE_LARGE_FAILURE = "raise_large_failure"

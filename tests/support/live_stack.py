@@ -19,7 +19,7 @@ from temporalio.converter import DataConverter
 
 from aiorch.devstack.processes import temporal_cli_path
 from aiorch.devstack.stack import LocalStack
-from aiorch.runtime.temporal import DATA_CONVERTER
+from aiorch_runtime.temporal import DATA_CONVERTER
 from tests.support import ROOT
 from workflows import contract
 

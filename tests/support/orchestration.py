@@ -23,8 +23,8 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from activities.pipelines import PipelineActivities
-from aiorch.runtime.config import Settings
-from aiorch.runtime.pipeline_files import PipelineFolder
+from aiorch_runtime.config import Settings
+from aiorch_runtime.pipeline_files import PipelineFolder
 from tests.support.builders import new_request_id
 from tests.support.run_history import assert_follows_graph, transitions
 from tests.support.scripted_activities import (

@@ -31,7 +31,7 @@ from temporalio.api.testservice.v1 import SleepRequest
 from temporalio.runtime import Runtime
 from temporalio.testing import WorkflowEnvironment
 
-from aiorch.runtime.temporal import SEARCH_ATTRIBUTES, AiOrchestratorPlugin
+from aiorch_runtime.temporal import SEARCH_ATTRIBUTES, AiOrchestratorPlugin
 
 TEST_SERVER = Path(sysconfig.get_path("scripts")) / "temporal-test-server"
 

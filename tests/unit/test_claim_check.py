@@ -11,7 +11,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.llm import check_reply_size
 from aiorch.ops.claim_check import ClaimCheckError, object_key, resolve_message
-from aiorch.runtime.config import Settings
+from aiorch_runtime.config import Settings
 from workflows import errors
 from workflows.payloads import MAX_INLINE_MESSAGE_BYTES, MAX_METADATA_BYTES, PipelineRequest
 

@@ -19,8 +19,8 @@ from aiorch.cli.reviews import signed_json
 from aiorch.devstack.processes import free_port
 from aiorch.ops.reviews import ReviewTarget
 from aiorch.ops.signing import SigningKey
-from aiorch.runtime.codec import keyring_from_settings
-from aiorch.runtime.config import Settings
+from aiorch_runtime.codec import keyring_from_settings
+from aiorch_runtime.config import Settings
 from workflows.engine.identity import Expected, parse_review_keys, review_token_problem
 from workflows.payloads import ReviewDecision
 

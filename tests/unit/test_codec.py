@@ -22,7 +22,7 @@ from temporalio.converter import (
 )
 from temporalio.exceptions import ApplicationError
 
-from aiorch.runtime.codec import (
+from aiorch_runtime.codec import (
     ENCODING,
     METADATA_KEY_ID,
     METADATA_NAMESPACE,
@@ -38,9 +38,9 @@ from aiorch.runtime.codec import (
     keyring_from_settings,
     new_key,
 )
-from aiorch.runtime.config import ConfigError, Settings
-from aiorch.runtime.failures import EncodedActivityFailureConverter
-from aiorch.runtime.temporal import DATA_CONVERTER, data_converter, encrypted_converter
+from aiorch_runtime.config import ConfigError, Settings
+from aiorch_runtime.failures import EncodedActivityFailureConverter
+from aiorch_runtime.temporal import DATA_CONVERTER, data_converter, encrypted_converter
 from workflows.errors import OrchestratorError
 from workflows.payloads import PipelineRequest
 

@@ -15,7 +15,7 @@ from google.protobuf import json_format
 from temporalio.api.common.v1 import Payload
 
 from aiorch.ops.codec_server import CodecService, service_from_settings, ui_origin
-from aiorch.runtime.codec import (
+from aiorch_runtime.codec import (
     METADATA_NAMESPACE,
     METADATA_WORKFLOW_ID,
     Binding,
@@ -23,7 +23,7 @@ from aiorch.runtime.codec import (
     KeyRing,
     new_key,
 )
-from aiorch.runtime.config import ConfigError, Settings
+from aiorch_runtime.config import ConfigError, Settings
 
 TOKEN = "tok-4Rf9-qLz2-Hw7c-Xb1d-Mn8v-Ks3e-Tj6y"
 UI = "http://127.0.0.1:8233"

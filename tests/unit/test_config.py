@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from aiorch.runtime.config import ConfigError, load_settings
+from aiorch_runtime.config import ConfigError, load_settings
 
 
 def test_defaults_work_without_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -66,7 +66,7 @@ def test_shared_limits_and_tenant_budgets_need_the_capacity_store(
     """LLM_RATE_LIMITS (or a tenant budget) without CAPACITY_STORE_URL stops the process with one
     line; with it, the JSON settings decode, a listed tenant has its budget, the runs that name
     no tenant share the default pool, and any other tenant has none."""
-    from aiorch.runtime.config import ConfigError, RateLimit, load_settings
+    from aiorch_runtime.config import ConfigError, RateLimit, load_settings
 
     monkeypatch.setenv("LLM_RATE_LIMITS", '{"gpt-4o": {"tpm": 30000, "rpm": 500}}')
     with pytest.raises(ConfigError, match="CAPACITY_STORE_URL"):
@@ -96,7 +96,7 @@ def test_bad_capacity_and_budget_settings_are_one_line(
     monkeypatch: pytest.MonkeyPatch, name: str, value: str
 ) -> None:
     """Each invalid capacity or budget setting is refused naming its variable."""
-    from aiorch.runtime.config import ConfigError, load_settings
+    from aiorch_runtime.config import ConfigError, load_settings
 
     monkeypatch.setenv("CAPACITY_STORE_URL", "redis://127.0.0.1:6379/0")
     monkeypatch.setenv(name, value)

@@ -21,9 +21,9 @@ from aiorch.devstack.config_page import (
     undocumented_fields,
 )
 from aiorch.devstack.docs import ROOT
-from aiorch.runtime.config import Settings, load_settings
-from aiorch.runtime.config_docs import OUTSIDE_VARIABLES, Section, SettingDoc
-from aiorch.runtime.config_sources import FILE_BACKED_FIELDS
+from aiorch_runtime.config import Settings, load_settings
+from aiorch_runtime.config_docs import OUTSIDE_VARIABLES, Section, SettingDoc
+from aiorch_runtime.config_sources import FILE_BACKED_FIELDS
 
 PAGE = ROOT / "docs" / "configuration.md"
 ENV_EXAMPLE = ROOT / ".env.example"

@@ -1,5 +1,5 @@
 """Connection settings from ``temporalio.envconfig`` (profile file + ``TEMPORAL_*`` variables),
-resolved once in ``aiorch.runtime.config``, and the one-line errors of ``connect``."""
+resolved once in ``aiorch_runtime.config``, and the one-line errors of ``connect``."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from temporalio.service import RPCError, RPCStatusCode, TLSConfig
 
 from aiorch.devstack.processes import free_port
-from aiorch.runtime.config import ConfigError, Settings, load_settings
-from aiorch.runtime.connection import (
+from aiorch_runtime.config import ConfigError, Settings, load_settings
+from aiorch_runtime.connection import (
     connect,
     connect_options,
     describe_target,
@@ -19,7 +19,7 @@ from aiorch.runtime.connection import (
     refusal_reason,
     unreachable,
 )
-from aiorch.runtime.errors import TemporalUnreachable
+from aiorch_runtime.errors import TemporalUnreachable
 from workflows.errors import OrchestratorError
 
 PROFILE = """

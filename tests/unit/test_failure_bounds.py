@@ -1,4 +1,4 @@
-"""The bounds on an activity's failure (``aiorch.runtime.failures``): what the worker sends for
+"""The bounds on an activity's failure (``aiorch_runtime.failures``): what the worker sends for
 the largest failures an activity can raise, in plain text and encrypted, and what it leaves
 alone. The same failures through a real server: ``tests/activities/test_failure_size.py``."""
 
@@ -16,8 +16,8 @@ from temporalio.converter import (
 )
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
-from aiorch.runtime.codec import KeyRing, new_key
-from aiorch.runtime.failures import (
+from aiorch_runtime.codec import KeyRing, new_key
+from aiorch_runtime.failures import (
     ENCODED_FAILURE_BUDGET,
     ENCODED_MESSAGE,
     FAILURE_BUDGET,
@@ -26,7 +26,7 @@ from aiorch.runtime.failures import (
     cut_text,
     trimmed_stack,
 )
-from aiorch.runtime.temporal import DATA_CONVERTER, encrypted_converter
+from aiorch_runtime.temporal import DATA_CONVERTER, encrypted_converter
 from tests.support.large_failures import (
     BOTOCORE_REASON,
     CHAIN_CAUSES,

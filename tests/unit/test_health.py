@@ -10,9 +10,9 @@ import aiohttp
 import pytest
 
 from aiorch.devstack.processes import free_port
-from aiorch.runtime.config import Settings
 from aiorch.worker.app import deployment_options
 from aiorch.worker.health import WorkerHealth, bound_port, serve_health, start_health
+from aiorch_runtime.config import Settings
 
 
 @pytest.fixture

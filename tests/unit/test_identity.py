@@ -13,7 +13,7 @@ import pytest
 
 from aiorch.ops.reviews import ReviewTarget
 from aiorch.ops.signing import SigningKey, requester_key_from_settings, signing_key_from_settings
-from aiorch.runtime.config import ConfigError, Settings
+from aiorch_runtime.config import ConfigError, Settings
 from workflows.engine.identity import (
     Expected,
     KeySpecError,

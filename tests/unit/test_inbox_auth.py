@@ -15,7 +15,7 @@ import pytest
 from aiorch.ops.inbox import auth
 from aiorch.ops.inbox.sessions import PER_TOKEN, Sessions
 from aiorch.ops.signing import SigningKey
-from aiorch.runtime.config import ConfigError
+from aiorch_runtime.config import ConfigError
 
 LOGIN_AT = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 LIFETIME = timedelta(hours=8)

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
-from aiorch.runtime.config import ConfigError, Settings
-from aiorch.runtime.links import inbox_run_url, inbox_start_line, web_ui_run_url
+from aiorch_runtime.config import ConfigError, Settings
+from aiorch_runtime.links import inbox_run_url, inbox_start_line, web_ui_run_url
 
 
 def test_inbox_links_exist_only_with_an_inbox_url() -> None:

@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from aiorch.runtime.config import Settings
-from aiorch.runtime.pipeline_files import (
+from aiorch.worker.app import code_pipeline_names, run_worker
+from aiorch_runtime.config import Settings
+from aiorch_runtime.pipeline_files import (
     PipelineFilesInvalid,
     PipelineFolder,
     check_text,
     read_file,
 )
-from aiorch.worker.app import code_pipeline_names, run_worker
 from tests.support.pipeline_files import TRIAGE_V1, TRIAGE_V2, write_pipeline
 from workflows.data import CATALOG, compile_spec, templates
 from workflows.data.spec import PipelineSpec

@@ -10,11 +10,11 @@ from temporalio.converter import DataConverter
 from temporalio.worker import ReplayerConfig, UnsandboxedWorkflowRunner, WorkerConfig
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
-from aiorch.runtime.codec import EncryptionCodec, new_key
-from aiorch.runtime.config import Settings
-from aiorch.runtime.converter import DATA_CONVERTER
-from aiorch.runtime.plugin import AiOrchestratorPlugin
-from aiorch.runtime.sandbox import THIRD_PARTY_PASS_THROUGH, WORKFLOW_PACKAGE, with_pass_through
+from aiorch_runtime.codec import EncryptionCodec, new_key
+from aiorch_runtime.config import Settings
+from aiorch_runtime.converter import DATA_CONVERTER
+from aiorch_runtime.plugin import AiOrchestratorPlugin
+from aiorch_runtime.sandbox import THIRD_PARTY_PASS_THROUGH, WORKFLOW_PACKAGE, with_pass_through
 from workflows.errors import InvalidTransition
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from activities.pricing import estimate_cost
-from aiorch.runtime.config import DEFAULT_PRICE_TABLE, ConfigError, ModelPrice, load_settings
+from aiorch_runtime.config import DEFAULT_PRICE_TABLE, ConfigError, ModelPrice, load_settings
 
 
 def test_cost_is_per_thousand_tokens_of_each_kind() -> None:

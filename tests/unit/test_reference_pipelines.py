@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from aiorch.runtime.pipeline_files import read_file
+from aiorch_runtime.pipeline_files import read_file
 from workflows.data import CATALOG, compile_spec
 from workflows.documents.graph import GRAPH as DOCUMENT_GRAPH
 from workflows.engine.graph import Graph

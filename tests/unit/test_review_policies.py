@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from aiorch.runtime.config import ConfigError, Settings, load_settings
 from aiorch.worker.app import check_review_policies
+from aiorch_runtime.config import ConfigError, Settings, load_settings
 from tests.support.builders import AT, prompt_plan
 from workflows.engine.policies import decides, holds, matching_rule, progress, voter
 from workflows.llm.graph import GRAPH, State

@@ -12,8 +12,8 @@ from temporalio.exceptions import ApplicationError
 from activities.dead_letter import fit_body
 from activities.prompt import InputLoader, PromptActivities
 from activities.redaction import REDACTED, content_free_dead_letter, scrub, scrubbed_error
-from aiorch.runtime.codec import new_key
-from aiorch.runtime.config import ConfigError, Settings, load_settings
+from aiorch_runtime.codec import new_key
+from aiorch_runtime.config import ConfigError, Settings, load_settings
 from tests.support.builders import REQUEST_ID, dead_letter, history_entry, triage_fields
 from workflows.payloads import DeadLetterMessage, PipelineRequest, PromptPlan
 

@@ -8,7 +8,7 @@ import signal
 
 import pytest
 
-from aiorch.runtime.signals import STOP_SIGNALS, interrupt_on_stop, stop_event
+from aiorch_runtime.signals import STOP_SIGNALS, interrupt_on_stop, stop_event
 
 
 @pytest.mark.parametrize("signum", STOP_SIGNALS)

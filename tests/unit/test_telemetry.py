@@ -10,9 +10,9 @@ import pytest
 from temporalio.contrib.opentelemetry import OpenTelemetryInterceptor
 
 from aiorch.devstack.processes import free_port
-from aiorch.runtime.config import load_settings
-from aiorch.runtime.plugin import AiOrchestratorPlugin
-from aiorch.runtime.telemetry import worker_runtime
+from aiorch_runtime.config import load_settings
+from aiorch_runtime.plugin import AiOrchestratorPlugin
+from aiorch_runtime.telemetry import worker_runtime
 
 
 def printed_by_a_fresh_process(script: str, env: dict[str, str] | None = None) -> str:
@@ -39,8 +39,8 @@ def test_no_endpoint_no_tracing(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not AiOrchestratorPlugin(settings).interceptors
     script = """
         from opentelemetry import trace
-        from aiorch.runtime.config import load_settings
-        from aiorch.runtime.telemetry import install_tracing
+        from aiorch_runtime.config import load_settings
+        from aiorch_runtime.telemetry import install_tracing
         assert install_tracing(load_settings(), "test") is None
         print(trace.get_tracer("t").start_span("x").is_recording())
     """
@@ -73,8 +73,8 @@ def test_endpoint_installs_replay_safe_provider_and_plugin(protocol: str, export
     script = """
         from opentelemetry import trace
         from temporalio.contrib.opentelemetry import ReplaySafeTracerProvider
-        from aiorch.runtime.config import load_settings
-        from aiorch.runtime.telemetry import install_tracing
+        from aiorch_runtime.config import load_settings
+        from aiorch_runtime.telemetry import install_tracing
         provider = install_tracing(load_settings(), "test")
         assert isinstance(trace.get_tracer_provider(), ReplaySafeTracerProvider)
         assert install_tracing(load_settings(), "again") is provider
@@ -122,7 +122,7 @@ TELEMETRY_VARIABLES = (
 def test_telemetry_variables_are_documented(name: str) -> None:
     """Each telemetry setting is a config field, in docs/configuration.md and in .env.example."""
     from aiorch.devstack.docs import ROOT
-    from aiorch.runtime.config import Settings
+    from aiorch_runtime.config import Settings
 
     assert name.lower() in Settings.model_fields
     assert f"`{name}`" in (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")

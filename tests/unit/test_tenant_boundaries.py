@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from aiorch.ops.signing import SigningKey
-from aiorch.runtime.config import ConfigError, load_settings
 from aiorch.worker.tenant_boundaries import check_result_cache
+from aiorch_runtime.config import ConfigError, load_settings
 
 STORE = "redis://127.0.0.1:6379/0"
 

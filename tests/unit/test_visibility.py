@@ -19,7 +19,7 @@ from aiorch.ops.visibility import (
     state_is,
     visibility_time,
 )
-from aiorch.runtime.temporal import SEARCH_ATTRIBUTES
+from aiorch_runtime.temporal import SEARCH_ATTRIBUTES
 from workflows import contract
 from workflows.llm.graph import State
 from workflows.payloads import FinalState, PipelineRequest

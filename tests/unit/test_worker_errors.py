@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from aiorch.runtime.config import Settings
-from aiorch.runtime.errors import VectorStoreLocked
 from aiorch.worker.app import vector_store
+from aiorch_runtime.config import Settings
+from aiorch_runtime.errors import VectorStoreLocked
 
 
 # qdrant-client leaves its lock file open when it cannot lock it (the client is never built, so

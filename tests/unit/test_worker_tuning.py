@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from aiorch.runtime.config import Settings
 from aiorch.worker.app import small_cache_warning
+from aiorch_runtime.config import Settings
 
 
 @pytest.mark.parametrize("cache", [0, 1, 99])

@@ -1,6 +1,6 @@
 """Workflow code keeps the sandbox's rules, whether the sandbox checks it at run time or not.
 
-The worker passes the whole ``workflows`` package through the sandbox (`aiorch.runtime.sandbox`:
+The worker passes the whole ``workflows`` package through the sandbox (`aiorch_runtime.sandbox`:
 built once per worker, not for every run), so a wall-clock read or a random number there would only
 show up as a replay failure later, and module state would be shared by every run. These tests
 read every module of ``workflows/`` and refuse what the sandbox would: wall clock, randomness,

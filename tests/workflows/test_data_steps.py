@@ -17,8 +17,8 @@ from temporalio.client import WorkflowFailureError, WorkflowHandle, WorkflowUpda
 from temporalio.worker import Worker
 
 from activities.pipelines import PipelineActivities
-from aiorch.runtime.pipeline_files import PipelineFolder, check_text
-from aiorch.runtime.sandbox import workflow_runner
+from aiorch_runtime.pipeline_files import PipelineFolder, check_text
+from aiorch_runtime.sandbox import workflow_runner
 from tests.support import ROOT
 from tests.support.builders import new_request_id
 from tests.support.orchestration import Orchestration, data_plans, pipeline_settings

@@ -17,7 +17,7 @@ from temporalio.worker import Worker
 
 import workflows.engine.reviews as reviews
 from aiorch.ops.results import finished
-from aiorch.runtime.sandbox import workflow_runner
+from aiorch_runtime.sandbox import workflow_runner
 from tests.support.orchestration import Orchestration
 from tests.support.time_skipping import TASK_PROGRESS_TIMEOUT_S
 from workflows import contract

@@ -1,4 +1,4 @@
-"""Pipelines defined as data: a pipeline file (YAML, read by ``aiorch.runtime.pipeline_files``)
+"""Pipelines defined as data: a pipeline file (YAML, read by ``aiorch_runtime.pipeline_files``)
 compiles into the engine's graph value, and the engine runs it as it runs a pipeline written in
 Python.
 

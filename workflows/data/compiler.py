@@ -9,7 +9,7 @@ none, states on one loop share one figure and each later stage has a higher one,
 never goes down.
 
 ``check`` reports every problem with where it is in the file (a path such as ``("steps", 2,
-"next")``, which ``aiorch.runtime.pipeline_files`` turns into a line and column) and the rule
+"next")``, which ``aiorch_runtime.pipeline_files`` turns into a line and column) and the rule
 it breaks. ``compile_spec`` refuses a spec with problems; inside a workflow it compiles a
 recorded spec without the advisory checks (templates, schemas, reachability), so a later
 release's stricter checks never strand a run that started on an older one.

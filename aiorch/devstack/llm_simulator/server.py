@@ -40,7 +40,7 @@ from aiorch.devstack.llm_simulator.replies import (
     user_texts,
     word_count,
 )
-from aiorch.runtime.signals import stop_event
+from aiorch_runtime.signals import stop_event
 
 DEFAULT_MODELS = ("sim-large", "sim-small", "sim-embed")
 MAX_REQUEST_BYTES = 64 * 1024 * 1024

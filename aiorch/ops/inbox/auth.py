@@ -48,7 +48,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from aiorch.ops.inbox.sessions import Sessions
 from aiorch.ops.signing import SigningKey
-from aiorch.runtime.config import ConfigError
+from aiorch_runtime.config import ConfigError
 from workflows.payloads import MAX_REVIEWER_CHARS
 
 TOKEN_BYTES: Final = 32

@@ -26,8 +26,8 @@ from aiorch.ops.inbox.runs import RunReader
 from aiorch.ops.inbox.sessions import Sessions
 from aiorch.ops.reviews import ReviewOutcome, ReviewTarget, Signer, submit_review
 from aiorch.ops.signing import SigningKey
-from aiorch.runtime.config import ConfigError, Settings
-from aiorch.runtime.links import web_ui_run_url
+from aiorch_runtime.config import ConfigError, Settings
+from aiorch_runtime.links import web_ui_run_url
 from workflows.payloads import ReviewDecision
 
 log = logging.getLogger("ai-orchestrator.inbox")

@@ -2,8 +2,8 @@
 
 Traces: when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set,
 `tracing` installs a replay-safe tracer provider (``temporalio.contrib.opentelemetry``) with a
-batch processor and an OTLP exporter, and ``aiorch.runtime.plugin.AiOrchestratorPlugin`` (which
-every client `aiorch.runtime.connection.connect` makes carries) adds Temporal's OpenTelemetry
+batch processor and an OTLP exporter, and ``aiorch_runtime.plugin.AiOrchestratorPlugin`` (which
+every client `aiorch_runtime.connection.connect` makes carries) adds Temporal's OpenTelemetry
 interceptor, on the same setting. The interceptor carries the trace context in Temporal
 headers, so one trace runs from ``starter.py start`` (the ``StartWorkflow`` span) through
 ``RunWorkflow`` and each transition span into every ``RunActivity``. The exporter is built
@@ -36,7 +36,7 @@ from temporalio.contrib.opentelemetry import (
 )
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
-from aiorch.runtime.config import Settings
+from aiorch_runtime.config import Settings
 from workflows.engine.observability import (
     METRIC_APPROVAL_DELAY,
     METRIC_LLM_COST,

@@ -3,7 +3,7 @@
 Why Redis (docs/capacity.md has the measurements): each operation is one round trip to a
 server platform teams already run, about a millisecond, and it adds no billable Temporal action
 to a run; the state is small (buckets refill within a minute). Each operation is one Lua script
-(``aiorch.runtime.capacity_scripts``), so a reservation is atomic across workers without locks.
+(``aiorch_runtime.capacity_scripts``), so a reservation is atomic across workers without locks.
 
 Per scope (an endpoint and a model) the store keeps two token buckets, requests and tokens,
 each holding at most one minute's limit and refilling continuously at the per-minute rate, in
@@ -54,8 +54,8 @@ from typing import Any, Final, Literal
 import redis.asyncio as redis
 from redis.exceptions import RedisError
 
-from aiorch.runtime import capacity_scripts as scripts
-from aiorch.runtime.config import Settings
+from aiorch_runtime import capacity_scripts as scripts
+from aiorch_runtime.config import Settings
 from workflows.payloads import TENANT_PATTERN
 
 KEY_PREFIX: Final = "aiorch"

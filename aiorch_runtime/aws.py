@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import boto3
 from botocore.config import Config as BotoConfig
 
-from aiorch.runtime.config import Settings
+from aiorch_runtime.config import Settings
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client

@@ -1,12 +1,12 @@
 """The data converter every client, worker and replayer of a deployment shares:
 ``data_converter(settings)`` is the pydantic converter, plus payload encryption when keys are
 configured; its failure converter bounds every failure an activity raises, so that the server
-keeps it whole (``aiorch.runtime.failures``). ``aiorch.runtime.plugin.AiOrchestratorPlugin``
+keeps it whole (``aiorch_runtime.failures``). ``aiorch_runtime.plugin.AiOrchestratorPlugin``
 installs it; nothing else should.
 
 The payload converter also reads the two encodings no value is ever written as: the codec's
 marker for a payload it refused (``binary/undecodable``) and an encrypted payload in a process
-without keys (``binary/encrypted``). Both raise ``aiorch.runtime.codec.PayloadUnreadable`` with
+without keys (``binary/encrypted``). Both raise ``aiorch_runtime.codec.PayloadUnreadable`` with
 one line saying why, instead of the SDK's ``KeyError: 'Unknown payload encoding ...'``: the
 workflow turns it into an invalid request, the CLI prints it as its one error line."""
 
@@ -25,7 +25,7 @@ from temporalio.converter import (
     JSONPlainPayloadConverter,
 )
 
-from aiorch.runtime.codec import (
+from aiorch_runtime.codec import (
     ENCODING,
     METADATA_REASON,
     UNDECODABLE,
@@ -34,8 +34,8 @@ from aiorch.runtime.codec import (
     PayloadUnreadable,
     keyring_from_settings,
 )
-from aiorch.runtime.config import Settings
-from aiorch.runtime.failures import ActivityFailureConverter, EncodedActivityFailureConverter
+from aiorch_runtime.config import Settings
+from aiorch_runtime.failures import ActivityFailureConverter, EncodedActivityFailureConverter
 
 # One JSON converter, and so one pydantic type-adapter cache, for the whole process. The SDK
 # builds a payload converter for every workflow run and activation; with temporalio's

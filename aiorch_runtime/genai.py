@@ -11,7 +11,7 @@ provider's batch API is recorded when its batch is collected, without a duration
 says ``aiorch.batch_id``). Only activities call this, and activities
 are never replayed, so nothing is emitted twice.
 
-Spans go to the process's tracer provider (``aiorch.runtime.telemetry``; a no-op without an
+Spans go to the process's tracer provider (``aiorch_runtime.telemetry``; a no-op without an
 endpoint). The metrics need a meter provider of their own: the SDK's runtime exports its
 metrics to Prometheus (``METRICS_PORT``, unchanged), so `install_genai_metrics` builds an
 OpenTelemetry ``MeterProvider`` with an OTLP exporter when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is
@@ -39,8 +39,8 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricExporter, PeriodicExportingMetricReader
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
-from aiorch.runtime.config import Settings
-from aiorch.runtime.telemetry import otlp_exporter, process_resource
+from aiorch_runtime.config import Settings
+from aiorch_runtime.telemetry import otlp_exporter, process_resource
 
 PROVIDER: Final = "openai"
 OPERATION_CHAT: Final = "chat"

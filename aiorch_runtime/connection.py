@@ -1,7 +1,7 @@
 """One way to reach Temporal for every process: the worker, the starter and operator commands,
 the bench and the demo all call `connect`.
 
-Where and how to connect comes from the settings (``aiorch.runtime.config``, which reads the
+Where and how to connect comes from the settings (``aiorch_runtime.config``, which reads the
 ``temporalio.envconfig`` profile and the ``TEMPORAL_*`` variables): address, namespace, API key,
 TLS with or without a client certificate, gRPC metadata. What the SDK needs from the project
 (converter, sandbox, failure types, tracing) comes with the client as `AiOrchestratorPlugin`,
@@ -27,9 +27,9 @@ from temporalio.client import Client
 from temporalio.runtime import Runtime
 from temporalio.service import RPCError, RPCStatusCode
 
-from aiorch.runtime.config import Settings
-from aiorch.runtime.errors import TemporalUnreachable
-from aiorch.runtime.plugin import AiOrchestratorPlugin
+from aiorch_runtime.config import Settings
+from aiorch_runtime.errors import TemporalUnreachable
+from aiorch_runtime.plugin import AiOrchestratorPlugin
 from workflows import contract
 
 log = logging.getLogger(__name__)
@@ -135,7 +135,7 @@ async def connect(
 
     Args:
         settings: where and how to connect, and what the plugin wires (payload keys, tracing).
-        runtime: the worker's metrics runtime (`aiorch.runtime.telemetry.worker_runtime`);
+        runtime: the worker's metrics runtime (`aiorch_runtime.telemetry.worker_runtime`);
             None means the SDK's default.
         plugin: a plugin to use instead of ``AiOrchestratorPlugin(settings)``.
 

@@ -1,6 +1,6 @@
 """What the configuration reference says about each setting besides its description.
 
-Each `aiorch.runtime.config.Settings` field carries its description (``Field(description=)``)
+Each `aiorch_runtime.config.Settings` field carries its description (``Field(description=)``)
 and a `SettingDoc` in its ``Annotated`` metadata: the section it is listed in, how its default
 reads, an example value. `Section` is the one list of sections, in the order the reference
 shows them; `OUTSIDE_VARIABLES` lists the variables the libraries read themselves

@@ -6,10 +6,10 @@ configures the client and every worker built on that client; given to ``Replayer
 ``WorkflowEnvironment.start_time_skipping``) it configures those alike:
 
 - the data converter: pydantic payloads, plus the AES-GCM codec and encoded failure attributes
-  when the settings hold payload keys (``aiorch.runtime.converter``), and activity failures
-  bounded to stay inside the server's failure size limit (``aiorch.runtime.failures``);
+  when the settings hold payload keys (``aiorch_runtime.converter``), and activity failures
+  bounded to stay inside the server's failure size limit (``aiorch_runtime.failures``);
 - the sandbox pass-through on whatever sandboxed runner the worker or replayer has
-  (``aiorch.runtime.sandbox``);
+  (``aiorch_runtime.sandbox``);
 - ``workflow_failure_exception_types``: a graph violation (``InvalidTransition``) fails the run
   instead of retrying its workflow task forever, whichever workflow raises it;
 - OpenTelemetry, when the settings configure an exporter (``OTEL_EXPORTER_OTLP_ENDPOINT``): the
@@ -18,7 +18,7 @@ configures the client and every worker built on that client; given to ``Replayer
 - any further interceptors the caller adds.
 
 The choice of tracing is made from the settings, not from whether some earlier call installed a
-tracer provider; the provider itself is installed by ``aiorch.runtime.telemetry.tracing``.
+tracer provider; the provider itself is installed by ``aiorch_runtime.telemetry.tracing``.
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from temporalio.converter import DataConverter
 from temporalio.plugin import SimplePlugin
 from temporalio.worker import WorkflowRunner
 
-from aiorch.runtime.config import Settings
-from aiorch.runtime.converter import DATA_CONVERTER, data_converter
-from aiorch.runtime.sandbox import with_pass_through
+from aiorch_runtime.config import Settings
+from aiorch_runtime.converter import DATA_CONVERTER, data_converter
+from aiorch_runtime.sandbox import with_pass_through
 from workflows.errors import InvalidTransition
 
 PLUGIN_NAME = "AiOrchestratorPlugin"

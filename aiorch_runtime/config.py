@@ -4,7 +4,7 @@ One frozen, typed settings object is built at process start (``load_settings``).
 has a local default that works with the embedded stack (``make dev``), so nothing needs setting
 to try the project; production sets the addresses. An invalid value fails at once with one line
 that names the variable. Each field carries what the configuration reference says about it: its
-description and a `SettingDoc` (``aiorch.runtime.config_docs``), from which ``make graph`` writes
+description and a `SettingDoc` (``aiorch_runtime.config_docs``), from which ``make graph`` writes
 ``docs/configuration.md`` and ``.env.example``.
 
 The connection to Temporal is read the way the Temporal CLI and SDKs read it
@@ -13,7 +13,7 @@ file ``TEMPORAL_CONFIG_FILE`` (default ``~/.config/temporalio/temporal.toml``), 
 standard ``TEMPORAL_*`` variables (those no field holds are listed in
 ``config_docs.OUTSIDE_VARIABLES``). The result is resolved once, here, into plain settings fields
 (certificates read, secrets masked), so every process connects alike
-(``aiorch.runtime.connection.connect``).
+(``aiorch_runtime.connection.connect``).
 """
 
 from __future__ import annotations
@@ -37,16 +37,16 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from aiorch.runtime.config_docs import Section, SettingDoc
-from aiorch.runtime.config_sources import (
+from aiorch_runtime.config_docs import Section, SettingDoc
+from aiorch_runtime.config_sources import (
     SECRET_FILE_FIELDS,
     secrets_from_files,
     split_list,
     temporal_from_profile,
 )
-from aiorch.runtime.errors import ConfigError as ConfigError
-from aiorch.runtime.review_policies import PolicySpec, check_groups, check_policies, policy_for
-from aiorch.runtime.temporal_profile import TemporalTls
+from aiorch_runtime.errors import ConfigError as ConfigError
+from aiorch_runtime.review_policies import PolicySpec, check_groups, check_policies, policy_for
+from aiorch_runtime.temporal_profile import TemporalTls
 from workflows.engine.identity import KeySpecError, parse_requester_keys, parse_review_keys
 from workflows.payloads import DEFAULT_TENANT, TENANT_PATTERN, RequesterKey, ReviewKey
 

@@ -1,6 +1,6 @@
 """The Temporal connection settings, derived from a ``temporalio.envconfig`` profile.
 
-``aiorch.runtime.config`` (the only code that reads the environment) hands these functions the
+``aiorch_runtime.config`` (the only code that reads the environment) hands these functions the
 environment as a mapping; they load the profile the Temporal CLI's way (a TOML file, the
 ``TEMPORAL_*`` variables over it), read the certificate and key files it names once, and say in
 one line what is wrong when something is. The result, `TemporalTls`, holds no secret in its
@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretBytes
 from temporalio.envconfig import ClientConfigProfile, ClientConfigTLS, DataSource
 from temporalio.service import TLSConfig
 
-from aiorch.runtime.errors import ConfigError
+from aiorch_runtime.errors import ConfigError
 
 
 class TemporalTls(BaseModel):

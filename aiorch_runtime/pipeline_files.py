@@ -24,9 +24,9 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from aiorch.runtime.errors import ConfigError
-from aiorch.runtime.pipeline_places import FileProblem, file_problem
-from aiorch.runtime.pipeline_yaml import Reader, ReadRefused
+from aiorch_runtime.errors import ConfigError
+from aiorch_runtime.pipeline_places import FileProblem, file_problem
+from aiorch_runtime.pipeline_yaml import Reader, ReadRefused
 from workflows.data.catalog import Catalog
 from workflows.data.compiler import CheckProblem, check, error_message
 from workflows.data.contract import MAX_FILE_BYTES, Rule

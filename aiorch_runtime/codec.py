@@ -3,7 +3,7 @@ bound to their run.
 
 Every payload the SDK sends to Temporal (workflow input and result, activity inputs and results,
 signals, updates, queries, memo, user metadata, and, with the failure converter that
-``aiorch.runtime.temporal.data_converter`` sets, failure messages and stack traces) passes through
+``aiorch_runtime.temporal.data_converter`` sets, failure messages and stack traces) passes through
 ``EncryptionCodec.encode``: the serialized payload is encrypted with the *current* key and
 wrapped in a new payload whose metadata says ``encoding: binary/encrypted``, names the key
 (``encryption-key-id``) and the run it belongs to (``encryption-namespace``,
@@ -34,13 +34,13 @@ codec error while decoding a workflow activation fails the workflow task, which 
 forever. So ``decode`` returns a *marker* for a payload it cannot open (unknown key id, wrong
 key, tampered, bound to another run or namespace, and, with ``REQUIRE_ENCRYPTION=true``, any
 payload that is not encrypted): metadata ``encoding: binary/undecodable`` and a short
-``undecodable-reason``, no data. The project's payload converter (``aiorch.runtime.temporal``)
+``undecodable-reason``, no data. The project's payload converter (``aiorch_runtime.temporal``)
 turns a marker into ``PayloadUnreadable`` with that reason, which the workflow reports as an invalid
 request (a bad start fails the run, a bad signal is counted as refused, a bad update is refused).
 ``decrypt`` is the strict form, for the codec server: it raises ``PayloadDecryptionError``.
 
 Keys come from configuration only (``PAYLOAD_KEYS`` / ``PAYLOAD_KEYS_FILE`` and
-``PAYLOAD_KEY_ID``, see ``aiorch.runtime.config``): ``id:base64key`` entries separated by commas or
+``PAYLOAD_KEY_ID``, see ``aiorch_runtime.config``): ``id:base64key`` entries separated by commas or
 newlines, each key 32 random bytes. ``aiorch keys payload`` prints a fresh one (`new_key`).
 Random 96-bit nonces are safe for about 2**32 payloads per key: rotate keys on a schedule.
 """
@@ -67,7 +67,7 @@ from temporalio.converter import (
     WorkflowSerializationContext,
 )
 
-from aiorch.runtime.config import ConfigError, Settings
+from aiorch_runtime.config import ConfigError, Settings
 from workflows.errors import OrchestratorError
 
 ENCODING = b"binary/encrypted"
@@ -196,7 +196,7 @@ def _decode_key(material: str, key_id: str, source: str) -> bytes:
 def keyring_from_settings(settings: Settings) -> KeyRing | None:
     """The configured key ring, or None when encryption is off (no keys configured).
 
-    ``PAYLOAD_KEYS_FILE`` is resolved into ``payload_keys`` by ``aiorch.runtime.config``.
+    ``PAYLOAD_KEYS_FILE`` is resolved into ``payload_keys`` by ``aiorch_runtime.config``.
 
     Raises:
         ConfigError: keys are configured but unusable.

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
-from aiorch.runtime.config import Settings
+from aiorch_runtime.config import Settings
 
 
 def inbox_run_url(settings: Settings, workflow_id: str) -> str | None:

@@ -1,4 +1,4 @@
-"""The capacity store's Lua scripts (``aiorch.runtime.capacity`` runs them): each operation is one
+"""The capacity store's Lua scripts (``aiorch_runtime.capacity`` runs them): each operation is one
 script, so it is atomic across workers without locks, and ``TIME`` (Redis's clock) is the only
 clock. Numbers travel as strings (``%.17g``), since Redis truncates a Lua number in a reply to an
 integer.

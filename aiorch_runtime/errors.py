@@ -5,7 +5,7 @@ line prints it as one line and exits 1 instead of showing a traceback::
 
     OrchestratorError (workflows.errors)
     ├── ConfigError                               a variable holds a value the project cannot use
-    ├── PayloadUnreadable (aiorch.runtime.codec)  a payload this process cannot open
+    ├── PayloadUnreadable (aiorch_runtime.codec)  a payload this process cannot open
     ├── TemporalUnreachable                       no working connection to the Temporal frontend
     └── VectorStoreLocked                         another process holds the embedded vector store
 
@@ -21,7 +21,7 @@ from workflows.errors import OrchestratorError
 class ConfigError(OrchestratorError):
     """An environment variable (or a file it names) holds a value the project cannot use.
 
-    ``aiorch.runtime.config``, which reads the environment, re-exports it: import it from there
+    ``aiorch_runtime.config``, which reads the environment, re-exports it: import it from there
     or from here.
     """
 
@@ -32,7 +32,7 @@ class TemporalUnreachable(OrchestratorError):
     credentials (a missing or wrong API key). One line: where, how, and what to check.
 
     Args:
-        address: where and how the process connected (``aiorch.runtime.connection.
+        address: where and how the process connected (``aiorch_runtime.connection.
             describe_target``: address, namespace, transport), or ``TEMPORAL_ADDRESS``.
         reason: what went wrong and what to set.
     """

@@ -18,7 +18,7 @@ from typing import Any, Final
 
 import yaml
 
-from aiorch.runtime.pipeline_places import Loc, Marks
+from aiorch_runtime.pipeline_places import Loc, Marks
 from workflows.data.contract import Rule
 
 # A pipeline's own structure (steps, settings, JSON Schemas) nests a dozen levels; PyYAML's

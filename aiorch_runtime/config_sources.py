@@ -1,4 +1,4 @@
-"""Where settings come from besides their own variables, for `aiorch.runtime.config`:
+"""Where settings come from besides their own variables, for `aiorch_runtime.config`:
 ``<NAME>_FILE`` secrets files (Docker and Kubernetes secrets) and the Temporal envconfig
 profile (a TOML file and the standard ``TEMPORAL_*`` variables)."""
 
@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from aiorch.runtime.errors import ConfigError
-from aiorch.runtime.temporal_profile import load_temporal_profile, temporal_tls
+from aiorch_runtime.errors import ConfigError
+from aiorch_runtime.temporal_profile import load_temporal_profile, temporal_tls
 
 SECRET_FILE_FIELDS = (
     "openai_api_key",
