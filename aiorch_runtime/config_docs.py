@@ -1,10 +1,11 @@
 """What the configuration reference says about each setting besides its description.
 
 Each `aiorch_runtime.config.Settings` field carries its description (``Field(description=)``)
-and a `SettingDoc` in its ``Annotated`` metadata: the section it is listed in, how its default
-reads, an example value. `Section` is the one list of sections, in the order the reference
-shows them; `OUTSIDE_VARIABLES` lists the variables the libraries read themselves
-(``temporalio.envconfig``, the OpenTelemetry SDK), which no field holds.
+and a `SettingDoc` in its ``Annotated`` metadata: the section it is listed in (the one whose
+model declares it, ``aiorch_runtime.config.SECTIONS``), how its default reads, an example
+value. `Section` is the one list of sections, in the order the reference shows them;
+`OUTSIDE_VARIABLES` lists the variables the libraries read themselves (``temporalio.envconfig``,
+the OpenTelemetry SDK), which no field holds.
 ``python -m aiorch.devstack docs`` writes ``docs/configuration.md`` and ``.env.example`` from
 these; a test fails while either is stale, or when a field lacks its description or section.
 """

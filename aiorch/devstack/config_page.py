@@ -26,7 +26,7 @@ from aiorch_runtime.config_docs import OUTSIDE_VARIABLES, Section, SettingDoc
 from aiorch_runtime.config_sources import FILE_BACKED_FIELDS
 
 GENERATED_NOTE = (
-    "Generated from the settings in `aiorch_runtime/config.py` by `make graph`; do not edit."
+    "Generated from the settings in `aiorch_runtime/config/` by `make graph`; do not edit."
 )
 _KIB = 1024
 _MIB = 1024 * 1024
@@ -167,7 +167,7 @@ def _variable_cell(entry: Entry) -> str:
 
 INTRO = """\
 Every setting is an environment variable, read once when a process starts
-(`aiorch_runtime/config.py`, the only code that reads the environment). The defaults suit the
+(`aiorch_runtime/config/`, the only code that reads the environment). The defaults suit the
 local stack, and `make dev` sets the few it needs itself (its addresses and reviewer keys), so
 nothing needs setting to try the project; production sets the addresses and the secrets. An
 invalid value stops the process with one line that names the variable.

@@ -1,0 +1,192 @@
+"""Costs, budgets and shared capacity (docs/capacity.md): model prices, rate limits, run and
+tenant budgets, and the Redis every worker shares them through."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import Annotated, ClassVar, Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic_settings import NoDecode
+
+from aiorch_runtime.config.section import SettingsSection, decode_json
+from aiorch_runtime.config_docs import Section, SettingDoc
+from aiorch_runtime.errors import ConfigError
+from workflows.payloads import DEFAULT_TENANT, TENANT_PATTERN
+
+
+class ModelPrice(BaseModel):
+    """US dollars per 1,000 tokens, for each kind of token (an ``LLM_PRICE_TABLE`` entry).
+
+    ``cached_prompt``: the price of a prompt token the provider read from its prompt cache
+    (``usage.prompt_tokens_details.cached_tokens``; None: the same as ``prompt``). ``batch``:
+    the share of every rate a call through the provider's batch API pays (OpenAI's: half).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    prompt: float = Field(ge=0)
+    completion: float = Field(ge=0)
+    cached_prompt: float | None = Field(default=None, ge=0)
+    batch: float = Field(default=0.5, gt=0, le=1)
+
+
+PriceTable = Mapping[str, ModelPrice]
+
+
+class RateLimit(BaseModel):
+    """A model's shared limits per minute (an ``LLM_RATE_LIMITS`` entry); None = not limited."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    rpm: int | None = Field(default=None, ge=1)
+    tpm: int | None = Field(default=None, ge=1)
+
+
+RateLimits = Mapping[str, RateLimit]
+
+# The simulator's models, with made-up but plausible figures, so the local stack shows a cost;
+# production sets the real prices of the models it uses.
+DEFAULT_PRICE_TABLE: Mapping[str, ModelPrice] = MappingProxyType(
+    {
+        "sim-large": ModelPrice(prompt=0.005, completion=0.015, cached_prompt=0.00125),
+        "sim-small": ModelPrice(prompt=0.0005, completion=0.0015, cached_prompt=0.000125),
+    }
+)
+
+
+class BudgetSettings(SettingsSection):
+    """What calls cost and how much may be spent (`Section.BUDGETS`)."""
+
+    SECTION: ClassVar[Section] = Section.BUDGETS
+
+    llm_price_table: Annotated[
+        dict[str, ModelPrice],
+        NoDecode,
+        SettingDoc(Section.BUDGETS, default="the simulator's models"),
+    ] = Field(
+        default_factory=lambda: dict(DEFAULT_PRICE_TABLE),
+        description='US dollars per 1,000 tokens by model, JSON `{"model": {"prompt": USD, '
+        '"completion": USD, "cached_prompt": USD, "batch": FACTOR}}` (the last two optional: '
+        "the price of prompt tokens the provider read from its cache, and the batch lane's "
+        "price as a share of the synchronous one): the cost metric, a run's `cost_usd` and "
+        "every budget. A model missing from it is unpriced (no cost, nothing held against a "
+        "budget).",
+    )
+    capacity_store_url: Annotated[
+        SecretStr | None,
+        SettingDoc(
+            Section.BUDGETS,
+            default="unset (nothing shared)",
+            example="redis://:<password>@redis:6379/0",
+        ),
+    ] = Field(
+        default=None,
+        description="The Redis every worker shares for rate limits and tenant spend "
+        "(`redis://[:password@]host:port/db`, `rediss://` for TLS); `LLM_RATE_LIMITS` and tenant "
+        "budgets need it. The URL may hold a password.",
+    )
+    capacity_store_url_file: Path | None = None
+    llm_rate_limits: Annotated[
+        dict[str, RateLimit],
+        NoDecode,
+        SettingDoc(
+            Section.BUDGETS,
+            default="unset (not limited)",
+            example='{"gpt-4o": {"rpm": 500, "tpm": 30000}}',
+        ),
+    ] = Field(
+        default_factory=dict,
+        description="Requests and tokens per minute per model at `OPENAI_BASE_URL`, JSON "
+        '`{"model": {"rpm": N, "tpm": N}}`, shared by every worker.',
+    )
+    capacity_lease_s: Annotated[float, SettingDoc(Section.BUDGETS)] = Field(
+        default=30.0,
+        ge=1,
+        le=3600,
+        description="A reservation whose worker stops renewing it (it died) is given back "
+        "after this (a spend reservation is charged in full); a run waiting for capacity "
+        "checks in at least every two of these, and a place not kept leaves the queue.",
+    )
+    run_budget_usd: Annotated[
+        float | None, SettingDoc(Section.BUDGETS, default="unset (none)", example="0.50")
+    ] = Field(
+        default=None,
+        gt=0,
+        description="A run's cost ceiling in USD; a request's `options.max_cost_usd` may lower it.",
+    )
+    tenant_budgets_usd: Annotated[
+        dict[str, float],
+        NoDecode,
+        SettingDoc(Section.BUDGETS, default="unset (none)", example='{"acme": 25, "globex": 5}'),
+    ] = Field(
+        default_factory=dict,
+        description='Each tenant\'s budget per UTC day in USD, JSON `{"tenant": USD}`. With '
+        "this or `TENANT_BUDGET_DEFAULT_USD` set, a run naming any other tenant is refused.",
+    )
+    tenant_budget_default_usd: Annotated[
+        float | None, SettingDoc(Section.BUDGETS, default="unset (none)", example="1")
+    ] = Field(
+        default=None,
+        gt=0,
+        description="The budget per UTC day of the one pool the runs that name no tenant share.",
+    )
+    budget_policy: Annotated[Literal["wait", "fail"], SettingDoc(Section.BUDGETS)] = Field(
+        default="wait",
+        description="A call that would cross a budget: `wait` for an operator's decision "
+        "(`await_budget`; dead-lettered after `BUDGET_DECISION_TIMEOUT_S`), or `fail` "
+        "(dead-lettered at once).",
+    )
+    budget_decision_timeout_s: Annotated[float, SettingDoc(Section.BUDGETS)] = Field(
+        default=24 * 3600.0,
+        gt=0,
+        le=365 * 86400,
+        description="How long a run waits for an operator's budget decision.",
+    )
+
+    _decode_budget_json = field_validator(
+        "llm_price_table", "llm_rate_limits", "tenant_budgets_usd", mode="before"
+    )(decode_json)
+
+    @field_validator("tenant_budgets_usd")
+    @classmethod
+    def _tenant_budgets(cls, value: dict[str, float]) -> dict[str, float]:
+        for tenant, usd in value.items():
+            if not re.fullmatch(TENANT_PATTERN, tenant):
+                raise ValueError(f"{tenant[:70]!r} is not a tenant name ({TENANT_PATTERN})")
+            if not usd > 0:
+                raise ValueError(f"the budget of {tenant!r} must be more than 0")
+        return value
+
+    @field_validator("capacity_store_url")
+    @classmethod
+    def _store_url(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None or not value.get_secret_value():
+            return None  # set but empty = unset
+        if not re.fullmatch(r"rediss?://\S+", value.get_secret_value()):
+            raise ValueError("must be a redis:// or rediss:// URL")
+        return value
+
+    @model_validator(mode="after")
+    def _shared_limits_need_the_store(self) -> Self:
+        if self.capacity_store_url is None and (self.llm_rate_limits or self.tenant_budgeted):
+            raise ConfigError(
+                "LLM_RATE_LIMITS and tenant budgets are shared by every worker: they need "
+                "CAPACITY_STORE_URL (a Redis every worker reaches)"
+            )
+        return self
+
+    @property
+    def tenant_budgeted(self) -> bool:
+        """True when some tenant has a daily budget (TENANT_BUDGETS_USD or the default)."""
+        return bool(self.tenant_budgets_usd) or self.tenant_budget_default_usd is not None
+
+    def tenant_budget(self, tenant: str) -> float | None:
+        """The daily budget of ``tenant`` in USD, or None when it has none: its
+        TENANT_BUDGETS_USD entry, else for the runs that name no tenant (``default``) the pool
+        they share, TENANT_BUDGET_DEFAULT_USD."""
+        pool = self.tenant_budget_default_usd if tenant == DEFAULT_TENANT else None
+        return self.tenant_budgets_usd.get(tenant, pool)
