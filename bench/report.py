@@ -16,7 +16,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from bench.actions import (
+from bench.action_counts import (
     PATHS,
     SYNC_ACTIONS,
     ActionBatch,

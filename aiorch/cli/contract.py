@@ -12,7 +12,7 @@ import typer
 from aiorch.cli import choices
 from aiorch.cli.output import print_error
 from aiorch.ops import pipelines
-from workflows.payloads import ALL_MODELS
+from workflows.contract_payloads import ALL_MODELS
 
 
 class GraphFormat(StrEnum):

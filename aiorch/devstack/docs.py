@@ -19,9 +19,9 @@ from pathlib import Path
 from aiorch.devstack.config_page import configuration_documents
 from aiorch.ops import pipelines
 from aiorch_runtime.pipeline_files import pipeline_paths, read_file
+from workflows.contract_payloads import ALL_MODELS
 from workflows.data import CATALOG, compile_spec
 from workflows.engine.graph import Graph
-from workflows.payloads import ALL_MODELS
 
 ROOT = Path(__file__).resolve().parents[2]
 PIPELINE_DOCS = ROOT / "docs" / "pipelines"

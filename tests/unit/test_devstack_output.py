@@ -1,5 +1,5 @@
 """The demo's table of its runs, for a person at a terminal of 80 columns: wrapped where it
-must be, never cut (`up`'s banner: tests/e2e/test_localstack.py)."""
+must be, never cut (`up`'s banner: tests/e2e/test_devstack.py)."""
 
 from __future__ import annotations
 

@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 import pytest
 from pydantic import ValidationError
 
+from workflows.contract_payloads import ALL_MODELS
 from workflows.payloads import (
-    ALL_MODELS,
     HistoryEntry,
     LlmReply,
     PipelineRequest,

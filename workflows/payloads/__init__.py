@@ -12,10 +12,12 @@ at most ``MAX_FEEDBACK_CHARS`` (runs may set a lower limit).
 Every text a client sends must be valid Unicode (no lone surrogates, which no payload could
 carry onwards), and metadata is bounded in size and depth.
 
-History entries come in two kinds, both ``HistoryEntry``:
+History entries come in three kinds, all ``HistoryEntry``:
 
-- a *transition*: an edge of ``workflows.graph``, validated before it is recorded; ``event`` is
-  a ``graph.Event``. Review decisions also carry ``reviewer``, ``feedback`` and ``review_round``.
+- a *transition*: an edge of the run's pipeline graph (a ``workflows.engine.graph.Graph``),
+  validated before it is recorded; ``event`` is the edge's event (the engine's own are
+  ``workflows.engine.graph.Event``). Review decisions also carry ``reviewer``, ``feedback`` and
+  ``review_round``.
 - ``continued_as_new`` (``NOTE_CONTINUED_AS_NEW``): the run moved on to a fresh Temporal run
   carrying its state; ``from_state == to_state``. Not a transition.
 - ``review_vote`` (``NOTE_REVIEW_VOTE``): a reviewer's approval or rejection that a review

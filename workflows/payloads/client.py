@@ -34,7 +34,6 @@ from workflows.payloads._base import (
 from workflows.payloads.policy import Correction, ReviewProgress
 
 __all__ = [
-    "ALL_MODELS",
     "BudgetDecision",
     "DeadLetterMessage",
     "HistoryEntry",
@@ -397,18 +396,3 @@ class ReviewKey(_Open):
     reviewers: list[str] | None = Field(
         default=None, description="whom it may sign for; None = anyone (an identity provider)"
     )
-
-
-ALL_MODELS: tuple[type[BaseModel], ...] = (
-    PipelineRequest,
-    RunOptions,
-    ReviewDecision,
-    OperatorRequest,
-    Revocation,
-    BudgetDecision,
-    HistoryEntry,
-    RunStatus,
-    PipelineResult,
-    DeadLetterMessage,
-    LlmReply,
-)
