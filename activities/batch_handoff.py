@@ -25,6 +25,7 @@ from aiorch_runtime.genai import GenAiTelemetry
 from aiorch_runtime.result_cache import ResultCache
 from workflows.payloads import LlmCallInput, LlmCallResult
 
+# The batch lane logs under the name it had as one module, so log filters keep matching.
 log = logging.getLogger("activities.batch")
 
 # Runs told at once (each an RPC to Temporal).

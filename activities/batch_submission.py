@@ -31,6 +31,7 @@ from aiorch_runtime.batch_store import QueuedCall
 from workflows import contract
 from workflows.payloads import BatchRound, BatchSubmitted
 
+# The batch lane logs under the name it had as one module, so log filters keep matching.
 log = logging.getLogger("activities.batch")
 
 ENDPOINT: Final = "/v1/chat/completions"
