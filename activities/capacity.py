@@ -2,7 +2,9 @@
 after it: settle the reservations, count the tenant's spend, pass on the provider's signals.
 
 The shared state lives in the capacity store (``aiorch_runtime.capacity``, Redis); the rules of
-this module decide what the LLM activity does with it:
+this module decide what the LLM activity does with it (a prompt's tokens are counted by
+``activities.prompt_tokens``, a call's spend reservation and settlement key are
+``activities.spend``'s):
 
 - a call whose reservation (prompt estimate + reply limit) is more than the model's tokens per
   minute can never be admitted: it fails for good (``LlmPromptTooLarge``) instead of queueing;
@@ -32,22 +34,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import random
 import re
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, date, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.pricing import estimate_cost
-from aiorch_runtime.capacity import CapacityStore, CapacityStoreError, ProviderSignal, scope_name
+from activities.prompt_tokens import prompt_tokens
+from activities.spend import SpendHold, batch_lease, call_key, today
+from aiorch_runtime.capacity import CapacityStore, CapacityStoreError, ProviderSignal
+from aiorch_runtime.capacity_keys import scope_name
 from aiorch_runtime.config import PriceTable, RateLimits
-from workflows import contract, errors
+from workflows import errors
 from workflows.payloads import DEFAULT_TENANT, TENANT_PATTERN, LlmCallInput
 
 log = logging.getLogger(__name__)
@@ -59,43 +63,6 @@ INLINE_WAIT = timedelta(seconds=1)
 HELD_BUDGET_WAIT = timedelta(seconds=2)
 METRIC_STORE_ERRORS = "aiorch_capacity_store_errors"
 METRIC_CAPACITY_WAITS = "aiorch_capacity_waits"
-METRIC_SPEND = "aiorch_spend_usd"
-# ASCII characters per token of the prompt estimate: an upper bound for English prose (about 4
-# with the common BPE tokenizers) and code (about 3.5). Every other character counts its UTF-8
-# bytes, its worst case; docs/capacity.md says why.
-ASCII_CHARS_PER_TOKEN = 3
-TOKENS_PER_MESSAGE = 4  # the chat format's role and separators
-REPLY_PRIMING_TOKENS = 3  # the tokens that open the reply
-_ASCII = bytes(range(128))
-
-
-@dataclass(frozen=True)
-class PromptTokens:
-    """A chat prompt's tokens without the provider's tokenizer: ``estimate`` (what a capacity
-    reservation takes) and ``bound`` (no byte-level tokenizer makes more: what budgets hold
-    against)."""
-
-    estimate: int
-    bound: int
-
-
-def prompt_tokens(messages: Sequence[Any]) -> PromptTokens:
-    """The estimate and the bound of a chat prompt's tokens.
-
-    The bound is the UTF-8 bytes: every token of a byte-level BPE tokenizer (OpenAI's, Llama 3's,
-    Mistral's) or of a SentencePiece one with byte fallback covers at least one byte, so no text
-    in any script takes more. The estimate counts ASCII at ``ASCII_CHARS_PER_TOKEN`` characters
-    per token and every other character at its bytes (CJK 3, emoji 4).
-    """
-    estimate = bound = REPLY_PRIMING_TOKENS
-    for message in messages:
-        content = message.get("content", "") if isinstance(message, dict) else ""
-        data = str(content).encode("utf-8", "surrogatepass")
-        other = len(data.translate(None, _ASCII))
-        ascii_tokens = math.ceil((len(data) - other) / ASCII_CHARS_PER_TOKEN)
-        estimate += TOKENS_PER_MESSAGE + ascii_tokens + other
-        bound += TOKENS_PER_MESSAGE + len(data)
-    return PromptTokens(estimate=estimate, bound=bound)
 
 
 def unbudgeted_tenant(tenant: str, budget: float | None, budgets_on: bool) -> str | None:
@@ -116,16 +83,7 @@ def unbudgeted_tenant(tenant: str, budget: float | None, budgets_on: bool) -> st
 
 
 @dataclass(frozen=True)
-class SpendHold:
-    """A reservation of a tenant's budget for one call, to settle with its cost."""
-
-    tenant: str
-    day: date
-    reservation: str
-
-
-@dataclass(frozen=True)
-class Admission:
+class CallAdmission:
     """What the gate decided for one call: ``go`` (with the capacity hold and the spend
     reservation to settle, if any), ``wait`` (for ``wait``), or ``over_budget`` (``budget``
     says which and why)."""
@@ -148,16 +106,6 @@ class Settlement:
     called: bool
     signal: ProviderSignal
     cost_usd: float | None
-
-
-# A batched call's spend reservation is held from its admission until its batch answers: its
-# wait in the group and the submission, then up to LLM_BATCH_WAIT_S.
-BATCH_QUEUE_ALLOWANCE = timedelta(hours=2)
-
-
-def batch_lease(call: LlmCallInput) -> timedelta:
-    """How long a batched call's spend reservation is held before it is charged in full."""
-    return timedelta(seconds=call.batch_wait_s) + BATCH_QUEUE_ALLOWANCE
 
 
 class CallGate:
@@ -189,7 +137,7 @@ class CallGate:
         """The reply limit every call is sent with (``max_tokens``)."""
         return self._max_output_tokens
 
-    async def admit(self, call: LlmCallInput, messages: Sequence[Any]) -> Admission:
+    async def admit(self, call: LlmCallInput, messages: Sequence[Any]) -> CallAdmission:
         """Decide whether ``call`` may be made now (see the module docstring).
 
         Raises:
@@ -218,13 +166,13 @@ class CallGate:
             )
             refused = _over_run_budget(call, worst)
             if refused is not None:
-                return Admission("over_budget", budget=refused)
+                return CallAdmission("over_budget", budget=refused)
             reserved = await self._reserve_spend(call, worst)
-            if isinstance(reserved, Admission):
+            if isinstance(reserved, CallAdmission):
                 return reserved
             spend = reserved
         if call.lane == "batch":
-            return Admission("go", spend=spend)
+            return CallAdmission("go", spend=spend)
         granted = False
         try:
             admission = await self._reserve_capacity(call, need, tokens.estimate)
@@ -234,7 +182,7 @@ class CallGate:
                 await self.release(spend)
         return replace(admission, spend=spend)
 
-    async def settle(self, admission: Admission, call: LlmCallInput, done: Settlement) -> bool:
+    async def settle(self, admission: CallAdmission, call: LlmCallInput, done: Settlement) -> bool:
         """After the call: give back what the reservations did not use, pass on the provider's
         signal, and add the call's cost to the tenant's spend for today, once per call (its
         idempotency key, ``call_key``). Returns whether the cost was counted now: False when
@@ -290,7 +238,7 @@ class CallGate:
             return True
         return settled.counted
 
-    async def keep_alive(self, admission: Admission) -> None:
+    async def keep_alive(self, admission: CallAdmission) -> None:
         """Renew the call's capacity hold and spend reservation every third of a lease until
         cancelled (the call ended)."""
         store = self._store
@@ -308,13 +256,13 @@ class CallGate:
 
     async def _reserve_spend(
         self, call: LlmCallInput, worst: float | None
-    ) -> SpendHold | Admission | None:
+    ) -> SpendHold | CallAdmission | None:
         """Reserve the call's worst case of its tenant's budget for today: the hold to settle,
         None when there is no budget to hold it against, or the admission that refuses it."""
         budget = self._tenant_budget(call.tenant)
         refused = unbudgeted_tenant(call.tenant, budget, self._budgets_on)
         if refused is not None:
-            return Admission("over_budget", budget=refused)
+            return CallAdmission("over_budget", budget=refused)
         if budget is None or worst is None or self._store is None:
             return None  # an unpriced model has no cost to hold against a budget
         hold = SpendHold(call.tenant, today(), _reservation_id(call))
@@ -335,7 +283,7 @@ class CallGate:
                 type=errors.BUDGET_STORE_UNAVAILABLE,
             ) from None
         if answer.verdict == "over":
-            return Admission(
+            return CallAdmission(
                 "over_budget",
                 budget=(
                     f"tenant {call.tenant!r} daily budget: spent ${answer.spent:.4f} of "
@@ -344,13 +292,15 @@ class CallGate:
             )
         if answer.verdict == "held":
             _count(METRIC_CAPACITY_WAITS, "Calls sent back to wait in await_capacity", call)
-            return Admission("wait", wait=HELD_BUDGET_WAIT * random.uniform(0.5, 1.5))
+            return CallAdmission("wait", wait=HELD_BUDGET_WAIT * random.uniform(0.5, 1.5))
         return hold
 
-    async def _reserve_capacity(self, call: LlmCallInput, need: int, estimate: int) -> Admission:
+    async def _reserve_capacity(
+        self, call: LlmCallInput, need: int, estimate: int
+    ) -> CallAdmission:
         limit = self._limits.get(call.model)
         if self._store is None or limit is None:
-            return Admission("go")
+            return CallAdmission("go")
         scope = scope_name(self._base_url, call.model)
         limits = (limit.tpm or 0, limit.rpm or 0)
         hold = _reservation_id(call)
@@ -362,16 +312,16 @@ class CallGate:
                 )
             except CapacityStoreError as err:
                 self._store_error(err, "calling without the shared limit")
-                return Admission("go")
+                return CallAdmission("go")
             if grant.never:
                 raise self._too_large(
                     call, estimate, grant.token_limit, "the provider's x-ratelimit-limit-tokens"
                 )
             if grant.granted:
-                return Admission("go", hold=hold, scope=scope, limits=limits)
+                return CallAdmission("go", hold=hold, scope=scope, limits=limits)
             if waited + grant.wait > self._inline_wait:
                 _count(METRIC_CAPACITY_WAITS, "Calls sent back to wait in await_capacity", call)
-                return Admission("wait", wait=grant.wait)
+                return CallAdmission("wait", wait=grant.wait)
             waited += grant.wait
             if activity.in_activity():
                 activity.heartbeat(f"waiting {grant.wait.total_seconds():.2f}s for capacity")
@@ -420,28 +370,6 @@ def _reservation_id(call: LlmCallInput) -> str:
     return f"{call.workflow_id}:{call.attempt}:{uuid.uuid4().hex[:8]}"
 
 
-def call_key(call: LlmCallInput) -> str:
-    """Stable per (run chain, state, attempt): what the provider dedupes a re-sent call by
-    (``Idempotency-Key``), what its spend is settled once by, and the name of a batched
-    call."""
-    run = f"{call.workflow_id}/{call.chain_id}" if call.chain_id else call.workflow_id
-    return f"{run}:{contract.ACTIVITY_INVOKE_LLM}:{call.attempt}"
-
-
-def today() -> date:
-    """The UTC day spend is counted in."""
-    return datetime.now(UTC).date()
-
-
 def _count(name: str, description: str, call: LlmCallInput) -> None:
     if activity.in_activity():
         activity.metric_meter().create_counter(name, description).add(1, {"model": call.model})
-
-
-def record_spend(tenant: str, cost_usd: float, known_tenants: frozenset[str]) -> None:
-    """Count a call's cost for its tenant (the label is ``other`` for a tenant without a
-    budget of its own: tenants come from requests, and labels must stay few)."""
-    label = tenant if tenant in known_tenants else "other"
-    activity.metric_meter().create_histogram_float(
-        METRIC_SPEND, "Cost of each LLM call by tenant (sum = spend), from LLM_PRICE_TABLE"
-    ).record(cost_usd, {"tenant": label})

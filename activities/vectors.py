@@ -21,7 +21,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import HEARTBEAT_EVERY, heartbeat_while
-from activities.llm import classify
+from activities.llm_errors import classify
 from aiorch_runtime.genai import OPERATION_EMBEDDINGS, GenAiTelemetry
 from workflows import contract, errors
 from workflows.payloads import EmbeddingInput, EmbeddingResult, vector_key

@@ -29,7 +29,8 @@ from typing import Any, Final, Literal
 import redis.asyncio as redis
 from redis.exceptions import RedisError
 
-from aiorch_runtime.capacity import KEY_PREFIX, CapacityStoreError
+from aiorch_runtime.capacity import CapacityStoreError
+from aiorch_runtime.capacity_keys import KEY_PREFIX
 
 # KEYS: seq, open, q, g, item. ARGV: item, call, token, pipeline, spend, cache digest, group size,
 # ms the call may wait for its submission, item ttl s, the owner token a group opened now gets,

@@ -36,29 +36,27 @@ batch collected twice, an activity run again; the keys are kept ``SETTLED_CALLS_
 reservation whose call never settles (its worker died) is charged in full once its lease ran
 out, and a late settlement corrects that charge.
 
-Keys: every key of a tenant's day sits under ``aiorch:spend:{DAY:t:TENANT}`` (its own Redis
-Cluster hash slot), the day's list of tenants is ``aiorch:spend:{DAY}:tenants``, and a scope's
-keys are under ``aiorch:cap:{ENDPOINT:MODEL}``: no tenant name can spell another key. Time is
-Redis's own clock (``TIME`` inside the scripts), so workers' clocks never disagree.
+Keys (``aiorch_runtime.capacity_keys``): a tenant's day and a scope each have a Redis Cluster
+hash slot of their own, and no tenant name can spell another key. Time is Redis's own clock
+(``TIME`` inside the scripts), so workers' clocks never disagree.
 """
 
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date, timedelta
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 import redis.asyncio as redis
 from redis.exceptions import RedisError
 
 from aiorch_runtime import capacity_scripts as scripts
+from aiorch_runtime.capacity_answers import BudgetAnswer, BudgetVerdict, Grant, SpendSettled
+from aiorch_runtime.capacity_keys import scope_keys, spend_keys, tenants_key
 from aiorch_runtime.config import Settings
-from workflows.payloads import TENANT_PATTERN
 
-KEY_PREFIX: Final = "aiorch"
 # A worker runs hundreds of activities at once, each a round trip or two to the store: they share
 # this many connections, and a caller finding none free waits up to STORE_CONNECTION_WAIT for one
 # (redis-py's default pool refuses it at once: "Too many connections").
@@ -74,44 +72,11 @@ MIN_WAIT = timedelta(milliseconds=50)
 # after it stops coming (its run was cancelled or terminated).
 CHECK_IN_LEASES: Final = 2
 
-BudgetVerdict = Literal["reserved", "over", "held"]
 _BUDGET_VERDICTS: Final[dict[int, BudgetVerdict]] = {1: "reserved", 0: "over", 2: "held"}
 
 
 class CapacityStoreError(Exception):
     """The capacity store could not be reached or answered an error."""
-
-
-@dataclass(frozen=True)
-class Grant:
-    """The answer to a reservation: granted now; or wait ``wait`` and ask again; or ``never``
-    (more tokens than the model's bucket of ``token_limit`` holds)."""
-
-    granted: bool
-    wait: timedelta
-    tokens_left: float
-    requests_left: float
-    never: bool = False
-    token_limit: int = 0
-
-
-@dataclass(frozen=True)
-class BudgetAnswer:
-    """The answer to a spend reservation: ``reserved``; ``over`` (what was spent leaves no room
-    for the worst case); or ``held`` (only the reservations of calls in flight leave none)."""
-
-    verdict: BudgetVerdict
-    spent: float
-    reserved: float
-
-
-@dataclass(frozen=True)
-class SpendSettled:
-    """The answer to a settlement: the day's spend, and whether this settlement counted the
-    call (False: the call was settled before, and nothing was added)."""
-
-    total: float
-    counted: bool
 
 
 @dataclass(frozen=True)
@@ -128,37 +93,6 @@ class ProviderSignal:
     def empty(self) -> bool:
         """True when the answer carried no rate-limit information."""
         return all(value is None for value in vars(self).values())
-
-
-def scope_name(base_url: str, model: str) -> str:
-    """The store's name for a model at an endpoint: the same on every worker configured alike,
-    different for the same model name at two providers."""
-    endpoint = hashlib.sha256(base_url.rstrip("/").encode()).hexdigest()[:12]
-    return f"{endpoint}:{model}"
-
-
-def _scope_keys(scope: str) -> list[str]:
-    # One hash tag, so every key of a scope lives in one Redis Cluster slot.
-    base = f"{KEY_PREFIX}:cap:{{{scope}}}"
-    return [f"{base}:{name}" for name in ("b", "h", "hx", "q", "qd", "qx", "qt")]
-
-
-def spend_keys(tenant: str, day: date) -> list[str]:
-    """The keys of a tenant's spend on a (UTC) day: spent, reservations, their expiries, what
-    expired ones were charged, and the calls settled; one hash tag, so one Redis Cluster slot.
-
-    Raises:
-        ValueError: ``tenant`` is not a tenant name (``TENANT_PATTERN``).
-    """
-    if not re.fullmatch(TENANT_PATTERN, tenant):
-        raise ValueError(f"{tenant[:70]!r} is not a tenant name")
-    base = f"{KEY_PREFIX}:spend:{{{day.isoformat()}:t:{tenant}}}"
-    return [f"{base}:usd", f"{base}:res", f"{base}:resx", f"{base}:chg", f"{base}:calls"]
-
-
-def tenants_key(day: date) -> str:
-    """The key of the set of tenants that reserved or spent on a (UTC) day."""
-    return f"{KEY_PREFIX}:spend:{{{day.isoformat()}}}:tenants"
 
 
 class CapacityStore:
@@ -246,7 +180,7 @@ class CapacityStore:
             _ms(MIN_WAIT),
             CHECK_IN_LEASES * lease_ms,
         ]
-        reply = await self._call(self._reserve(keys=_scope_keys(scope), args=args))
+        reply = await self._call(self._reserve(keys=scope_keys(scope), args=args))
         verdict, wait_ms, tokens_left, requests_left = reply
         never = int(verdict) < 0
         return Grant(
@@ -264,12 +198,12 @@ class CapacityStore:
         """End hold ``hold_id`` with the tokens really used (0 when no call was answered);
         ``called`` says whether the request reached the provider (it then keeps counting)."""
         args: list[str | int] = [*limits, hold_id, used, int(called)]
-        await self._call(self._settle(keys=_scope_keys(scope), args=args))
+        await self._call(self._settle(keys=scope_keys(scope), args=args))
 
     async def renew(self, scope: str, limits: tuple[int, int], *, hold_id: str) -> bool:
         """Extend hold ``hold_id`` by a lease; False when it had already expired."""
         args: list[str | int] = [*limits, hold_id, self._lease_ms]
-        return bool(await self._call(self._renew(keys=_scope_keys(scope), args=args)))
+        return bool(await self._call(self._renew(keys=scope_keys(scope), args=args)))
 
     async def feedback(self, scope: str, limits: tuple[int, int], signal: ProviderSignal) -> None:
         """Apply what a provider said about its limits to the scope, for every worker."""
@@ -288,7 +222,7 @@ class CapacityStore:
             value(signal.limit_requests),
             retry_ms,
         ]
-        await self._call(self._feedback(keys=_scope_keys(scope), args=args))
+        await self._call(self._feedback(keys=scope_keys(scope), args=args))
 
     async def reserve_spend(
         self,
@@ -389,17 +323,17 @@ class CapacityStore:
 
     async def scope_state(self, scope: str) -> Mapping[str, float]:
         """The raw bucket of ``scope`` (tokens, requests, ...), for tests and diagnostics."""
-        raw = await self._call(self._redis.hgetall(_scope_keys(scope)[0]))
+        raw = await self._call(self._redis.hgetall(scope_keys(scope)[0]))
         return {_text(k): float(v) for k, v in raw.items()}
 
     async def held(self, scope: str) -> dict[str, float]:
         """The holds of ``scope`` (id -> tokens), for tests and diagnostics."""
-        raw = await self._call(self._redis.hgetall(_scope_keys(scope)[1]))
+        raw = await self._call(self._redis.hgetall(scope_keys(scope)[1]))
         return {_text(k): float(v) for k, v in raw.items()}
 
     async def _levels_reply(self, scope: str, limits: tuple[int, int]) -> list[Any]:
         args: list[int] = [*limits]
-        reply: list[Any] = await self._call(self._levels(keys=_scope_keys(scope), args=args))
+        reply: list[Any] = await self._call(self._levels(keys=scope_keys(scope), args=args))
         return reply
 
     async def _indexed(

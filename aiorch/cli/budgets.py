@@ -17,10 +17,9 @@ from pydantic import ValidationError
 from temporalio.client import Client, WorkflowUpdateFailedError
 
 from aiorch.cli.output import CliError, one_line_errors, out, plain, print_table
-from aiorch.cli.reviews import refusal_text
 from aiorch.cli.session import about_run, run_async
 from aiorch.ops.retries import retrying
-from aiorch.ops.reviews import current_target
+from aiorch.ops.reviews import current_target, refusal_reason
 from aiorch.ops.signing import signing_key_from_settings
 from aiorch_runtime.capacity import CapacityStore, CapacityStoreError
 from aiorch_runtime.config import Settings, load_settings
@@ -162,7 +161,7 @@ def budget(
                     )
                 )
         except WorkflowUpdateFailedError as error:
-            raise CliError(f"decision refused for {workflow_id}: {refusal_text(error)}") from None
+            raise CliError(f"decision refused for {workflow_id}: {refusal_reason(error)}") from None
         out.print(plain(f"{workflow_id}: {decision} recorded; the run is in {status.state}"))
 
     run_async(send)

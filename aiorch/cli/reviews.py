@@ -20,7 +20,6 @@ from typing import Annotated
 import typer
 from pydantic import ValidationError
 from temporalio.client import Client, WorkflowUpdateFailedError
-from temporalio.exceptions import ApplicationError
 
 from aiorch.cli import choices
 from aiorch.cli.output import (
@@ -51,12 +50,6 @@ ReviewerOption = Annotated[
 def review_signer(settings: Settings, key: SigningKey | None) -> reviews.Signer | None:
     """Signs each decision for its run and round with ``key`` (None: reviews go unsigned)."""
     return key.signer(timedelta(seconds=settings.review_token_ttl_s)) if key else None
-
-
-def refusal_text(error: WorkflowUpdateFailedError) -> str:
-    """The run's reason for refusing an update, without the Python type it was raised as."""
-    cause = error.cause
-    return cause.message if isinstance(cause, ApplicationError) else str(cause or error)
 
 
 def signed_decision(
@@ -222,7 +215,8 @@ def review(
                     client, workflow_id, decision, signer=signer, target=target
                 )
         except WorkflowUpdateFailedError as error:
-            raise CliError(f"review refused for {workflow_id}: {refusal_text(error)}") from None
+            reason = reviews.refusal_reason(error)
+            raise CliError(f"review refused for {workflow_id}: {reason}") from None
         out.print(plain(outcome.describe(workflow_id)))
 
     run_async(send)

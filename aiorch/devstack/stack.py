@@ -31,11 +31,11 @@ import os
 import re
 import secrets
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
 
-from aiorch.devstack.processes import HOST, LocalStackError, ManagedProcess, free_port
+from aiorch.devstack.addresses import StackAddresses, StackPorts
+from aiorch.devstack.processes import LocalStackError, ManagedProcess
 from aiorch.devstack.servers import (
     PROJECT_ROOT,
     start_capacity_store,
@@ -46,8 +46,13 @@ from aiorch.devstack.servers import (
     start_temporal_dev_server,
     start_worker,
 )
+from aiorch.devstack.stack_keys import (
+    CODEC_TOKEN_VARIABLES,
+    PayloadKeys,
+    stack_reviewer_key,
+    write_secret,
+)
 from aiorch.ops.inbox.auth import new_token
-from aiorch.ops.signing import SigningKey
 
 # What the worker logs about its metrics (aiorch_runtime.telemetry.worker_runtime) and health
 # endpoints (aiorch.worker.health.start_health): served, or not started and why; `up`'s flag.
@@ -65,64 +70,8 @@ _ENDPOINT_LINES = {
 }
 # The reverse is the stop order: the worker goes before the servers it uses.
 _START_ORDER = ("codec", "temporal", "sqs", "llm", "capacity", "worker", "inbox")
-# Variables that switch payload encryption on (see aiorch_runtime.codec) and configure the
-# codec server.
-ENCRYPTION_VARIABLES = ("PAYLOAD_KEYS", "PAYLOAD_KEYS_FILE")
-CODEC_TOKEN_VARIABLES = ("CODEC_SERVER_TOKEN", "CODEC_SERVER_TOKEN_FILE")
 
 __all__ = ["LocalStack", "LocalStackError", "StackAddresses"]
-
-
-@dataclass(frozen=True)
-class StackAddresses:
-    """Where the local stack listens, and the environment that points the project at it."""
-
-    temporal_address: str
-    sqs_endpoint_url: str
-    openai_base_url: str
-    vector_store_path: Path
-    # The document pipeline's SQL store: an SQLite file (a worker_env entry may replace it).
-    document_store_url: str
-    # The worker's only file:// input root (INPUT_FILE_ROOTS): put documents here to use them.
-    input_dir: Path
-    # Reviewer authentication is on: the stack's key signs for any reviewer (an identity
-    # provider, as the review inbox is); its private half is in this 0600 file.
-    review_public_keys: str
-    reviewer_key_file: Path
-    # The Temporal Web UI; None when the dev server runs headless.
-    ui_url: str | None
-    # Set only when payload encryption is on; its token is in <data_dir>/codec-token.
-    codec_server_url: str | None = None
-    # Set only with the review inbox; its login tokens are in <data_dir>/inbox-logins.
-    inbox_url: str | None = None
-    # Set only with the capacity store (Redis for shared rate limits and tenant budgets).
-    capacity_store_url: str | None = None
-
-    def env(self) -> dict[str, str]:
-        """The variables the worker and starter read (see ``aiorch_runtime.config``)."""
-        env = {
-            "TEMPORAL_ADDRESS": self.temporal_address,
-            "SQS_ENDPOINT_URL": self.sqs_endpoint_url,
-            "S3_ENDPOINT_URL": self.sqs_endpoint_url,  # moto serves S3 on the same port
-            "AWS_REGION": "us-east-1",
-            "AWS_DEFAULT_REGION": "us-east-1",  # the name plain boto3 reads
-            "AWS_ACCESS_KEY_ID": "testing",  # moto accepts any credentials
-            "AWS_SECRET_ACCESS_KEY": "testing",
-            "OPENAI_BASE_URL": self.openai_base_url,
-            "OPENAI_API_KEY": "sim-local-key",
-            "VECTOR_STORE_PATH": str(self.vector_store_path),
-            "DOCUMENT_STORE_URL": self.document_store_url,
-            "INPUT_FILE_ROOTS": str(self.input_dir),
-            "REVIEW_PUBLIC_KEYS": self.review_public_keys,
-            "REVIEWER_KEY_FILE": str(self.reviewer_key_file),
-        }
-        if self.ui_url is not None:
-            env["TEMPORAL_UI_URL"] = self.ui_url
-        if self.inbox_url is not None:
-            env["INBOX_URL"] = self.inbox_url
-        if self.capacity_store_url is not None:
-            env["CAPACITY_STORE_URL"] = self.capacity_store_url
-        return env
 
 
 class LocalStack:
@@ -158,53 +107,36 @@ class LocalStack:
         self.db_file = self.data_dir / "temporal.sqlite" if persist else None
         self.with_worker, self.worker_cwd = with_worker, worker_cwd
         self.worker_env = dict(worker_env or {})
-        # Encryption is on when keys are configured for the worker (or in this environment).
-        settings_env = {**os.environ, **self.worker_env}
-        self.encrypted = any(settings_env.get(name) for name in ENCRYPTION_VARIABLES)
-        given_file = settings_env.get("PAYLOAD_KEYS_FILE")
-        self.payload_keys_file = (
-            Path(given_file).resolve() if given_file else self.data_dir / "payload-keys"
-        )
-        self._payload_key_id = settings_env.get("PAYLOAD_KEY_ID")
-        self._payload_keys = None if given_file else settings_env.get("PAYLOAD_KEYS")
+        self.payload_keys = PayloadKeys.configured(self.worker_env, self.data_dir)
         self.codec_token_file = self.data_dir / "codec-token"
-        self.reviewer_key = _stack_reviewer_key(self.data_dir / "reviewer-key")
+        self.reviewer_key = stack_reviewer_key(self.data_dir / "reviewer-key")
         self.with_inbox, self.inbox_reviewers = with_inbox, tuple(inbox_reviewers)
-        self.inbox_key = _stack_reviewer_key(self.data_dir / "inbox-key", "inbox")
+        self.inbox_key = stack_reviewer_key(self.data_dir / "inbox-key", "inbox")
         public_keys = [self.reviewer_key.public_entry()]
         if with_inbox:
             public_keys.append(self.inbox_key.public_entry(None))
-        ports = (temporal_port, ui_port, sqs_port, llm_port, codec_port, inbox_port, capacity_port)
-        taken = {port for port in ports if port}
-        self.temporal_port = temporal_port or _distinct_free_port(taken)
-        self.ui_port = ui_port
-        self.sqs_port = sqs_port or _distinct_free_port(taken)
-        self.llm_port = llm_port or _distinct_free_port(taken)
-        self.addresses = StackAddresses(
-            temporal_address=f"{HOST}:{self.temporal_port}",
-            ui_url=None if ui_port is None else f"http://{HOST}:{ui_port}",
-            sqs_endpoint_url=f"http://{HOST}:{self.sqs_port}",
-            openai_base_url=f"http://{HOST}:{self.llm_port}/v1",
-            vector_store_path=self.data_dir / "vectors",
-            document_store_url=f"sqlite:///{self.data_dir / 'documents.db'}",
-            input_dir=self.data_dir / "inputs",
-            review_public_keys=",".join(public_keys),
-            reviewer_key_file=self.data_dir / "reviewer-key",
-            codec_server_url=(
-                f"http://{HOST}:{codec_port or _distinct_free_port(taken)}"
-                if self.encrypted
-                else None
-            ),
-            inbox_url=(
-                f"http://{HOST}:{inbox_port or _distinct_free_port(taken)}" if with_inbox else None
-            ),
-            capacity_store_url=(
-                f"redis://{HOST}:{capacity_port or _distinct_free_port(taken)}/0"
-                if with_capacity_store
-                else None
-            ),
+        given = StackPorts(
+            temporal_port, ui_port, sqs_port, llm_port, codec_port, inbox_port, capacity_port
+        )
+        ports = given.chosen(codec=self.encrypted, inbox=with_inbox, capacity=with_capacity_store)
+        assert ports.temporal and ports.sqs and ports.llm  # chosen: always picked
+        self.temporal_port, self.ui_port = ports.temporal, ports.ui
+        self.sqs_port, self.llm_port = ports.sqs, ports.llm
+        self.addresses = StackAddresses.local(
+            self.data_dir, ports, review_public_keys=",".join(public_keys)
         )
         self._procs: dict[str, ManagedProcess] = {}
+
+    @property
+    def encrypted(self) -> bool:
+        """Whether payload encryption is on (keys configured for the worker or in this
+        environment)."""
+        return self.payload_keys.on
+
+    @property
+    def payload_keys_file(self) -> Path:
+        """The file that holds the payload keys (encryption on only)."""
+        return self.payload_keys.file
 
     @property
     def processes(self) -> dict[str, ManagedProcess]:
@@ -215,9 +147,9 @@ class LocalStack:
         """Start the three servers, then the worker if asked; return their addresses."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.addresses.input_dir.mkdir(exist_ok=True)
-        _write_secret(self.addresses.reviewer_key_file, self.reviewer_key.private_entry())
-        if self.encrypted and self._payload_keys:
-            _write_secret(self.payload_keys_file, self._payload_keys)
+        write_secret(self.addresses.reviewer_key_file, self.reviewer_key.private_entry())
+        if self.encrypted and self.payload_keys.keys:
+            write_secret(self.payload_keys_file, self.payload_keys.keys)
         try:
             # Temporal first: its port (7233) is the one most likely taken, and checking it
             # before launching anything gives the one-line error at once. The other two boot
@@ -312,8 +244,8 @@ class LocalStack:
             env["PIPELINES_DIR"] = str((self.worker_cwd / pipelines_dir).resolve())
         if self.encrypted:
             env["PAYLOAD_KEYS_FILE"] = str(self.payload_keys_file)
-            if self._payload_key_id:
-                env["PAYLOAD_KEY_ID"] = self._payload_key_id
+            if self.payload_keys.key_id:
+                env["PAYLOAD_KEY_ID"] = self.payload_keys.key_id
             env["REQUIRE_ENCRYPTION"] = "true"
         return env
 
@@ -342,7 +274,7 @@ class LocalStack:
         if not token and env.get("CODEC_SERVER_TOKEN_FILE"):
             token = Path(env["CODEC_SERVER_TOKEN_FILE"]).read_text(encoding="utf-8").strip()
         token = token or secrets.token_urlsafe(32)
-        _write_secret(self.codec_token_file, token)
+        write_secret(self.codec_token_file, token)
         return token
 
     def _start_codec(self, token: str) -> ManagedProcess:
@@ -367,9 +299,9 @@ class LocalStack:
     def _start_inbox(self) -> ManagedProcess:
         url = self.addresses.inbox_url
         assert url is not None
-        _write_secret(self.data_dir / "inbox-key", self.inbox_key.private_entry())
+        write_secret(self.data_dir / "inbox-key", self.inbox_key.private_entry())
         tokens = {name: new_token(name) for name in self.inbox_reviewers}
-        _write_secret(
+        write_secret(
             self.data_dir / "inbox-logins", "\n".join(f"{n} {t}" for n, (t, _) in tokens.items())
         )
         (self.data_dir / "inbox-tokens").write_text(
@@ -411,26 +343,3 @@ class LocalStack:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
-
-
-def _write_secret(path: Path, value: str) -> None:
-    """Write ``value`` to a file only its owner can read (created 0600, never world-readable)."""
-    path.touch(mode=0o600, exist_ok=True)
-    path.chmod(0o600)
-    path.write_text(value + "\n", encoding="utf-8")
-
-
-def _stack_reviewer_key(path: Path, key_id: str = "localstack") -> SigningKey:
-    # A persisted stack keeps its key, so runs that wait for review across restarts (their plan
-    # holds the public key) can still be reviewed.
-    if path.is_file():
-        return SigningKey.parse(path.read_text(encoding="utf-8"), source=str(path))
-    return SigningKey.generate(key_id)
-
-
-def _distinct_free_port(taken: set[int]) -> int:
-    # Two free_port() calls in a row may return the same number; each server needs its own.
-    while (port := free_port()) in taken:
-        pass
-    taken.add(port)
-    return port

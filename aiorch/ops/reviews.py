@@ -23,7 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import get_args
 
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
 
 from aiorch.ops.retries import retrying
 from workflows import contract
@@ -249,6 +250,14 @@ async def decision_for_current_round(
     `current_target`)."""
     target = await current_target(client, workflow_id)
     return decide(workflow_id, target.review_round), target
+
+
+def refusal_reason(error: WorkflowUpdateFailedError) -> str:
+    """Why a run refused an update (a review's or a budget decision's), as the run said it:
+    the message it raised, without the type name it was raised as. The inbox shows it on the
+    run's page and the command line prints it."""
+    cause = error.cause
+    return cause.message if isinstance(cause, ApplicationError) else str(cause)
 
 
 async def submit_review(

@@ -17,9 +17,9 @@ from qdrant_client import AsyncQdrantClient
 from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.testing import ActivityEnvironment
 
-from activities.capacity import batch_lease
 from activities.llm import LlmActivities
 from activities.prompt import InputLoader, PromptActivities
+from activities.spend import batch_lease
 from activities.vectors import VectorActivities, embedded_store, point_id
 from aiorch.devstack.llm_simulator import running_simulator
 from aiorch.devstack.llm_simulator.replies import REFUSAL_TEXT

@@ -30,13 +30,16 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.batch import BatchActivities, item_name
+from activities.batch import BatchActivities
+from activities.batch_calls import item_name
 from activities.batch_groups import group_workflow_id
-from activities.llm import LlmActivities, call_cost
+from activities.llm import LlmActivities
+from activities.llm_reply import call_cost
 from activities.prompt import InputLoader
 from aiorch.devstack.llm_simulator import running_simulator
 from aiorch_runtime.batch_store import BatchStore
-from aiorch_runtime.capacity import CapacityStoreError, scope_name
+from aiorch_runtime.capacity import CapacityStoreError
+from aiorch_runtime.capacity_keys import scope_name
 from aiorch_runtime.config import DEFAULT_PRICE_TABLE
 from tests.activities.llm_calls import call
 from workflows.payloads import BatchRound, LlmCallInput, LlmCallResult

@@ -22,23 +22,17 @@ from temporalio.runtime import MetricBuffer, Runtime, TelemetryConfig
 from temporalio.testing import ActivityEnvironment
 
 from activities.capacity import (
-    BATCH_QUEUE_ALLOWANCE,
     METRIC_CAPACITY_WAITS,
     METRIC_STORE_ERRORS,
-    Admission,
+    CallAdmission,
     CallGate,
     Settlement,
-    prompt_tokens,
-    today,
 )
 from activities.pricing import estimate_cost
-from aiorch_runtime.capacity import (
-    CapacityStore,
-    CapacityStoreError,
-    ProviderSignal,
-    scope_name,
-    spend_keys,
-)
+from activities.prompt_tokens import prompt_tokens
+from activities.spend import BATCH_QUEUE_ALLOWANCE, today
+from aiorch_runtime.capacity import CapacityStore, CapacityStoreError, ProviderSignal
+from aiorch_runtime.capacity_keys import scope_name, spend_keys
 from aiorch_runtime.config import DEFAULT_PRICE_TABLE, RateLimit
 from tests.activities.llm_calls import call
 from tests.support.capacity_store import unreachable_store
@@ -99,7 +93,7 @@ def gate(store: CapacityStore, **fields: Any) -> CallGate:
 
 async def admitted(
     gate: CallGate, n: int = 1, tenant: str = "acme", messages: Sequence[Any] = MESSAGES
-) -> tuple[Admission, list[float]]:
+) -> tuple[CallAdmission, list[float]]:
     """Call ``n``'s admission, in an activity (where the gate counts its waits and the store's
     errors: a live store answers every operation), and the count of calls sent back to wait
     that it recorded (each under the metric's description)."""
@@ -170,7 +164,7 @@ async def test_a_call_the_budget_cannot_cover_is_refused_naming_the_figures(
     budget = WORST * 100
     await store.settle_spend("acme", today(), budget - WORST / 2)
     admission, waits = await admitted(gate(store))
-    assert admission == Admission(
+    assert admission == CallAdmission(
         "over_budget",
         budget=(
             f"tenant 'acme' daily budget: spent ${budget - WORST / 2:.4f} of ${budget:.4f} "
@@ -267,7 +261,7 @@ async def test_nothing_to_keep_alive_returns_at_once(store: CapacityStore) -> No
     """A call that holds nothing (no limit, no budget) has nothing to renew."""
     free = gate(store, rate_limits={}, tenant_budgets_on=False, tenant_budget=lambda t: None)
     admission, _ = await admitted(free, tenant="globex")
-    assert admission == Admission("go")
+    assert admission == CallAdmission("go")
     await asyncio.wait_for(free.keep_alive(admission), 1)
 
 
@@ -364,7 +358,7 @@ async def test_an_approved_call_reserves_no_budget(store: CapacityStore) -> None
     second = await narrow.admit(approved[1], MESSAGES)
     assert second.kind == "wait" and second.spend is None
     batched = await narrow.admit(nth_call(3, budget_approved=True, lane="batch"), MESSAGES)
-    assert batched == Admission("go")
+    assert batched == CallAdmission("go")
     assert await store.spend_state("acme", today()) == (0.0, 0.0)
 
 
@@ -464,7 +458,7 @@ async def test_store_errors_before_the_call_are_logged_and_counted(
         r" no call is made unmetered; it will be retried",
         unmetered.value.message,
     ), unmetered.value.message
-    assert admission == Admission("go")
+    assert admission == CallAdmission("go")
     assert store_error_consequences(caplog) == [
         "no call for tenant 'acme' until it answers",
         "calling without the shared limit",

@@ -23,20 +23,18 @@ from temporalio.runtime import MetricBuffer, Runtime, TelemetryConfig
 from temporalio.testing import ActivityEnvironment
 
 from activities.capacity import (
-    METRIC_SPEND,
     METRIC_STORE_ERRORS,
-    Admission,
+    CallAdmission,
     CallGate,
-    PromptTokens,
     Settlement,
-    call_key,
-    prompt_tokens,
-    today,
     unbudgeted_tenant,
 )
-from activities.llm import LlmActivities, build_messages
+from activities.llm import LlmActivities
+from activities.llm_request import build_messages
 from activities.pricing import estimate_cost
 from activities.prompt import InputLoader
+from activities.prompt_tokens import PromptTokens, prompt_tokens
+from activities.spend import METRIC_SPEND, call_key, today
 from aiorch.devstack.llm_simulator import running_simulator
 from aiorch_runtime.capacity import ProviderSignal
 from aiorch_runtime.config import DEFAULT_PRICE_TABLE, RateLimit
@@ -255,11 +253,11 @@ async def test_a_call_that_just_fits_the_run_budget_is_made() -> None:
     worst = estimate_cost(DEFAULT_PRICE_TABLE, "sim-large", prompt_tokens(messages).bound, 100)
     assert worst is not None and worst > 0
     fits = await gate().admit(call("budget please", budget_usd=worst), messages)
-    assert fits == Admission("go")
+    assert fits == CallAdmission("go")
     over = await gate().admit(
         call("budget please", budget_usd=worst, spent_usd=worst / 2), messages
     )
-    assert over == Admission(
+    assert over == CallAdmission(
         "over_budget",
         budget=(
             f"run budget: spent ${worst / 2:.4f} of ${worst:.4f}; "
@@ -273,7 +271,7 @@ async def test_without_a_store_a_budgeted_tenant_is_not_held_to_its_budget() -> 
     a call of a budgeted tenant is admitted with no reservation to settle."""
     budgeted = gate(tenant_budget={"acme": 5.0}.get, tenant_budgets_on=True)
     admission = await budgeted.admit(call("hi", tenant="acme"), [{"role": "user", "content": "hi"}])
-    assert admission == Admission("go")
+    assert admission == CallAdmission("go")
 
 
 async def test_without_a_store_every_cost_counts_in_the_metrics() -> None:
@@ -281,7 +279,7 @@ async def test_without_a_store_every_cost_counts_in_the_metrics() -> None:
     are its only record), whatever it held or cost."""
     free = gate()
     done = Settlement(used=5, called=True, signal=ProviderSignal(), cost_usd=0.01)
-    assert await free.settle(Admission("go"), call("hi"), done) is True
+    assert await free.settle(CallAdmission("go"), call("hi"), done) is True
     assert await free.settle_spend(None, call("hi"), 0.01) is True
     assert await free.settle_spend(None, call("hi"), None) is True
 

@@ -29,7 +29,8 @@ from aiorch.devstack.processes import ManagedProcess
 from aiorch.devstack.servers import start_worker
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops.results import finished
-from aiorch_runtime.capacity import CapacityStore, scope_name
+from aiorch_runtime.capacity import CapacityStore
+from aiorch_runtime.capacity_keys import scope_name
 from aiorch_runtime.config import Settings
 from aiorch_runtime.temporal import DATA_CONVERTER
 from tests.support.live_runs import request, start

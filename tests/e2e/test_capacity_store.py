@@ -11,7 +11,8 @@ import pytest
 import pytest_asyncio
 import redis.asyncio as redis
 
-from aiorch_runtime.capacity import STORE_CONNECTIONS, CapacityStore, ProviderSignal, scope_name
+from aiorch_runtime.capacity import STORE_CONNECTIONS, CapacityStore, ProviderSignal
+from aiorch_runtime.capacity_keys import scope_name
 from aiorch_runtime.config import Settings
 from tests.support.valkey import capacity_store_url
 

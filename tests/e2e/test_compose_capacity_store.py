@@ -20,7 +20,8 @@ import redis.asyncio as redis
 from redis.exceptions import NoPermissionError
 
 from aiorch.devstack.processes import HOST, ManagedProcess, free_port, redis_server_path
-from aiorch_runtime.capacity import CapacityStore, CapacityStoreError, scope_name
+from aiorch_runtime.capacity import CapacityStore, CapacityStoreError
+from aiorch_runtime.capacity_keys import scope_name
 from aiorch_runtime.config import Settings
 from tests.static.compose import CAPACITY_STORE, REDIS_CONF, healthcheck_text
 from tests.static.secret_volumes import SECRET_FILES, run_secrets_sh, secret_volumes

@@ -31,7 +31,8 @@ from aiorch.ops import pipelines
 from aiorch.ops.reviews import current_target, submit_review
 from aiorch.ops.signing import SigningKey
 from aiorch.ops.visibility import start_run
-from aiorch_runtime.capacity import CapacityStore, ProviderSignal, scope_name
+from aiorch_runtime.capacity import CapacityStore, ProviderSignal
+from aiorch_runtime.capacity_keys import scope_name
 from aiorch_runtime.config import Settings
 from aiorch_runtime.temporal import AiOrchestratorPlugin
 from tests.support.invoices import invoice_fields, text_document

@@ -21,7 +21,8 @@ from temporalio.client import Client
 
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops.results import finished
-from aiorch_runtime.capacity import CapacityStore, scope_name
+from aiorch_runtime.capacity import CapacityStore
+from aiorch_runtime.capacity_keys import scope_name
 from tests.support.capacity_store import operator_view
 from tests.support.live_runs import request, start, wait_for_state
 from tests.support.live_stack import E2E_WORKER_ENV

@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 from temporalio.exceptions import ApplicationError
 
-from activities.llm import check_reply_size
+from activities.llm_reply import check_reply_size
 from aiorch.ops.claim_check import ClaimCheckError, object_key, resolve_message
 from aiorch_runtime.config import Settings
 from workflows import errors

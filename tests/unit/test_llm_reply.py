@@ -10,7 +10,9 @@ import openai
 import pytest
 from temporalio.exceptions import ApplicationError
 
-from activities.llm import build_messages, classify, idempotency_key, parse_reply, retry_after
+from activities.llm_errors import classify, retry_after
+from activities.llm_reply import parse_reply
+from activities.llm_request import build_messages, idempotency_key
 from workflows import errors
 from workflows.payloads import LlmCallInput
 

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from temporalio.client import WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError, CancelledError
+
 from aiorch.ops.corrections import exported, field_changes
 from aiorch.ops.reviews import (
     ReviewOutcome,
     decision_for_round,
     for_each_round,
+    refusal_reason,
     repeated_decision,
     update_id,
     vote_in_round,
@@ -188,3 +192,17 @@ def test_a_reedit_without_feedback_is_no_example() -> None:
     useless = [kept("reedit", None), kept("reedit", " \n"), kept("reedit", "early", -10)]
 
     assert exported([*useless, *useful], AT, None) == useful
+
+
+def test_a_refusal_reads_as_the_run_said_it_without_its_type_name() -> None:
+    """The reason a run gives for refusing an update is its error's message: the type name it
+    was raised with (what the error's text starts with) is left out."""
+    refused = ApplicationError("round 2 is over", type="ReviewRefused", non_retryable=True)
+    assert str(refused).startswith("ReviewRefused")
+    assert refusal_reason(WorkflowUpdateFailedError(refused)) == "round 2 is over"
+
+
+def test_a_refusal_that_is_no_application_error_reads_as_its_text() -> None:
+    """An update that failed for another reason (cancelled, say) reads as that failure's text."""
+    cancelled = CancelledError("the update was cancelled")
+    assert refusal_reason(WorkflowUpdateFailedError(cancelled)) == "the update was cancelled"

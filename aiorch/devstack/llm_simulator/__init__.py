@@ -7,7 +7,8 @@ download, create, retrieve, cancel, list; per-call failures by directive, a conf
 completion time and expiry; ``GET /_sim/batches`` counts the batches created). Run it with
 ``python -m aiorch.devstack simulator --host 127.0.0.1 --port 8700 [--embedding-dim 64]``, or in
 this event loop with `running_simulator`. The package: ``faults`` (directives and global
-faults), ``replies`` (what a call answers), ``server`` (the HTTP server and its state).
+faults), ``planning`` (which faults a call gets), ``replies`` (what a call answers),
+``embeddings`` (an embeddings request and answer), ``server`` (the HTTP server and its state).
 
 A chat reply is the JSON text ``{"content": "...", "needs_review": false}`` built from the last
 user message; ``Reviewer feedback: ...`` lines in any message are echoed into the content, so a

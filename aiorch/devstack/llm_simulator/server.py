@@ -3,14 +3,11 @@ and serving it in this event loop or until a stop signal."""
 
 from __future__ import annotations
 
-import asyncio
-import base64
 import hashlib
 import json
 import math
-import struct
 import time
-from collections import Counter, deque
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -19,26 +16,23 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from aiorch.devstack.llm_simulator.batches import BatchApi
+from aiorch.devstack.llm_simulator.embeddings import embedding_inputs, embedding_result
 from aiorch.devstack.llm_simulator.faults import (
-    SHAPES,
-    Directive,
     EndpointPath,
     FaultSpec,
     GlobalFault,
     InvalidRequestError,
-    Plan,
     error_response,
     fault_response,
     parse_directives,
 )
+from aiorch.devstack.llm_simulator.planning import CallPlanner
 from aiorch.devstack.llm_simulator.prompt_cache import PromptCache
 from aiorch.devstack.llm_simulator.ratelimit import RateLimits, RateLimitSpec
 from aiorch.devstack.llm_simulator.replies import (
     completion,
-    embed,
     message_text,
     user_texts,
-    word_count,
 )
 from aiorch_runtime.signals import stop_event
 
@@ -64,8 +58,7 @@ class Simulator:
             self._limits.configure(RateLimitSpec(rpm=rpm, tpm=tpm))
         self._log: deque[dict[str, Any]] = deque(maxlen=_LOG_LIMIT)
         self._seq = 0
-        self._counts: Counter[tuple[str, str]] = Counter()
-        self._faults: list[GlobalFault] = []
+        self._planner = CallPlanner()
         self._models: set[str] = set(DEFAULT_MODELS)
         self._prompt_cache = PromptCache()
         self._batches = BatchApi(self._answer_line)
@@ -190,19 +183,19 @@ class Simulator:
         model = body.get("model")
         if not isinstance(model, str) or not model:
             raise InvalidRequestError("'model' must be a non-empty string")
-        texts = _chat_texts(body) if path == "chat" else _embedding_inputs(body)
+        texts = _chat_texts(body) if path == "chat" else embedding_inputs(body)
         directives = parse_directives(texts)
         self._models.add(model)
         first = (user_texts(body["messages"]) or texts) if path == "chat" else texts
         run_key = run_id or hashlib.sha256(first[0].encode()).hexdigest()
-        plan = await self._plan(run_key, path, model, directives, entry)
+        plan = await self._planner.plan(run_key, path, model, directives, entry)
         if plan.error is not None and plan.error.status is not None:
             return fault_response(plan.error, plan.error.status)
         if path == "chat":
             cached = self._prompt_cache.cached(model, texts)
             answer = completion(entry["seq"], model, body["messages"], texts, plan, cached)
             return self._limited(model, answer, entry, limited=limited)
-        result = self._embedding_result(model, body, texts)
+        result = embedding_result(model, body, texts, self._embedding_dim)
         return self._limited(model, result, entry, limited=limited)
 
     def _limited(
@@ -230,77 +223,6 @@ class Simulator:
         entry["usage"] = answer["usage"]
         return web.json_response(answer, headers=verdict.headers)
 
-    async def _plan(
-        self,
-        run_key: str,
-        path: EndpointPath,
-        model: str,
-        directives: list[Directive],
-        entry: dict[str, Any],
-    ) -> Plan:
-        plan = Plan()
-        for fault in self._faults:
-            if not fault.spec.matches(path, model):
-                continue
-            fault.hits += 1
-            if fault.spec.times is not None and fault.hits > fault.spec.times:
-                continue
-            if fault.spec.delay_ms is not None:
-                plan.fired.append("global_delay")
-                entry["fault"] = "+".join(plan.fired)
-                await asyncio.sleep(fault.spec.delay_ms / 1000)
-            if fault.spec.status is not None:
-                plan.fired.append("global_status")
-                entry["fault"] = "+".join(plan.fired)
-                plan.error = fault.spec
-                return plan
-        for directive in directives:
-            if not directive.spec.matches(path, model):
-                continue
-            if directive.name in SHAPES and plan.shape is not None:
-                continue
-            if not self._count(run_key, directive):
-                continue
-            plan.fired.append(directive.name)
-            entry["fault"] = "+".join(plan.fired)
-            if isinstance(directive.spec, FaultSpec):
-                if directive.spec.delay_ms is not None:
-                    await asyncio.sleep(directive.spec.delay_ms / 1000)
-                plan.error = directive.spec
-                return plan
-            if directive.sleep_s is not None:
-                await asyncio.sleep(directive.sleep_s)
-            elif directive.name == "review":
-                plan.review = True
-            else:
-                plan.shape = directive.name
-        return plan
-
-    def _count(self, run_key: str, directive: Directive) -> bool:
-        """Count a call against ``directive``; return whether it still applies."""
-        key = (run_key, directive.text)
-        self._counts[key] += 1
-        return directive.spec.times is None or self._counts[key] <= directive.spec.times
-
-    def _embedding_result(
-        self, model: str, body: dict[str, Any], texts: list[str]
-    ) -> dict[str, Any]:
-        dim = body.get("dimensions", self._embedding_dim)
-        if not isinstance(dim, int) or not 1 <= dim <= 8192:
-            raise InvalidRequestError("'dimensions' must be an integer from 1 to 8192")
-        encoding = body.get("encoding_format", "float")
-        if encoding not in ("float", "base64"):
-            raise InvalidRequestError("'encoding_format' must be 'float' or 'base64'")
-        data = []
-        for index, text in enumerate(texts):
-            vector: list[float] | str = embed(text, dim)
-            if encoding == "base64":  # the openai client asks for base64 float32 by default
-                vector = base64.b64encode(struct.pack(f"<{dim}f", *vector)).decode()
-            data.append({"object": "embedding", "index": index, "embedding": vector})
-        tokens = word_count(texts)
-        usage = {"prompt_tokens": tokens, "total_tokens": tokens}
-        return {"object": "list", "data": data, "model": model, "usage": usage}
-
     async def models(self, request: web.Request) -> web.Response:
         """``GET /v1/models``: the default models plus every model requested so far."""
         data = [
@@ -321,15 +243,13 @@ class Simulator:
         """``DELETE /_sim/requests``: clear the log, every fault counter and the prompt
         cache."""
         self._log.clear()
-        self._counts.clear()
+        self._planner.reset()
         self._prompt_cache.clear()
-        for fault in self._faults:
-            fault.hits = 0
         return web.json_response({"ok": True})
 
     async def list_faults(self, request: web.Request) -> web.Response:
         """``GET /_sim/faults``: the global faults with their hit counts."""
-        faults = [{**fault.spec.model_dump(), "hits": fault.hits} for fault in self._faults]
+        faults = [{**fault.spec.model_dump(), "hits": fault.hits} for fault in self._planner.faults]
         return web.json_response(faults)
 
     async def add_fault(self, request: web.Request) -> web.Response:
@@ -338,12 +258,12 @@ class Simulator:
             spec = FaultSpec.model_validate_json(await request.read())
         except ValidationError as exc:
             return error_response(400, str(exc), "invalid_request_error", None)
-        self._faults.append(GlobalFault(spec))
+        self._planner.faults.append(GlobalFault(spec))
         return await self.list_faults(request)
 
     async def clear_faults(self, request: web.Request) -> web.Response:
         """``DELETE /_sim/faults``: remove every global fault."""
-        self._faults.clear()
+        self._planner.faults.clear()
         return web.json_response({"ok": True})
 
     async def list_ratelimits(self, request: web.Request) -> web.Response:
@@ -370,14 +290,6 @@ def _chat_texts(body: dict[str, Any]) -> list[str]:
     if not isinstance(messages, list) or not messages:
         raise InvalidRequestError("'messages' must be a non-empty list")
     return [message_text(message) for message in messages]
-
-
-def _embedding_inputs(body: dict[str, Any]) -> list[str]:
-    value = body.get("input")
-    inputs = [value] if isinstance(value, str) else value
-    if not isinstance(inputs, list) or not inputs or not all(isinstance(i, str) for i in inputs):
-        raise InvalidRequestError("'input' must be a string or a non-empty list of strings")
-    return inputs
 
 
 def build_app(

@@ -1,8 +1,9 @@
 """The review inbox: a web page where reviewers see the runs waiting for them and decide.
 
-``app`` (pages and actions), ``auth`` (who is reviewing, CSRF), ``runs`` (what Temporal says
-about the waiting runs), ``server`` (configuring and serving it: ``aiorch inbox serve``),
-``templates/`` and ``static/``. See README, "Review inbox".
+``app`` (routes and actions), ``pages`` (rendering, error pages), ``forms`` (what a form
+posts), ``headers`` (security headers), ``auth`` (who is reviewing, CSRF), ``runs`` (what
+Temporal says about the waiting runs), ``server`` (configuring and serving it: ``aiorch inbox
+serve``), ``templates/`` and ``static/``. See README, "Review inbox".
 """
 
 from __future__ import annotations

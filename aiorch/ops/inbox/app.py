@@ -19,24 +19,19 @@ may review the run, and its refusal is shown on the page as it said it.
 
 Model output, requests and feedback are only ever template data, rendered as text: Jinja's
 autoescaping is on for every template, and nothing is marked safe. Every response carries a
-Content-Security-Policy without inline code, ``X-Frame-Options: DENY`` and ``nosniff``; pages
-that show content are ``Cache-Control: no-store``.
+Content-Security-Policy without inline code, ``X-Frame-Options: DENY`` and ``nosniff``
+(``headers``); pages that show content are ``Cache-Control: no-store`` (``pages``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any, Final, Protocol, get_args
-from urllib.parse import quote
+from typing import Any, Final, Protocol
 
-from jinja2 import Environment, FileSystemLoader, select_autoescape
-from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.sessions import SessionMiddleware
@@ -44,49 +39,32 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
-from starlette.templating import Jinja2Templates
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from temporalio.client import WorkflowUpdateFailedError
-from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from aiorch.ops.inbox import auth
 from aiorch.ops.inbox.drafts import Drafts
-from aiorch.ops.inbox.runs import NotYours, RunUnreadable, RunView, WaitingRun, time_left
-from aiorch.ops.reviews import ReviewOutcome, ReviewTarget
-from workflows.payloads import (
-    MAX_FEEDBACK_CHARS,
-    Decision,
-    ReviewDecision,
-    describe_validation_error,
-    lacks_feedback,
+from aiorch.ops.inbox.forms import (
+    DECISIONS,
+    REVIEW_FORM_FIELDS,
+    decision_of,
+    field_text,
+    run_path,
+    safe_next,
+    target_of,
 )
+from aiorch.ops.inbox.headers import SecurityHeaders
+from aiorch.ops.inbox.pages import HERE, Pages
+from aiorch.ops.inbox.runs import NotYours, RunUnreadable, RunView, WaitingRun
+from aiorch.ops.reviews import ReviewOutcome, ReviewTarget, refusal_reason
+from workflows.payloads import MAX_FEEDBACK_CHARS, ReviewDecision
 
 log = logging.getLogger("ai-orchestrator.inbox")
 
-HERE: Final = Path(__file__).resolve().parent
-DECISIONS: Final = get_args(Decision)
-# The form's button for an approval with the corrected fields of its textarea.
-CORRECT: Final = "correct"
-# No script at all; styles from our own stylesheet only; forms post back here only.
-CONTENT_SECURITY_POLICY: Final = (
-    "default-src 'self'; script-src 'none'; object-src 'none'; base-uri 'none'; "
-    "form-action 'self'; frame-ancestors 'none'"
-)
-SECURITY_HEADERS: Final = (
-    (b"content-security-policy", CONTENT_SECURITY_POLICY.encode()),
-    (b"x-frame-options", b"DENY"),
-    (b"x-content-type-options", b"nosniff"),
-    (b"referrer-policy", b"no-referrer"),
-    (b"cross-origin-opener-policy", b"same-origin"),
-    (b"permissions-policy", b"camera=(), microphone=(), geolocation=()"),
-)
 # A failed login costs the guesser this long (tokens are 256-bit random: this is politeness).
 LOGIN_FAILURE_DELAY_S: Final = 0.3
 # The session key that holds the id of a decision kept for its reviewer (drafts.Drafts).
 DRAFT_KEY: Final = "draft"
-# The hidden fields a review form carries (the run and round it was shown for).
-REVIEW_FORM_FIELDS: Final = ("review_round", "run_id", "chain_id", "digest")
 
 
 class RunSource(Protocol):
@@ -109,47 +87,7 @@ class InboxOptions:
     web_ui_url: Callable[[str], str]
 
 
-class SecurityHeaders:
-    """Adds the security headers to every HTTP response (pure ASGI: streaming untouched)."""
-
-    def __init__(self, app: ASGIApp, *, hsts: bool) -> None:
-        self.app = app
-        self.headers = list(SECURITY_HEADERS)
-        if hsts:
-            self.headers.append((b"strict-transport-security", b"max-age=31536000"))
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
-        async def with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                message.setdefault("headers", [])
-                message["headers"] = [*message["headers"], *self.headers]
-            await send(message)
-
-        await self.app(scope, receive, with_headers)
-
-
-def templates() -> Jinja2Templates:
-    """The page templates, autoescaped whatever their file name (all are HTML)."""
-    environment = Environment(
-        loader=FileSystemLoader(HERE / "templates"),
-        autoescape=select_autoescape(default=True, default_for_string=True),
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-    environment.filters["when"] = _when
-    environment.filters["quote"] = lambda value: quote(str(value), safe="")
-    return Jinja2Templates(env=environment)
-
-
-def _when(value: datetime | None) -> str:
-    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if value else "unknown"
-
-
-class Inbox:
+class Inbox(Pages):
     """The pages and actions, bound to one run source, one signer and one authenticator."""
 
     def __init__(
@@ -162,68 +100,15 @@ class Inbox:
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         drafts: Drafts | None = None,
     ) -> None:
-        self.runs, self.submit, self.auth = runs, submit, authenticator
-        self.options, self.clock = options, clock
+        super().__init__(authenticator, clock)
+        self.runs, self.submit, self.options = runs, submit, options
         self.drafts = drafts if drafts is not None else Drafts(clock=clock)
-        self.templates = templates()
-
-    # Rendering
-
-    def page(self, request: Request, name: str, status: int = 200, **context: Any) -> Response:
-        session = request.session
-        response = self.templates.TemplateResponse(
-            request,
-            name,
-            {
-                "base": request.scope.get("root_path", ""),
-                "csrf_token": auth.csrf_token(session),
-                "csrf_field": auth.CSRF_FIELD,
-                "reviewer": context.pop("reviewer", None),
-                "flash": session.pop("flash", None),
-                "login_form": self.auth.has_login_form,
-                "now": self.clock(),
-                "time_left": time_left,
-                "max_feedback": MAX_FEEDBACK_CHARS,
-                **context,
-            },
-            status_code=status,
-        )
-        response.headers["Cache-Control"] = "no-store"
-        return response
-
-    def unauthorized(
-        self, request: Request, message: str | None = None, *, next_path: str | None = None
-    ) -> Response:
-        """401: the login form, leading back to ``next_path`` (default: this page, when it is
-        one a browser can open again, else the inbox)."""
-        if self.auth.has_login_form:
-            target = next_path or (_local_path(request) if request.method == "GET" else "/")
-            return self.page(request, "login.html", 401, next=target, error=message)
-        return self.page(
-            request,
-            "error.html",
-            401,
-            title="Not signed in",
-            message=f"No reviewer was named by the proxy ({self.auth.user_header}).",
-        )
-
-    def forbidden(self, request: Request) -> Response:
-        return self.page(
-            request,
-            "error.html",
-            403,
-            title="Request refused",
-            message="This form is out of date or did not come from this inbox: reload the "
-            "page and try again.",
-        )
 
     def same_site_post(self, request: Request, form: Any) -> bool:
         """A POST that a browser does not mark as cross-site and that carries the CSRF token."""
         if request.headers.get("sec-fetch-site") == "cross-site":
             return False
         return auth.csrf_ok(request.session, form.get(auth.CSRF_FIELD))
-
-    # Pages
 
     async def index(self, request: Request) -> Response:
         reviewer = self.auth.reviewer(request.headers, request.session)
@@ -272,21 +157,10 @@ class Inbox:
             voted=progress.voted(reviewer.name) if progress is not None else None,
         )
 
-    def temporal_down(self, request: Request, reviewer: auth.Reviewer, err: RPCError) -> Response:
-        log.warning("Temporal did not answer: %s", err.status.name if err.status else "error")
-        return self.page(
-            request,
-            "error.html",
-            503,
-            reviewer=reviewer,
-            title="Temporal is not answering",
-            message="The inbox cannot reach Temporal right now; try again in a moment.",
-        )
-
     async def login_form(self, request: Request) -> Response:
         if not self.auth.has_login_form:
             return self.unauthorized(request)
-        target = _safe_next(request.query_params.get("next"))
+        target = safe_next(request.query_params.get("next"))
         if self.auth.reviewer(request.headers, request.session) is not None:
             return RedirectResponse(target, status_code=303)  # signed in already: go on
         return self.page(request, "login.html", next=target)
@@ -295,7 +169,7 @@ class Inbox:
         form = await request.form()
         if not self.same_site_post(request, form):
             return self.forbidden(request)
-        target = _safe_next(form.get("next"))
+        target = safe_next(form.get("next"))
         token = form.get("token")
         # A decision kept while the reviewer was logged out outlives the new session's start.
         draft = request.session.get(DRAFT_KEY)
@@ -332,9 +206,9 @@ class Inbox:
             return self.unreadable(request, reviewer, err)
         except RPCError as err:
             return self.temporal_down(request, reviewer, err)
-        back = RedirectResponse(_run_path(workflow_id), status_code=303)
+        back = RedirectResponse(run_path(workflow_id), status_code=303)
         try:
-            decision = _decision(form, reviewer.name)
+            decision = decision_of(form, reviewer.name)
         except ValueError as err:
             self.keep_draft(request, form, workflow_id)
             request.session["flash"] = {"level": "error", "text": str(err)}
@@ -348,9 +222,9 @@ class Inbox:
                 workflow_id=workflow_id,
                 feedback=decision.feedback,
                 review_round=decision.review_round,
-                hidden={name: _field(form, name) for name in REVIEW_FORM_FIELDS},
+                hidden={name: field_text(form, name) for name in REVIEW_FORM_FIELDS},
             )
-        flash = await self.send(_target(form, workflow_id, decision), decision)
+        flash = await self.send(target_of(form, workflow_id, decision), decision)
         request.session["flash"] = flash
         if flash["level"] != "ok":
             return back  # refused: the page again, with why
@@ -372,7 +246,7 @@ class Inbox:
                 request,
                 "Your session has ended: log in again. Your decision was not sent; what you "
                 "typed is kept on the run's page.",
-                next_path=_run_path(workflow_id),
+                next_path=run_path(workflow_id),
             )
         return self.page(
             request,
@@ -383,7 +257,7 @@ class Inbox:
             message="This form is out of date or did not come from this inbox (it was shown "
             "in a session that has ended or changed): nothing was sent. What you typed is "
             "kept: open the run again to check it and send it.",
-            link=_run_path(workflow_id),
+            link=run_path(workflow_id),
             link_text="Open the run again",
         )
 
@@ -395,33 +269,12 @@ class Inbox:
         fields = form.get("fields")
         request.session[DRAFT_KEY] = self.drafts.keep(
             workflow_id,
-            decision=_field(form, "decision"),
-            feedback=_field(form, "feedback"),
+            decision=field_text(form, "decision"),
+            feedback=field_text(form, "feedback"),
             fields=fields if isinstance(fields, str) else None,
-            review_round=_field(form, "review_round"),
+            review_round=field_text(form, "review_round"),
             max_feedback=MAX_FEEDBACK_CHARS,
             stale=stale,
-        )
-
-    def unreadable(self, request: Request, reviewer: auth.Reviewer, err: RunUnreadable) -> Response:
-        return self.page(
-            request,
-            "error.html",
-            502,
-            reviewer=reviewer,
-            title="Cannot show this run",
-            message=str(err),
-        )
-
-    def not_yours(self, request: Request, reviewer: auth.Reviewer, workflow_id: str) -> Response:
-        """The one 404 for a run that does not exist and one the reviewer may not decide now."""
-        return self.page(
-            request,
-            "error.html",
-            404,
-            reviewer=reviewer,
-            title="No such run",
-            message=f"There is no run {workflow_id} waiting for your review.",
         )
 
     async def send(self, target: ReviewTarget, decision: ReviewDecision) -> dict[str, str]:
@@ -431,8 +284,7 @@ class Inbox:
         try:
             outcome = await self.submit(decision, target)
         except WorkflowUpdateFailedError as err:
-            cause = err.cause
-            reason = cause.message if isinstance(cause, ApplicationError) else str(cause or err)
+            reason = refusal_reason(err)
             log.info(
                 "%s's %s of %s refused: %s",
                 decision.reviewer,
@@ -462,98 +314,6 @@ class Inbox:
 
     async def healthz(self, request: Request) -> Response:
         return PlainTextResponse("ok\n")
-
-
-def _decision(form: Any, reviewer: str) -> ReviewDecision:
-    """The decision a review form asks for, on behalf of ``reviewer``.
-
-    Raises:
-        ValueError: one line for the page.
-    """
-    decision = form.get("decision")
-    fields: dict[str, Any] | None = None
-    if decision == CORRECT:
-        decision, fields = "approve", _corrected_fields(form.get("fields"))
-    if decision not in DECISIONS:
-        raise ValueError("Choose approve, reedit or reject.")
-    feedback_raw = form.get("feedback")
-    feedback = feedback_raw.strip() if isinstance(feedback_raw, str) else ""
-    if len(feedback) > MAX_FEEDBACK_CHARS:
-        raise ValueError(f"Feedback is limited to {MAX_FEEDBACK_CHARS} characters.")
-    if lacks_feedback(decision, feedback):
-        raise ValueError(
-            "A reedit needs feedback: say what the model should change. Nothing was sent."
-        )
-    try:
-        review_round = int(str(form.get("review_round", "")))
-    except ValueError:
-        raise ValueError("The form names no review round: reload the page.") from None
-    try:
-        return ReviewDecision(
-            decision=decision,
-            reviewer=reviewer,
-            feedback=feedback or None,
-            review_round=review_round,
-            fields=fields,
-        )
-    except ValidationError as err:
-        raise ValueError(f"Invalid review: {describe_validation_error(err)}") from None
-
-
-def _target(form: Any, workflow_id: str, decision: ReviewDecision) -> ReviewTarget:
-    """The run the form was shown for (its hidden fields): the decision goes there only, and
-    its token names that run chain and what the page showed."""
-
-    def hidden(name: str) -> str | None:
-        value = form.get(name)
-        return value if isinstance(value, str) and value else None
-
-    return ReviewTarget(
-        workflow_id=workflow_id,
-        run_id=hidden("run_id"),
-        chain_id=hidden("chain_id"),
-        review_round=decision.review_round,
-        digest=hidden("digest"),
-    )
-
-
-def _corrected_fields(raw: object) -> dict[str, Any]:
-    """The corrected fields a reviewer typed (one JSON object).
-
-    Raises:
-        ValueError: one line for the page.
-    """
-    try:
-        fields = json.loads(raw if isinstance(raw, str) else "")
-    except json.JSONDecodeError as err:
-        raise ValueError(
-            f"The corrected fields are not JSON ({err.msg}, line {err.lineno})."
-        ) from None
-    if not isinstance(fields, dict):
-        raise ValueError("The corrected fields must be one JSON object.")
-    return fields
-
-
-def _field(form: Any, name: str) -> str:
-    """A form field's text ("" when it is missing or a file)."""
-    value = form.get(name)
-    return value if isinstance(value, str) else ""
-
-
-def _run_path(workflow_id: str) -> str:
-    return f"/runs/{quote(workflow_id, safe='')}"
-
-
-def _local_path(request: Request) -> str:
-    path = request.url.path
-    return path + (f"?{request.url.query}" if request.url.query else "")
-
-
-def _safe_next(target: object) -> str:
-    """Only a path on this site (no scheme, no host, no ``//``): never an open redirect."""
-    if isinstance(target, str) and target.startswith("/") and not target.startswith(("//", "/\\")):
-        return target
-    return "/"
 
 
 def create_app(inbox: Inbox, *, session_secret: str, secure_cookies: bool) -> Starlette:
