@@ -271,6 +271,15 @@ class Settings(BaseSettings):
         "operator's tools read; a worker with a file that has a problem does not start.",
     )
 
+    pipeline_modules: Annotated[
+        list[str], NoDecode, SettingDoc(Section.PIPELINES, example="acme.pipelines.translate")
+    ] = Field(
+        default_factory=list,
+        description="Importable modules (comma-separated), each with a pipeline written in "
+        "Python (its `PIPELINE`), that the worker runs and the operator's tools know besides "
+        "the shipped ones (docs/extending.md).",
+    )
+
     # Human review
     review_min: Annotated[Literal["never", "auto", "always"], SettingDoc(Section.REVIEW)] = Field(
         default="auto",
@@ -1027,7 +1036,7 @@ class Settings(BaseSettings):
             ) from None
         return value
 
-    @field_validator("input_file_roots", "input_s3_prefixes", mode="before")
+    @field_validator("input_file_roots", "input_s3_prefixes", "pipeline_modules", mode="before")
     @classmethod
     def _split_list(cls, value: Any) -> Any:
         return split_list(value) if isinstance(value, str) else value
