@@ -30,12 +30,16 @@ non-retryable ``NotificationRejected``. Error texts never contain the URL.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import aiohttp
+from pydantic import SecretStr
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -161,18 +165,41 @@ def _retry_after(response: aiohttp.ClientResponse) -> timedelta | None:
     return min(timedelta(seconds=max(seconds, 0.0)), MAX_RETRY_AFTER)
 
 
-class NotifyActivities:
-    """The ``notify_reviewers`` activity, with its HTTP session injected by the worker."""
+@dataclass(frozen=True)
+class Webhook:
+    """Where review notifications go (``REVIEW_WEBHOOK_URL``; None: nowhere), in which format
+    (``REVIEW_WEBHOOK_FORMAT``), and the links to a run they carry (its inbox page, None
+    without ``INBOX_URL``, and its Web UI page)."""
 
-    def __init__(self, settings: Settings, session: aiohttp.ClientSession) -> None:
-        self._settings = settings
+    url: SecretStr | None
+    format: Literal["json", "slack"]
+    inbox_link: Callable[[str], str | None]
+    web_ui_link: Callable[[str], str]
+
+
+def webhook(settings: Settings) -> Webhook:
+    """The review webhook ``settings`` configure."""
+    return Webhook(
+        url=settings.review_webhook_url,
+        format=settings.review_webhook_format,
+        inbox_link=functools.partial(inbox_run_url, settings),
+        web_ui_link=functools.partial(web_ui_run_url, settings),
+    )
+
+
+class NotifyActivities:
+    """The ``notify_reviewers`` activity, with its webhook and HTTP session injected by the
+    worker."""
+
+    def __init__(self, hook: Webhook, session: aiohttp.ClientSession) -> None:
+        self.webhook = hook
         self._session = session
 
     def body(self, notice: ReviewNotice) -> dict[str, Any]:
         """The notification for ``notice`` in the configured format."""
-        inbox_url = inbox_run_url(self._settings, notice.workflow_id)
-        web_ui_url = web_ui_run_url(self._settings, notice.workflow_id)
-        if self._settings.review_webhook_format == "slack":
+        inbox_url = self.webhook.inbox_link(notice.workflow_id)
+        web_ui_url = self.webhook.web_ui_link(notice.workflow_id)
+        if self.webhook.format == "slack":
             return slack_body(notice, inbox_url=inbox_url, web_ui_url=web_ui_url)
         return json_body(notice, inbox_url=inbox_url, web_ui_url=web_ui_url)
 
@@ -194,7 +221,7 @@ class NotifyActivities:
         Raises:
             ApplicationError: as `notify_reviewers`.
         """
-        secret = self._settings.review_webhook_url
+        secret = self.webhook.url
         if secret is None:
             raise ApplicationError(
                 "REVIEW_WEBHOOK_URL is not set on this worker",

@@ -12,18 +12,19 @@ the file's own message, never the run's content.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.notify import NotifyActivities, shown_id
+from activities.notify import NotifyActivities, Webhook, shown_id
 from activities.prompt import lowered, planned
 from aiorch_runtime.config import Settings
 from aiorch_runtime.errors import ConfigError
-from aiorch_runtime.links import inbox_run_url, web_ui_run_url
 from aiorch_runtime.pipeline_files import PipelineFilesInvalid, PipelineFolder
 from workflows import errors
 from workflows.data import (
@@ -50,25 +51,45 @@ def invalid(message: str) -> ApplicationError:
     )
 
 
+@dataclass(frozen=True)
+class DataPlanning:
+    """How a pipeline file's run is planned: ``plan`` settles a plan from the worker's
+    configuration (``activities.prompt.planned``, bound to it and its reviewer keys), and a
+    review step without timeouts of its own gets the worker's."""
+
+    plan: Callable[..., DataPlan]
+    review_timeout_s: float
+    escalation_timeout_s: float
+
+
+def data_planning(settings: Settings) -> DataPlanning:
+    """How ``settings`` plan a pipeline file's runs."""
+    return DataPlanning(
+        plan=functools.partial(planned, DataPlan, settings, review_keys=settings.review_keys()),
+        review_timeout_s=settings.review_timeout_s,
+        escalation_timeout_s=settings.escalation_timeout_s,
+    )
+
+
 class PipelineActivities:
-    """``plan_pipeline`` and ``notify_pipeline``, with the worker's settings, its pipeline
-    folder (None: ``PIPELINES_DIR`` unset) and catalog, and the workflow types of its
-    pipelines written in Python (named when a run names no pipeline the worker has)."""
+    """``plan_pipeline`` and ``notify_pipeline``, with the worker's planning, its pipeline
+    folder (None: ``PIPELINES_DIR`` unset) and catalog, the workflow types of its pipelines
+    written in Python (named when a run names no pipeline the worker has), and its review
+    notifier (None: no webhook)."""
 
     def __init__(
         self,
-        settings: Settings,
+        planning: DataPlanning,
         folder: PipelineFolder | None,
         catalog: Catalog,
         code_pipelines: Sequence[str],
         notifier: NotifyActivities | None = None,
     ) -> None:
-        self._settings = settings
+        self._planning = planning
         self._folder = folder
         self._catalog = catalog
         self._code_pipelines = list(code_pipelines)
         self._notifier = notifier
-        self._review_keys = settings.review_keys()
 
     async def _record(self, name: str) -> PipelineRecord:
         try:
@@ -101,11 +122,8 @@ class PipelineActivities:
         if found:
             shown = "; ".join(f"input.{where}: {message}" for where, message in found[:5])
             raise invalid(f"the input does not fit {record.name} {record.label}: {shown}")
-        plan = planned(
-            DataPlan,
-            self._settings,
+        plan = self._planning.plan(
             request,
-            self._review_keys,
             system_prompt="",
             user_prompt="",
             pipeline_name=record.name,
@@ -119,7 +137,7 @@ class PipelineActivities:
     ) -> dict[str, ReviewPolicy]:
         """Each review step's policy: its timeouts (the file's, else the worker's; a request
         may lower them) and its reviewers (the run's, narrowed by the file)."""
-        options, cfg = request.options, self._settings
+        options, cfg = request.options, self._planning
         policies: dict[str, ReviewPolicy] = {}
         for step_id, step in compile_spec(record.spec, self._catalog, strict=False).steps.items():
             if step.type.kind != "review":
@@ -162,31 +180,32 @@ class PipelineActivities:
                 non_retryable=True,
             )
         key = f"{notice.workflow_id}:{notice.step}"
-        return await self._notifier.post(key, self.body(notice, key))
+        return await self._notifier.post(key, body(notice, key, self._notifier.webhook))
 
-    def body(self, notice: PipelineNotice, key: str) -> dict[str, Any]:
-        """The notification in the webhook's format (``REVIEW_WEBHOOK_FORMAT``)."""
-        text = (
-            f"{notice.pipeline} {notice.version}, step {notice.step}: {notice.message} "
-            f"(run {shown_id(notice.workflow_id)})"
-        )
-        web_ui_url = web_ui_run_url(self._settings, notice.workflow_id)
-        if self._settings.review_webhook_format == "slack":
-            escaped = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-            return {
-                "text": text,
-                "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": escaped}}],
-            }
+
+def body(notice: PipelineNotice, key: str, hook: Webhook) -> dict[str, Any]:
+    """A notify step's notification in the webhook's format (``REVIEW_WEBHOOK_FORMAT``)."""
+    text = (
+        f"{notice.pipeline} {notice.version}, step {notice.step}: {notice.message} "
+        f"(run {shown_id(notice.workflow_id)})"
+    )
+    web_ui_url = hook.web_ui_link(notice.workflow_id)
+    if hook.format == "slack":
+        escaped = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
         return {
-            "event": "pipeline_step",
             "text": text,
-            "workflow_id": notice.workflow_id,
-            "run_id": notice.run_id,
-            "pipeline": notice.pipeline,
-            "version": notice.version,
-            "step": notice.step,
-            "message": notice.message,
-            "inbox_url": inbox_run_url(self._settings, notice.workflow_id),
-            "web_ui_url": web_ui_url,
-            "idempotency_key": key,
+            "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": escaped}}],
         }
+    return {
+        "event": "pipeline_step",
+        "text": text,
+        "workflow_id": notice.workflow_id,
+        "run_id": notice.run_id,
+        "pipeline": notice.pipeline,
+        "version": notice.version,
+        "step": notice.step,
+        "message": notice.message,
+        "inbox_url": hook.inbox_link(notice.workflow_id),
+        "web_ui_url": web_ui_url,
+        "idempotency_key": key,
+    }

@@ -16,7 +16,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from aiorch.worker.app import tuning_options
+from aiorch.worker.options import tuning_options
 from aiorch_runtime.config import Settings, load_settings
 from aiorch_runtime.signals import stop_event
 from aiorch_runtime.telemetry import worker_runtime

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from workflows.data.payloads import DataRequest, DataResult
-from workflows.orchestrator import PIPELINES
+from workflows.orchestrator import SHIPPED
 from workflows.payloads import (
     BudgetDecision,
     DeadLetterMessage,
@@ -39,7 +39,7 @@ SHARED_MODELS: tuple[type[BaseModel], ...] = (
 ALL_MODELS: tuple[type[BaseModel], ...] = tuple(
     dict.fromkeys(
         [
-            *(model for p in PIPELINES for model in (p.request, p.result_model)),
+            *(model for p in SHIPPED for model in (p.request, p.result_model)),
             DataRequest,
             DataResult,
             *SHARED_MODELS,

@@ -1,12 +1,13 @@
-"""AiOrchestrator: the one workflow a worker registers, running every pipeline the project
-ships on the engine (``workflows.engine.workflow``).
+"""EngineWorkflow: the one workflow a worker registers, running every registered pipeline on
+the engine (``workflows.engine.workflow``).
 
 Registered as the worker's dynamic workflow: the SDK hands it every run on the task queue with
 its start's arguments raw, however many came, and the engine picks the pipeline by the run's
-workflow type (``AiOrchestrator`` for the LLM pipeline, ``DocumentPipeline`` for documents).
-A run of any other type is a run of a pipeline defined as data (``workflows.data``): its type is
-the pipeline's name, and ``plan_pipeline`` finds it in the worker's ``PIPELINES_DIR`` when the
-run starts (a name no file has fails the run at once).
+workflow type (``AiOrchestrator`` for the LLM pipeline, ``DocumentPipeline`` for documents,
+a ``PIPELINE_MODULES`` pipeline's own). A run of any other type is a run of a pipeline defined
+as data (``workflows.data``): its type is the pipeline's name, and ``plan_pipeline`` finds it
+in the worker's ``PIPELINES_DIR`` when the run starts (a name no file has fails the run at
+once). A dynamic workflow's class name is in no history, so this one says what it is.
 """
 
 from __future__ import annotations
@@ -25,16 +26,20 @@ with workflow.unsafe.imports_passed_through():
     import workflows.documents.pipeline as documents
     import workflows.llm.pipeline as llm
     from workflows.engine.pipeline import Pipeline
+    from workflows.engine.registry import RegisteredPipelines
     from workflows.engine.workflow import PipelineWorkflow
     from workflows.payloads import RunResult
 
-PIPELINES: tuple[Pipeline[Any, Any], ...] = (llm.PIPELINE, documents.PIPELINE)
+# The pipelines the project ships, each registered by its module's `PIPELINE`, as
+# PIPELINE_MODULES registers a platform team's.
+SHIPPED: tuple[Pipeline[Any, Any], ...] = (llm.PIPELINE, documents.PIPELINE)
+PIPELINES = RegisteredPipelines(SHIPPED)
 # Pipelines defined as data, with the engine's step types.
 DATA_PIPELINES = data.DataPipelines(data_steps.CATALOG)
 
 
 @workflow.defn(dynamic=True)
-class AiOrchestrator(PipelineWorkflow):
+class EngineWorkflow(PipelineWorkflow):
     """Runs each request through its pipeline's graph (see ``PIPELINES``, and pipeline files
     through ``DATA_PIPELINES``)."""
 

@@ -1,15 +1,13 @@
-"""Commands on one run at a time: start, status, history, result, cancel."""
+"""Commands on one run at a time: start, status, history, result, cancel. ``start`` builds
+any registered pipeline's request through ``aiorch.cli.requests``."""
 
 from __future__ import annotations
 
-import json
-import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
-from pydantic import ValidationError
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
@@ -24,103 +22,22 @@ from aiorch.cli.output import (
     plain,
     print_json,
 )
+from aiorch.cli.requests import Content, build_request, new_request_id, request_fields
 from aiorch.cli.session import about_run, fetch_status, run_async
 from aiorch.cli.views import print_history, print_status, status_document
-from aiorch.ops import claim_check, pipelines, visibility
+from aiorch.ops import pipelines, visibility
 from aiorch.ops.results import NoResult, error_details, run_result
 from aiorch.ops.retries import retrying
 from aiorch.ops.signing import requester_key_from_settings
 from aiorch_runtime.config import Settings, load_settings
 from aiorch_runtime.links import inbox_start_line, web_ui_run_url
-from workflows.data.compiler import value_problems
 from workflows.engine.graph import COMPLETED
 from workflows.payloads import (
-    REFERENCE_SCHEMES,
     Lane,
     RequestBase,
     ReviewMode,
     RunResult,
-    describe_validation_error,
 )
-
-DOCUMENTS = "documents"
-
-
-def new_request_id() -> str:
-    """A fresh request id (24 lowercase hex characters)."""
-    return uuid.uuid4().hex[:24]
-
-
-def build_request(
-    message: str,
-    request_id: str | None,
-    review: ReviewMode,
-    metadata: str | None,
-    options: dict[str, Any],
-    tenant: str | None = None,
-    *,
-    pipeline: str = pipelines.DEFAULT_PIPELINE,
-    schema: str | None = None,
-    data_input: dict[str, Any] | None = None,
-) -> RequestBase:
-    """The request as ``pipeline``'s contract has it (``message`` is the LLM pipeline's
-    message, the document pipeline's document; a pipeline file's run takes ``data_input``),
-    validated here so a bad one never starts.
-
-    Raises:
-        CliError: invalid metadata JSON or an invalid request; one line says which field.
-    """
-    try:
-        meta = json.loads(metadata) if metadata else {}
-    except json.JSONDecodeError as error:
-        raise CliError(f"--metadata is not valid JSON: {error}") from None
-    raw: dict[str, Any] = {
-        "request_id": request_id or new_request_id(),
-        "review": review,
-        "metadata": meta,
-        "options": {k: v for k, v in options.items() if v is not None},
-    }
-    if data_input is not None:
-        raw["input"] = data_input
-    elif pipeline == DOCUMENTS:
-        raw["document"] = message
-        if schema is not None:
-            raw["extraction_schema"] = schema
-    else:
-        if schema is not None:
-            raise CliError(f"--schema is for the {DOCUMENTS} pipeline")
-        raw["user_message"] = message
-    if tenant is not None:
-        raw["tenant"] = tenant
-    try:
-        request: RequestBase = pipelines.named(pipeline).request.model_validate(raw)
-    except ValidationError as error:
-        raise CliError(f"invalid request: {describe_validation_error(error)}") from None
-    return request
-
-
-def data_input_of(pipeline: str, text: str | None) -> dict[str, Any]:
-    """A pipeline file's input from ``--input`` (a JSON object), checked against the input
-    schema of the pipeline's file as it is now (the worker checks it again against the
-    version the run starts with).
-
-    Raises:
-        CliError: no input, not a JSON object, or one the file's input schema refuses.
-    """
-    if text is None:
-        raise CliError(f"{pipeline} is a pipeline file's: give its input with --input JSON")
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise CliError(f"--input is not valid JSON: {error}") from None
-    if not isinstance(value, dict):
-        raise CliError("--input must be a JSON object")
-    record = pipelines.record_of(pipeline)
-    found = value_problems(record.spec.input, value) if record is not None else []
-    if found:
-        shown = "; ".join(f"input.{where}: {message}" for where, message in found[:5])
-        raise CliError(f"invalid input for {pipeline} {record.label if record else ''}: {shown}")
-    return value
 
 
 def result_reason(result: RunResult) -> str:
@@ -178,16 +95,16 @@ def start(
     message: Annotated[
         str | None,
         typer.Argument(
-            help="The user message, or file:///path, s3://b/k; with --pipeline documents, the "
-            "document: a local file (stored, as with --file) or a reference"
+            help="The user message, or file:///path, s3://b/k; to a pipeline that stores "
+            "files (documents), a local file (stored, as with --file) or a reference"
         ),
     ] = None,
     file: Annotated[
         Path | None,
         typer.Option(
             "--file",
-            help="a document (text; a PDF too for --pipeline documents), stored in S3: only its "
-            "reference is sent",
+            help="a document (text; a PDF too for a pipeline that stores files), stored in S3: "
+            "only its reference is sent",
         ),
     ] = None,
     pipeline: Annotated[
@@ -195,11 +112,14 @@ def start(
     ] = pipelines.DEFAULT_PIPELINE,
     schema: Annotated[
         str | None,
-        typer.Option(help="--pipeline documents: the extraction schema (default: invoice)"),
+        typer.Option(help="its pipeline's schema (documents: the extraction schema, invoice)"),
     ] = None,
     data_input: Annotated[
         str | None,
-        typer.Option("--input", help="a pipeline file's run: its input, a JSON object"),
+        typer.Option(
+            "--input",
+            help="the request's own fields, a JSON object (a pipeline file's run: its input)",
+        ),
     ] = None,
     request_id: Annotated[str | None, typer.Option("--id", help="24 lowercase hex chars")] = None,
     review: Annotated[ReviewMode, typer.Option(help="when a human reviews")] = "auto",
@@ -244,64 +164,30 @@ def start(
 ) -> None:
     """Start a pipeline run and print its id and Web UI link (on stderr with --wait).
 
-    A document given with --file, or a message above CLAIM_CHECK_THRESHOLD_BYTES, is stored
-    (claim check) and only its reference enters the run's history.
+    A document given with --file (or as a path, to a pipeline that stores files), or a message
+    above CLAIM_CHECK_THRESHOLD_BYTES, is stored (claim check) and only its reference enters
+    the run's history.
     """
-    request_id = request_id or new_request_id()
     settings = load_settings()
-    from_file = pipelines.is_data(pipelines.named(pipeline))
-    if from_file or data_input is not None:
-        if message is not None or file is not None or schema is not None:
-            raise CliError(
-                "a pipeline file's run takes --input JSON only (no message, --file or --schema)"
-            )
-        if not from_file:
-            raise CliError(f"--input is for a pipeline file's runs; {pipeline} is not one")
-        user_message, stored = "", None
-        payload: dict[str, Any] | None = data_input_of(pipeline, data_input)
-    else:
-        # A document is a file to store, unless it is already a reference.
-        document_file = pipeline == DOCUMENTS and file is None and message is not None
-        if document_file and message is not None and not message.startswith(REFERENCE_SCHEMES):
-            file = Path(message)
-            message = None
-        user_message, stored = claim_check.resolve_message(
-            settings, request_id, message, file, pdf=pipeline == DOCUMENTS
-        )
-        payload = None
+    content = Content(message, file, schema, data_input)
+    options = {
+        "review_timeout_s": review_timeout,
+        "escalation_timeout_s": escalation_timeout,
+        "llm_max_attempts": max_attempts,
+        "allowed_reviewers": allowed_reviewer or None,
+        "max_cost_usd": max_cost,
+        "lane": lane,
+    }
+    request_id = request_id or new_request_id()
+    fields, stored = request_fields(pipelines.named(pipeline), content, settings, request_id)
     request = build_request(
-        user_message,
-        request_id,
-        review,
-        metadata,
-        {
-            "review_timeout_s": review_timeout,
-            "escalation_timeout_s": escalation_timeout,
-            "llm_max_attempts": max_attempts,
-            "allowed_reviewers": allowed_reviewer or None,
-            "max_cost_usd": max_cost,
-            "lane": lane,
-        },
-        tenant,
-        pipeline=pipeline,
-        schema=schema,
-        data_input=payload,
+        fields, request_id, review, metadata, options, tenant, pipeline=pipeline
     )
     # With --print or --wait, stdout is for the JSON alone; what happens on the way goes to stderr.
     progress = err_console if print_only or wait else out
     if stored:
         progress.print(plain(stored))
-    if (starts := requester_key_from_settings(settings)) is not None:
-        # The claim vouches for this request, as a run of this pipeline in this namespace:
-        # the workers take requester and tenant from it.
-        ttl = timedelta(seconds=settings.review_token_ttl_s)
-        request = starts.sign_start(
-            request,
-            workflow_type=pipelines.named(pipeline).workflow_type,
-            namespace=settings.temporal_namespace,
-            now=datetime.now(UTC),
-            ttl=ttl,
-        )
+    request = signed(request, settings, pipeline)
     if print_only:
         typer.echo(request.model_dump_json(exclude_none=True))
         return
@@ -316,6 +202,22 @@ def start(
             await show_final_result(client, workflow_id)
 
     run_async(start_and_report)
+
+
+def signed(request: RequestBase, settings: Settings, pipeline: str) -> RequestBase:
+    """``request`` with a start claim when ``REQUESTER_KEY`` is set: it vouches for this
+    request, as a run of this pipeline in this namespace, and the workers take requester and
+    tenant from it."""
+    starts = requester_key_from_settings(settings)
+    if starts is None:
+        return request
+    return starts.sign_start(
+        request,
+        workflow_type=pipelines.named(pipeline).workflow_type,
+        namespace=settings.temporal_namespace,
+        now=datetime.now(UTC),
+        ttl=timedelta(seconds=settings.review_token_ttl_s),
+    )
 
 
 JsonOption = Annotated[bool, typer.Option("--json", help="print JSON, for scripts")]

@@ -41,13 +41,15 @@ from aiorch_runtime.config import (
 from aiorch_runtime.signals import interrupt_on_stop
 from aiorch_runtime.temporal import AiOrchestratorPlugin
 from workflows import contract
+from workflows.documents.contract import PIPELINE_DOCUMENTS
 from workflows.documents.graph import DocState
 from workflows.llm.graph import State
 from workflows.payloads import RequestBase, ReviewDecision, ReviewMode, RunStatus
 
 POLL_S = 0.4
 DEMO_TIMEOUT_S = 180.0
-LLM, DOCUMENTS = "llm", "documents"
+# The shipped pipelines the scenarios walk, by their registered names.
+LLM, DOCUMENTS = contract.PIPELINE_LLM, PIPELINE_DOCUMENTS
 
 # The fields of an invoice that adds up (the lines, 13.50 + 5.00, plus tax 3.70 make 22.20),
 # and the invoice as printed: the simulator reads "Label: value" and "Line: ..." lines.
@@ -103,12 +105,12 @@ class Scenario:
 
     def request(self) -> RequestBase:
         """The run's request, as its pipeline's contract has it."""
-        content = "document" if self.pipeline == DOCUMENTS else "user_message"
+        pipeline = pipelines.named(self.pipeline)
         options = {"llm_max_attempts": self.max_attempts} if self.max_attempts else {}
-        request: RequestBase = pipelines.named(self.pipeline).request.model_validate(
+        request: RequestBase = pipeline.request.model_validate(
             {
                 "request_id": self.workflow_id,
-                content: self.message,
+                pipeline.shape.message_field or "input": self.message,
                 "review": self.review,
                 "metadata": {"demo": self.name},
                 "options": options,

@@ -17,11 +17,11 @@ import re
 from pathlib import Path
 
 from aiorch.devstack.config_page import configuration_documents
-from aiorch.ops import pipelines
 from aiorch_runtime.pipeline_files import pipeline_paths, read_file
 from workflows.contract_payloads import ALL_MODELS
 from workflows.data import CATALOG, compile_spec
 from workflows.engine.graph import Graph
+from workflows.orchestrator import SHIPPED
 
 ROOT = Path(__file__).resolve().parents[2]
 PIPELINE_DOCS = ROOT / "docs" / "pipelines"
@@ -35,7 +35,7 @@ def drawn_graphs() -> dict[str, Graph]:
     Raises:
         ValueError: a shipped pipeline file has a problem.
     """
-    graphs = {pipeline.name: pipeline.graph for pipeline in pipelines.PIPELINES}
+    graphs = {pipeline.name: pipeline.graph for pipeline in SHIPPED}
     for path in pipeline_paths(PIPELINE_FILES):
         checked = read_file(path, CATALOG)
         if checked.record is None:

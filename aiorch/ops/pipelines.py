@@ -1,10 +1,11 @@
 """The pipelines the operator's tools know: the ones the worker runs, by the short name
 operators type (``--pipeline llm``) and by workflow type.
 
-Two kinds: the pipelines written in Python (``workflows.orchestrator.PIPELINES``) and the
-pipeline files in ``PIPELINES_DIR`` (read once per process, as they are now; a run follows the
-version it started with, which its ``status`` names). A pipeline file's short name is its
-pipeline's name, which is also its runs' workflow type.
+Two kinds: the pipelines written in Python (the shipped ones, ``workflows.orchestrator.SHIPPED``,
+then those ``PIPELINE_MODULES`` names: `registered`) and the pipeline files in
+``PIPELINES_DIR`` (read once per process, as they are now; a run follows the version it
+started with, which its ``status`` names). A pipeline file's short name is its pipeline's name,
+which is also its runs' workflow type.
 
 Every tool that lists, counts or acts on runs covers all of them: visibility queries select
 their workflow types on the worker's task queue (`task_queue`), state options take any of their
@@ -14,20 +15,22 @@ states, and what a run shows is asked of its own pipeline.
 from __future__ import annotations
 
 import functools
+import importlib
+from collections.abc import Sequence
 from typing import Any
 
 import workflows.data as data
-from aiorch_runtime.config import load_settings
+from aiorch_runtime.config import ConfigError, load_settings
 from aiorch_runtime.pipeline_files import FolderScan, PipelineFolder, settings_folder
 from workflows.data.spec import PipelineRecord
 from workflows.engine.graph import Graph
 from workflows.engine.pipeline import Pipeline
+from workflows.engine.registry import clashes
 from workflows.errors import OrchestratorError
-from workflows.orchestrator import DATA_PIPELINES, PIPELINES
+from workflows.orchestrator import DATA_PIPELINES, SHIPPED
 
 __all__ = [
     "DEFAULT_PIPELINE",
-    "PIPELINES",
     "UnknownPipeline",
     "all_states",
     "code_names",
@@ -36,27 +39,71 @@ __all__ = [
     "folder",
     "graphs",
     "is_data",
+    "load",
     "named",
     "names",
     "of_type",
     "record_of",
+    "registered",
     "reload",
+    "reserved_names",
     "review_states",
     "task_queue",
     "terminal_states",
     "workflow_types",
 ]
 
-DEFAULT_PIPELINE = "llm"
+# The pipeline ``aiorch start`` runs without --pipeline: the first one shipped.
+DEFAULT_PIPELINE = SHIPPED[0].name
 
 
 class UnknownPipeline(OrchestratorError):
     """No pipeline has that name; the message lists the ones there are."""
 
 
+def load(modules: Sequence[str]) -> tuple[Pipeline[Any, Any], ...]:
+    """The pipelines written in Python: the shipped ones, then each of ``modules``' ``PIPELINE``
+    (what ``PIPELINE_MODULES`` names), imported here.
+
+    Raises:
+        ConfigError: a module cannot be imported, has no ``PIPELINE``, or its pipeline shares a
+            name or workflow type with another.
+    """
+    found: list[Pipeline[Any, Any]] = list(SHIPPED)
+    for name in modules:
+        try:
+            module = importlib.import_module(name)
+        except ImportError as err:
+            raise ConfigError(f"PIPELINE_MODULES: cannot import {name!r}: {err}") from None
+        pipeline = getattr(module, "PIPELINE", None)
+        if not isinstance(pipeline, Pipeline):
+            raise ConfigError(f"PIPELINE_MODULES: {name!r} has no PIPELINE (a Pipeline)")
+        if pipeline not in found:
+            found.append(pipeline)
+    if problems := clashes(found):
+        raise ConfigError("PIPELINE_MODULES: " + "; ".join(problems))
+    return tuple(found)
+
+
+@functools.cache
+def registered() -> tuple[Pipeline[Any, Any], ...]:
+    """The pipelines written in Python this process's settings register (`load`).
+
+    Raises:
+        ConfigError: invalid settings, or as `load`.
+    """
+    return load(load_settings().pipeline_modules)
+
+
+def reserved_names(pipelines: Sequence[Pipeline[Any, Any]]) -> list[str]:
+    """The names pipeline files may not take: the workflow types and short names of
+    ``pipelines`` (those written in Python)."""
+    return [name for pipeline in pipelines for name in (pipeline.workflow_type, pipeline.name)]
+
+
 def code_names() -> list[str]:
-    """The names pipeline files may not take: the Python pipelines' types and short names."""
-    return [name for pipeline in PIPELINES for name in (pipeline.workflow_type, pipeline.name)]
+    """The names pipeline files may not take here (`reserved_names` of `registered`)."""
+    return reserved_names(registered())
 
 
 @functools.cache
@@ -90,6 +137,7 @@ def task_queue() -> str:
 
 def reload() -> None:
     """Read the settings and the folder afresh at the next use (a long-lived process, a test)."""
+    registered.cache_clear()
     folder.cache_clear()
     _scan.cache_clear()
     task_queue.cache_clear()
@@ -125,7 +173,7 @@ def record_of(name: str) -> PipelineRecord | None:
 
 def every() -> list[Pipeline[Any, Any]]:
     """Every pipeline: those written in Python, then the pipeline files'."""
-    return [*PIPELINES, *data_pipelines()]
+    return [*registered(), *data_pipelines()]
 
 
 def is_data(pipeline: Pipeline[Any, Any]) -> bool:

@@ -16,7 +16,7 @@ from pydantic import SecretStr
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.notify import NotifyActivities, shown_id
+from activities.notify import NotifyActivities, shown_id, webhook
 from aiorch_runtime.config import Settings
 from tests.support.webhooks import Receiver, running_broken_receiver, running_receiver
 from workflows import errors
@@ -51,7 +51,7 @@ def settings(url: str | None, **extra: Any) -> Settings:
 
 async def notify(config: Settings, notice: ReviewNotice = NOTICE) -> int:
     async with aiohttp.ClientSession() as session:
-        activities = NotifyActivities(config, session)
+        activities = NotifyActivities(webhook(config), session)
         return await ActivityEnvironment().run(activities.notify_reviewers, notice)
 
 

@@ -17,7 +17,7 @@ from aiohttp import web
 from pydantic import SecretStr
 from qdrant_client.http.exceptions import ResponseHandlingException
 
-from aiorch.worker.app import vector_store
+from aiorch.worker.clients import vector_store
 from aiorch_runtime.config import ConfigError, Settings
 from tests.support.certs import issue, make_authority
 

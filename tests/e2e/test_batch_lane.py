@@ -35,7 +35,7 @@ from tests.support.reviewing import signed
 from tests.support.simulator import Simulator
 from workflows import contract
 from workflows.batch.workflow import LlmBatch
-from workflows.orchestrator import AiOrchestrator
+from workflows.orchestrator import EngineWorkflow
 from workflows.payloads import PipelineRequest, RunStatus
 
 pytestmark = [pytest.mark.e2e, pytest.mark.long]
@@ -362,7 +362,7 @@ async def test_replaying_every_history_on_a_cold_worker_changes_no_spend(
         assert not any(
             e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED for e in history.events
         )
-    replayer = Replayer(workflows=[AiOrchestrator, LlmBatch], plugins=[AiOrchestratorPlugin()])
+    replayer = Replayer(workflows=[EngineWorkflow, LlmBatch], plugins=[AiOrchestratorPlugin()])
 
     async def each() -> AsyncIterator[WorkflowHistory]:
         for history in histories:

@@ -29,7 +29,7 @@ from tests.support.pipeline_files import TRIAGE, TRIAGE_V1, TRIAGE_V2, V2_PROMPT
 from tests.support.simulator import Simulator
 from workflows.data import CATALOG, DataResult, compile_spec
 from workflows.data.spec import PipelineSpec
-from workflows.orchestrator import AiOrchestrator
+from workflows.orchestrator import EngineWorkflow
 
 pytestmark = [pytest.mark.e2e, pytest.mark.long]
 BROKEN = Path(__file__).resolve().parents[1] / "unit" / "pipeline_files"
@@ -217,7 +217,7 @@ async def test_runs_keep_their_version_while_the_file_changes(
             history = await handle.fetch_history()
             for pass_workflows in (True, False):
                 replayer = Replayer(
-                    workflows=[AiOrchestrator],
+                    workflows=[EngineWorkflow],
                     plugins=[AiOrchestratorPlugin(pass_workflows=pass_workflows)],
                 )
                 await replayer.replay_workflow(history, raise_on_replay_failure=True)

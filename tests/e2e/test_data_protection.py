@@ -48,7 +48,7 @@ from tests.support.live_stack import E2E_WORKER_ENV, post_json, run_script
 from tests.support.reviewing import signed
 from tests.support.simulator import Simulator
 from workflows import contract
-from workflows.orchestrator import AiOrchestrator
+from workflows.orchestrator import EngineWorkflow
 from workflows.payloads import DeadLetterMessage, PipelineRequest, RunStatus
 
 pytestmark = pytest.mark.e2e
@@ -410,7 +410,7 @@ async def test_replay_with_encryption_passes(protected: Protected, client: Clien
     # Payloads are bound to their namespace: a replayer must run in the runs' namespace (its
     # default, "ReplayNamespace", would refuse every payload and so replay another path).
     replayer = Replayer(
-        workflows=[AiOrchestrator], data_converter=converter("k2"), namespace=client.namespace
+        workflows=[EngineWorkflow], data_converter=converter("k2"), namespace=client.namespace
     )
     failures = {}
     for history in histories:

@@ -19,7 +19,7 @@ from aiorch_runtime.temporal import AiOrchestratorPlugin
 from workflows.batch.workflow import LlmBatch
 from workflows.data import DataPlan
 from workflows.data.spec import file_digest
-from workflows.orchestrator import AiOrchestrator
+from workflows.orchestrator import EngineWorkflow
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 # pass_workflows by runner: the SDK's full sandbox, and the worker's pass-through.
@@ -85,7 +85,7 @@ async def test_history_replays_without_nondeterminism(path: Path, runner: str) -
     code still issues the same commands in the same order."""
     history = recorded(path)
     replayer = Replayer(
-        workflows=[AiOrchestrator, LlmBatch],
+        workflows=[EngineWorkflow, LlmBatch],
         plugins=[AiOrchestratorPlugin(pass_workflows=RUNNERS[runner])],
     )
     # Raises on any replay failure (nondeterminism, a sandbox restriction): that is the check.

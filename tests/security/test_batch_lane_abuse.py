@@ -30,7 +30,7 @@ from activities.llm import LlmActivities
 from activities.prompt import InputLoader
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops.results import finished
-from aiorch.worker.app import openai_client
+from aiorch.worker.clients import openai_client
 from aiorch_runtime.batch_store import BatchStore, scope_keys
 from aiorch_runtime.config import Settings
 from aiorch_runtime.temporal import DATA_CONVERTER

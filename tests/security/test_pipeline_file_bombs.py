@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from aiorch.cli import build_app
 from aiorch.devstack.stack import LocalStack
-from aiorch.worker.app import code_pipeline_names
+from aiorch.ops.pipelines import reserved_names
 from aiorch_runtime.pipeline_files import PipelineFolder, check_text
 from tests.support.builders import new_request_id
 from tests.support.live_runs import wait_for_state
@@ -24,6 +24,7 @@ from tests.support.live_stack import E2E_WORKER_ENV, run_script
 from tests.support.pipeline_files import TRIAGE, TRIAGE_V1, write_pipeline
 from workflows import contract
 from workflows.data import CATALOG, DataResult
+from workflows.orchestrator import SHIPPED
 
 pytestmark = pytest.mark.e2e
 
@@ -55,7 +56,7 @@ FAST_S = 1.0
 def problems_of(text: str) -> list[tuple[int, str, str]]:
     """The problems of ``text`` as a pipeline file, checked within ``FAST_S``."""
     started = time.process_time()
-    record, problems = check_text(text, "contributed.yaml", CATALOG, code_pipeline_names())
+    record, problems = check_text(text, "contributed.yaml", CATALOG, reserved_names(SHIPPED))
     assert time.process_time() - started < FAST_S
     assert record is None
     return [(problem.line, problem.rule, problem.message) for problem in problems]
@@ -133,7 +134,7 @@ def test_pipeline_check_names_both_bombs_in_under_a_second(bombed: Path) -> None
 async def test_the_folder_serves_every_other_pipeline_beside_the_bombs(bombed: Path) -> None:
     """A worker's folder read gives the triage pipeline, with both bombs listed as problems
     of their own files, in under a second."""
-    folder = PipelineFolder(bombed, CATALOG, code_pipeline_names())
+    folder = PipelineFolder(bombed, CATALOG, reserved_names(SHIPPED))
     started = time.process_time()
     record = await folder.get(TRIAGE)
     assert time.process_time() - started < FAST_S

@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 
-from aiorch.worker.app import code_pipeline_names
+from aiorch.ops.pipelines import reserved_names
 from aiorch_runtime.pipeline_files import check_text
 from tests.support.pipeline_files import TRIAGE_V1
 from workflows.data import CATALOG, templates
 from workflows.data.template_bounds import MAX_RENDERED
+from workflows.orchestrator import SHIPPED
 
 pytestmark = pytest.mark.e2e
 
@@ -52,7 +53,7 @@ def test_a_check_computes_nothing_a_template_would(template: str) -> None:
     """The check of a pipeline file holding the attack returns at once: it parses and
     compiles the template without folding its constants."""
     started = time.process_time()
-    check_text(pipeline_with(template), "contributed.yaml", CATALOG, code_pipeline_names())
+    check_text(pipeline_with(template), "contributed.yaml", CATALOG, reserved_names(SHIPPED))
     assert time.process_time() - started < FAST_S
 
 

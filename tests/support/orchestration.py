@@ -1,4 +1,4 @@
-"""One workflow test's orchestration: the real ``AiOrchestrator`` on the shared time-skipping
+"""One workflow test's orchestration: the real ``EngineWorkflow`` on the shared time-skipping
 server (``tests.support.time_skipping``), a worker on a task queue of the test's own running the
 scripted activities (``tests.support.scripted_activities``), and the runs the test started,
 with the queries and checks a test drives them by. The search attributes ``AiState`` and
@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -22,7 +22,8 @@ from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSear
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from activities.pipelines import PipelineActivities
+from activities.pipelines import PipelineActivities, data_planning
+from aiorch.ops.pipelines import reserved_names
 from aiorch_runtime.config import Settings
 from aiorch_runtime.pipeline_files import PipelineFolder
 from tests.support.builders import new_request_id
@@ -42,9 +43,10 @@ from tests.support.time_skipping import (
     skip_time,
 )
 from workflows import contract
+from workflows.documents.contract import PIPELINE_DOCUMENTS
 from workflows.engine.graph import TERMINAL_STATES
 from workflows.llm.graph import State
-from workflows.orchestrator import DATA_PIPELINES, PIPELINES, AiOrchestrator
+from workflows.orchestrator import DATA_PIPELINES, SHIPPED, EngineWorkflow
 from workflows.payloads import HistoryEntry, PipelineResult, RunStatus
 
 AI_STATE = SearchAttributeKey.for_keyword(contract.SEARCH_ATTRIBUTE_STATE)
@@ -79,15 +81,30 @@ def data_plans(folder: Path, **settings: Any) -> PipelineActivities:
     """The real ``plan_pipeline`` over the pipeline files in ``folder`` (a request may ask for
     the batch lane)."""
     catalog = DATA_PIPELINES.catalog
-    reserved = [name for p in PIPELINES for name in (p.workflow_type, p.name)]
     # The batch lane needs a capacity store in the settings; planning never connects to it.
     batch = {"llm_batch": "allowed", "capacity_store_url": "redis://127.0.0.1:1/0"}
     return PipelineActivities(
-        pipeline_settings(**{**batch, **settings}),
-        PipelineFolder(folder, catalog, reserved),
+        data_planning(pipeline_settings(**{**batch, **settings})),
+        PipelineFolder(folder, catalog, reserved_names(SHIPPED)),
         catalog,
-        [p.workflow_type for p in PIPELINES],
+        [p.workflow_type for p in SHIPPED],
     )
+
+
+# Each shipped pipeline's scripted activities, by its short name; the engine's come from
+# `FakeActivities.engine_activities`. A pipeline without an entry fails every workflow test.
+PIPELINE_FAKES: Mapping[str, Callable[[Orchestration], Sequence[Any]]] = {
+    contract.PIPELINE_LLM: lambda orch: orch.fakes.llm_activities,
+    PIPELINE_DOCUMENTS: lambda orch: orch.documents.activities,
+}
+
+
+def scripted_activities(orch: Orchestration) -> list[Any]:
+    """The engine's scripted activities, then every shipped pipeline's (`PIPELINE_FAKES`)."""
+    return [
+        *orch.fakes.engine_activities,
+        *(activity for pipeline in SHIPPED for activity in PIPELINE_FAKES[pipeline.name](orch)),
+    ]
 
 
 @dataclass
@@ -246,12 +263,11 @@ async def _orchestration(
     async with Worker(
         env.client,
         task_queue=orchestration.task_queue,
-        workflows=[AiOrchestrator],
+        workflows=[EngineWorkflow],
         # The real lineage check: it only asks the server, which the test server answers; the
         # real plan of pipeline files: it only reads the test's folder.
         activities=[
-            *orchestration.fakes.activities,
-            *orchestration.documents.activities,
+            *scripted_activities(orchestration),
             orchestration.lineage.verify_continuation,
             data_plans(folder).plan_pipeline,
         ],

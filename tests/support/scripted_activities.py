@@ -163,15 +163,19 @@ class FakeActivities:
 
     @property
     def activities(self) -> list[Any]:
-        return [
-            self.fetch_prompt,
-            self.invoke_llm,
-            self.generate_embedding,
-            self.delete_embedding,
-            self.send_dead_letter,
-            self.notify_reviewers,
-            self.await_batch,
-        ]
+        """The engine's scripted activities and the LLM pipeline's."""
+        return [*self.engine_activities, *self.llm_activities]
+
+    @property
+    def engine_activities(self) -> list[Any]:
+        """What any pipeline's runs call: the model call, the batch wait, dead letters and
+        review notices."""
+        return [self.invoke_llm, self.send_dead_letter, self.notify_reviewers, self.await_batch]
+
+    @property
+    def llm_activities(self) -> list[Any]:
+        """The LLM pipeline's own: its plan and its reply's embedding."""
+        return [self.fetch_prompt, self.generate_embedding, self.delete_embedding]
 
     def gates(self) -> list[Gate]:
         gates = (self.llm_gate, self.embedding_gate, self.batch_gate)

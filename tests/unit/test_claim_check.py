@@ -144,19 +144,23 @@ def test_a_pdf_is_stored_for_the_document_pipeline_only(tmp_path: Path) -> None:
 
 
 def test_the_cli_builds_each_pipelines_request(tmp_path: Path) -> None:
-    """`start --pipeline documents` builds a document request with its schema; an unknown
-    schema, or --schema for the LLM pipeline, is one line before anything starts."""
+    """`start --pipeline documents` maps the message onto the document and --schema onto its
+    extraction schema, as the pipeline's request shape says; an unknown schema, or --schema
+    for the LLM pipeline, is one line before anything starts."""
     from aiorch.cli.output import CliError
-    from aiorch.cli.runs import build_request
+    from aiorch.cli.requests import Content, build_request, request_fields
+    from aiorch.ops import pipelines
     from workflows.documents.payloads import DocumentRequest
 
-    request = build_request(
-        "file:///docs/a.pdf", RUN, "auto", None, {}, pipeline="documents", schema="invoice"
-    )
+    def built(pipeline: str, content: Content) -> object:
+        fields, _ = request_fields(pipelines.named(pipeline), content, Settings(), RUN)
+        return build_request(fields, RUN, "auto", None, {}, pipeline=pipeline)
+
+    request = built("documents", Content("file:///docs/a.pdf", schema="invoice"))
     assert isinstance(request, DocumentRequest)
     assert (request.document, request.extraction_schema) == ("file:///docs/a.pdf", "invoice")
     with pytest.raises(CliError, match="no extraction schema 'passport'"):
-        build_request("file:///a", RUN, "auto", None, {}, pipeline="documents", schema="passport")
-    with pytest.raises(CliError, match="--schema is for the documents pipeline"):
-        build_request("hello", RUN, "auto", None, {}, schema="invoice")
-    assert isinstance(build_request("hello", RUN, "auto", None, {}), PipelineRequest)
+        built("documents", Content("file:///a", schema="passport"))
+    with pytest.raises(CliError, match="--schema is not for the llm pipeline"):
+        built("llm", Content("hello", schema="invoice"))
+    assert isinstance(built("llm", Content("hello")), PipelineRequest)

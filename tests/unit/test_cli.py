@@ -215,11 +215,12 @@ def test_a_table_is_never_cut_it_wraps_or_becomes_lines(
 def test_start_asks_for_a_lane_and_refuses_an_unknown_one() -> None:
     """`start --lane batch` puts the lane in the request's options; a lane that is not sync or
     batch is refused by the command line before anything starts."""
-    from aiorch.cli.runs import build_request
+    from aiorch.cli.requests import build_request
 
-    request = build_request("hello", None, "auto", None, {"lane": "batch", "max_cost_usd": None})
+    message = {"user_message": "hello"}
+    request = build_request(message, None, "auto", None, {"lane": "batch", "max_cost_usd": None})
     assert request.options.lane == "batch"
-    assert build_request("hello", None, "auto", None, {"lane": None}).options.lane is None
+    assert build_request(message, None, "auto", None, {"lane": None}).options.lane is None
     done = CliRunner().invoke(build_app(), ["start", "hello", "--lane", "fastest"])
     assert done.exit_code == 2
     assert "fastest" in done.output

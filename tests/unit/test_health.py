@@ -10,8 +10,8 @@ import aiohttp
 import pytest
 
 from aiorch.devstack.processes import free_port
-from aiorch.worker.app import deployment_options
 from aiorch.worker.health import WorkerHealth, bound_port, serve_health, start_health
+from aiorch.worker.options import deployment_options
 from aiorch_runtime.config import Settings
 
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from aiorch.worker.app import code_pipeline_names, run_worker
+from aiorch.ops.pipelines import reserved_names
+from aiorch.worker.app import run_worker
 from aiorch_runtime.config import Settings
 from aiorch_runtime.pipeline_files import (
     PipelineFilesInvalid,
@@ -21,6 +22,7 @@ from aiorch_runtime.pipeline_files import (
 from tests.support.pipeline_files import TRIAGE_V1, TRIAGE_V2, write_pipeline
 from workflows.data import CATALOG, compile_spec, templates
 from workflows.data.spec import PipelineSpec
+from workflows.orchestrator import SHIPPED
 
 HERE = Path(__file__).resolve().parent
 BROKEN_DIR = HERE / "pipeline_files"
@@ -63,7 +65,7 @@ def test_there_are_broken_files_for_every_rule_that_matters() -> None:
 @pytest.mark.parametrize("path", BROKEN, ids=lambda path: path.stem)
 def test_a_broken_file_is_reported_with_its_line_and_rule(path: Path) -> None:
     """Each problem names the file, the line and column of what is wrong and the rule."""
-    checked = read_file(path, CATALOG, code_pipeline_names())
+    checked = read_file(path, CATALOG, reserved_names(SHIPPED))
     assert checked.record is None
     assert {(problem.line, problem.rule) for problem in checked.problems} == expected(path)
     for problem in checked.problems:
@@ -118,7 +120,7 @@ async def test_the_folder_serves_a_changed_file_s_new_version(tmp_path: Path) ->
     """A file changed in place is read again: the next run gets the new version; the names
     include every pipeline the process served, so runs of a removed file still pass the
     activity caller check."""
-    folder = PipelineFolder(tmp_path, CATALOG, code_pipeline_names())
+    folder = PipelineFolder(tmp_path, CATALOG, reserved_names(SHIPPED))
     path = write_pipeline(tmp_path, TRIAGE_V1)
     first = await folder.get("SupportTriage")
     write_pipeline(tmp_path, TRIAGE_V2)
@@ -201,7 +203,7 @@ def test_a_client_s_template_syntax_renders_as_text() -> None:
 def test_a_version_read_as_a_number_is_quoted_as_the_file_wrote_it() -> None:
     """`version: 1.10` (which YAML reads as the number 1.1) is refused with a hint that quotes
     the file's own text, '1.10', never the number YAML made of it."""
-    checked = read_file(BROKEN_DIR / "19_version_number.yaml", CATALOG, code_pipeline_names())
+    checked = read_file(BROKEN_DIR / "19_version_number.yaml", CATALOG, reserved_names(SHIPPED))
     [problem] = checked.problems
     assert (problem.line, problem.rule) == (4, "invalid-value")
     assert problem.message == "write it as a string ('1.10'), or YAML reads it as a number"

@@ -14,7 +14,7 @@ import pytest
 from aiorch.devstack.docs import ROOT
 from aiorch.devstack.processes import free_port
 from aiorch.ops.signing import SigningKey
-from aiorch.worker.app import review_auth_warning
+from aiorch.worker.options import review_auth_warning
 from aiorch_runtime.config import ConfigError, Settings
 
 ENTRY = SigningKey.generate("alice").public_entry()

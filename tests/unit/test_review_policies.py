@@ -9,11 +9,12 @@ from typing import Any
 
 import pytest
 
-from aiorch.worker.app import check_review_policies
+from aiorch.worker.options import check_review_policies
 from aiorch_runtime.config import ConfigError, Settings, load_settings
 from tests.support.builders import AT, prompt_plan
 from workflows.engine.policies import decides, holds, matching_rule, progress, voter
 from workflows.llm.graph import GRAPH, State
+from workflows.orchestrator import SHIPPED
 from workflows.payloads import (
     AutoApproveRule,
     Condition,
@@ -231,11 +232,11 @@ def test_the_worker_refuses_a_policy_for_no_pipeline_or_a_fact_it_lacks() -> Non
     rule reading a fact the pipeline's results lack, stops it with one line; fields.* facts of
     the document pipeline and engine facts pass."""
     with pytest.raises(ConfigError) as unknown:
-        check_review_policies(settings({"invoices": {}}))
+        check_review_policies(settings({"invoices": {}}), SHIPPED)
     assert str(unknown.value).startswith("REVIEW_POLICIES: 'invoices' names no pipeline")
     rule = {"name": "r", "when": [{"fact": "problems", "op": "==", "value": 0}]}
     with pytest.raises(ConfigError) as lacking:
-        check_review_policies(settings({"llm": {"auto_approve": [rule]}}))
+        check_review_policies(settings({"llm": {"auto_approve": [rule]}}), SHIPPED)
     assert "rule r reads 'problems', which the llm pipeline does not give" in str(lacking.value)
     fine = {
         "name": "r",
@@ -245,4 +246,4 @@ def test_the_worker_refuses_a_policy_for_no_pipeline_or_a_fact_it_lacks() -> Non
             {"fact": "attempts", "op": "<=", "value": 1},
         ],
     }
-    check_review_policies(settings({"documents@acme": {"auto_approve": [fine]}}))
+    check_review_policies(settings({"documents@acme": {"auto_approve": [fine]}}), SHIPPED)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from aiorch.worker.app import vector_store
+from aiorch.worker.clients import vector_store
 from aiorch_runtime.config import Settings
 from aiorch_runtime.errors import VectorStoreLocked
 

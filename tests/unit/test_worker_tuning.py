@@ -1,10 +1,10 @@
-"""The worker's start-up advice on tuning (``worker.small_cache_warning``)."""
+"""The worker's start-up advice on tuning (``aiorch.worker.options.small_cache_warning``)."""
 
 from __future__ import annotations
 
 import pytest
 
-from aiorch.worker.app import small_cache_warning
+from aiorch.worker.options import small_cache_warning
 from aiorch_runtime.config import Settings
 
 

@@ -30,7 +30,7 @@ from workflows.documents.payloads import (
 )
 from workflows.documents.schemas import schema_named
 from workflows.engine.graph import Event
-from workflows.engine.pipeline import Context, Pipeline, ReviewSubject
+from workflows.engine.pipeline import Context, Pipeline, RequestShape, ReviewSubject
 from workflows.payloads import FactValue, FinalState, LlmCallResult, ReviewContent, ReviewSection
 
 Run = Context[DocumentRequest, DocumentState]
@@ -216,4 +216,8 @@ PIPELINE = Pipeline(
     in_task=validates_in_task,
     subject=subject,
     facts=("problems", "fields.*"),
+    shape=RequestShape(
+        message_field="document", stores_files=True, schema_field="extraction_schema"
+    ),
+    activities="activities.wiring:document_activities",
 )

@@ -179,6 +179,19 @@ def graph_version(graph: Graph) -> str:
     return "graph-" + hashlib.sha256(shape.encode("utf-8")).hexdigest()[:12]
 
 
+@dataclass(frozen=True)
+class RequestShape:
+    """How ``aiorch start`` fills a pipeline's request besides ``--input JSON`` (which gives its
+    fields as they are): ``message_field`` takes the positional message (None: the pipeline
+    takes ``--input`` only); with ``stores_files`` a message that is a local path, or
+    ``--file``, is stored (a PDF too) and only its reference sent; ``schema_field`` takes
+    ``--schema``."""
+
+    message_field: str | None = None
+    stores_files: bool = False
+    schema_field: str | None = None
+
+
 @dataclass(frozen=True, eq=False)
 class Pipeline(Generic[RequestT, StateT]):
     """One pipeline the engine runs; its workflow type is its graph's name.
@@ -194,7 +207,10 @@ class Pipeline(Generic[RequestT, StateT]):
     ``version``: which version of a pipeline defined as data a run follows (``status`` and
     ``AiPipelineVersion`` show it); None for a pipeline defined in code. ``subject``: the
     result a review decides (``ReviewSubject``), and ``facts`` the names of the facts it gives
-    (``fields.*``: any name under ``fields.``).
+    (``fields.*``: any name under ``fields.``). ``shape``: how the CLI fills its request.
+    ``activities``: where the worker finds the factory of the pipeline's activities, as
+    ``module:function`` (a function of the worker's shared clients, ``activities.wiring``);
+    a string, so workflow code never imports an activity. None: the engine's activities do.
     """
 
     name: str
@@ -211,6 +227,8 @@ class Pipeline(Generic[RequestT, StateT]):
     version: str | None = None
     subject: Callable[[Context[RequestT, StateT]], ReviewSubject] = no_subject
     facts: tuple[str, ...] = ()
+    shape: RequestShape = RequestShape()
+    activities: str | None = None
     continued: type[BaseModel] = field(init=False)
 
     def __post_init__(self) -> None:

@@ -21,7 +21,7 @@ import workflows.engine.reviews as reviews
 import workflows.llm.steps as steps
 import workflows.steps.llm_call as llm_call
 from workflows.engine.graph import Event
-from workflows.engine.pipeline import Context, Pipeline, ReviewSubject
+from workflows.engine.pipeline import Context, Pipeline, RequestShape, ReviewSubject
 from workflows.llm.graph import GRAPH, LlmEvent, State
 from workflows.payloads import (
     FinalState,
@@ -184,4 +184,6 @@ PIPELINE = Pipeline(
     first_shown=lambda request: State.FETCH_PROMPT if request.is_reference else State.INVOKE_LLM,
     subject=subject,
     facts=("needs_review", "confidence", "reply_chars"),
+    shape=RequestShape(message_field="user_message"),
+    activities="activities.wiring:llm_activities",
 )
