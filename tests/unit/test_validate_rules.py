@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from workflows.data.steps import RuleSpec, ValidateSettings, check_value, rule_problems
-from workflows.documents.validation import MAX_PROBLEMS
+from workflows.steps.document_payloads import MAX_PROBLEMS
 
 
 def problems(rule: dict[str, Any], value: Any) -> list[str]:

@@ -37,20 +37,20 @@ from pydantic import Field, field_validator
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
-import workflows.documents.steps as document_steps
-import workflows.llm.steps as llm_steps
+import workflows.engine.activity_policy as activity_policy
+import workflows.steps.documents as document_steps
 import workflows.steps.llm_call as llm_call
+import workflows.steps.vectors as vectors
 from workflows.data import calls, templates
 from workflows.data.catalog import Catalog, StepRun, StepType, lookup
 from workflows.data.compiler import value_problems
 from workflows.data.contract import EVENT_PATTERN
 from workflows.data.payloads import DataPlan, PipelineNotice
 from workflows.data.spec import DataPath, Mark, Settings, StateName, Template
-from workflows.documents.payloads import StoreDocumentInput
-from workflows.documents.validation import MAX_PROBLEMS, Problem
 from workflows.engine.graph import FAILED, Event
 from workflows.engine.pipeline import Context
 from workflows.payloads import REFERENCE_SCHEMES, LlmCallResult, ReviewerName
+from workflows.steps.document_payloads import MAX_PROBLEMS, Problem, StoreDocumentInput
 
 DEFAULT_SYSTEM: Final = "You are a careful assistant inside an automated pipeline."
 REPLY_INSTRUCTION: Final = (
@@ -101,8 +101,13 @@ async def _document(step: StepRun, settings: DocumentSettings, *, fetch: bool) -
         return
     reference = document.startswith(REFERENCE_SCHEMES)
     try:
-        extracted = await calls.extract(
-            step.request.request_id, document, reference=reference, fetch=fetch
+        # A fetch step tries a few times and fails; an extract step keeps trying, then the
+        # run is dead-lettered.
+        extracted = await document_steps.extract(
+            step.request.request_id,
+            document,
+            reference=reference,
+            retry=activity_policy.FETCH_RETRY if fetch else document_steps.EXTRACT_RETRY,
         )
     except ActivityError as err:
         await step.failed(err)
@@ -467,7 +472,7 @@ async def embed(step: StepRun, settings: EmbedSettings) -> None:
         await step.fail(f"step {step.id}: a template failed: {err}")
         return
     try:
-        result = await llm_steps.embed(step.request.request_id, text)
+        result = await vectors.embed(step.request.request_id, text)
     except ActivityError as err:
         await step.failed(err)
         return
