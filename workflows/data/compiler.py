@@ -54,28 +54,17 @@ from workflows.engine.graph import (
     StateInfo,
     Status,
     Transition,
-    batch_edges,
-    budget_edges,
     cancel_edges,
-    capacity_edges,
-    retry_edges,
     review_edges,
+    review_states,
 )
 from workflows.errors import OrchestratorError
 from workflows.payloads import printable
+from workflows.steps.model_call import WAITS, CallStates, model_call_edges, model_call_states
 
 END_TARGETS: Final = (COMPLETED, FAILED, DEAD_LETTER)
 ENGINE_STATES: Final = frozenset({IDLE, *TERMINAL_STATES})
 ENGINE_EVENTS: Final = frozenset(event.value for event in Event)
-SUB_STATE_DESCRIPTIONS: Final = MappingProxyType(
-    {
-        "retry": "backing off before the next model attempt",
-        "capacity": "queued for the model's shared capacity (rate limit)",
-        "budget": "the next call would cross a budget; waiting for an operator",
-        "batch": "the call is in the provider's batch; waiting for its answer",
-        "escalation": "review timed out; escalated",
-    }
-)
 SUB_STATE_NAMES: Final = MappingProxyType(
     {
         "retry": "retry_{id}",
@@ -458,80 +447,17 @@ class _Builder:
     def _states(self, steps: Mapping[str, CompiledStep]) -> dict[str, StateInfo] | None:
         """Each step's state and sub-states (progress is set later); names unique."""
         states: dict[str, StateInfo] = {}
-        owner: dict[str, int] = {}
-        for step_id, step in steps.items():
-            spec, step_type = step.spec, step.type
-            named = getattr(step.settings, "states", None)
-            if step_type.kind == "review":
-                entries = [
-                    (
-                        step_id,
-                        StateInfo(
-                            Status.WAITING_FOR_INPUT,
-                            0,
-                            spec.description or "waiting for a reviewer",
-                            Role.REVIEW,
-                        ),
-                    ),
-                    (
-                        step.sub_states["escalation"],
-                        StateInfo(
-                            Status.WAITING_FOR_INPUT,
-                            0,
-                            _sub_description(named, "escalation"),
-                            Role.ESCALATION,
-                        ),
-                    ),
-                ]
-            else:
-                shown = spec.shown if spec.shown is not None else step_type.shown
-                description = spec.description or step_type.description or f"{step_type.name} step"
-                entries = [
-                    (step_id, StateInfo(Status.PROCESSING, 0, description, Role.WORK, shown))
-                ]
-                if step_type.kind == "model":
-                    entries += [
-                        (
-                            step.sub_states["retry"],
-                            StateInfo(
-                                Status.PROCESSING, 0, _sub_description(named, "retry"), Role.RETRY
-                            ),
-                        ),
-                        (
-                            step.sub_states["capacity"],
-                            StateInfo(
-                                Status.PENDING,
-                                0,
-                                _sub_description(named, "capacity"),
-                                Role.CAPACITY,
-                            ),
-                        ),
-                        (
-                            step.sub_states["budget"],
-                            StateInfo(
-                                Status.WAITING_FOR_INPUT,
-                                0,
-                                _sub_description(named, "budget"),
-                                Role.BUDGET,
-                            ),
-                        ),
-                        (
-                            step.sub_states["batch"],
-                            StateInfo(
-                                Status.PENDING, 0, _sub_description(named, "batch"), Role.BATCH
-                            ),
-                        ),
-                    ]
-            for name, info in entries:
-                if name in states or name in ENGINE_STATES:
+        claimed: set[str] = set()
+        for step in steps.values():
+            for name in (step.spec.id, *step.sub_states.values()):
+                if name in claimed or name in ENGINE_STATES:
                     self.problem(
                         ("steps", step.index, "id"),
                         Rule.DUPLICATE_STATE,
                         f"state {name!r} is named twice (a step's id and another's sub-state)",
                     )
-                    continue
-                states[name] = info
-                owner[name] = step.index
+                claimed.add(name)
+            states.update(step_states(step))
         return None if self.problems else states
 
     def _transitions(self, steps: Mapping[str, CompiledStep]) -> list[Transition]:
@@ -556,10 +482,7 @@ class _Builder:
                 for failure in step.type.failures
             ]
             if step.type.kind == "model":
-                transitions += retry_edges(step_id, step.sub_states["retry"])
-                transitions += capacity_edges(step_id, step.sub_states["capacity"])
-                transitions += budget_edges(step_id, step.sub_states["budget"])
-                transitions += batch_edges(step_id, step.sub_states["batch"])
+                transitions += model_call_edges(step_id, _call_states(step))
         return transitions
 
     def _reachability(self, transitions: Iterable[Transition]) -> None:
@@ -697,11 +620,45 @@ class _Builder:
         return _schema_field(schema, parts[2:], f"step {step_id!r}'s output")
 
 
-def _sub_description(named: Any, kind: str) -> str:
+def step_states(step: CompiledStep) -> dict[str, StateInfo]:
+    """The states of ``step`` (at progress 0: the compiler sets it later): its own, and its
+    review's escalation or its model call's waits, described as the file says, else as the
+    engine does."""
+    spec, step_type = step.spec, step.type
+    named = getattr(step.settings, "states", None)
+    if step_type.kind == "review":
+        return review_states(
+            0,
+            review=spec.id,
+            escalation=step.sub_states["escalation"],
+            shown=spec.description,
+            escalated=_description(named, "escalation"),
+        )
+    shown = spec.shown if spec.shown is not None else step_type.shown
+    description = spec.description or step_type.description or f"{step_type.name} step"
+    states = {spec.id: StateInfo(Status.PROCESSING, 0, description, Role.WORK, shown)}
+    if step_type.kind == "model":
+        descriptions = {
+            wait: given for wait in WAITS if (given := _description(named, wait)) is not None
+        }
+        states.update(model_call_states(0, _call_states(step), descriptions=descriptions))
+    return states
+
+
+def _call_states(step: CompiledStep) -> CallStates:
+    names = step.sub_states
+    return CallStates(
+        retry=names["retry"],
+        capacity=names["capacity"],
+        budget=names["budget"],
+        batch=names["batch"],
+    )
+
+
+def _description(named: Any, kind: str) -> str | None:
+    """The description the file gives a sub-state of ``kind``, if any."""
     given: StateName | None = getattr(named, kind, None) if named is not None else None
-    return (given.description if given and given.description else None) or SUB_STATE_DESCRIPTIONS[
-        kind
-    ]
+    return given.description if given and given.description else None
 
 
 def _schema_field(schema: Any, parts: tuple[str, ...], what: str) -> str | None:

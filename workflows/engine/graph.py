@@ -376,13 +376,20 @@ def review_states(
     *,
     review: str = AWAIT_REVIEW,
     escalation: str = ESCALATE,
-    shown: str = "waiting for a reviewer",
+    shown: str | None = None,
+    escalated: str | None = None,
 ) -> dict[str, StateInfo]:
-    """The two states of a review (``review_edges``), at ``progress``."""
+    """The two states of a review (``review_edges``), at ``progress``, described by ``shown``
+    and ``escalated`` where given."""
     return {
-        review: StateInfo(Status.WAITING_FOR_INPUT, progress, shown, Role.REVIEW),
+        review: StateInfo(
+            Status.WAITING_FOR_INPUT, progress, shown or "waiting for a reviewer", Role.REVIEW
+        ),
         escalation: StateInfo(
-            Status.WAITING_FOR_INPUT, progress, "review timed out; escalated", Role.ESCALATION
+            Status.WAITING_FOR_INPUT,
+            progress,
+            escalated or "review timed out; escalated",
+            Role.ESCALATION,
         ),
     }
 
