@@ -20,7 +20,7 @@ Deterministic (no clock, no I/O): workflow code compiles a run's recorded spec w
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, Final
@@ -50,6 +50,7 @@ from workflows.engine.graph import (
     Event,
     Graph,
     GraphError,
+    GraphRule,
     Role,
     StateInfo,
     Status,
@@ -219,7 +220,7 @@ class _Builder:
             return None
         transitions = self._transitions(steps)
         if self.strict:
-            self._reachability(transitions)
+            self._reachability(states, transitions)
             if self.problems:
                 return None
         self._progress(steps, states, transitions)
@@ -485,21 +486,24 @@ class _Builder:
                 transitions += model_call_edges(step_id, _call_states(step))
         return transitions
 
-    def _reachability(self, transitions: Iterable[Transition]) -> None:
-        edges = list(transitions)
-        reachable = _reachable(IDLE, edges)
-        for i, step in enumerate(self.spec.steps):
-            if step.id not in reachable:
+    def _reachability(self, states: dict[str, StateInfo], transitions: list[Transition]) -> None:
+        """The graph's rules of reachability and ends, each placed at the step it concerns
+        (a sub-state's is its step's, which the step's own problem names)."""
+        found = Graph.unchecked(self.spec.name, states, transitions).problems()
+        unreachable = {p.state for p in found if p.rule == GraphRule.REACHABLE}
+        for problem in found:
+            if problem.state not in self.index:
+                continue
+            where = ("steps", self.index[problem.state], "id")
+            if problem.rule == GraphRule.REACHABLE:
                 self.problem(
-                    ("steps", i, "id"),
+                    where,
                     Rule.UNREACHABLE_STEP,
-                    f"no path from the start reaches step {step.id!r} (nothing leads to it)",
+                    f"no path from the start reaches step {problem.state!r} (nothing leads to it)",
                 )
-            elif not _reachable(step.id, edges) & set(END_TARGETS):
+            elif problem.rule == GraphRule.ENDS and problem.state not in unreachable:
                 self.problem(
-                    ("steps", i, "id"),
-                    Rule.DEAD_END,
-                    f"no path from step {step.id!r} reaches an end",
+                    where, Rule.DEAD_END, f"no path from step {problem.state!r} reaches an end"
                 )
 
     def _progress(
@@ -700,19 +704,6 @@ def _rule_of(error_type: str) -> Rule:
     if error_type == "missing":
         return Rule.MISSING_FIELD
     return Rule.INVALID_VALUE
-
-
-def _reachable(start: str, transitions: Iterable[Transition]) -> set[str]:
-    following: dict[str, list[str]] = {}
-    for t in transitions:
-        following.setdefault(t.source, []).append(t.target)
-    seen, frontier = {start}, [start]
-    while frontier:
-        for target in following.get(frontier.pop(), []):
-            if target not in seen:
-                seen.add(target)
-                frontier.append(target)
-    return seen
 
 
 def _stage_levels(states: list[str], transitions: list[Transition]) -> dict[str, tuple[int, int]]:
