@@ -32,7 +32,7 @@ from aiorch.ops.retries import retrying
 from aiorch.ops.signing import requester_key_from_settings
 from aiorch_runtime.config import Settings, load_settings
 from aiorch_runtime.links import inbox_start_line, web_ui_run_url
-from workflows.data.compiler import value_problems
+from workflows.data.json_schemas import value_problems
 from workflows.engine.graph import COMPLETED
 from workflows.payloads import (
     REFERENCE_SCHEMES,

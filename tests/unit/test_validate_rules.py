@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from workflows.data.steps import RuleSpec, ValidateSettings, check_value, rule_problems
+from workflows.data.check_steps import RuleSpec, ValidateSettings, check_value, rule_problems
 from workflows.steps.document_payloads import MAX_PROBLEMS
 
 
