@@ -39,7 +39,7 @@ from workflows.data import (
     ReviewPolicy,
     compile_spec,
 )
-from workflows.data.compiler import value_problems
+from workflows.data.json_schemas import value_problems
 from workflows.data.steps import input_digest
 from workflows.payloads import describe_validation_error, printable
 

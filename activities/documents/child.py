@@ -31,7 +31,7 @@ from aiorch_runtime.config import (
     DEFAULT_MAX_PDF_PAGES,
     Settings,
 )
-from workflows.documents.contract import DOCUMENT_TOO_LARGE, DOCUMENT_UNREADABLE
+from workflows.steps.contract import DOCUMENT_TOO_LARGE, DOCUMENT_UNREADABLE
 
 # Where the child finds this project's packages: where the worker found them.
 _PROJECT = str(Path(activities.__file__).resolve().parent.parent)

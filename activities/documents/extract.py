@@ -39,8 +39,8 @@ from activities.documents.text_store import TextStore, text_key
 from activities.heartbeat import HEARTBEAT_EVERY, heartbeat_while
 from activities.prompt import InputLoader
 from workflows import errors
-from workflows.documents.contract import ACTIVITY_EXTRACT_TEXT, DOCUMENT_CHANGED, PDF_SIGNATURE
-from workflows.documents.payloads import DocumentKind, ExtractedText, ExtractTextInput
+from workflows.steps.contract import ACTIVITY_EXTRACT_TEXT, DOCUMENT_CHANGED, PDF_SIGNATURE
+from workflows.steps.document_payloads import DocumentKind, ExtractedText, ExtractTextInput
 
 __all__ = [
     "PAGE_BREAK",

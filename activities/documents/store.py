@@ -52,13 +52,13 @@ from activities.documents.table import (
     prepare,
 )
 from aiorch_runtime.errors import ConfigError
-from workflows.documents.contract import (
+from workflows.steps.contract import (
     ACTIVITY_STORE_DOCUMENT,
     DOCUMENT_STORE_CONFLICT,
     DOCUMENT_STORE_REJECTED,
     DOCUMENT_STORE_UNAVAILABLE,
 )
-from workflows.documents.payloads import StoreDocumentInput, StoreReceipt
+from workflows.steps.document_payloads import StoreDocumentInput, StoreReceipt
 
 T = TypeVar("T")
 CONNECT_TIMEOUT: Final = timedelta(seconds=10)

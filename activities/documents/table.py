@@ -32,7 +32,7 @@ from sqlalchemy import (
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Engine
 
-from workflows.documents.validation import Problem
+from workflows.steps.document_payloads import Problem
 
 TABLE_NAME: Final = "documents"
 # The columns that say who owns a row; added to tables created before rows had owners.

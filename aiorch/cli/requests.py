@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from aiorch.cli.output import CliError
 from aiorch.ops import claim_check, pipelines
 from aiorch_runtime.config import Settings
-from workflows.data.compiler import value_problems
+from workflows.data.json_schemas import value_problems
 from workflows.engine.pipeline import Pipeline
 from workflows.payloads import REFERENCE_SCHEMES, RequestBase, ReviewMode, describe_validation_error
 

@@ -21,9 +21,9 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from aiorch_runtime import aws
 from aiorch_runtime.config import Settings
-from workflows.documents.contract import PDF_SIGNATURE
 from workflows.errors import OrchestratorError
 from workflows.payloads import REFERENCE_SCHEMES, REQUEST_ID_PATTERN
+from workflows.steps.contract import PDF_SIGNATURE
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from types import MappingProxyType
-from typing import Any, get_args
+from typing import Any
 
 from temporalio.client import Client, WorkflowExecution
 from temporalio.common import (
@@ -26,8 +26,9 @@ from temporalio.common import (
 
 from aiorch.ops import pipelines
 from workflows import contract
+from workflows.engine.graph import FINAL_STATES as FINAL_STATES
 from workflows.engine.pipeline import Pipeline
-from workflows.payloads import FinalState, RequestBase
+from workflows.payloads import RequestBase
 
 SEARCH_ATTRIBUTE_KEYS = (
     contract.AI_STATE,
@@ -35,8 +36,6 @@ SEARCH_ATTRIBUTE_KEYS = (
     contract.AI_REVIEW_ROUND,
     contract.AI_PIPELINE_VERSION,
 )
-# The states a run's result can name (`RunResult.state`): it returned in one of them.
-FINAL_STATES: frozenset[str] = frozenset(get_args(FinalState))
 
 OPEN = "ExecutionStatus = 'Running'"
 CLOSED = "ExecutionStatus != 'Running'"

@@ -17,14 +17,12 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.documents.store import StoreActivities, create_store_engine
 from activities.documents.table import DOCUMENTS
-from workflows.documents import (
+from workflows.steps.contract import (
     DOCUMENT_STORE_CONFLICT,
     DOCUMENT_STORE_REJECTED,
     DOCUMENT_STORE_UNAVAILABLE,
-    Problem,
-    StoreDocumentInput,
-    StoreReceipt,
 )
+from workflows.steps.document_payloads import Problem, StoreDocumentInput, StoreReceipt
 
 REQUEST_ID = "0123456789abcdef01234567"
 FIRST = {"vendor": "ACME", "total": "175.66", "currency": "EUR"}

@@ -29,12 +29,8 @@ from activities.heartbeat import HEARTBEAT_EVERY
 from activities.prompt import InputLoader
 from tests.support.pdfs import encrypted, image_pdf, text_pdf
 from workflows import errors
-from workflows.documents import (
-    DOCUMENT_CHANGED,
-    DOCUMENT_UNREADABLE,
-    ExtractedText,
-    ExtractTextInput,
-)
+from workflows.steps.contract import DOCUMENT_CHANGED, DOCUMENT_UNREADABLE
+from workflows.steps.document_payloads import ExtractedText, ExtractTextInput
 
 REQUEST_ID = "0123456789abcdef01234567"
 # Text no error message may ever repeat: it stands for a document's content.

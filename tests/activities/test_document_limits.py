@@ -30,7 +30,7 @@ from aiorch.devstack.servers import start_sqs_server
 from tests.activities.input_refusals import WORKER_BOTO
 from tests.activities.llm_calls import call
 from tests.support.pdfs import bomb_pdf, text_pdf
-from workflows.documents import DOCUMENT_TOO_LARGE
+from workflows.steps.contract import DOCUMENT_TOO_LARGE
 
 pytestmark = pytest.mark.e2e
 

@@ -13,7 +13,7 @@ import pytest
 from tests.activities import store_cases
 from tests.activities.store_cases import assert_unavailable, document, opened, refusal
 from tests.support.postgres import Postgres, running_postgres
-from workflows.documents import DOCUMENT_STORE_REJECTED
+from workflows.steps.contract import DOCUMENT_STORE_REJECTED
 
 pytestmark = pytest.mark.e2e
 

@@ -45,10 +45,10 @@ from tests.support.pdfs import encrypted
 from tests.support.postgres import running_postgres
 from tests.support.simulator import Simulator
 from workflows import contract, errors
-from workflows.documents.contract import DOCUMENT_UNREADABLE
 from workflows.documents.graph import GRAPH
 from workflows.documents.payloads import DocumentRequest, DocumentResult
 from workflows.payloads import ReviewDecision, ReviewView
+from workflows.steps.contract import DOCUMENT_UNREADABLE
 
 pytestmark = pytest.mark.e2e
 

@@ -32,8 +32,9 @@ from tests.support.live_runs import status_of
 from tests.support.live_stack import E2E_WORKER_ENV
 from tests.support.pdfs import bomb_pdf
 from workflows.contract import DEFAULT_TASK_QUEUE
-from workflows.documents import DOCUMENT_TOO_LARGE, ExtractTextInput
 from workflows.documents.payloads import DocumentRequest, DocumentResult
+from workflows.steps.contract import DOCUMENT_TOO_LARGE
+from workflows.steps.document_payloads import ExtractTextInput
 
 pytestmark = pytest.mark.e2e
 

@@ -33,8 +33,9 @@ from tests.support.pipeline_files import TRIAGE, TRIAGE_V1, write_pipeline
 from tests.support.postgres import running_postgres
 from tests.support.reviewing import signed
 from workflows import contract, errors
-from workflows.documents import DOCUMENT_STORE_CONFLICT, WORKFLOW_TYPE_DOCUMENT_PIPELINE
+from workflows.documents import WORKFLOW_TYPE_DOCUMENT_PIPELINE
 from workflows.payloads import RunStatus
+from workflows.steps.contract import DOCUMENT_STORE_CONFLICT
 
 pytestmark = pytest.mark.e2e
 

@@ -67,6 +67,14 @@ UPWARD = [
     ("aiorch/cli/keys.py", "import aiorch.devstack.processes"),
 ]
 
+# Imports between pipelines (pipelines defined as data are one of them), each of which alone
+# breaks the workflows' layers contract.
+BETWEEN_PIPELINES = [
+    ("workflows/data/steps.py", "import workflows.documents.pipeline"),
+    ("workflows/data/pipeline.py", "import workflows.llm.steps"),
+    ("workflows/documents/pipeline.py", "import workflows.data.steps"),
+]
+
 
 def test_a_forbidden_import_breaks_its_contract(tmp_path: Path) -> None:
     """A copy of the tree with one forbidden import per contract fails the check: every
@@ -102,4 +110,21 @@ def test_an_import_up_the_house_breaks_the_layers(
     assert f"Contracts: {len(CONTRACTS) - 1} kept, 1 broken." in done.stdout
     broken = " ".join(done.stdout.split("Broken contracts", 1)[1].split())
     assert "the house, top to bottom" in broken
+    assert module.removesuffix(".py").replace("/", ".") + " -> " in broken
+
+
+@pytest.mark.parametrize(("module", "sibling_import"), BETWEEN_PIPELINES)
+def test_a_pipeline_importing_another_breaks_the_workflow_layers(
+    tmp_path: Path, module: str, sibling_import: str
+) -> None:
+    """Pipelines are siblings: one importing another (the data pipelines included, whose
+    shared steps live in ``workflows.steps``) alone breaks the workflows' layers contract."""
+    tree = copy_of_the_tree(tmp_path)
+    path = tree / module
+    path.write_text(f"{path.read_text(encoding='utf-8')}\n{sibling_import}\n", encoding="utf-8")
+    done = lint_imports(tree)
+    assert done.returncode != 0
+    assert f"Contracts: {len(CONTRACTS) - 1} kept, 1 broken." in done.stdout
+    broken = " ".join(done.stdout.split("Broken contracts", 1)[1].split())
+    assert "a pipeline (or the batch lane's workflow) imports no other" in broken
     assert module.removesuffix(".py").replace("/", ".") + " -> " in broken

@@ -17,19 +17,8 @@ from temporalio.exceptions import ApplicationError
 from activities.lineage import LineageActivities
 from tests.support.time_skipping import TASK_PROGRESS_TIMEOUT_S
 from workflows import contract, errors
-from workflows.documents.contract import (
-    ACTIVITY_EXTRACT_TEXT,
-    ACTIVITY_PLAN_DOCUMENT,
-    ACTIVITY_STORE_DOCUMENT,
-)
-from workflows.documents.payloads import (
-    DocumentPlan,
-    ExtractedText,
-    ExtractTextInput,
-    PlanDocumentInput,
-    StoreDocumentInput,
-    StoreReceipt,
-)
+from workflows.documents.contract import ACTIVITY_PLAN_DOCUMENT
+from workflows.documents.payloads import DocumentPlan, PlanDocumentInput
 from workflows.payloads import (
     AwaitBatchInput,
     ContinuationCheck,
@@ -45,6 +34,13 @@ from workflows.payloads import (
     ReviewNotice,
     TokenUsage,
     vector_key,
+)
+from workflows.steps.contract import ACTIVITY_EXTRACT_TEXT, ACTIVITY_STORE_DOCUMENT
+from workflows.steps.document_payloads import (
+    ExtractedText,
+    ExtractTextInput,
+    StoreDocumentInput,
+    StoreReceipt,
 )
 
 PRIMARY_MODEL = "primary-model"

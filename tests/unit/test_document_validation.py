@@ -12,12 +12,8 @@ from hypothesis import strategies as st
 
 from workflows.documents.invoice import ISO_4217_CURRENCIES, MAX_LINE_ITEMS
 from workflows.documents.schemas import INVOICE
-from workflows.documents.validation import (
-    MAX_PROBLEMS,
-    WHOLE_DOCUMENT,
-    Problem,
-    field_path,
-)
+from workflows.documents.validation import WHOLE_DOCUMENT, field_path
+from workflows.steps.document_payloads import MAX_PROBLEMS, Problem
 
 
 def valid_invoice() -> dict[str, Any]:

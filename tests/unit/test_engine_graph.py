@@ -20,6 +20,8 @@ from workflows.engine.graph import (
     Event,
     Graph,
     GraphError,
+    GraphProblem,
+    GraphRule,
     Role,
     StateInfo,
     Status,
@@ -117,6 +119,30 @@ def test_a_graph_that_breaks_a_rule_is_refused_naming_it(build: Any, problem: st
     with pytest.raises(GraphError) as info:
         build()
     assert problem in str(info.value)
+
+
+def test_problems_name_the_rule_and_the_state_each_concerns() -> None:
+    """``problems`` gives each broken rule as a value: the rule, the state at fault and the
+    sentence; a loop that only a cancel leaves reaches no end, although it can be cancelled."""
+    graph = Graph.unchecked(
+        "Loop",
+        {"work": WORK, "spin": WORK, "orphan": WORK},
+        (
+            Transition(IDLE, Event.START, "work"),
+            Transition("work", "done", COMPLETED),
+            Transition("work", "loop", "spin"),
+            Transition("spin", "again", "spin"),
+        ),
+        cancel_edges([IDLE, "work", "spin"]),
+    )
+    assert graph.problems() == [
+        GraphProblem(GraphRule.ENDS, "spin", "spin reaches no terminal state (a cancel aside)"),
+        GraphProblem(GraphRule.REACHABLE, "orphan", "orphan is not reachable from idle"),
+        GraphProblem(GraphRule.ENDS, "orphan", "orphan reaches no terminal state (a cancel aside)"),
+        GraphProblem(GraphRule.CANCELLABLE, "orphan", "orphan cannot be cancelled"),
+    ]
+    with pytest.raises(GraphError, match="spin reaches no terminal state"):
+        Graph.of("Loop", dict(graph.states), graph.transitions)
 
 
 def test_shared_sub_graphs_give_their_edges() -> None:

@@ -49,6 +49,7 @@ def test_there_are_broken_files_for_every_rule_that_matters() -> None:
         "unknown-field",
         "missing-step",
         "unreachable-step",
+        "dead-end",
         "invalid-json-schema",
         "unknown-template-field",
         "template-unsafe",
@@ -72,6 +73,35 @@ def test_a_broken_file_is_reported_with_its_line_and_rule(path: Path) -> None:
         assert problem.file == str(path)
         assert problem.column >= 1
         assert re.fullmatch(rf"{re.escape(str(path))}:\d+:\d+: [a-z-]+: .+", str(problem))
+
+
+@pytest.mark.parametrize(
+    ("name", "lines"),
+    [
+        (
+            "07_unreachable_step.yaml",
+            [
+                "27:5: unreachable-step: no path from the start reaches step 'orphan' (nothing "
+                "leads to it)"
+            ],
+        ),
+        (
+            "27_dead_end.yaml",
+            [
+                "18:5: dead-end: no path from step 'spin' reaches an end",
+                "24:5: dead-end: no path from step 'turn' reaches an end",
+            ],
+        ),
+    ],
+)
+def test_the_graphs_reachability_rules_name_the_step_in_the_file(
+    name: str, lines: list[str]
+) -> None:
+    """A step nothing leads to, and steps from which no path ends (a cancel aside), are
+    named at their id's line, in the file's order, with a sentence for a person."""
+    path = next(path for path in BROKEN if path.name == name)
+    checked = read_file(path, CATALOG, reserved_names(SHIPPED))
+    assert [str(problem) for problem in checked.problems] == [f"{path}:{line}" for line in lines]
 
 
 @pytest.mark.parametrize("path", BROKEN, ids=lambda path: path.stem)

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from workflows.data.steps import RuleSpec, ValidateSettings, check_value, rule_problems
-from workflows.documents.validation import MAX_PROBLEMS
+from workflows.data.check_steps import RuleSpec, ValidateSettings, check_value, rule_problems
+from workflows.steps.document_payloads import MAX_PROBLEMS
 
 
 def problems(rule: dict[str, Any], value: Any) -> list[str]:

@@ -18,10 +18,11 @@ from tests.support.orchestration import Orchestration
 from tests.support.scripted_activities import EXTRACTED_SHA256
 from tests.support.time_skipping import TASK_PROGRESS_TIMEOUT_S
 from workflows import contract, errors
-from workflows.documents.contract import DOCUMENT_UNREADABLE, WORKFLOW_TYPE_DOCUMENT_PIPELINE
+from workflows.documents.contract import WORKFLOW_TYPE_DOCUMENT_PIPELINE
 from workflows.documents.graph import GRAPH
 from workflows.documents.payloads import DocumentResult
 from workflows.payloads import HistoryEntry, LlmCallResult, ReviewView, RunStatus
+from workflows.steps.contract import DOCUMENT_UNREADABLE
 
 VALID = {
     "vendor": "Acme Supplies Ltd",

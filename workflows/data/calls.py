@@ -1,13 +1,11 @@
-"""The activities pipelines defined as data start: how each is started, with its input,
-timeouts, retry policy and Web UI summary. The document and vector activities are the other
-pipelines' own, reused as they are (``workflows.documents.steps``, ``workflows.llm.steps``).
+"""The activities only pipelines defined as data start: how each is started, with its input,
+timeouts, retry policy and Web UI summary. The document and vector activities are the shared
+steps' (``workflows.steps``).
 
 Workflow code, passed through the sandbox.
 """
 
 from __future__ import annotations
-
-from datetime import timedelta
 
 from temporalio import workflow
 
@@ -15,9 +13,6 @@ import workflows.engine.activity_policy as activity_policy
 import workflows.engine.commands as commands
 from workflows.data.contract import ACTIVITY_NOTIFY_PIPELINE, ACTIVITY_PLAN_PIPELINE
 from workflows.data.payloads import DataPlan, PipelineNotice, PlanPipelineInput
-from workflows.documents.contract import ACTIVITY_EXTRACT_TEXT
-from workflows.documents.payloads import ExtractedText, ExtractTextInput
-from workflows.documents.steps import EXTRACT_RETRY
 
 
 async def plan(pipeline: str, request: dict[str, object]) -> DataPlan:
@@ -32,25 +27,6 @@ async def plan(pipeline: str, request: dict[str, object]) -> DataPlan:
         summary=f"plan_pipeline: {pipeline} (local)",
     )
     return planned
-
-
-async def extract(request_id: str, document: str, *, reference: bool, fetch: bool) -> ExtractedText:
-    """``extract_text``: a document's size, pages, hash and a preview (never its text). A
-    ``fetch`` step tries a few times and fails; an ``extract`` step keeps trying, then the run
-    is dead-lettered."""
-    return await commands.execute(
-        ACTIVITY_EXTRACT_TEXT,
-        ExtractTextInput(
-            request_id=request_id,
-            reference=document if reference else None,
-            text=None if reference else document,
-        ),
-        ExtractedText,
-        timeout=timedelta(minutes=5),
-        heartbeat=activity_policy.HEARTBEAT_TIMEOUT,
-        retry=activity_policy.FETCH_RETRY if fetch else EXTRACT_RETRY,
-        summary="extract_text: load the document, extract its text",
-    )
 
 
 def notify(notice: PipelineNotice) -> None:

@@ -50,6 +50,12 @@ def _no_output(settings: Any) -> dict[str, Any] | None:
     return None
 
 
+def object_schema(*fields: str) -> dict[str, Any]:
+    """The JSON Schema of an object with ``fields`` (a step type's output; a new one each
+    call: nothing shared)."""
+    return {"type": "object", "properties": {name: {} for name in fields}}
+
+
 @dataclass(frozen=True)
 class StepType:
     """One kind of step (module docstring). ``output``: the JSON Schema of what the step

@@ -14,8 +14,6 @@ from typing import Annotated, Any, Final
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from workflows.data.spec import PipelineRecord
-from workflows.documents.payloads import StoreReceipt
-from workflows.documents.validation import Problem
 from workflows.payloads import (
     MAX_INLINE_MESSAGE_BYTES,
     MAX_METADATA_DEPTH,
@@ -26,6 +24,7 @@ from workflows.payloads import (
     printable,
 )
 from workflows.payloads._base import _depth
+from workflows.steps.document_payloads import Problem, StoreReceipt
 
 MAX_INPUT_BYTES: Final = MAX_INLINE_MESSAGE_BYTES
 

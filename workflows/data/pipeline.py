@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import workflows.llm.steps as llm_steps
+import workflows.steps.vectors as vectors
 from workflows.data.catalog import Compiled, CompiledStep, Run, StepRun, lookup
 from workflows.data.payloads import DataPlan, DataRequest, DataResult, DataState
 from workflows.engine.pipeline import Handler, Pipeline
@@ -87,7 +87,7 @@ async def compensate(ctx: Run) -> str:
     """Undo the run's side effects before it ends cancelled: the vector an embed step wrote.
     (A stored row stays: it is the record of a completed write, as the document pipeline's.)"""
     if ctx.run.embedding_id:
-        deleted = await llm_steps.delete_embedding()
+        deleted = await vectors.delete_embedding()
         return f"compensation: deleted {deleted} vector(s)"
     return "no side effects to undo"
 

@@ -26,18 +26,14 @@ from workflows.engine.graph import (
     TERMINAL_STATES,
     Event,
     Graph,
-    Role,
     StateInfo,
     Status,
     Transition,
-    batch_edges,
-    budget_edges,
     cancel_edges,
-    capacity_edges,
-    retry_edges,
     review_edges,
     review_states,
 )
+from workflows.steps import CallStates, model_call_edges, model_call_states
 
 
 class DocState(StrEnum):
@@ -72,6 +68,7 @@ class DocEvent(StrEnum):
 
 
 _ANALYZING = 60
+_CALL = CallStates(retry=DocState.RETRY_ANALYZE)
 
 GRAPH = Graph.of(
     WORKFLOW_TYPE_DOCUMENT_PIPELINE,
@@ -80,27 +77,7 @@ GRAPH = Graph.of(
             Status.PROCESSING, 20, "loading the document and extracting its text"
         ),
         DocState.ANALYZE: StateInfo(Status.PROCESSING, _ANALYZING, "the model extracts the fields"),
-        DocState.RETRY_ANALYZE: StateInfo(
-            Status.PROCESSING, _ANALYZING, "backing off before the next model attempt", Role.RETRY
-        ),
-        DocState.AWAIT_CAPACITY: StateInfo(
-            Status.PENDING,
-            _ANALYZING,
-            "queued for the model's shared capacity (rate limit)",
-            Role.CAPACITY,
-        ),
-        DocState.AWAIT_BUDGET: StateInfo(
-            Status.WAITING_FOR_INPUT,
-            _ANALYZING,
-            "the next call would cross a budget; waiting for an operator",
-            Role.BUDGET,
-        ),
-        DocState.AWAIT_BATCH: StateInfo(
-            Status.PENDING,
-            _ANALYZING,
-            "the call is in the provider's batch; waiting for its answer",
-            Role.BATCH,
-        ),
+        **model_call_states(_ANALYZING, _CALL),
         # Checked inside the workflow task that got the fields: nothing to show, no action.
         DocState.VALIDATE: StateInfo(
             Status.PROCESSING, _ANALYZING, "checking the fields and the business rules", shown=False
@@ -121,10 +98,7 @@ GRAPH = Graph.of(
         Transition(DocState.VALIDATE, DocEvent.NEEDS_REVIEW, DocState.AWAIT_REVIEW),
         Transition(DocState.VALIDATE, DocEvent.INVALID, DocState.FAILED),
     ),
-    retry_edges(DocState.ANALYZE, DocState.RETRY_ANALYZE),
-    capacity_edges(DocState.ANALYZE),
-    budget_edges(DocState.ANALYZE),
-    batch_edges(DocState.ANALYZE),
+    model_call_edges(DocState.ANALYZE, _CALL),
     review_edges(approve=DocState.STORE, reedit=DocState.ANALYZE, correct=DocState.VALIDATE),
     (
         Transition(DocState.STORE, DocEvent.STORED, DocState.COMPLETED),

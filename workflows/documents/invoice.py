@@ -16,7 +16,8 @@ from typing import Annotated, Any, Final
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
-from workflows.documents.validation import Problem, Rule
+from workflows.documents.validation import Rule
+from workflows.steps.document_payloads import Problem
 
 CENT: Final = Decimal("0.01")
 

@@ -19,6 +19,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 import workflows.documents.steps as steps
 import workflows.engine.activity_policy as activity_policy
 import workflows.engine.reviews as reviews
+import workflows.steps.documents as document_steps
 import workflows.steps.llm_call as llm_call
 from workflows.documents.contract import PIPELINE_DOCUMENTS
 from workflows.documents.graph import GRAPH, DocEvent, DocState
@@ -26,12 +27,12 @@ from workflows.documents.payloads import (
     DocumentRequest,
     DocumentResult,
     DocumentState,
-    StoreDocumentInput,
 )
 from workflows.documents.schemas import schema_named
 from workflows.engine.graph import Event
 from workflows.engine.pipeline import Context, Pipeline, RequestShape, ReviewSubject
 from workflows.payloads import FactValue, FinalState, LlmCallResult, ReviewContent, ReviewSection
+from workflows.steps.document_payloads import StoreDocumentInput
 
 Run = Context[DocumentRequest, DocumentState]
 
@@ -60,7 +61,9 @@ async def extract_text(ctx: Run) -> None:
     try:
         if run.plan is None:
             run.plan = await steps.plan(request)
-        run.extracted = await steps.extract(request)
+        run.extracted = await document_steps.extract(
+            request.request_id, request.document, reference=request.is_reference
+        )
     except (ActivityError, ApplicationError) as err:
         # A local activity's failure arrives as the ApplicationError itself, not wrapped.
         if isinstance(err, ActivityError) and activity_policy.cancelled(err):
@@ -127,7 +130,7 @@ async def store(ctx: Run) -> None:
     )
     run.reviewed_by = approval
     try:
-        run.stored = await steps.store(
+        run.stored = await document_steps.store(
             StoreDocumentInput(
                 request_id=request.request_id,
                 schema_name=request.extraction_schema,

@@ -19,25 +19,15 @@ from typing import Any, Final, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from workflows.payloads import printable
+from workflows.steps.document_payloads import MAX_PROBLEMS, Problem
 
 M = TypeVar("M", bound=BaseModel)
-Rule = Callable[[M], list["Problem"]]
+Rule = Callable[[M], list[Problem]]
 
-# A value broken everywhere is reported, not listed in full (the list travels in history).
-MAX_PROBLEMS: Final = 50
 # Enough digits that no product or sum of 18-digit amounts is ever rounded.
 _PRECISION: Final = 80
 # The path shown for a value that is not an object at all.
 WHOLE_DOCUMENT: Final = "(document)"
-
-
-class Problem(BaseModel):
-    """One finding: the field's path (``line_items[2].amount``) and what is wrong with it."""
-
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-    field: str
-    message: str
 
 
 class ValidationReport(BaseModel):

@@ -8,8 +8,10 @@ temporalio, so it can be unit-tested and drawn anywhere.
 Every pipeline shares the engine's own states and events (start, reviews, retries, capacity,
 budget and batch waits, dead letters, cancel) and adds its working states with one call per
 sub-graph (``review_edges``, ``retry_edges``, ``capacity_edges``, ``budget_edges``,
-``batch_edges``, ``cancel_edges``). A
-state's ``Role`` says who handles it: the pipeline (``WORK``) or the engine (everything else).
+``batch_edges``, ``cancel_edges``: ``workflows.engine.subgraphs``; the words they are written
+in are ``workflows.engine.vocabulary``). A state's ``Role`` says who handles it: the pipeline
+(``WORK``) or the engine (everything else). ``problems`` names each rule a graph breaks as a
+``GraphProblem`` (the rule, the state, a sentence), for a caller that places it in a file.
 """
 
 from __future__ import annotations
@@ -19,119 +21,98 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
+from workflows.engine.subgraphs import (
+    batch_edges,
+    budget_edges,
+    cancel_edges,
+    capacity_edges,
+    retry_edges,
+    review_edges,
+    review_states,
+)
+from workflows.engine.vocabulary import (
+    AWAIT_BATCH,
+    AWAIT_BUDGET,
+    AWAIT_CAPACITY,
+    AWAIT_REVIEW,
+    CANCELLED,
+    COMPLETED,
+    DEAD_LETTER,
+    END_INFOS,
+    ESCALATE,
+    FAILED,
+    FINAL_STATES,
+    IDLE,
+    START_INFO,
+    TERMINAL_STATES,
+    Event,
+    Role,
+    StateInfo,
+    Status,
+    Transition,
+)
 from workflows.errors import InvalidTransition, OrchestratorError
 
-
-class Status(StrEnum):
-    """The contract's status categories, coarser than states."""
-
-    PENDING = "Pending"
-    PROCESSING = "Processing"
-    WAITING_FOR_INPUT = "WaitingForInput"
-    COMPLETED = "Completed"
-    FAILED = "Failed"
-    CANCELLED = "Cancelled"
-
-
-class Role(StrEnum):
-    """Who handles a state: the pipeline's handler (``WORK``), or the engine.
-
-    Compared by value (``==``), never by identity: a pipeline built outside the workflow
-    sandbox and an engine module re-imported inside it hold different copies of this enum.
-    """
-
-    START = "start"
-    WORK = "work"
-    REVIEW = "review"
-    ESCALATION = "escalation"
-    RETRY = "retry"
-    CAPACITY = "capacity"
-    BUDGET = "budget"
-    BATCH = "batch"
-    END = "end"
-
-
-class Event(StrEnum):
-    """The events every pipeline shares; a pipeline names its own as plain strings."""
-
-    START = "start"
-    RETRYABLE_ERROR = "retryable_error"
-    PERMANENT_ERROR = "permanent_error"
-    BACKOFF_ELAPSED = "backoff_elapsed"
-    EXHAUSTED = "exhausted"
-    APPROVE = "approve"
-    REEDIT = "reedit"
-    REJECT = "reject"
-    CORRECT = "correct"
-    REVIEW_TIMEOUT = "review_timeout"
-    ESCALATION_TIMEOUT = "escalation_timeout"
-    CANCEL = "cancel"
-    CAPACITY_WAIT = "capacity_wait"
-    CAPACITY_READY = "capacity_ready"
-    OVER_BUDGET = "over_budget"
-    BUDGET_EXCEEDED = "budget_exceeded"
-    OVERSPEND_APPROVED = "overspend_approved"
-    OVERSPEND_REJECTED = "overspend_rejected"
-    BUDGET_TIMEOUT = "budget_timeout"
-    BATCH_SUBMITTED = "batch_submitted"
-    BATCH_DONE = "batch_done"
+# The vocabulary and the shared sub-graphs are part of this module's face: pipelines import
+# them from here with the graph.
+__all__ = (
+    "AWAIT_BATCH",
+    "AWAIT_BUDGET",
+    "AWAIT_CAPACITY",
+    "AWAIT_REVIEW",
+    "CANCELLED",
+    "COMPLETED",
+    "DEAD_LETTER",
+    "END_INFOS",
+    "ESCALATE",
+    "FAILED",
+    "FINAL_STATES",
+    "IDLE",
+    "START_INFO",
+    "TERMINAL_STATES",
+    "Event",
+    "Graph",
+    "GraphError",
+    "GraphProblem",
+    "GraphRule",
+    "Role",
+    "StateInfo",
+    "Status",
+    "Transition",
+    "batch_edges",
+    "budget_edges",
+    "cancel_edges",
+    "capacity_edges",
+    "retry_edges",
+    "review_edges",
+    "review_states",
+)
 
 
-# The states every pipeline shares: where a run starts and where it can end.
-IDLE = "idle"
-COMPLETED = "completed"
-FAILED = "failed"
-DEAD_LETTER = "dead_letter"
-CANCELLED = "cancelled"
-TERMINAL_STATES: frozenset[str] = frozenset({COMPLETED, FAILED, DEAD_LETTER, CANCELLED})
-# The states a run's result names (a cancelled run has none: it is cancelled).
-FINAL_STATES: frozenset[str] = frozenset({COMPLETED, FAILED, DEAD_LETTER})
-# The names the engine's review sub-graph uses unless a pipeline names its own.
-AWAIT_REVIEW = "await_review"
-ESCALATE = "escalate"
-AWAIT_CAPACITY = "await_capacity"
-AWAIT_BUDGET = "await_budget"
-AWAIT_BATCH = "await_batch"
+class GraphRule(StrEnum):
+    """The rules a graph must keep (``Graph.problems``)."""
+
+    KNOWN_STATES = "known_states"  # every edge joins states of the graph
+    ONE_TARGET = "one_target"  # no (state, event) pair leads two ways
+    REACHABLE = "reachable"  # every state is reachable from the initial one
+    ENDS = "ends"  # every open state reaches an end other than by a cancel
+    FINAL_ENDS = "final_ends"  # an end state has no edge out
+    CANCELLABLE = "cancellable"  # every open state can be cancelled
+    PROGRESS = "progress"  # progress never goes down along an edge
 
 
 @dataclass(frozen=True)
-class StateInfo:
-    """What a state means: its status category, progress in percent, a description, who
-    handles it, and whether visibility shows it (``AiState``: each upsert is a billable action,
-    so states a run only passes through are not shown)."""
+class GraphProblem:
+    """A rule a graph breaks: which, the state it concerns (an edge's source for an edge's
+    problem), and a sentence naming the state or edge at fault."""
 
-    status: Status
-    progress: int
-    description: str
-    role: Role = Role.WORK
-    shown: bool = True
-
-
-@dataclass(frozen=True)
-class Transition:
-    """One allowed edge of the graph."""
-
-    source: str
-    event: str
-    target: str
+    rule: GraphRule
+    state: str
+    text: str
 
 
 class GraphError(OrchestratorError):
     """A graph that breaks the engine's rules; the message lists every problem."""
-
-
-# The engine's states with the meaning they have in every pipeline.
-START_INFO = StateInfo(Status.PENDING, 0, "accepted, not started", Role.START, shown=False)
-END_INFOS: Mapping[str, StateInfo] = MappingProxyType(
-    {
-        COMPLETED: StateInfo(Status.COMPLETED, 100, "done", Role.END),
-        FAILED: StateInfo(Status.FAILED, 100, "failed permanently or rejected", Role.END),
-        DEAD_LETTER: StateInfo(
-            Status.FAILED, 100, "gave up; sent to the dead-letter queue", Role.END
-        ),
-        CANCELLED: StateInfo(Status.CANCELLED, 100, "cancelled; compensation done", Role.END),
-    }
-)
 
 
 @dataclass(frozen=True)
@@ -159,17 +140,25 @@ class Graph:
         Raises:
             GraphError: the graph breaks a rule (see ``problems``).
         """
+        graph = cls.unchecked(name, states, *edges)
+        found = graph.problems()
+        if found:
+            raise GraphError(f"graph {name!r} is invalid: " + "; ".join(p.text for p in found))
+        return graph
+
+    @classmethod
+    def unchecked(
+        cls, name: str, states: Mapping[str, StateInfo], *edges: Iterable[Transition]
+    ) -> Graph:
+        """The graph ``Graph.of`` builds, without checking it (to ask it for its
+        ``problems``)."""
         transitions = tuple(
             Transition(str(t.source), str(t.event), str(t.target)) for group in edges for t in group
         )
         every = {IDLE: START_INFO, **{str(state): info for state, info in states.items()}}
         targets = {t.target for t in transitions}
         every.update((end, info) for end, info in END_INFOS.items() if end in targets)
-        graph = cls(name, MappingProxyType(every), transitions)
-        found = graph.problems()
-        if found:
-            raise GraphError(f"graph {name!r} is invalid: " + "; ".join(found))
-        return graph
+        return cls(name, MappingProxyType(every), transitions)
 
     # Walking it.
 
@@ -251,13 +240,15 @@ class Graph:
         """Where ``event`` leads from ``state``, or None when the graph has no such edge."""
         return self._next.get((str(state), str(event)))
 
-    def reachable_from(self, start: str) -> set[str]:
-        """Every state reachable from ``start`` (including itself)."""
+    def reachable_from(self, start: str, *, cancels: bool = True) -> set[str]:
+        """Every state reachable from ``start`` (including itself); without ``cancels``,
+        along the edges other than ``cancel``."""
         seen = {start}
         frontier = [start]
+        edges = [t for t in self.transitions if cancels or t.event != Event.CANCEL]
         while frontier:
             current = frontier.pop()
-            for edge in self.transitions:
+            for edge in edges:
                 if edge.source == current and edge.target not in seen:
                     seen.add(edge.target)
                     frontier.append(edge.target)
@@ -265,23 +256,27 @@ class Graph:
 
     # Checking it.
 
-    def problems(self) -> list[str]:
-        """Every rule the graph breaks, one sentence each (none: it is valid).
+    def problems(self) -> list[GraphProblem]:
+        """Every rule the graph breaks (none: it is valid), each with the state it concerns.
 
         Every edge joins known states and no (state, event) pair leads two ways; every state
-        is reachable from the initial one; every non-terminal state reaches a terminal one and
-        has an edge out, terminal states none; every non-terminal state can be cancelled; and
-        progress never goes down along an edge (states on one loop share their progress).
+        is reachable from the initial one; every non-terminal state reaches a terminal one
+        other than by a cancel and has an edge out, terminal states none; every non-terminal
+        state can be cancelled; and progress never goes down along an edge (states on one
+        loop share their progress).
         """
-        found: list[str] = []
+        found: list[GraphProblem] = []
         seen: dict[tuple[str, str], str] = {}
         for edge in self.transitions:
+            arrow = f"{edge.source} -{edge.event}->"
             for end in (edge.source, edge.target):
                 if end not in self.states:
-                    found.append(f"edge {edge.source} -{edge.event}-> {edge.target}: no {end!r}")
+                    text = f"edge {arrow} {edge.target}: no {end!r}"
+                    found.append(GraphProblem(GraphRule.KNOWN_STATES, edge.source, text))
             key = (edge.source, edge.event)
             if seen.get(key, edge.target) != edge.target:
-                found.append(f"{edge.source} -{edge.event}-> leads to two states")
+                text = f"{arrow} leads to two states"
+                found.append(GraphProblem(GraphRule.ONE_TARGET, edge.source, text))
             seen[key] = edge.target
         if found:
             return found
@@ -290,21 +285,27 @@ class Graph:
         for name, info in self.states.items():
             outgoing = self.allowed_events(name)
             if name not in reachable:
-                found.append(f"{name} is not reachable from {self.initial}")
+                text = f"{name} is not reachable from {self.initial}"
+                found.append(GraphProblem(GraphRule.REACHABLE, name, text))
             if info.role == Role.END:
                 if outgoing:
-                    found.append(f"terminal state {name} has edges out")
+                    text = f"terminal state {name} has edges out"
+                    found.append(GraphProblem(GraphRule.FINAL_ENDS, name, text))
                 continue
-            if not self.reachable_from(name) & ends:
-                found.append(f"{name} reaches no terminal state")
+            if not self.reachable_from(name, cancels=False) & ends:
+                text = f"{name} reaches no terminal state (a cancel aside)"
+                found.append(GraphProblem(GraphRule.ENDS, name, text))
             if Event.CANCEL.value not in outgoing:
-                found.append(f"{name} cannot be cancelled")
+                text = f"{name} cannot be cancelled"
+                found.append(GraphProblem(GraphRule.CANCELLABLE, name, text))
         for edge in self.transitions:
-            if self.progress_of(edge.target) < self.progress_of(edge.source):
-                found.append(
+            source, target = self.progress_of(edge.source), self.progress_of(edge.target)
+            if target < source:
+                text = (
                     f"progress goes down along {edge.source} -{edge.event}-> {edge.target} "
-                    f"({self.progress_of(edge.source)}% to {self.progress_of(edge.target)}%)"
+                    f"({source}% to {target}%)"
                 )
+                found.append(GraphProblem(GraphRule.PROGRESS, edge.source, text))
         return found
 
     # Drawing it.
@@ -343,89 +344,3 @@ class Graph:
         for state in sorted(self.terminal_states):
             lines.append(f"    {state} --> [*]")
         return "\n".join(lines) + "\n"
-
-
-# The shared sub-graphs: each returns the edges a pipeline adds with one call.
-
-
-def review_edges(
-    *,
-    approve: str,
-    reedit: str,
-    reject: str = FAILED,
-    correct: str | None = None,
-    review: str = AWAIT_REVIEW,
-    escalation: str = ESCALATE,
-) -> tuple[Transition, ...]:
-    """A review: from ``review`` and, after its timeout, ``escalation``, each decision leads on
-    (``correct``: approved with corrected fields, when the pipeline takes them); the
-    escalation's timeout dead-letters the run."""
-    decisions = [(Event.APPROVE, approve), (Event.REEDIT, reedit), (Event.REJECT, reject)]
-    if correct is not None:
-        decisions.append((Event.CORRECT, correct))
-    return (
-        *(Transition(review, event, target) for event, target in decisions),
-        Transition(review, Event.REVIEW_TIMEOUT, escalation),
-        *(Transition(escalation, event, target) for event, target in decisions),
-        Transition(escalation, Event.ESCALATION_TIMEOUT, DEAD_LETTER),
-    )
-
-
-def review_states(
-    progress: int,
-    *,
-    review: str = AWAIT_REVIEW,
-    escalation: str = ESCALATE,
-    shown: str = "waiting for a reviewer",
-) -> dict[str, StateInfo]:
-    """The two states of a review (``review_edges``), at ``progress``."""
-    return {
-        review: StateInfo(Status.WAITING_FOR_INPUT, progress, shown, Role.REVIEW),
-        escalation: StateInfo(
-            Status.WAITING_FOR_INPUT, progress, "review timed out; escalated", Role.ESCALATION
-        ),
-    }
-
-
-def retry_edges(step: str, retry: str) -> tuple[Transition, ...]:
-    """Retry with backoff: a retryable failure of ``step`` waits in ``retry``, then tries
-    again, until the attempts run out and the run is dead-lettered."""
-    return (
-        Transition(step, Event.RETRYABLE_ERROR, retry),
-        Transition(retry, Event.BACKOFF_ELAPSED, step),
-        Transition(retry, Event.EXHAUSTED, DEAD_LETTER),
-    )
-
-
-def capacity_edges(step: str, wait: str = AWAIT_CAPACITY) -> tuple[Transition, ...]:
-    """No capacity for ``step``'s call: wait (a timer) without calling or spending an attempt."""
-    return (
-        Transition(step, Event.CAPACITY_WAIT, wait),
-        Transition(wait, Event.CAPACITY_READY, step),
-    )
-
-
-def budget_edges(step: str, wait: str = AWAIT_BUDGET) -> tuple[Transition, ...]:
-    """``step``'s call would cross a budget: an operator decides (policy ``wait``), or the run is
-    dead-lettered, to be redriven once the budget allows (policy ``fail``)."""
-    return (
-        Transition(step, Event.OVER_BUDGET, wait),
-        Transition(step, Event.BUDGET_EXCEEDED, DEAD_LETTER),
-        Transition(wait, Event.OVERSPEND_APPROVED, step),
-        Transition(wait, Event.OVERSPEND_REJECTED, FAILED),
-        Transition(wait, Event.BUDGET_TIMEOUT, DEAD_LETTER),
-    )
-
-
-def batch_edges(step: str, wait: str = AWAIT_BATCH) -> tuple[Transition, ...]:
-    """``step``'s call went into the provider's batch API: wait for its answer, then the step
-    takes up the outcome (an answer or a failure) as it would a synchronous call's."""
-    return (
-        Transition(step, Event.BATCH_SUBMITTED, wait),
-        Transition(wait, Event.BATCH_DONE, step),
-    )
-
-
-def cancel_edges(states: Iterable[str]) -> tuple[Transition, ...]:
-    """Cancel from each of ``states`` (give it every non-terminal state)."""
-    return tuple(Transition(state, Event.CANCEL, CANCELLED) for state in states)

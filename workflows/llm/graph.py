@@ -23,18 +23,14 @@ from workflows.engine.graph import (
     TERMINAL_STATES,
     Event,
     Graph,
-    Role,
     StateInfo,
     Status,
     Transition,
-    batch_edges,
-    budget_edges,
     cancel_edges,
-    capacity_edges,
-    retry_edges,
     review_edges,
     review_states,
 )
+from workflows.steps import CallStates, model_call_edges, model_call_states
 
 NAME = "AiOrchestrator"
 
@@ -70,6 +66,10 @@ class LlmEvent(StrEnum):
 # The call, its retries and waits, and the review form one loop (a reedit calls the model
 # again), so they share one progress figure: a run's progress never goes down.
 _CALLING = 60
+_CALL = CallStates(retry=State.RETRY_LLM)
+_WAITS = model_call_states(
+    _CALLING, _CALL, descriptions={"retry": "backing off before the next LLM attempt"}
+)
 
 GRAPH = Graph.of(
     NAME,
@@ -78,27 +78,11 @@ GRAPH = Graph.of(
             Status.PROCESSING, 10, "loading input and building the prompt"
         ),
         State.INVOKE_LLM: StateInfo(Status.PROCESSING, _CALLING, "calling the LLM"),
-        State.AWAIT_CAPACITY: StateInfo(
-            Status.PENDING,
-            _CALLING,
-            "queued for the model's shared capacity (rate limit)",
-            Role.CAPACITY,
-        ),
-        State.AWAIT_BUDGET: StateInfo(
-            Status.WAITING_FOR_INPUT,
-            _CALLING,
-            "the next call would cross a budget; waiting for an operator",
-            Role.BUDGET,
-        ),
-        State.AWAIT_BATCH: StateInfo(
-            Status.PENDING,
-            _CALLING,
-            "the call is in the provider's batch; waiting for its answer",
-            Role.BATCH,
-        ),
-        State.RETRY_LLM: StateInfo(
-            Status.PROCESSING, _CALLING, "backing off before the next LLM attempt", Role.RETRY
-        ),
+        # Listed as the published diagrams have always listed them, the retry state last.
+        **{
+            state: _WAITS[state]
+            for state in (State.AWAIT_CAPACITY, State.AWAIT_BUDGET, State.AWAIT_BATCH, _CALL.retry)
+        },
         **review_states(_CALLING),
         # A run passes through it in moments: showing it would cost an upsert (an action).
         State.GENERATE_EMBEDDING: StateInfo(
@@ -113,10 +97,7 @@ GRAPH = Graph.of(
         Transition(State.INVOKE_LLM, LlmEvent.NEEDS_REVIEW, State.AWAIT_REVIEW),
         Transition(State.INVOKE_LLM, Event.PERMANENT_ERROR, State.FAILED),
     ),
-    retry_edges(State.INVOKE_LLM, State.RETRY_LLM),
-    capacity_edges(State.INVOKE_LLM),
-    budget_edges(State.INVOKE_LLM),
-    batch_edges(State.INVOKE_LLM),
+    model_call_edges(State.INVOKE_LLM, _CALL),
     review_edges(approve=State.GENERATE_EMBEDDING, reedit=State.INVOKE_LLM),
     (
         Transition(State.GENERATE_EMBEDDING, LlmEvent.EMBEDDED, State.COMPLETED),

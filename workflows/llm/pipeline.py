@@ -20,6 +20,7 @@ import workflows.engine.activity_policy as activity_policy
 import workflows.engine.reviews as reviews
 import workflows.llm.steps as steps
 import workflows.steps.llm_call as llm_call
+import workflows.steps.vectors as vectors
 from workflows.engine.graph import Event
 from workflows.engine.pipeline import Context, Pipeline, RequestShape, ReviewSubject
 from workflows.llm.graph import GRAPH, LlmEvent, State
@@ -97,7 +98,7 @@ async def generate_embedding(ctx: Run) -> None:
     run = ctx.run
     assert run.reply is not None
     try:
-        result = await steps.embed(ctx.request.request_id, run.reply.content)
+        result = await vectors.embed(ctx.request.request_id, run.reply.content)
     except ActivityError as err:
         if activity_policy.cancelled(err):
             raise
@@ -116,7 +117,7 @@ async def compensate(ctx: Run) -> str:
     """Undo the run's side effects before it ends cancelled: the vector it may have written."""
     run = ctx.run
     if run.state in (State.GENERATE_EMBEDDING, State.COMPLETED) or run.embedding_id:
-        deleted = await steps.delete_embedding()
+        deleted = await vectors.delete_embedding()
         return f"compensation: deleted {deleted} vector(s)"
     return "no side effects to undo"
 

@@ -1,5 +1,5 @@
-"""The LLM pipeline's own activities: how each is started, with its input, timeouts, retry
-policy and Web UI summary (the model call is the shared step, ``workflows.steps.llm_call``).
+"""The LLM pipeline's own activity: how it is started, with its input, timeouts, retry policy
+and Web UI summary (the model call and the embedding are shared steps, ``workflows.steps``).
 
 Plain functions that only start activities and return what came back, so every decision stays
 with the handler and the graph.
@@ -17,12 +17,9 @@ import workflows.contract as contract
 import workflows.engine.activity_policy as activity_policy
 import workflows.engine.commands as commands
 from workflows.payloads import (
-    EmbeddingInput,
-    EmbeddingResult,
     PipelineRequest,
     PromptInput,
     PromptPlan,
-    vector_key,
 )
 
 
@@ -47,40 +44,4 @@ async def fetch_plan(request: PipelineRequest, *, local: bool) -> PromptPlan:
         timeout=timedelta(seconds=60),
         retry=activity_policy.FETCH_RETRY,
         summary="fetch_prompt: load input, build prompt",
-    )
-
-
-async def embed(request_id: str, content: str) -> EmbeddingResult:
-    """``generate_embedding``: embed the answer and upsert it under the run's point id (the
-    pipelines defined as data embed with it too)."""
-    return await commands.execute(
-        contract.ACTIVITY_GENERATE_EMBEDDING,
-        EmbeddingInput(
-            workflow_id=workflow.info().workflow_id,
-            chain_id=workflow.info().first_execution_run_id,
-            request_id=request_id,
-            content=content,
-        ),
-        EmbeddingResult,
-        timeout=timedelta(seconds=60),
-        heartbeat=activity_policy.HEARTBEAT_TIMEOUT,
-        retry=activity_policy.EMBEDDING_RETRY,
-        # On cancel, wait until the activity has really stopped (it heartbeats, so the cancel
-        # reaches it) before compensating: the delete must not race the upsert.
-        cancellation=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-        summary="generate_embedding: embed and upsert",
-    )
-
-
-async def delete_embedding() -> int:
-    """``delete_embedding``: the cancel's compensation; how many vectors it deleted (named as
-    ``generate_embedding`` names them: workflow id and run chain)."""
-    info = workflow.info()
-    return await commands.execute(
-        contract.ACTIVITY_DELETE_EMBEDDING,
-        vector_key(info.workflow_id, info.first_execution_run_id),
-        int,
-        timeout=timedelta(seconds=30),
-        retry=activity_policy.COMPENSATION_RETRY,
-        summary="compensate: delete embedding",
     )
