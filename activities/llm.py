@@ -54,8 +54,9 @@ from activities.capacity import (
 )
 from activities.documents.extract import DocumentTexts
 from activities.heartbeat import HEARTBEAT_EVERY, heartbeat_while
+from activities.input_loader import InputLoader
 from activities.pricing import estimate_cost
-from activities.prompt import CORRECTIVE_INSTRUCTION, OBJECT_CORRECTIVE_INSTRUCTION, InputLoader
+from activities.prompt import CORRECTIVE_INSTRUCTION, OBJECT_CORRECTIVE_INSTRUCTION
 from activities.redaction import scrubbed_error
 from aiorch_runtime.capacity import ProviderSignal
 from aiorch_runtime.config import PriceTable

@@ -20,7 +20,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.notify import NotifyActivities, shown_id
-from activities.prompt import lowered, planned
+from activities.planning import PlanDefaults, lowered, planned
 from aiorch_runtime.config import Settings
 from aiorch_runtime.errors import ConfigError
 from aiorch_runtime.links import inbox_run_url, web_ui_run_url
@@ -40,6 +40,7 @@ from workflows.data import (
 )
 from workflows.data.compiler import value_problems
 from workflows.data.steps import input_digest
+from workflows.engine.planning import with_prompt
 from workflows.payloads import describe_validation_error, printable
 
 
@@ -68,7 +69,7 @@ class PipelineActivities:
         self._catalog = catalog
         self._code_pipelines = list(code_pipelines)
         self._notifier = notifier
-        self._review_keys = settings.review_keys()
+        self._plan_defaults = PlanDefaults.of(settings)
 
     async def _record(self, name: str) -> PipelineRecord:
         try:
@@ -101,14 +102,11 @@ class PipelineActivities:
         if found:
             shown = "; ".join(f"input.{where}: {message}" for where, message in found[:5])
             raise invalid(f"the input does not fit {record.name} {record.label}: {shown}")
-        plan = planned(
+        plan = with_prompt(
+            planned(self._plan_defaults, request, pipeline=record.name),
             DataPlan,
-            self._settings,
-            request,
-            self._review_keys,
             system_prompt="",
             user_prompt="",
-            pipeline_name=record.name,
             pipeline=record,
             input_digest=input_digest(request.input),
         )

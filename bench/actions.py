@@ -62,13 +62,13 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from activities.prompt import SYSTEM_PROMPT
 from aiorch.ops.reviews import Signer, submit_review
 from bench.baseline import BASELINE_APPROVE_UPDATE
 from bench.load import BASELINE, MESSAGE, OURS, Batch, BenchError, Target, retrying
 from bench.server_metrics import difference, settled_actions
 from workflows import contract
 from workflows.llm.graph import State
+from workflows.llm.prompt import SYSTEM_PROMPT
 from workflows.payloads import ReviewDecision
 
 Log = Callable[[str], None]

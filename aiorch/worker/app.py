@@ -41,11 +41,13 @@ from activities.documents.extract import DocumentLimits, DocumentTexts, ExtractA
 from activities.documents.plan import DocumentPlanActivities
 from activities.documents.store import StoreActivities, create_store_engine
 from activities.documents.text_store import texts_beside_claims
+from activities.input_loader import InputLoader
 from activities.lineage import LineageActivities
 from activities.llm import LlmActivities
 from activities.notify import NotifyActivities
 from activities.pipelines import PipelineActivities
-from activities.prompt import BATCH_SUBMISSION_ALLOWANCE_S, InputLoader, PromptActivities
+from activities.planning import BATCH_SUBMISSION_ALLOWANCE_S, PlanActivities, PlanDefaults
+from activities.prompt import PromptActivities
 from activities.vectors import VectorActivities, embedded_store
 from aiorch.worker.health import WorkerHealth, start_health
 from aiorch.worker.tenant_boundaries import check_result_cache
@@ -333,8 +335,10 @@ async def build_worker(
         file_roots=settings.allowed_file_roots,
         s3_prefixes=settings.allowed_s3_prefixes,
     )
-    prompts = PromptActivities(settings, loader)
-    documents = DocumentPlanActivities(settings)
+    plan_defaults = PlanDefaults.of(settings)
+    plans = PlanActivities(plan_defaults, {p.name: p.request for p in PIPELINES})
+    prompts = PromptActivities(plan_defaults, loader)
+    documents = DocumentPlanActivities(plan_defaults)
     texts = DocumentTexts(loader, DocumentLimits.of(settings), texts_beside_claims(settings, s3))
     extracts = ExtractActivities(texts)
     document_store = StoreActivities(
@@ -437,6 +441,7 @@ async def build_worker(
                 CallerCheck(client, settings.temporal_task_queue, WorkerPipelines(folder))
             ],
             activities=[
+                plans.plan_run,
                 prompts.fetch_prompt,
                 llm_activities.invoke_llm,
                 vectors.generate_embedding,

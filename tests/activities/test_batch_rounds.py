@@ -32,8 +32,8 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.batch import BatchActivities, item_name
 from activities.batch_groups import group_workflow_id
+from activities.input_loader import InputLoader
 from activities.llm import LlmActivities, call_cost
-from activities.prompt import InputLoader
 from aiorch.devstack.llm_simulator import running_simulator
 from aiorch_runtime.batch_store import BatchStore
 from aiorch_runtime.capacity import CapacityStoreError, scope_name

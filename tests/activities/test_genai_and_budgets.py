@@ -34,9 +34,9 @@ from activities.capacity import (
     today,
     unbudgeted_tenant,
 )
+from activities.input_loader import InputLoader
 from activities.llm import LlmActivities, build_messages
 from activities.pricing import estimate_cost
-from activities.prompt import InputLoader
 from aiorch.devstack.llm_simulator import running_simulator
 from aiorch_runtime.capacity import ProviderSignal
 from aiorch_runtime.config import DEFAULT_PRICE_TABLE, RateLimit

@@ -32,6 +32,7 @@ from tests.support.scripted_activities import (
     PRIMARY_MODEL,
     FakeActivities,
     FakeDocumentActivities,
+    FakePlans,
     HeldLineage,
     Reply,
 )
@@ -252,6 +253,7 @@ async def _orchestration(
         activities=[
             *orchestration.fakes.activities,
             *orchestration.documents.activities,
+            FakePlans(orchestration.fakes, orchestration.documents).plan_run,
             orchestration.lineage.verify_continuation,
             data_plans(folder).plan_pipeline,
         ],

@@ -21,15 +21,18 @@ from workflows.documents.contract import (
     ACTIVITY_EXTRACT_TEXT,
     ACTIVITY_PLAN_DOCUMENT,
     ACTIVITY_STORE_DOCUMENT,
+    PIPELINE_DOCUMENTS,
 )
 from workflows.documents.payloads import (
     DocumentPlan,
+    DocumentRequest,
     ExtractedText,
     ExtractTextInput,
     PlanDocumentInput,
     StoreDocumentInput,
     StoreReceipt,
 )
+from workflows.engine.planning import PlanRunInput, RunPlan
 from workflows.payloads import (
     AwaitBatchInput,
     ContinuationCheck,
@@ -40,6 +43,7 @@ from workflows.payloads import (
     EmbeddingResult,
     LlmCallInput,
     LlmCallResult,
+    PipelineRequest,
     PromptInput,
     PromptPlan,
     ReviewNotice,
@@ -188,14 +192,21 @@ class FakeActivities:
     @activity.defn(name=contract.ACTIVITY_FETCH_PROMPT)
     async def fetch_prompt(self, prompt_input: PromptInput) -> PromptPlan:
         """Resolves options the way the real activity does: the request's, else defaults."""
+        return PromptPlan(
+            system_prompt="You are a test double.",
+            user_prompt=prompt_input.request.user_message,
+            **self.plan_values(prompt_input),
+        )
+
+    def plan_values(self, prompt_input: PromptInput) -> dict[str, Any]:
+        """The plan's settings for a run's request (recorded), as the real planning resolves
+        them: the request's options, else defaults."""
         self.prompt_inputs.append(prompt_input)
         if self.prompt_error is not None:
             raise self.prompt_error
         request = prompt_input.request
         options = request.options
         values: dict[str, Any] = {
-            "system_prompt": "You are a test double.",
-            "user_prompt": prompt_input.request.user_message,
             "llm_timeout_s": 30.0,
             "review_timeout_s": options.review_timeout_s or 600.0,
             "escalation_timeout_s": options.escalation_timeout_s or 1200.0,
@@ -210,7 +221,7 @@ class FakeActivities:
             "requested_by": request.requested_by,
         }
         values.update(self.plan_overrides)
-        return PromptPlan(**values)
+        return values
 
     @activity.defn(name=contract.ACTIVITY_INVOKE_LLM)
     async def invoke_llm(self, call: LlmCallInput) -> LlmCallResult:
@@ -317,11 +328,18 @@ class FakeDocumentActivities:
 
     @activity.defn(name=ACTIVITY_PLAN_DOCUMENT)
     async def plan_document(self, plan_input: PlanDocumentInput) -> DocumentPlan:
+        return DocumentPlan(
+            system_prompt="Extract the fields. JSON Schema: {}",
+            user_prompt=plan_input.request.document,
+            **self.plan_values(plan_input),
+        )
+
+    def plan_values(self, plan_input: PlanDocumentInput) -> dict[str, Any]:
+        """The plan's settings for a document request (recorded): its options, else
+        defaults."""
         self.plans.append(plan_input)
         request = plan_input.request
         values: dict[str, Any] = {
-            "system_prompt": "Extract the fields. JSON Schema: {}",
-            "user_prompt": request.document,
             "review_timeout_s": request.options.review_timeout_s or 600.0,
             "escalation_timeout_s": request.options.escalation_timeout_s or 1200.0,
             "llm_max_attempts": request.options.llm_max_attempts or 3,
@@ -330,7 +348,7 @@ class FakeDocumentActivities:
             "extraction_schema": request.extraction_schema,
         }
         values.update(self.plan_overrides)
-        return DocumentPlan(**values)
+        return values
 
     @activity.defn(name=ACTIVITY_EXTRACT_TEXT)
     async def extract_text(self, extract_input: ExtractTextInput) -> ExtractedText:
@@ -371,3 +389,20 @@ class HeldLineage:
             self.entered.set()
             await self.hold.wait()
         return await self._lineage.verify_continuation(check)
+
+
+@dataclass(frozen=True)
+class FakePlans:
+    """The test double of ``plan_run``: each pipeline's plan as its own fake resolves it
+    (recorded there), for the LLM and document pipelines."""
+
+    fakes: FakeActivities
+    documents: FakeDocumentActivities
+
+    @activity.defn(name=contract.ACTIVITY_PLAN_RUN)
+    async def plan_run(self, plan_input: PlanRunInput) -> RunPlan:
+        if plan_input.pipeline == PIPELINE_DOCUMENTS:
+            request = DocumentRequest.model_validate(plan_input.request)
+            return RunPlan(**self.documents.plan_values(PlanDocumentInput(request=request)))
+        prompt_input = PromptInput(request=PipelineRequest.model_validate(plan_input.request))
+        return RunPlan(**self.fakes.plan_values(prompt_input))

@@ -14,6 +14,7 @@ from temporalio.common import RetryPolicy
 
 import workflows.engine.activity_policy as activity_policy
 import workflows.engine.commands as commands
+import workflows.engine.planning as planning
 from workflows import errors
 from workflows.documents.contract import (
     ACTIVITY_EXTRACT_TEXT,
@@ -21,6 +22,7 @@ from workflows.documents.contract import (
     ACTIVITY_STORE_DOCUMENT,
     DOCUMENT_STORE_REJECTED,
     DOCUMENT_UNREADABLE,
+    PIPELINE_DOCUMENTS,
 )
 from workflows.documents.payloads import (
     DocumentPlan,
@@ -31,6 +33,7 @@ from workflows.documents.payloads import (
     StoreDocumentInput,
     StoreReceipt,
 )
+from workflows.documents.prompt import prompt
 from workflows.payloads import RunPolicy
 
 # A document that is missing, not allowed or unreadable stays so: fail at once. Anything else
@@ -54,8 +57,12 @@ STORE_RETRY = RetryPolicy(
 
 
 async def plan(request: DocumentRequest) -> DocumentPlan:
-    """``plan_document`` (local: no I/O, it builds the extraction prompt and resolves the
-    run's settings from the worker's configuration, inside the current task)."""
+    """``plan_run`` (local: no I/O, it resolves the run's settings from the worker's
+    configuration, inside the current task) with the extraction prompt built here; replaying a
+    run recorded before it, ``plan_document``."""
+    if workflow.patched(planning.PLAN_RUN_PATCH):
+        run_plan = await planning.plan_run(PIPELINE_DOCUMENTS, request)
+        return planning.with_prompt(run_plan, DocumentPlan, **prompt(request))
     planned: DocumentPlan = await workflow.execute_local_activity(
         ACTIVITY_PLAN_DOCUMENT,
         PlanDocumentInput(request=request),
