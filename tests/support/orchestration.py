@@ -32,7 +32,6 @@ from tests.support.scripted_activities import (
     PRIMARY_MODEL,
     FakeActivities,
     FakeDocumentActivities,
-    FakePlans,
     HeldLineage,
     Reply,
 )
@@ -253,7 +252,6 @@ async def _orchestration(
         activities=[
             *orchestration.fakes.activities,
             *orchestration.documents.activities,
-            FakePlans(orchestration.fakes, orchestration.documents).plan_run,
             orchestration.lineage.verify_continuation,
             data_plans(folder).plan_pipeline,
         ],

@@ -19,16 +19,13 @@ from tests.support.time_skipping import TASK_PROGRESS_TIMEOUT_S
 from workflows import contract, errors
 from workflows.documents.contract import (
     ACTIVITY_EXTRACT_TEXT,
-    ACTIVITY_PLAN_DOCUMENT,
     ACTIVITY_STORE_DOCUMENT,
     PIPELINE_DOCUMENTS,
 )
 from workflows.documents.payloads import (
-    DocumentPlan,
     DocumentRequest,
     ExtractedText,
     ExtractTextInput,
-    PlanDocumentInput,
     StoreDocumentInput,
     StoreReceipt,
 )
@@ -43,7 +40,6 @@ from workflows.payloads import (
     EmbeddingResult,
     LlmCallInput,
     LlmCallResult,
-    PipelineRequest,
     PromptInput,
     PromptPlan,
     ReviewNotice,
@@ -192,21 +188,14 @@ class FakeActivities:
     @activity.defn(name=contract.ACTIVITY_FETCH_PROMPT)
     async def fetch_prompt(self, prompt_input: PromptInput) -> PromptPlan:
         """Resolves options the way the real activity does: the request's, else defaults."""
-        return PromptPlan(
-            system_prompt="You are a test double.",
-            user_prompt=prompt_input.request.user_message,
-            **self.plan_values(prompt_input),
-        )
-
-    def plan_values(self, prompt_input: PromptInput) -> dict[str, Any]:
-        """The plan's settings for a run's request (recorded), as the real planning resolves
-        them: the request's options, else defaults."""
         self.prompt_inputs.append(prompt_input)
         if self.prompt_error is not None:
             raise self.prompt_error
         request = prompt_input.request
         options = request.options
         values: dict[str, Any] = {
+            "system_prompt": "You are a test double.",
+            "user_prompt": prompt_input.request.user_message,
             "llm_timeout_s": 30.0,
             "review_timeout_s": options.review_timeout_s or 600.0,
             "escalation_timeout_s": options.escalation_timeout_s or 1200.0,
@@ -221,7 +210,7 @@ class FakeActivities:
             "requested_by": request.requested_by,
         }
         values.update(self.plan_overrides)
-        return values
+        return PromptPlan(**values)
 
     @activity.defn(name=contract.ACTIVITY_INVOKE_LLM)
     async def invoke_llm(self, call: LlmCallInput) -> LlmCallResult:
@@ -317,38 +306,31 @@ class FakeDocumentActivities:
         self.plan_overrides: dict[str, Any] = {}
         self.extract_error: ApplicationError | None = None
         self.store_script: list[BaseException] = []
-        self.plans: list[PlanDocumentInput] = []
+        self.plans: list[PlanRunInput] = []
         self.extracts: list[ExtractTextInput] = []
         self.stores: list[StoreDocumentInput] = []
         self.rows: dict[str, StoreDocumentInput] = {}
 
     @property
     def activities(self) -> list[Any]:
-        return [self.plan_document, self.extract_text, self.store_document]
+        return [self.plan_run, self.extract_text, self.store_document]
 
-    @activity.defn(name=ACTIVITY_PLAN_DOCUMENT)
-    async def plan_document(self, plan_input: PlanDocumentInput) -> DocumentPlan:
-        return DocumentPlan(
-            system_prompt="Extract the fields. JSON Schema: {}",
-            user_prompt=plan_input.request.document,
-            **self.plan_values(plan_input),
-        )
-
-    def plan_values(self, plan_input: PlanDocumentInput) -> dict[str, Any]:
-        """The plan's settings for a document request (recorded): its options, else
-        defaults."""
+    @activity.defn(name=contract.ACTIVITY_PLAN_RUN)
+    async def plan_run(self, plan_input: PlanRunInput) -> RunPlan:
+        """The document pipeline's plan (its prompt is the workflow's): the request's options,
+        else defaults."""
+        assert plan_input.pipeline == PIPELINE_DOCUMENTS, plan_input.pipeline
+        request = DocumentRequest.model_validate(plan_input.request)
         self.plans.append(plan_input)
-        request = plan_input.request
         values: dict[str, Any] = {
             "review_timeout_s": request.options.review_timeout_s or 600.0,
             "escalation_timeout_s": request.options.escalation_timeout_s or 1200.0,
             "llm_max_attempts": request.options.llm_max_attempts or 3,
             "model": PRIMARY_MODEL,
             "review": request.review,
-            "extraction_schema": request.extraction_schema,
         }
         values.update(self.plan_overrides)
-        return values
+        return RunPlan(**values)
 
     @activity.defn(name=ACTIVITY_EXTRACT_TEXT)
     async def extract_text(self, extract_input: ExtractTextInput) -> ExtractedText:
@@ -389,20 +371,3 @@ class HeldLineage:
             self.entered.set()
             await self.hold.wait()
         return await self._lineage.verify_continuation(check)
-
-
-@dataclass(frozen=True)
-class FakePlans:
-    """The test double of ``plan_run``: each pipeline's plan as its own fake resolves it
-    (recorded there), for the LLM and document pipelines."""
-
-    fakes: FakeActivities
-    documents: FakeDocumentActivities
-
-    @activity.defn(name=contract.ACTIVITY_PLAN_RUN)
-    async def plan_run(self, plan_input: PlanRunInput) -> RunPlan:
-        if plan_input.pipeline == PIPELINE_DOCUMENTS:
-            request = DocumentRequest.model_validate(plan_input.request)
-            return RunPlan(**self.documents.plan_values(PlanDocumentInput(request=request)))
-        prompt_input = PromptInput(request=PipelineRequest.model_validate(plan_input.request))
-        return RunPlan(**self.fakes.plan_values(prompt_input))
