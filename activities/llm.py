@@ -40,6 +40,7 @@ from temporalio.exceptions import ApplicationError
 from activities.capacity import CallAdmission, CallGate, Settlement
 from activities.documents.extract import DocumentTexts
 from activities.heartbeat import HEARTBEAT_EVERY, heartbeat_while
+from activities.input_loader import InputLoader
 from activities.llm_errors import classify, provider_signal
 from activities.llm_reply import answer_of, call_cost, record_call, record_usage, token_usage
 from activities.llm_request import (
@@ -50,7 +51,6 @@ from activities.llm_request import (
     idempotency_key,
     prompt_cache_key,
 )
-from activities.prompt import InputLoader
 from activities.redaction import scrubbed_error
 from activities.spend import SpendHold, record_spend
 from aiorch_runtime.config import PriceTable

@@ -12,8 +12,7 @@ the file's own message, never the run's content.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +21,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.notify import NotifyActivities, Webhook, shown_id
-from activities.prompt import lowered, planned
+from activities.planning import PlanDefaults, lowered, planned
 from aiorch_runtime.config import Settings
 from aiorch_runtime.errors import ConfigError
 from aiorch_runtime.pipeline_files import PipelineFilesInvalid, PipelineFolder
@@ -41,6 +40,7 @@ from workflows.data import (
 )
 from workflows.data.json_schemas import value_problems
 from workflows.data.steps import input_digest
+from workflows.engine.planning import with_prompt
 from workflows.payloads import describe_validation_error, printable
 
 
@@ -53,11 +53,11 @@ def invalid(message: str) -> ApplicationError:
 
 @dataclass(frozen=True)
 class DataPlanning:
-    """How a pipeline file's run is planned: ``plan`` settles a plan from the worker's
-    configuration (``activities.prompt.planned``, bound to it and its reviewer keys), and a
-    review step without timeouts of its own gets the worker's."""
+    """How a pipeline file's run is planned: ``defaults`` settle a plan as for every pipeline
+    (``activities.planning.planned``), and a review step without timeouts of its own gets the
+    worker's."""
 
-    plan: Callable[..., DataPlan]
+    defaults: PlanDefaults
     review_timeout_s: float
     escalation_timeout_s: float
 
@@ -65,7 +65,7 @@ class DataPlanning:
 def data_planning(settings: Settings) -> DataPlanning:
     """How ``settings`` plan a pipeline file's runs."""
     return DataPlanning(
-        plan=functools.partial(planned, DataPlan, settings, review_keys=settings.review_keys()),
+        defaults=PlanDefaults.of(settings),
         review_timeout_s=settings.review_timeout_s,
         escalation_timeout_s=settings.escalation_timeout_s,
     )
@@ -122,11 +122,11 @@ class PipelineActivities:
         if found:
             shown = "; ".join(f"input.{where}: {message}" for where, message in found[:5])
             raise invalid(f"the input does not fit {record.name} {record.label}: {shown}")
-        plan = self._planning.plan(
-            request,
+        plan = with_prompt(
+            planned(self._planning.defaults, request, pipeline=record.name),
+            DataPlan,
             system_prompt="",
             user_prompt="",
-            pipeline_name=record.name,
             pipeline=record,
             input_digest=input_digest(request.input),
         )

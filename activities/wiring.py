@@ -27,11 +27,13 @@ from activities.dead_letter import DeadLetterActivities
 from activities.documents.extract import DocumentTexts, ExtractActivities
 from activities.documents.plan import DocumentPlanActivities
 from activities.documents.store import StoreActivities
+from activities.input_loader import InputLoader
 from activities.lineage import LineageActivities
 from activities.llm import LlmActivities
 from activities.notify import NotifyActivities, webhook
 from activities.pipelines import PipelineActivities, data_planning
-from activities.prompt import InputLoader, PromptActivities
+from activities.planning import PlanActivities, PlanDefaults
+from activities.prompt import PromptActivities
 from activities.vectors import VectorActivities
 from aiorch_runtime.batch_store import BatchStore
 from aiorch_runtime.capacity import CapacityStore
@@ -41,6 +43,7 @@ from aiorch_runtime.genai import GenAiTelemetry
 from aiorch_runtime.pipeline_files import PipelineFolder
 from aiorch_runtime.result_cache import ResultCache
 from workflows.data import Catalog
+from workflows.engine.pipeline import Pipeline
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -56,8 +59,8 @@ class Clients:
     document texts, the call gate and GenAI telemetry, the capacity store with the result
     cache and batch store kept beside it (None without ``CAPACITY_STORE_URL``), the batch lane
     (None unless ``LLM_BATCH`` allows it), the webhooks' HTTP session, the document store's
-    SQL engine, the pipeline folder and catalog, and the workflow types of the pipelines
-    written in Python."""
+    SQL engine, the pipeline folder and catalog, the pipelines written in Python, and the
+    defaults every run's plan starts from."""
 
     settings: Settings
     temporal: Client
@@ -77,7 +80,8 @@ class Clients:
     sql: Engine
     folder: PipelineFolder | None
     catalog: Catalog
-    code_pipelines: Sequence[str]
+    pipelines: Sequence[Pipeline[Any, Any]]
+    plans: PlanDefaults
 
 
 ActivityFactory = Callable[[Clients], Sequence[Activity]]
@@ -85,8 +89,9 @@ ActivityFactory = Callable[[Clients], Sequence[Activity]]
 
 def engine_activities(clients: Clients) -> list[Activity]:
     """What every run may call whatever its pipeline: the model call (and the batch lane's
-    activities with a batch store), dead letters, continuation checks, review notices, and
-    the planning and notices of pipelines defined as data."""
+    activities with a batch store), the plan of any pipeline's run (``plan_run``), dead
+    letters, continuation checks, review notices, and the planning and notices of pipelines
+    defined as data."""
     settings = clients.settings
     llm = LlmActivities(
         clients.openai,
@@ -124,9 +129,15 @@ def engine_activities(clients: Clients) -> list[Activity]:
     lineage = LineageActivities(clients.temporal, settings.temporal_task_queue)
     notify = NotifyActivities(webhook(settings), clients.webhooks)
     data = PipelineActivities(
-        data_planning(settings), clients.folder, clients.catalog, clients.code_pipelines, notify
+        data_planning(settings),
+        clients.folder,
+        clients.catalog,
+        [pipeline.workflow_type for pipeline in clients.pipelines],
+        notify,
     )
+    plans = PlanActivities(clients.plans, {p.name: p.request for p in clients.pipelines})
     return [
+        plans.plan_run,
         llm.invoke_llm,
         *batch,
         dead_letters.send_dead_letter,
@@ -140,7 +151,7 @@ def engine_activities(clients: Clients) -> list[Activity]:
 def llm_activities(clients: Clients) -> list[Activity]:
     """The LLM pipeline's: its plan (``fetch_prompt``) and its reply's embedding."""
     settings = clients.settings
-    prompts = PromptActivities(settings, clients.loader)
+    prompts = PromptActivities(clients.plans, clients.loader)
     vectors = VectorActivities(
         clients.openai,
         clients.vectors,
@@ -153,7 +164,7 @@ def llm_activities(clients: Clients) -> list[Activity]:
 
 def document_activities(clients: Clients) -> list[Activity]:
     """The document pipeline's: its plan, the text extraction and the store."""
-    plans = DocumentPlanActivities(clients.settings)
+    plans = DocumentPlanActivities(clients.plans)
     return [
         plans.plan_document,
         ExtractActivities(clients.texts).extract_text,

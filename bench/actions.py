@@ -62,7 +62,6 @@ from datetime import UTC, datetime, timedelta
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from activities.prompt import SYSTEM_PROMPT
 from aiorch.ops.reviews import Signer, submit_review
 from bench.action_counts import (
     HAPPY,
@@ -80,6 +79,7 @@ from bench.load import BASELINE, MESSAGE, OURS, Batch, BenchError, Target, retry
 from bench.server_metrics import difference, settled_actions
 from workflows import contract
 from workflows.llm.graph import State
+from workflows.llm.prompt import SYSTEM_PROMPT
 from workflows.payloads import ReviewDecision
 
 Log = Callable[[str], None]

@@ -49,6 +49,8 @@ AI_REVIEW_ROUND: Final = SearchAttributeKey.for_int(SEARCH_ATTRIBUTE_REVIEW_ROUN
 AI_PIPELINE_VERSION: Final = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_PIPELINE_VERSION)
 
 ACTIVITY_FETCH_PROMPT: Final = "fetch_prompt"
+# Any pipeline's plan (a local activity): the run's policy and model settings.
+ACTIVITY_PLAN_RUN: Final = "plan_run"
 ACTIVITY_INVOKE_LLM: Final = "invoke_llm"
 ACTIVITY_GENERATE_EMBEDDING: Final = "generate_embedding"
 ACTIVITY_DELETE_EMBEDDING: Final = "delete_embedding"

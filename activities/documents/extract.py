@@ -37,7 +37,7 @@ from activities.documents.pdf_text import (
 )
 from activities.documents.text_store import TextStore, text_key
 from activities.heartbeat import HEARTBEAT_EVERY, heartbeat_while
-from activities.prompt import InputLoader
+from activities.input_loader import InputLoader
 from workflows import errors
 from workflows.steps.contract import ACTIVITY_EXTRACT_TEXT, DOCUMENT_CHANGED, PDF_SIGNATURE
 from workflows.steps.document_payloads import DocumentKind, ExtractedText, ExtractTextInput

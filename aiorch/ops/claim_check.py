@@ -7,7 +7,7 @@ missing; the local stack's moto endpoint serves S3), or under ``CLAIM_CHECK_DIR`
 set (only for workers that share the filesystem). Keys are content addressed per request
 (``inputs/<request_id>/<sha256>.txt``), so storing twice is harmless and a second start with the
 same id can never replace the document of the run that holds it. The workers' ``fetch_prompt``
-and ``invoke_llm`` load it again (``activities.prompt.InputLoader``).
+and ``invoke_llm`` load it again (``activities.input_loader.InputLoader``).
 """
 
 from __future__ import annotations

@@ -71,9 +71,10 @@ async def build_worker(
         folder = pipeline_folder(settings, pipelines)
     # Before any run: workflow code finds the pipelines there (workflows.engine.registry).
     PIPELINES.install(pipelines)
-    types = [pipeline.workflow_type for pipeline in pipelines]
     async with contextlib.AsyncExitStack() as stack:
-        clients = await open_clients(stack, client, settings, folder, DATA_PIPELINES.catalog, types)
+        clients = await open_clients(
+            stack, client, settings, folder, DATA_PIPELINES.catalog, pipelines
+        )
         yield Worker(
             client,
             task_queue=settings.temporal_task_queue,

@@ -23,7 +23,8 @@ from activities.capacity import CallGate
 from activities.documents.extract import DocumentLimits, DocumentTexts
 from activities.documents.store import create_store_engine
 from activities.documents.text_store import texts_beside_claims
-from activities.prompt import InputLoader
+from activities.input_loader import InputLoader
+from activities.planning import PlanDefaults
 from activities.vectors import embedded_store
 from activities.wiring import Clients
 from aiorch.worker.options import batch_item_ttl, batch_settings
@@ -36,6 +37,7 @@ from aiorch_runtime.genai import GenAiTelemetry, install_genai_metrics
 from aiorch_runtime.pipeline_files import PipelineFolder
 from aiorch_runtime.result_cache import ResultCache
 from workflows.data import Catalog
+from workflows.engine.pipeline import Pipeline
 
 log = logging.getLogger("ai-orchestrator.worker")
 
@@ -46,7 +48,7 @@ async def open_clients(
     settings: Settings,
     folder: PipelineFolder | None,
     catalog: Catalog,
-    code_pipelines: Sequence[str],
+    pipelines: Sequence[Pipeline[Any, Any]],
 ) -> Clients:
     """Every shared client ``settings`` configure, each closed by ``stack``.
 
@@ -129,7 +131,8 @@ async def open_clients(
         sql=sql,
         folder=folder,
         catalog=catalog,
-        code_pipelines=code_pipelines,
+        pipelines=pipelines,
+        plans=PlanDefaults.of(settings),
     )
 
 

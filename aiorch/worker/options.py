@@ -12,7 +12,7 @@ from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.worker import PollerBehaviorSimpleMaximum, WorkerDeploymentConfig
 
 from activities.batch import BatchSettings
-from activities.prompt import BATCH_SUBMISSION_ALLOWANCE_S
+from activities.planning import BATCH_SUBMISSION_ALLOWANCE_S
 from aiorch_runtime.config import ConfigError, Settings
 from aiorch_runtime.review_policies import pipeline_of
 from workflows.engine.pipeline import ENGINE_FACTS, Pipeline

@@ -12,7 +12,7 @@ import pytest
 from botocore.config import Config as BotoConfig
 from temporalio.exceptions import ApplicationError
 
-from activities.prompt import InputLoader, shown_reference
+from activities.input_loader import InputLoader, shown_reference
 from aiorch_runtime import aws
 from workflows import errors
 

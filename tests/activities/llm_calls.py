@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from activities.prompt import SYSTEM_PROMPT
+from workflows.llm.prompt import SYSTEM_PROMPT
 from workflows.payloads import LlmCallInput
 
 

@@ -17,8 +17,10 @@ from qdrant_client import AsyncQdrantClient
 from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.testing import ActivityEnvironment
 
+from activities.input_loader import InputLoader
 from activities.llm import LlmActivities
-from activities.prompt import InputLoader, PromptActivities
+from activities.planning import PlanDefaults
+from activities.prompt import PromptActivities
 from activities.spend import batch_lease
 from activities.vectors import VectorActivities, embedded_store, point_id
 from aiorch.devstack.llm_simulator import running_simulator
@@ -68,7 +70,7 @@ async def beats_until_cancelled(
 async def test_fetch_prompt_resolves_defaults_and_options() -> None:
     """fetch_prompt builds the prompt (with metadata context) and resolves options over config."""
     settings = Settings(review_timeout_s=100, llm_max_attempts=4)
-    activity = PromptActivities(settings, InputLoader())
+    activity = PromptActivities(PlanDefaults.of(settings), InputLoader())
     request = PipelineRequest.model_validate(
         {
             "request_id": RUN_ID,
@@ -90,7 +92,7 @@ async def test_file_reference_is_checked_but_not_copied(tmp_path: Path) -> None:
     in its result."""
     document = tmp_path / "doc.txt"
     document.write_text("A long document " * 1000)
-    activity = PromptActivities(Settings(), InputLoader(file_roots=[tmp_path]))
+    activity = PromptActivities(PlanDefaults.of(Settings()), InputLoader(file_roots=[tmp_path]))
     request = PipelineRequest(request_id=RUN_ID, user_message=document.as_uri())
     plan = await ActivityEnvironment().run(activity.fetch_prompt, PromptInput(request=request))
     assert plan.input_ref == document.as_uri()
@@ -101,7 +103,9 @@ async def test_missing_or_oversized_reference_is_permanent(tmp_path: Path) -> No
     """A missing file or one over the limit is a non-retryable InputUnavailable error."""
     big = tmp_path / "big.txt"
     big.write_bytes(b"x" * 2048)
-    activity = PromptActivities(Settings(), InputLoader(max_bytes=1024, file_roots=[tmp_path]))
+    activity = PromptActivities(
+        PlanDefaults.of(Settings()), InputLoader(max_bytes=1024, file_roots=[tmp_path])
+    )
     for uri in ((tmp_path / "nope.txt").as_uri(), big.as_uri()):
         request = PipelineRequest(request_id=RUN_ID, user_message=uri)
         with pytest.raises(ApplicationError) as info:

@@ -33,9 +33,9 @@ from temporalio.testing import ActivityEnvironment
 from activities.batch import BatchActivities
 from activities.batch_calls import item_name
 from activities.batch_groups import group_workflow_id
+from activities.input_loader import InputLoader
 from activities.llm import LlmActivities
 from activities.llm_reply import call_cost
-from activities.prompt import InputLoader
 from aiorch.devstack.llm_simulator import running_simulator
 from aiorch_runtime.batch_store import BatchStore
 from aiorch_runtime.capacity import CapacityStoreError

@@ -26,7 +26,7 @@ from activities.documents.extract import (
     preview,
 )
 from activities.heartbeat import HEARTBEAT_EVERY
-from activities.prompt import InputLoader
+from activities.input_loader import InputLoader
 from tests.support.pdfs import encrypted, image_pdf, text_pdf
 from workflows import errors
 from workflows.steps.contract import DOCUMENT_CHANGED, DOCUMENT_UNREADABLE

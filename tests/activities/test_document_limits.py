@@ -23,8 +23,8 @@ from activities.documents.extract import (
     inline,
 )
 from activities.documents.text_store import BucketTexts, FolderTexts, text_key
+from activities.input_loader import InputLoader
 from activities.llm import load_document
-from activities.prompt import InputLoader
 from aiorch.devstack.processes import free_port
 from aiorch.devstack.servers import start_sqs_server
 from tests.activities.input_refusals import WORKER_BOTO

@@ -29,10 +29,10 @@ from activities.capacity import (
     Settlement,
     unbudgeted_tenant,
 )
+from activities.input_loader import InputLoader
 from activities.llm import LlmActivities
 from activities.llm_request import build_messages
 from activities.pricing import estimate_cost
-from activities.prompt import InputLoader
 from activities.prompt_tokens import PromptTokens, prompt_tokens
 from activities.spend import METRIC_SPEND, call_key, today
 from aiorch.devstack.llm_simulator import running_simulator

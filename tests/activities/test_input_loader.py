@@ -17,7 +17,7 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.prompt import (
+from activities.input_loader import (
     MAX_SHOWN_REFERENCE,
     InputLoader,
     _read_fd,
@@ -134,7 +134,7 @@ async def test_sysfs_files_are_refused_even_inside_a_root(caplog: pytest.LogCapt
     if not sysfs.is_file() or os.stat("/sys").st_dev == os.stat("/").st_dev:
         pytest.skip("/sys is not mounted here")
     loader = InputLoader(max_bytes=LIMIT, file_roots=[Path("/sys/kernel")])
-    with caplog.at_level(logging.INFO, logger="activities.prompt"):
+    with caplog.at_level(logging.INFO, logger="activities.input_loader"):
         error = await refusal(loader, sysfs.as_uri())
     assert template(error, sysfs.as_uri()) == UNAVAILABLE
     assert [record.getMessage() for record in caplog.records] == [
@@ -317,7 +317,7 @@ async def test_each_refusal_tells_the_operator_why_in_the_worker_log(
     loader = tree.loader()
     for reference, reason in reasons.items():
         caplog.clear()
-        with caplog.at_level(logging.INFO, logger="activities.prompt"):
+        with caplog.at_level(logging.INFO, logger="activities.input_loader"):
             assert template(await refusal(loader, reference), reference) == UNAVAILABLE
         assert [record.getMessage() for record in caplog.records] == [f"input refused: {reason}"]
 
@@ -414,6 +414,6 @@ async def test_each_s3_refusal_tells_the_operator_why_before_any_call(
     }
     for reference, reason in reasons.items():
         caplog.clear()
-        with caplog.at_level(logging.INFO, logger="activities.prompt"):
+        with caplog.at_level(logging.INFO, logger="activities.input_loader"):
             assert template(await refusal(loader, reference), reference) == UNAVAILABLE
         assert [record.getMessage() for record in caplog.records] == [f"input refused: {reason}"]

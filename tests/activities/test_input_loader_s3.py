@@ -18,7 +18,7 @@ import boto3
 import pytest
 from temporalio.exceptions import ApplicationError
 
-from activities.prompt import InputLoader
+from activities.input_loader import InputLoader
 from aiorch.devstack.processes import ManagedProcess, free_port
 from aiorch.devstack.servers import start_sqs_server
 from tests.activities.input_refusals import (
@@ -354,7 +354,7 @@ async def test_s3_refusals_read_the_same_and_log_what_s3_answered(
     refusal, the same text whatever S3 said; the worker's log names S3's code (its status when
     there is none) for the operator."""
     stub.answers = {DOCUMENT_PATH: answer}
-    with caplog.at_level(logging.INFO, logger="activities.prompt"):
+    with caplog.at_level(logging.INFO, logger="activities.input_loader"):
         error = await refusal(stub_loader, DOCUMENT)
     assert template(error, DOCUMENT) == UNAVAILABLE
     assert [record.getMessage() for record in caplog.records] == [

@@ -19,9 +19,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from temporalio.runtime import MetricBuffer, MetricBufferDurationFormat, Runtime, TelemetryConfig
 from temporalio.testing import ActivityEnvironment
 
+from activities.input_loader import InputLoader
 from activities.llm import LlmActivities
 from activities.llm_request import build_messages, prompt_cache_key
-from activities.prompt import InputLoader
 from aiorch.devstack.llm_simulator import running_simulator
 from aiorch_runtime.config import DEFAULT_PRICE_TABLE
 from aiorch_runtime.genai import GenAiTelemetry

@@ -15,8 +15,8 @@ import redis.asyncio as redis
 from openai import AsyncOpenAI
 from temporalio.testing import ActivityEnvironment
 
+from activities.input_loader import InputLoader
 from activities.llm import LlmActivities
-from activities.prompt import InputLoader
 from aiorch.devstack.llm_simulator import running_simulator
 from aiorch_runtime.config import DEFAULT_PRICE_TABLE
 from aiorch_runtime.result_cache import ResultCache, cache_key

@@ -9,7 +9,9 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.prompt import InputLoader, PromptActivities
+from activities.input_loader import InputLoader
+from activities.planning import PlanDefaults
+from activities.prompt import PromptActivities
 from aiorch.ops.signing import SigningKey
 from aiorch_runtime.config import Settings
 from workflows import errors
@@ -19,7 +21,7 @@ RUN_ID = "0123456789abcdef01234567"
 
 
 async def plan_for(settings: Settings, **request: Any) -> PromptPlan:
-    activity = PromptActivities(settings, InputLoader())
+    activity = PromptActivities(PlanDefaults.of(settings), InputLoader())
     payload = {"request_id": RUN_ID, "user_message": "Hi", **request}
     prompt_input = PromptInput(request=PipelineRequest.model_validate(payload))
     return await ActivityEnvironment().run(activity.fetch_prompt, prompt_input)

@@ -1,6 +1,6 @@
 """Record workflow histories for the replay tests: ``python -m tests.replay.record [GROUP...]``
-(every group, or only those named: ``llm``, ``batch``, ``policies``, ``documents``, ``data``;
-the other groups' files stay as recorded).
+(every group, or only those named: ``llm``, ``batch``, ``policies``, ``documents``, ``data``,
+``plan_run``; the other groups' files stay as recorded).
 
 Runs each scenario on a fresh local stack (real dev server, worker, simulator, SQS, capacity
 store) and writes its event history to ``tests/replay/histories/<scenario>.json``. Re-record
@@ -288,12 +288,7 @@ async def record_data_pipelines(client: Client, key: SigningKey, stack: LocalSta
         print(f"recorded {name}: {len(history.events)} events")
 
 
-async def record_documents(client: Client, key: SigningKey, stack: LocalStack) -> None:
-    """The document pipeline: an invoice that adds up (stored at once), and one whose total
-    does not (a reviewer approves it with corrected fields, which are stored)."""
-    valid = invoice_fields(1)
-    wrong = {**valid, "total": str(Decimal(valid["total"]) + Decimal("10.00"))}
-
+def document_starter(client: Client) -> Callable[..., Awaitable[WorkflowHandle[Any, Any]]]:
     async def start(fields: dict[str, Any]) -> WorkflowHandle[Any, Any]:
         request = signed_start(
             DocumentRequest(
@@ -310,6 +305,15 @@ async def record_documents(client: Client, key: SigningKey, stack: LocalStack) -
         )
         return client.get_workflow_handle(workflow_id)
 
+    return start
+
+
+async def record_documents(client: Client, key: SigningKey, stack: LocalStack) -> None:
+    """The document pipeline: an invoice that adds up (stored at once), and one whose total
+    does not (a reviewer approves it with corrected fields, which are stored)."""
+    valid = invoice_fields(1)
+    wrong = {**valid, "total": str(Decimal(valid["total"]) + Decimal("10.00"))}
+    start = document_starter(client)
     stored, corrected = await start(valid), await start(wrong)
     await until(corrected, "await_review")
     target = await current_target(client, corrected.id)
@@ -323,6 +327,18 @@ async def record_documents(client: Client, key: SigningKey, stack: LocalStack) -
         print(f"recorded {name}: {len(history.events)} events")
 
 
+async def record_plan_run(client: Client, key: SigningKey, stack: LocalStack) -> None:
+    """A document run planned by the engine's ``plan_run`` (a reviewer approves it), beside
+    the document histories recorded before it, which replay ``plan_document``."""
+    document = await document_starter(client)(invoice_fields(2))
+    # DOCUMENT_REVIEW_MIN (always, by default): a reviewer approves the valid fields.
+    await until(document, "await_review")
+    approval = ReviewDecision(decision="approve", reviewer="recorder")
+    target = await current_target(client, document.id)
+    await submit_review(client, document.id, approval, signer=key.signer(), target=target)
+    await save({"document_approved_plan_run": document})
+
+
 Recorder = Callable[[Client, SigningKey, LocalStack], Awaitable[None]]
 GROUPS: dict[str, Recorder] = {
     "llm": record_llm,
@@ -330,6 +346,7 @@ GROUPS: dict[str, Recorder] = {
     "policies": record_policies,
     "documents": record_documents,
     "data": record_data_pipelines,
+    "plan_run": record_plan_run,
 }
 
 

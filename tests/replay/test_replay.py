@@ -47,7 +47,34 @@ def test_histories_are_recorded() -> None:
         "batch_lane_retry",
         "batch_group",
         "result_cache_hit",
+        "document_approved_plan_run",
     } <= names
+
+
+def planned_by(path: Path) -> list[str]:
+    """The local activities a recorded run's plan came from (their markers' activity types)."""
+    types = []
+    for event in json.loads(path.read_text(encoding="utf-8"))["events"]:
+        marker = event.get("markerRecordedEventAttributes")
+        if marker is not None and marker["markerName"] == "core_local_activity":
+            [payload] = marker["details"]["data"]["payloads"]
+            types.append(json.loads(base64.b64decode(payload["data"]))["activity_type"])
+    return types
+
+
+@pytest.mark.parametrize(
+    ("history", "plan"),
+    [
+        ("happy_path", "fetch_prompt"),
+        ("document_stored", "plan_document"),
+        ("document_approved_plan_run", "plan_run"),
+    ],
+)
+def test_histories_hold_both_ways_of_planning(history: str, plan: str) -> None:
+    """Document runs recorded before ``plan_run`` planned with ``plan_document`` and replay
+    through it; those recorded since plan with ``plan_run`` (the LLM pipeline plans with
+    ``fetch_prompt``): the replay set holds each way."""
+    assert planned_by(HISTORIES[0].parent / f"{history}.json") == [plan]
 
 
 def recorded_plan(path: Path) -> DataPlan:

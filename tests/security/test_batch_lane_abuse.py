@@ -26,8 +26,8 @@ from temporalio.service import RPCError
 from temporalio.testing import ActivityEnvironment
 
 from activities.batch import BatchActivities
+from activities.input_loader import InputLoader
 from activities.llm import LlmActivities
-from activities.prompt import InputLoader
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops.results import finished
 from aiorch.worker.clients import openai_client

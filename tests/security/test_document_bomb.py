@@ -21,7 +21,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from activities.documents.extract import DocumentTexts, ExtractActivities
-from activities.prompt import InputLoader
+from activities.input_loader import InputLoader
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops import pipelines
 from aiorch.ops.results import run_result

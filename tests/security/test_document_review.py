@@ -11,7 +11,7 @@ import pytest
 from temporalio.client import Client
 from temporalio.testing import ActivityEnvironment
 
-from activities.documents.plan import DocumentPlanActivities
+from activities.planning import PlanActivities, PlanDefaults
 from aiorch.ops import pipelines
 from aiorch.ops.visibility import start_run
 from aiorch_runtime.config import Settings
@@ -19,7 +19,9 @@ from tests.support.builders import new_request_id
 from tests.support.invoices import invoice_fields, text_document
 from tests.support.live_runs import wait_for_state
 from workflows import contract
-from workflows.documents.payloads import DocumentRequest, DocumentResult, PlanDocumentInput
+from workflows.documents.contract import PIPELINE_DOCUMENTS
+from workflows.documents.payloads import DocumentRequest, DocumentResult
+from workflows.engine.planning import PlanRunInput
 from workflows.payloads import ReviewView
 
 pytestmark = pytest.mark.e2e
@@ -34,14 +36,14 @@ def steered_invoice() -> str:
 
 
 async def plan_review(settings: Settings, asked: str) -> str:
-    """The review level ``plan_document`` settles for a request that asks for ``asked``."""
+    """The review level ``plan_run`` settles for a document request that asks for
+    ``asked``."""
     request = DocumentRequest.model_validate(
         {"request_id": new_request_id(), "document": steered_invoice(), "review": asked}
     )
-    activities = DocumentPlanActivities(settings)
-    plan = await ActivityEnvironment().run(
-        activities.plan_document, PlanDocumentInput(request=request)
-    )
+    activities = PlanActivities(PlanDefaults.of(settings), {PIPELINE_DOCUMENTS: DocumentRequest})
+    plan_input = PlanRunInput(pipeline=PIPELINE_DOCUMENTS, request=request.model_dump(mode="json"))
+    plan = await ActivityEnvironment().run(activities.plan_run, plan_input)
     return plan.review
 
 

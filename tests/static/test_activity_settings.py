@@ -9,10 +9,6 @@ import pytest
 
 from tests.support import ROOT
 
-# Their planning moves to the engine in another change, which gives them a derived value too;
-# strict, so this list must shrink when it lands.
-PLANNED_ELSEWHERE = {"PromptActivities", "DocumentPlanActivities"}
-
 
 def _is_activity(method: ast.stmt) -> bool:
     if not isinstance(method, ast.FunctionDef | ast.AsyncFunctionDef):
@@ -53,21 +49,16 @@ CLASSES = activity_classes()
 
 def test_the_check_finds_the_activity_classes() -> None:
     """The scan sees the project's activity classes (a scan that found none would pass)."""
-    assert {"LlmActivities", "NotifyActivities", "PipelineActivities"} <= set(CLASSES)
+    assert {
+        "LlmActivities",
+        "NotifyActivities",
+        "PipelineActivities",
+        "PlanActivities",
+        "PromptActivities",
+    } <= set(CLASSES)
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(
-            name,
-            marks=pytest.mark.xfail(strict=True, reason="given a derived value elsewhere"),
-        )
-        if name in PLANNED_ELSEWHERE
-        else name
-        for name in sorted(CLASSES)
-    ],
-)
+@pytest.mark.parametrize("name", sorted(CLASSES))
 def test_no_activity_class_takes_the_whole_settings(name: str) -> None:
     """The activity class's constructor takes no parameter annotated ``Settings``."""
     assert settings_parameters(CLASSES[name]) == []

@@ -17,8 +17,9 @@ from temporalio.exceptions import ApplicationError
 from activities.lineage import LineageActivities
 from tests.support.time_skipping import TASK_PROGRESS_TIMEOUT_S
 from workflows import contract, errors
-from workflows.documents.contract import ACTIVITY_PLAN_DOCUMENT
-from workflows.documents.payloads import DocumentPlan, PlanDocumentInput
+from workflows.documents.contract import PIPELINE_DOCUMENTS
+from workflows.documents.payloads import DocumentRequest
+from workflows.engine.planning import PlanRunInput, RunPlan
 from workflows.payloads import (
     AwaitBatchInput,
     ContinuationCheck,
@@ -306,31 +307,31 @@ class FakeDocumentActivities:
         self.plan_overrides: dict[str, Any] = {}
         self.extract_error: ApplicationError | None = None
         self.store_script: list[BaseException] = []
-        self.plans: list[PlanDocumentInput] = []
+        self.plans: list[PlanRunInput] = []
         self.extracts: list[ExtractTextInput] = []
         self.stores: list[StoreDocumentInput] = []
         self.rows: dict[str, StoreDocumentInput] = {}
 
     @property
     def activities(self) -> list[Any]:
-        return [self.plan_document, self.extract_text, self.store_document]
+        return [self.plan_run, self.extract_text, self.store_document]
 
-    @activity.defn(name=ACTIVITY_PLAN_DOCUMENT)
-    async def plan_document(self, plan_input: PlanDocumentInput) -> DocumentPlan:
+    @activity.defn(name=contract.ACTIVITY_PLAN_RUN)
+    async def plan_run(self, plan_input: PlanRunInput) -> RunPlan:
+        """The document pipeline's plan (its prompt is the workflow's): the request's options,
+        else defaults."""
+        assert plan_input.pipeline == PIPELINE_DOCUMENTS, plan_input.pipeline
+        request = DocumentRequest.model_validate(plan_input.request)
         self.plans.append(plan_input)
-        request = plan_input.request
         values: dict[str, Any] = {
-            "system_prompt": "Extract the fields. JSON Schema: {}",
-            "user_prompt": request.document,
             "review_timeout_s": request.options.review_timeout_s or 600.0,
             "escalation_timeout_s": request.options.escalation_timeout_s or 1200.0,
             "llm_max_attempts": request.options.llm_max_attempts or 3,
             "model": PRIMARY_MODEL,
             "review": request.review,
-            "extraction_schema": request.extraction_schema,
         }
         values.update(self.plan_overrides)
-        return DocumentPlan(**values)
+        return RunPlan(**values)
 
     @activity.defn(name=ACTIVITY_EXTRACT_TEXT)
     async def extract_text(self, extract_input: ExtractTextInput) -> ExtractedText:

@@ -8,14 +8,17 @@ from pathlib import Path
 
 import pytest
 from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
 
 from activities.dead_letter import fit_body
-from activities.prompt import InputLoader, PromptActivities
+from activities.input_loader import InputLoader
+from activities.planning import PlanDefaults
+from activities.prompt import PromptActivities
 from activities.redaction import REDACTED, content_free_dead_letter, scrub, scrubbed_error
 from aiorch_runtime.codec import new_key
 from aiorch_runtime.config import ConfigError, Settings, load_settings
 from tests.support.builders import REQUEST_ID, dead_letter, history_entry, triage_fields
-from workflows.payloads import DeadLetterMessage, PipelineRequest, PromptPlan
+from workflows.payloads import DeadLetterMessage, PipelineRequest, PromptInput
 
 API_KEY = "sk-canary-4c1d9e7f00aa11bb22cc33dd"
 
@@ -79,8 +82,10 @@ def test_missing_secrets_file_is_one_line(monkeypatch: pytest.MonkeyPatch) -> No
 async def test_prompt_plan_never_carries_the_key() -> None:
     """What fetch_prompt puts in history (the PromptPlan) holds no credential."""
     settings = Settings(openai_api_key=API_KEY)
+    activities = PromptActivities(PlanDefaults.of(settings), InputLoader())
     request = PipelineRequest(request_id=REQUEST_ID, user_message="hello")
-    plan: PromptPlan = PromptActivities(settings, InputLoader())._plan(request, "hello", None)
+    plan = await ActivityEnvironment().run(activities.fetch_prompt, PromptInput(request=request))
+    assert plan.user_prompt == "hello"
     assert API_KEY not in plan.model_dump_json()
 
 

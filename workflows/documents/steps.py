@@ -10,13 +10,19 @@ from __future__ import annotations
 from temporalio import workflow
 
 import workflows.engine.activity_policy as activity_policy
-from workflows.documents.contract import ACTIVITY_PLAN_DOCUMENT
+import workflows.engine.planning as planning
+from workflows.documents.contract import ACTIVITY_PLAN_DOCUMENT, PIPELINE_DOCUMENTS
 from workflows.documents.payloads import DocumentPlan, DocumentRequest, PlanDocumentInput
+from workflows.documents.prompt import prompt
 
 
 async def plan(request: DocumentRequest) -> DocumentPlan:
-    """``plan_document`` (local: no I/O, it builds the extraction prompt and resolves the
-    run's settings from the worker's configuration, inside the current task)."""
+    """``plan_run`` (local: no I/O, it resolves the run's settings from the worker's
+    configuration, inside the current task) with the extraction prompt built here; replaying a
+    run recorded before it, ``plan_document``."""
+    if workflow.patched(planning.PLAN_RUN_PATCH):
+        run_plan = await planning.plan_run(PIPELINE_DOCUMENTS, request)
+        return planning.with_prompt(run_plan, DocumentPlan, **prompt(request))
     planned: DocumentPlan = await workflow.execute_local_activity(
         ACTIVITY_PLAN_DOCUMENT,
         PlanDocumentInput(request=request),
