@@ -21,10 +21,12 @@ import hashlib
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, Unpack
 
 from pydantic import BaseModel
+from temporalio.exceptions import ActivityError, ApplicationError
 
+import workflows.engine.activity_policy as activity_policy
 import workflows.engine.commands as commands
 import workflows.engine.record as record
 import workflows.errors as errors
@@ -32,7 +34,6 @@ from workflows.engine.graph import Event, Graph, GraphError
 from workflows.payloads import (
     ContinuedRun,
     FactValue,
-    LlmCallResult,
     RequestBase,
     ReviewContent,
     RunCore,
@@ -108,35 +109,46 @@ class Context(Generic[RequestT, StateT]):
         plan: RunPolicy = self.plan
         return plan
 
-    def move(
-        self,
-        event: str,
-        *,
-        detail: str | None = None,
-        at: Any = None,
-        reviewer: str | None = None,
-        feedback: str | None = None,
-        review_round: int | None = None,
-        answer: LlmCallResult | None = None,
-        prompt: str | None = None,
-        group: str | None = None,
-        rule: str | None = None,
-    ) -> None:
+    def move(self, event: str, **details: Unpack[record.MoveDetails]) -> None:
         """Take the graph's edge for ``event`` from the current state (``record.move``)."""
-        record.move(
-            self.graph,
-            self.run,
-            event,
-            detail=detail,
-            at=at,
-            reviewer=reviewer,
-            feedback=feedback,
-            review_round=review_round,
-            answer=answer,
-            prompt=prompt,
-            group=group,
-            rule=rule,
-        )
+        record.move(self.graph, self.run, event, **details)
+
+    async def failed(
+        self, err: ActivityError | ApplicationError, **details: Unpack[record.MoveDetails]
+    ) -> None:
+        """An activity of the current state failed: `fail` with its text, permanently when it
+        failed for good (a non-retryable error, or a local activity's own ``ApplicationError``).
+
+        Raises:
+            ActivityError: ``err`` is the run's cancel reaching the activity: re-raised, so the
+                engine compensates and ends the run cancelled.
+        """
+        if isinstance(err, ActivityError) and activity_policy.cancelled(err):
+            raise err
+        permanent = isinstance(err, ApplicationError) or activity_policy.is_permanent(err)
+        await self.fail(activity_policy.error_text(err), permanent=permanent, **details)
+
+    async def fail(
+        self, text: str, *, permanent: bool = True, **details: Unpack[record.MoveDetails]
+    ) -> None:
+        """End the current state in failure, ``text`` its recorded error: ``permanent_error``
+        when the failure is for good and the state has that edge (or no ``exhausted`` one),
+        else the run is dead-lettered (``exhausted``), to be redriven.
+
+        Raises:
+            errors.InvalidTransition: the state has neither failure edge (a bug).
+        """
+        detail = self.set_error(text)
+        edges = self.graph.allowed_events(self.run.state)
+        if Event.PERMANENT_ERROR in edges and (permanent or Event.EXHAUSTED not in edges):
+            details["detail"] = detail
+            self.move(Event.PERMANENT_ERROR, **details)
+            return
+        if Event.EXHAUSTED not in edges:
+            raise errors.InvalidTransition(self.run.state, "(failure)", "no failure edge")
+        refused = await self.dead_letter(self.run.state)
+        details["detail"] = detail + refused
+        self.move(Event.EXHAUSTED, **details)
 
     def set_error(self, text: str) -> str:
         """Record ``text`` as the run's last error (bounded); returns what was recorded."""
