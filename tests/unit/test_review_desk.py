@@ -15,19 +15,16 @@ from workflows.documents.graph import GRAPH as DOCUMENTS
 from workflows.engine.graph import Event
 from workflows.engine.pipeline import Context
 from workflows.engine.policies import signing_key
+from workflows.engine.record import MAX_REFUSAL_CHARS
+from workflows.engine.review_rules import Refusal, count_refusal, invalid, refusal
 from workflows.engine.reviews import (
-    MAX_REFUSAL_CHARS,
     MAX_REVOKED,
-    Refusal,
-    count_refusal,
     decision_detail,
     escalation_detail,
     escalation_group,
     event_of,
     facts,
-    invalid,
     operator_reason,
-    refusal,
     revoke,
     take_forced_reason,
 )

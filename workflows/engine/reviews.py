@@ -34,15 +34,13 @@ Workflow code, passed through the sandbox; deterministic (``now`` is workflow ti
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, Final, NoReturn
 
 from temporalio import workflow
 
 import workflows.engine.commands as commands
 import workflows.engine.continuation as continuation
-import workflows.engine.identity as identity
 import workflows.engine.observability as observability
 import workflows.engine.policies as policies
 import workflows.engine.record as record
@@ -61,113 +59,6 @@ from workflows.payloads import (
     RunPolicy,
     Vote,
 )
-
-MAX_REFUSAL_CHARS = 300
-
-
-@dataclass(frozen=True)
-class Refusal:
-    """Why a review was refused: a stable ``code`` (a metric label) and a sentence."""
-
-    code: str
-    reason: str
-
-
-def refusal(
-    graph: Graph,
-    run: RunCore[Any],
-    decision: ReviewDecision,
-    *,
-    workflow_id: str,
-    pending: ReviewDecision | None,
-    now: datetime,
-    chain_id: str | None = None,
-    digest: Callable[[], str] | None = None,
-) -> Refusal | None:
-    """Why ``decision`` may not be applied now, or None when it may (``chain_id``: the run
-    chain's first run id, which a token must name where the plan says so; ``digest``: of what
-    the run shows a reviewer, which a token that names one must match)."""
-    if run.state not in graph.review_states:
-        return Refusal("not_awaiting_review", f"run is not awaiting review (state: {run.state})")
-    if decision.review_round is not None and decision.review_round != run.review_round:
-        return Refusal(
-            "wrong_round",
-            f"review for round {decision.review_round} refused: run {workflow_id} is at "
-            f"review round {run.review_round}",
-        )
-    if pending is not None:
-        return Refusal(
-            "already_decided",
-            f"review round {run.review_round} of run {workflow_id} already has a decision; "
-            "a decision is applied once",
-        )
-    plan = run.plan
-    if plan is None:
-        return Refusal("not_awaiting_review", "run has no plan yet")
-    if decision.reviewer in run.revoked_reviewers:
-        return Refusal(
-            "reviewer_revoked",
-            f"reviewer {decision.reviewer[:80]!r} was revoked for run {workflow_id}",
-        )
-    if plan.allowed_reviewers is not None and decision.reviewer not in plan.allowed_reviewers:
-        return Refusal(
-            "reviewer_not_allowed",
-            f"reviewer {decision.reviewer[:80]!r} is not allowed to review run {workflow_id}",
-        )
-    if plan.requested_by is not None and decision.reviewer == plan.requested_by:
-        return Refusal("own_run", f"{decision.reviewer[:80]!r} requested this run")
-    current = policies.stage(plan, policies.stage_index(graph, run.state))
-    if not policies.eligible(plan, current, decision.reviewer):
-        return Refusal(
-            "not_in_group",
-            f"reviewer {decision.reviewer[:80]!r} is not in group {current.group}, which "
-            f"decides run {workflow_id} now",
-        )
-    earlier = next((v for v in run.votes if v.reviewer == decision.reviewer), None)
-    if earlier is not None:
-        return Refusal(
-            "already_voted",
-            f"{decision.reviewer[:80]!r} already voted {earlier.decision} in round "
-            f"{run.review_round} of run {workflow_id}; a reviewer counts once a round",
-        )
-    if decision.feedback and len(decision.feedback) > plan.max_feedback_chars:
-        return Refusal(
-            "feedback_too_long",
-            f"feedback is {len(decision.feedback)} characters; run {workflow_id} accepts at "
-            f"most {plan.max_feedback_chars}",
-        )
-    if decision.fields is not None and (
-        decision.decision != "approve" or graph.target_of(run.state, Event.CORRECT) is None
-    ):
-        return Refusal(
-            "no_corrections",
-            f"run {workflow_id} takes no corrected fields"
-            if decision.decision == "approve"
-            else "corrected fields come with an approval only",
-        )
-    if plan.review_keys:
-        ttl = plan.review_token_ttl_s
-        expected = identity.Expected(
-            workflow_id=workflow_id,
-            review_round=run.review_round,
-            now=now,
-            run_id=chain_id if plan.review_token_binds_run else None,
-            digest=digest,
-            max_ttl=timedelta(seconds=ttl) if ttl is not None else None,
-        )
-        keys = [key for key in plan.review_keys if key.key_id not in run.revoked_keys]
-        problem = identity.review_token_problem(decision, keys=keys, expected=expected)
-        if problem is not None:
-            return Refusal("unauthenticated", problem)
-    same_key = policies.same_voter(plan, run, decision)
-    if same_key is not None:
-        return Refusal(
-            "already_voted",
-            f"the key that signed for {decision.reviewer[:80]!r} already voted "
-            f"{same_key.decision} for {same_key.reviewer[:80]!r} in round {run.review_round} of "
-            f"run {workflow_id}; a key counts once a round",
-        )
-    return None
 
 
 def enter(
@@ -238,17 +129,6 @@ def escalation_detail(plan: RunPolicy) -> str | None:
     needed = f"{escalated.approvals} approval{'s' if escalated.approvals != 1 else ''}"
     to = f"group {escalated.group}" if escalated.group else "any allowed reviewer"
     return f"escalated to {to}, {needed}, until the deadline in {plan.escalation_timeout_s:g}s"
-
-
-def invalid(reason: str) -> Refusal:
-    """The refusal of a review payload that does not even decode or validate."""
-    return Refusal("invalid_payload", f"invalid review: {reason}")
-
-
-def count_refusal(run: RunCore[Any], refused: Refusal) -> None:
-    """A refused review signal is counted, never stored: the run's state stays bounded."""
-    run.reviews_refused += 1
-    run.last_refusal = record.bounded_text(refused.reason, MAX_REFUSAL_CHARS)
 
 
 def count_vote(graph: Graph, run: RunCore[Any], decision: ReviewDecision) -> bool:
