@@ -23,7 +23,7 @@ async def retry(ctx: Context[Any, Any]) -> None:
     """Back off before the step tries again, or dead-letter the run once the plan's
     attempts are spent."""
     run, plan = ctx.run, ctx.policy
-    if run.consecutive_failures >= plan.llm_max_attempts:
+    if run.consecutive_failures >= plan.max_attempts:
         step = ctx.graph.target_of(run.state, Event.BACKOFF_ELAPSED) or run.state
         refused = await ctx.dead_letter(step)
         ctx.move(Event.EXHAUSTED, detail=f"gave up after {run.attempts} attempts{refused}")

@@ -14,8 +14,9 @@ carry onwards), and metadata is bounded in size and depth.
 
 History entries come in two kinds, both ``HistoryEntry``:
 
-- a *transition*: an edge of ``workflows.graph``, validated before it is recorded; ``event`` is
-  a ``graph.Event``. Review decisions also carry ``reviewer``, ``feedback`` and ``review_round``.
+- a *transition*: an edge of the pipeline's graph (``workflows.engine.graph``), validated
+  before it is recorded; ``event`` is a ``graph.Event``. Review decisions also carry
+  ``reviewer``, ``feedback`` and ``review_round``.
 - ``continued_as_new`` (``NOTE_CONTINUED_AS_NEW``): the run moved on to a fresh Temporal run
   carrying its state; ``from_state == to_state``. Not a transition.
 - ``review_vote`` (``NOTE_REVIEW_VOTE``): a reviewer's approval or rejection that a review
@@ -26,13 +27,25 @@ Reviews the run refused are counted (``RunStatus.reviews_refused``), never store
 so no sender can grow a run's state.
 """
 
-from workflows.payloads import _base, activity, batch, client, policy, review_rules, state
+from workflows.payloads import (
+    _base,
+    activity,
+    batch,
+    client,
+    decisions,
+    policy,
+    review_rules,
+    run_policy,
+    state,
+)
 from workflows.payloads._base import *  # noqa: F403
 from workflows.payloads.activity import *  # noqa: F403
 from workflows.payloads.batch import *  # noqa: F403
 from workflows.payloads.client import *  # noqa: F403
+from workflows.payloads.decisions import *  # noqa: F403
 from workflows.payloads.policy import *  # noqa: F403
 from workflows.payloads.review_rules import *  # noqa: F403
+from workflows.payloads.run_policy import *  # noqa: F403
 from workflows.payloads.state import *  # noqa: F403
 
 __all__ = [
@@ -40,7 +53,9 @@ __all__ = [
     *activity.__all__,
     *batch.__all__,
     *client.__all__,
+    *decisions.__all__,
     *policy.__all__,
     *review_rules.__all__,
+    *run_policy.__all__,
     *state.__all__,
 ]
