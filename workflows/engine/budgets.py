@@ -27,6 +27,7 @@ from typing import Any
 
 from temporalio import workflow
 
+import workflows.engine.budget_tokens as budget_tokens
 import workflows.engine.identity as identity
 import workflows.engine.record as record
 import workflows.errors as errors
@@ -64,7 +65,7 @@ def refusal(
         expected = identity.Expected(
             workflow_id=workflow_id, review_round=0, now=now, run_id=chain_id
         )
-        return identity.budget_token_problem(decision, keys=keys, expected=expected)
+        return budget_tokens.budget_token_problem(decision, keys=keys, expected=expected)
     return None
 
 

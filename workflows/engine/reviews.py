@@ -98,6 +98,33 @@ def enter(
     commands.notify_reviewers(run, plan, "review_needed")
 
 
+def escalate(ctx: Context[Any, Any]) -> None:
+    """The review wait timed out (or an operator ended it): escalate, with the escalation's
+    deadline from the plan, and tell reviewers (unless an operator asked for the dead letter,
+    which is no news to them)."""
+    run, plan = ctx.run, ctx.policy
+    detail = take_forced_reason(run) or f"no review in {plan.review_timeout_s:g}s"
+    run.review_deadline = workflow.now() + timedelta(seconds=plan.escalation_timeout_s)
+    escalation = escalation_detail(plan)
+    ctx.move(
+        Event.REVIEW_TIMEOUT,
+        detail=f"{detail}; {escalation}" if escalation else detail,
+        group=escalation_group(plan),
+    )
+    if run.dead_letter_requested is None:
+        commands.notify_reviewers(run, plan, "escalated")
+
+
+async def escalation_timed_out(ctx: Context[Any, Any]) -> None:
+    """The escalation timed out (or an operator ended it): the run is dead-lettered."""
+    run, plan = ctx.run, ctx.policy
+    reason = take_forced_reason(run)
+    detail = ctx.set_error(reason or f"no review after escalation ({plan.escalation_timeout_s:g}s)")
+    run.review_deadline = None
+    refused = await ctx.dead_letter(run.state)
+    ctx.move(Event.ESCALATION_TIMEOUT, detail=detail + refused)
+
+
 def facts(ctx: Context[Any, Any], given: Mapping[str, FactValue]) -> dict[str, FactValue]:
     """What auto-approve rules read: the pipeline's facts about its result, and the engine's
     (the round, the model attempts so far, the model)."""

@@ -5,9 +5,12 @@ The workflow never decides a transition on its own: each state's handler does th
 and reports an event, and the pipeline's graph says where that event leads and refuses what it
 does not allow. The pipeline's handlers do its working states; the engine does the rest
 (``Role``): the start, review waits and escalation (``workflows.engine.reviews``), retries with
-backoff, capacity, budget (``workflows.engine.budgets``) and batch waits, compensation on
-cancel, and continue-as-new (``workflows.engine.continuation``), with every move recorded and
-shown (``workflows.engine.record``).
+backoff, capacity and batch waits (``workflows.engine.waits``), budget waits
+(``workflows.engine.budgets``), compensation on cancel, and continue-as-new
+(``workflows.engine.continuation``), with every move recorded and shown
+(``workflows.engine.record``). Reviews and budget decisions arrive through decision inboxes
+judged by rule objects (``review_rules.ReviewRules``, ``budgets.BudgetRules``), operator
+actions through ``workflows.engine.operator_signals``.
 
 Everything a client sends arrives undecoded (``RawValue``) and is decoded by
 ``workflows.engine.inbound``: a bad start fails the run at once, a bad review is refused or
@@ -28,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import timedelta
 from typing import Any, ClassVar, NoReturn
 
 from pydantic import ValidationError
@@ -269,31 +271,12 @@ class PipelineWorkflow:
         await budgets.wait_for_decision(ctx, self._budgets)
 
     async def _await_review(self, ctx: Context[Any, Any]) -> None:
-        if await self._reviewed(ctx, "review timeout"):
-            return
-        run, plan = ctx.run, ctx.policy
-        detail = reviews.take_forced_reason(run) or f"no review in {plan.review_timeout_s:g}s"
-        run.review_deadline = workflow.now() + timedelta(seconds=plan.escalation_timeout_s)
-        escalation = reviews.escalation_detail(plan)
-        ctx.move(
-            Event.REVIEW_TIMEOUT,
-            detail=f"{detail}; {escalation}" if escalation else detail,
-            group=reviews.escalation_group(plan),
-        )
-        if run.dead_letter_requested is None:  # an operator's dead-letter is no news to reviewers
-            commands.notify_reviewers(run, plan, "escalated")
+        if not await self._reviewed(ctx, "review timeout"):
+            reviews.escalate(ctx)
 
     async def _escalate(self, ctx: Context[Any, Any]) -> None:
-        if await self._reviewed(ctx, "escalation timeout"):
-            return
-        run, plan = ctx.run, ctx.policy
-        reason = reviews.take_forced_reason(run)
-        detail = ctx.set_error(
-            reason or f"no review after escalation ({plan.escalation_timeout_s:g}s)"
-        )
-        run.review_deadline = None
-        refused = await ctx.dead_letter(run.state)
-        ctx.move(Event.ESCALATION_TIMEOUT, detail=detail + refused)
+        if not await self._reviewed(ctx, "escalation timeout"):
+            await reviews.escalation_timed_out(ctx)
 
     # Helpers.
 
