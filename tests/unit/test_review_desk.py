@@ -23,7 +23,6 @@ from workflows.engine.reviews import (
     escalation_detail,
     escalation_group,
     event_of,
-    facts,
     operator_reason,
     revoke,
     take_forced_reason,
@@ -530,7 +529,7 @@ def test_auto_approve_rules_read_the_engines_facts_beside_the_pipelines() -> Non
     run = RunState(state=State.AWAIT_REVIEW, review_round=2, attempts=3, model="sim-large")
     request = PipelineRequest(request_id=RUN, user_message="hi")
     ctx: Context[PipelineRequest, RunState] = Context(GRAPH, request, run)
-    assert facts(ctx, {"confidence": 0.9}) == {
+    assert ctx.review_facts({"confidence": 0.9}) == {
         "confidence": 0.9,
         "review_round": 2,
         "attempts": 3,

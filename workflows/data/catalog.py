@@ -28,7 +28,6 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from pydantic import BaseModel
 from temporalio.exceptions import ActivityError, ApplicationError
 
-import workflows.engine.reviews as reviews
 from workflows.data import templates
 from workflows.data.payloads import DataPlan, DataRequest, DataState
 from workflows.data.spec import Mark, PipelineSpec, Settings, StepSpec
@@ -290,11 +289,8 @@ class StepRun:
             policy = self.plan.reviews.get(self.compiled.review_step_of(edge.target))
             if policy is not None:
                 run.plan = self.plan.model_copy(update=policy.model_dump())
-            reviews.enter(
-                self.ctx, edge.event, detail=detail or outcome, answer=answer, prompt=prompt
-            )
-            return
-        self.ctx.move(edge.event, detail=detail, answer=answer, prompt=prompt)
+            detail = detail or outcome
+        self.ctx.done(edge.event, detail=detail, answer=answer, prompt=prompt)
 
     async def failed(self, err: ActivityError | ApplicationError) -> None:
         """An activity of the step failed (``Context.failed``): for good (to ``failed``) or

@@ -33,7 +33,7 @@ Workflow code, passed through the sandbox; deterministic (``now`` is workflow ti
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any, Final, NoReturn
 
@@ -49,7 +49,6 @@ from workflows.engine.pipeline import Context
 from workflows.payloads import (
     NOTE_REVIEW_VOTE,
     Correction,
-    FactValue,
     LlmCallResult,
     OperatorRequest,
     ReviewDecision,
@@ -69,33 +68,8 @@ def enter(
     answer: LlmCallResult | None = None,
     prompt: str | None = None,
 ) -> None:
-    """Move on ``event`` into a review state: a new review round, with its deadline from the
-    plan, and the reviewers told when the plan says so (``answer``: the model's reply the move
-    reports, answering ``prompt``). An auto-approve rule of the plan that the result matches
-    approves it at once instead, with no reviewer told.
-
-    The result under review is the one the run's open reedits asked for (their ``after``).
-    """
-    run, plan = ctx.run, ctx.policy
-    subject = ctx.subject()
-    record.complete_reedits(run, subject.value)
-    run.review_round += 1
-    run.votes = []
-    run.round_started_at = workflow.now()
-    run.review_deadline = workflow.now() + timedelta(seconds=plan.review_timeout_s)
-    ctx.move(event, detail=detail, review_round=run.review_round, answer=answer, prompt=prompt)
-    rule = policies.matching_rule(plan.auto_approve, facts(ctx, subject.facts))
-    if rule is not None:
-        run.review_deadline = None
-        ctx.move(
-            Event.APPROVE,
-            detail=f"approved by rule {rule.name}",
-            review_round=run.review_round,
-            rule=rule.name,
-        )
-        observability.count_auto_approval(ctx.pipeline_name, rule.name)
-        return
-    commands.notify_reviewers(run, plan, "review_needed")
+    """Move on ``event`` into a review state: a new review round (``Context.enter_review``)."""
+    ctx.enter_review(event, detail=detail, answer=answer, prompt=prompt)
 
 
 def escalate(ctx: Context[Any, Any]) -> None:
@@ -123,18 +97,6 @@ async def escalation_timed_out(ctx: Context[Any, Any]) -> None:
     run.review_deadline = None
     refused = await ctx.dead_letter(run.state)
     ctx.move(Event.ESCALATION_TIMEOUT, detail=detail + refused)
-
-
-def facts(ctx: Context[Any, Any], given: Mapping[str, FactValue]) -> dict[str, FactValue]:
-    """What auto-approve rules read: the pipeline's facts about its result, and the engine's
-    (the round, the model attempts so far, the model)."""
-    run = ctx.run
-    return {
-        **given,
-        "review_round": run.review_round,
-        "attempts": run.attempts,
-        "model": run.model,
-    }
 
 
 def finished(ctx: Context[Any, Any]) -> None:
