@@ -44,25 +44,33 @@ class Refusal:
     reason: str
 
 
+@dataclass(frozen=True)
+class Asked:
+    """Which run judges a decision, and when: its workflow id, workflow time, its chain's first
+    run id (which a token must name where the plan says so) and a digest of what the run shows
+    a reviewer (which a token that names one must match)."""
+
+    workflow_id: str
+    now: datetime
+    chain_id: str | None = None
+    digest: Callable[[], str] | None = None
+
+
 def refusal(
     graph: Graph,
     run: RunCore[Any],
     decision: ReviewDecision,
-    *,
-    workflow_id: str,
     pending: ReviewDecision | None,
-    now: datetime,
-    chain_id: str | None = None,
-    digest: Callable[[], str] | None = None,
+    asked: Asked,
 ) -> Refusal | None:
-    """Why ``decision`` may not be applied now, or None when it may (``chain_id``: the run
-    chain's first run id, which a token must name where the plan says so; ``digest``: of what
-    the run shows a reviewer, which a token that names one must match)."""
+    """Why ``decision`` may not be applied now, given the decision ``pending``, or None when
+    it may."""
+    workflow_id = asked.workflow_id
     return (
         _untimely(graph, run, decision, workflow_id, pending)
         or _unauthorised(graph, run, decision, workflow_id)
         or _ill_formed(graph, run, decision, workflow_id)
-        or _unproven(run, decision, workflow_id, now, chain_id, digest)
+        or _unproven(run, decision, asked)
     )
 
 
@@ -153,14 +161,7 @@ def _ill_formed(
     return None
 
 
-def _unproven(
-    run: RunCore[Any],
-    decision: ReviewDecision,
-    workflow_id: str,
-    now: datetime,
-    chain_id: str | None,
-    digest: Callable[[], str] | None,
-) -> Refusal | None:
+def _unproven(run: RunCore[Any], decision: ReviewDecision, asked: Asked) -> Refusal | None:
     """Refused for its proof, when the plan has reviewer keys: no valid token for this round
     (and chain, and content, where the plan says so), or a key that already voted."""
     plan = run.plan
@@ -168,11 +169,11 @@ def _unproven(
     if plan.review_keys:
         ttl = plan.review_token_ttl_s
         expected = identity.Expected(
-            workflow_id=workflow_id,
+            workflow_id=asked.workflow_id,
             review_round=run.review_round,
-            now=now,
-            run_id=chain_id if plan.review_token_binds_run else None,
-            digest=digest,
+            now=asked.now,
+            run_id=asked.chain_id if plan.review_token_binds_run else None,
+            digest=asked.digest,
             max_ttl=timedelta(seconds=ttl) if ttl is not None else None,
         )
         keys = [key for key in plan.review_keys if key.key_id not in run.revoked_keys]
@@ -185,7 +186,7 @@ def _unproven(
             "already_voted",
             f"the key that signed for {decision.reviewer[:80]!r} already voted "
             f"{same_key.decision} for {same_key.reviewer[:80]!r} in round {run.review_round} of "
-            f"run {workflow_id}; a key counts once a round",
+            f"run {asked.workflow_id}; a key counts once a round",
         )
     return None
 
@@ -234,16 +235,13 @@ class ReviewRules:
             assert pipeline is not None
             return pipeline.review_view(ctx).digest()
 
-        return refusal(
-            ctx.graph,
-            ctx.run,
-            decision,
-            workflow_id=info.workflow_id,
-            pending=pending,
-            now=workflow.now(),
+        asked = Asked(
+            info.workflow_id,
+            workflow.now(),
             chain_id=info.first_execution_run_id,
             digest=digest if pipeline is not None else None,
         )
+        return refusal(ctx.graph, ctx.run, decision, pending, asked)
 
     def invalid(self, problem: str) -> Refusal:
         """The refusal of a review that does not decode (`invalid`)."""
