@@ -59,7 +59,6 @@ LLM_QUOTA_EXHAUSTED = "LlmQuotaExhausted"
 LLM_REFUSED = "LlmRefused"
 LLM_REPLY_TOO_LARGE = "LlmReplyTooLarge"
 EMBEDDING_FAILED = "EmbeddingFailed"
-INVALID_TRANSITION = "InvalidTransition"
 DEAD_LETTER_REJECTED = "DeadLetterRejected"
 # A run that ended in failed or dead_letter closes as a Temporal *Failed* run with this type; its
 # details carry the run's PipelineResult (the contract's result, as a completed run returns it).

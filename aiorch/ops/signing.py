@@ -22,11 +22,11 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from aiorch.ops.reviews import ReviewTarget, Signer
 from aiorch_runtime.config import ConfigError, Settings
+from workflows.engine.budget_tokens import budget_claims_for
 from workflows.engine.identity import (
     ALGORITHM,
     ANY_REVIEWER,
     KEY_BYTES,
-    budget_claims_for,
     claims_for,
     start_claims_for,
 )

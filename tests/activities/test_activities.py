@@ -83,7 +83,7 @@ async def test_fetch_prompt_resolves_defaults_and_options() -> None:
     assert plan.user_prompt.startswith("Hi")
     assert '"team": "ops"' in plan.user_prompt
     assert plan.review_timeout_s == 5
-    assert plan.llm_max_attempts == 4
+    assert plan.max_attempts == 4
     assert plan.input_ref is None
 
 

@@ -40,7 +40,7 @@ async def test_a_request_may_lower_the_operators_limits_never_raise_them() -> No
             "max_cost_usd": 1000,
         },
     )
-    assert (raised.llm_max_attempts, raised.review_timeout_s) == (5, 600)
+    assert (raised.max_attempts, raised.review_timeout_s) == (5, 600)
     assert (raised.escalation_timeout_s, raised.budget_usd) == (300, 0.5)
     lowered = await plan_for(
         settings,
@@ -51,10 +51,10 @@ async def test_a_request_may_lower_the_operators_limits_never_raise_them() -> No
             "max_cost_usd": 0.1,
         },
     )
-    assert (lowered.llm_max_attempts, lowered.review_timeout_s) == (2, 60)
+    assert (lowered.max_attempts, lowered.review_timeout_s) == (2, 60)
     assert (lowered.escalation_timeout_s, lowered.budget_usd) == (30, 0.1)
     default = await plan_for(settings)
-    assert (default.llm_max_attempts, default.review_timeout_s) == (5, 600)
+    assert (default.max_attempts, default.review_timeout_s) == (5, 600)
     assert (default.escalation_timeout_s, default.budget_usd) == (300, 0.5)
 
 

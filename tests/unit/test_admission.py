@@ -64,6 +64,28 @@ def test_what_runs_after_admission_runs_after_the_held_and_at_once_once_admitted
     assert order == [1, 3, 2, 4]
 
 
+class CountingRules:
+    """Rules that accept every decision that decodes and count each refusal in ``counted``."""
+
+    def __init__(self, counted: list[str]) -> None:
+        self.counted = counted
+
+    def refusal(self, decision: ReviewDecision, pending: ReviewDecision | None) -> str | None:
+        return None
+
+    def invalid(self, problem: str) -> str:
+        return problem
+
+    def count(self, refused: str) -> None:
+        self.counted.append(refused)
+
+    def reason(self, refused: str) -> str:
+        return refused
+
+    def settle(self, decision: ReviewDecision) -> bool:
+        return False
+
+
 def test_signals_past_the_cap_are_counted_once_each_after_the_held_ones() -> None:
     """A review signal past the 64 held while a run resumes cannot be refused to its sender; it
     is counted as one too many once the run's state is in place, after the held ones are judged,
@@ -72,12 +94,7 @@ def test_signals_past_the_cap_are_counted_once_each_after_the_held_ones() -> Non
         admission = Admission()
         counted: list[str] = []
         inbox: DecisionInbox[ReviewDecision, str] = DecisionInbox(
-            ReviewDecision,
-            admission,
-            refusal=lambda decision, pending: None,
-            invalid=lambda problem: problem,
-            count=counted.append,
-            reason=str,
+            ReviewDecision, admission, CountingRules(counted)
         )
         for _ in range(HELD_AT_MOST + past_the_cap):
             inbox.signal([])  # sent empty: the held ones are refused as such once judged

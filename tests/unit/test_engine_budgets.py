@@ -10,7 +10,7 @@ from tests.support.builders import REQUEST_ID, prompt_plan
 from workflows.engine.budgets import count_refusal, refusal
 from workflows.engine.identity import parse_review_keys
 from workflows.engine.pipeline import Context
-from workflows.engine.reviews import MAX_REFUSAL_CHARS
+from workflows.engine.record import MAX_REFUSAL_CHARS
 from workflows.llm.graph import GRAPH, State
 from workflows.payloads import BudgetDecision, PipelineRequest, RunState
 

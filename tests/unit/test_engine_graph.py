@@ -35,6 +35,7 @@ from workflows.engine.graph import (
     review_states,
 )
 from workflows.engine.pipeline import Context, Pipeline
+from workflows.errors import InvalidTransition
 from workflows.payloads import PipelineRequest, PipelineResult, ReviewContent, RunState
 from workflows.steps.llm_call import lane_for
 
@@ -233,3 +234,17 @@ def test_a_pipeline_without_a_handler_for_a_working_state_is_refused() -> None:
             _result,
             _view,
         )
+
+
+async def test_a_state_without_a_failure_edge_cannot_fail_quietly() -> None:
+    """``Context.fail`` takes a failure edge of the current state: in a state that has neither
+    ``permanent_error`` nor ``exhausted`` it raises InvalidTransition (a bug in the pipeline),
+    with the error recorded and the run left where it was."""
+    graph = tiny()
+    run = RunState(state="work")
+    ctx: Context[Any, Any] = Context(
+        graph, PipelineRequest(request_id="0" * 24, user_message="hi"), run
+    )
+    with pytest.raises(InvalidTransition, match="no failure edge"):
+        await ctx.fail("it broke")
+    assert (run.state, run.last_error, run.history) == ("work", "it broke", [])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 import pytest
@@ -15,19 +16,15 @@ from workflows.documents.graph import GRAPH as DOCUMENTS
 from workflows.engine.graph import Event
 from workflows.engine.pipeline import Context
 from workflows.engine.policies import signing_key
+from workflows.engine.record import MAX_REFUSAL_CHARS
+from workflows.engine.review_rules import Asked, Refusal, count_refusal, invalid, refusal
 from workflows.engine.reviews import (
-    MAX_REFUSAL_CHARS,
     MAX_REVOKED,
-    Refusal,
-    count_refusal,
     decision_detail,
     escalation_detail,
     escalation_group,
     event_of,
-    facts,
-    invalid,
     operator_reason,
-    refusal,
     revoke,
     take_forced_reason,
 )
@@ -84,7 +81,7 @@ def why(
     now: datetime = AT,
 ) -> str | None:
     run = RunState(state=state, review_round=review_round, plan=run_plan or plan())
-    found = refusal(GRAPH, run, decision, workflow_id=RUN, pending=pending, now=now)
+    found = refusal(GRAPH, run, decision, pending, Asked(RUN, now))
     return found.reason if found else None
 
 
@@ -232,10 +229,16 @@ def test_outcome_says_when_the_round_was_decided_by_someone_else() -> None:
     assert "round 1 was already decided (approve by alice)" in theirs.describe(RUN)
 
 
-def refused(decision: ReviewDecision, run: RunState, **given: object) -> Refusal | None:
-    fields: dict[str, object] = {"workflow_id": RUN, "pending": None, "now": AT}
-    fields.update(given)
-    return refusal(GRAPH, run, decision, **fields)  # type: ignore[arg-type]
+def refused(
+    decision: ReviewDecision,
+    run: RunState,
+    *,
+    pending: ReviewDecision | None = None,
+    chain_id: str | None = None,
+    digest: Callable[[], str] | None = None,
+) -> Refusal | None:
+    asked = Asked(RUN, AT, chain_id=chain_id, digest=digest)
+    return refusal(GRAPH, run, decision, pending, asked)
 
 
 def test_each_refusal_has_its_code_and_its_sentence() -> None:
@@ -406,12 +409,12 @@ def test_corrected_fields_come_with_an_approval_where_the_pipeline_takes_them() 
     none, refuses them even with an approval."""
     run = RunState(state="await_review", review_round=1, plan=plan())
     approve = decide("alice", fields={"total": 3})
-    assert refusal(DOCUMENTS, run, approve, workflow_id=RUN, pending=None, now=AT) is None
+    assert refusal(DOCUMENTS, run, approve, None, Asked(RUN, AT)) is None
     reedit = decide("alice", decision="reedit", fields={"total": 3})
-    assert refusal(DOCUMENTS, run, reedit, workflow_id=RUN, pending=None, now=AT) == Refusal(
+    assert refusal(DOCUMENTS, run, reedit, None, Asked(RUN, AT)) == Refusal(
         "no_corrections", "corrected fields come with an approval only"
     )
-    assert refusal(GRAPH, run, approve, workflow_id=RUN, pending=None, now=AT) == Refusal(
+    assert refusal(GRAPH, run, approve, None, Asked(RUN, AT)) == Refusal(
         "no_corrections", f"run {RUN} takes no corrected fields"
     )
 
@@ -533,7 +536,7 @@ def test_auto_approve_rules_read_the_engines_facts_beside_the_pipelines() -> Non
     run = RunState(state=State.AWAIT_REVIEW, review_round=2, attempts=3, model="sim-large")
     request = PipelineRequest(request_id=RUN, user_message="hi")
     ctx: Context[PipelineRequest, RunState] = Context(GRAPH, request, run)
-    assert facts(ctx, {"confidence": 0.9}) == {
+    assert ctx.review_facts({"confidence": 0.9}) == {
         "confidence": 0.9,
         "review_round": 2,
         "attempts": 3,

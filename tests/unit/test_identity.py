@@ -14,11 +14,10 @@ import pytest
 from aiorch.ops.reviews import ReviewTarget
 from aiorch.ops.signing import SigningKey, requester_key_from_settings, signing_key_from_settings
 from aiorch_runtime.config import ConfigError, Settings
+from workflows.engine.budget_tokens import budget_claims_for, budget_token_problem
 from workflows.engine.identity import (
     Expected,
     KeySpecError,
-    budget_claims_for,
-    budget_token_problem,
     claims_for,
     feedback_digest,
     fields_digest,

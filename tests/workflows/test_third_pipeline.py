@@ -75,7 +75,7 @@ GRAPH = Graph.of(
 
 async def greet(ctx: Context[GreetRequest, GreetState]) -> None:
     """The one working state: no activity, a plan of its own, then a review."""
-    ctx.run.plan = RunPolicy(review_timeout_s=60, escalation_timeout_s=60, llm_max_attempts=1)
+    ctx.run.plan = RunPolicy(review_timeout_s=60, escalation_timeout_s=60, max_attempts=1)
     ctx.run.greeting = f"Hello, {ctx.request.name}" + "!" * len(ctx.run.feedback)
     reviews.enter(ctx, "greeted", detail="a greeting to check")
 

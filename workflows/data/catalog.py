@@ -28,9 +28,6 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from pydantic import BaseModel
 from temporalio.exceptions import ActivityError, ApplicationError
 
-import workflows.engine.activity_policy as activity_policy
-import workflows.engine.reviews as reviews
-import workflows.errors as errors
 from workflows.data import templates
 from workflows.data.payloads import DataPlan, DataRequest, DataState
 from workflows.data.spec import Mark, PipelineSpec, Settings, StepSpec
@@ -298,34 +295,15 @@ class StepRun:
             policy = self.plan.reviews.get(self.compiled.review_step_of(edge.target))
             if policy is not None:
                 run.plan = self.plan.model_copy(update=policy.model_dump())
-            reviews.enter(
-                self.ctx, edge.event, detail=detail or outcome, answer=answer, prompt=prompt
-            )
-            return
-        self.ctx.move(edge.event, detail=detail, answer=answer, prompt=prompt)
+            detail = detail or outcome
+        self.ctx.done(edge.event, detail=detail, answer=answer, prompt=prompt)
 
     async def failed(self, err: ActivityError | ApplicationError) -> None:
-        """An activity of the step failed: for good (``permanent_error``, to ``failed``) or
-        after its retries (``exhausted``: dead-lettered, to be redriven), as far as the step
-        type has those edges."""
-        if isinstance(err, ActivityError) and activity_policy.cancelled(err):
-            raise err
-        permanent = isinstance(err, ApplicationError) or activity_policy.is_permanent(err)
-        await self.fail(activity_policy.error_text(err), permanent=permanent)
+        """An activity of the step failed (``Context.failed``): for good (to ``failed``) or
+        after its retries (dead-lettered, to be redriven), as far as the step type has those
+        edges; a cancel is re-raised."""
+        await self.ctx.failed(err)
 
     async def fail(self, detail: str, *, permanent: bool = True) -> None:
-        """End the step in failure with ``detail``: ``permanent_error`` when the failure is
-        for good and the type has that edge, else a dead letter (``exhausted``)."""
-        text = self.ctx.set_error(detail)
-        failures = self.step.type.failures
-        if Event.PERMANENT_ERROR.value in failures and (
-            permanent or Event.EXHAUSTED.value not in failures
-        ):
-            self.ctx.move(Event.PERMANENT_ERROR, detail=text)
-            return
-        if Event.EXHAUSTED.value not in failures:
-            raise errors.InvalidTransition(
-                self.run.state, "(failure)", f"{self.step.type.name} has no failure edge"
-            )
-        refused = await self.ctx.dead_letter(self.run.state)
-        self.ctx.move(Event.EXHAUSTED, detail=text + refused)
+        """End the step in failure with ``detail`` (``Context.fail``)."""
+        await self.ctx.fail(detail, permanent=permanent)

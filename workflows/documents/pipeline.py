@@ -17,7 +17,6 @@ import json
 from temporalio.exceptions import ActivityError, ApplicationError
 
 import workflows.documents.steps as steps
-import workflows.engine.activity_policy as activity_policy
 import workflows.engine.reviews as reviews
 import workflows.steps.documents as document_steps
 import workflows.steps.llm_call as llm_call
@@ -42,18 +41,6 @@ def validates_in_task(ctx: Run) -> bool:
     return ctx.run.state == DocState.VALIDATE
 
 
-async def _failed(ctx: Run, err: ActivityError | ApplicationError) -> None:
-    """An activity of this pipeline failed: for good (``failed``), or after its retries (the
-    run is dead-lettered, to be redriven)."""
-    detail = ctx.set_error(activity_policy.error_text(err))
-    permanent = isinstance(err, ApplicationError) or activity_policy.is_permanent(err)
-    if permanent:
-        ctx.move(Event.PERMANENT_ERROR, detail=detail)
-        return
-    refused = await ctx.dead_letter(ctx.run.state)
-    ctx.move(Event.EXHAUSTED, detail=detail + refused)
-
-
 async def extract_text(ctx: Run) -> None:
     """Plan the run (once), then extract the document's text: its size, pages and hash, and a
     preview for the reviewer; the text itself stays out of history."""
@@ -66,9 +53,7 @@ async def extract_text(ctx: Run) -> None:
         )
     except (ActivityError, ApplicationError) as err:
         # A local activity's failure arrives as the ApplicationError itself, not wrapped.
-        if isinstance(err, ActivityError) and activity_policy.cancelled(err):
-            raise
-        await _failed(ctx, err)
+        await ctx.failed(err)
         return
     if request.is_reference:
         run.plan = run.plan.model_copy(update={"input_sha256": run.extracted.sha256})
@@ -143,9 +128,7 @@ async def store(ctx: Run) -> None:
             ctx.plan,
         )
     except ActivityError as err:
-        if activity_policy.cancelled(err):
-            raise
-        await _failed(ctx, err)
+        await ctx.failed(err)
         return
     ctx.move(DocEvent.STORED, detail=f"stored in {run.stored.table} ({run.stored.dialect})")
 

@@ -20,16 +20,19 @@ Workflow code, passed through the sandbox.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
 
+import workflows.engine.budget_tokens as budget_tokens
 import workflows.engine.identity as identity
 import workflows.engine.record as record
-import workflows.engine.reviews as reviews
 import workflows.errors as errors
 from workflows.engine.graph import Event, Role
+from workflows.engine.inbound import NOT_STARTED, DecisionInbox
 from workflows.engine.pipeline import Context
 from workflows.payloads import BudgetDecision, RunCore
 
@@ -62,14 +65,57 @@ def refusal(
         expected = identity.Expected(
             workflow_id=workflow_id, review_round=0, now=now, run_id=chain_id
         )
-        return identity.budget_token_problem(decision, keys=keys, expected=expected)
+        return budget_tokens.budget_token_problem(decision, keys=keys, expected=expected)
     return None
 
 
 def count_refusal(run: RunCore[Any], reason: str) -> None:
     """Count a refused ``budget_decision`` signal (never stored one by one)."""
     run.budget_decisions_refused += 1
-    run.last_refusal = record.bounded_text(reason, reviews.MAX_REFUSAL_CHARS)
+    run.last_refusal = record.bounded_text(reason, record.MAX_REFUSAL_CHARS)
+
+
+class BudgetRules:
+    """The budget inbox's rules (``inbound.DecisionRules``) for the run ``context`` returns
+    (None: the run never started, so every decision is refused and counted nowhere). A
+    budget decision always moves the run: none settles without it."""
+
+    def __init__(self, context: Callable[[], Context[Any, Any] | None]) -> None:
+        self._context = context
+
+    def refusal(self, decision: BudgetDecision, pending: BudgetDecision | None) -> str | None:
+        """Why ``decision`` may not be applied now (`refusal`), against the run's own ids and
+        workflow time."""
+        ctx = self._context()
+        if ctx is None:
+            return NOT_STARTED
+        info = workflow.info()
+        return refusal(
+            ctx,
+            decision,
+            pending,
+            workflow_id=info.workflow_id,
+            chain_id=info.first_execution_run_id,
+            now=workflow.now(),
+        )
+
+    def invalid(self, problem: str) -> str:
+        """The refusal of a budget decision that does not decode."""
+        return f"invalid budget decision: {problem}"
+
+    def count(self, refused: str) -> None:
+        """Count a refused budget-decision signal on the run, when it started."""
+        ctx = self._context()
+        if ctx is not None:
+            count_refusal(ctx.run, refused)
+
+    def reason(self, refused: str) -> str:
+        """The refusal is its own sentence."""
+        return refused
+
+    def settle(self, decision: BudgetDecision) -> bool:
+        """Never: a budget decision is applied by the run's budget wait."""
+        return False
 
 
 def apply(ctx: Context[Any, Any], decision: BudgetDecision) -> None:
@@ -102,6 +148,27 @@ async def over_budget(ctx: Context[Any, Any], budget: str) -> None:
         return
     refused = await ctx.dead_letter(run.state)
     ctx.move(Event.BUDGET_EXCEEDED, detail=detail + refused)
+
+
+async def wait_for_decision(
+    ctx: Context[Any, Any], inbox: DecisionInbox[BudgetDecision, str]
+) -> None:
+    """The budget state's handler: wait for an operator's decision from ``inbox`` until the
+    plan's timeout, then apply it, or dead-letter the run (`timed_out`)."""
+    run = ctx.run
+    remaining = (run.budget_deadline or workflow.now()) - workflow.now()
+    if remaining > timedelta(0):
+        with contextlib.suppress(TimeoutError):
+            await workflow.wait_condition(
+                lambda: inbox.pending is not None,
+                timeout=remaining,
+                timeout_summary="budget decision timeout",
+            )
+    decision = inbox.take()
+    if decision is not None:
+        apply(ctx, decision)
+        return
+    await timed_out(ctx)
 
 
 async def timed_out(ctx: Context[Any, Any]) -> None:

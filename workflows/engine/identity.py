@@ -51,7 +51,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from workflows.payloads import (
     TENANT_PATTERN,
-    BudgetDecision,
     RequestBase,
     RequesterKey,
     ReviewDecision,
@@ -59,7 +58,6 @@ from workflows.payloads import (
 )
 
 AUDIENCE = "ai-orchestrator/review"
-BUDGET_AUDIENCE = "ai-orchestrator/budget"
 START_AUDIENCE = "ai-orchestrator/start"
 ALGORITHM = "EdDSA"
 KEY_BYTES = 32
@@ -238,7 +236,7 @@ def review_token_problem(
     """
     if not decision.token:
         return "review is not signed (reviewer authentication is on: send a signed token)"
-    verified = _verified(decision.token, keys, ReviewClaims, "review token")
+    verified = verified_token(decision.token, keys, ReviewClaims, "review token")
     if isinstance(verified, str):
         return verified
     claims, key = verified
@@ -249,7 +247,7 @@ C = TypeVar("C", bound=BaseModel)
 K = TypeVar("K", ReviewKey, RequesterKey)
 
 
-def _verified(token: str, keys: Sequence[K], model: type[C], what: str) -> tuple[C, K] | str:
+def verified_token(token: str, keys: Sequence[K], model: type[C], what: str) -> tuple[C, K] | str:
     """``token``'s claims (as ``model``) and the key that signed them, or why not."""
     try:
         header = jwt.get_unverified_header(token)
@@ -332,7 +330,7 @@ def start_claim_problem(
     another request, another pipeline or namespace, expired)."""
     if not request.start_claim:
         return "the start is not signed (start authentication is on: sign it with REQUESTER_KEY)"
-    verified = _verified(request.start_claim, keys, StartClaims, "start claim")
+    verified = verified_token(request.start_claim, keys, StartClaims, "start claim")
     if isinstance(verified, str):
         return verified
     claims, key = verified
@@ -352,65 +350,6 @@ def start_claim_problem(
     if claims.iat > now_s + CLOCK_SKEW.total_seconds():
         return "start claim is issued in the future"
     return key
-
-
-class BudgetClaims(BaseModel):
-    """The claims of a budget decision's token: who decided what, for which run chain."""
-
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-    aud: str
-    sub: str = Field(min_length=1, max_length=200)
-    wid: str
-    rid: str
-    dec: str
-    iat: int
-    exp: int
-
-
-def budget_claims_for(
-    decision: BudgetDecision, *, workflow_id: str, run_id: str, issued: datetime, ttl: timedelta
-) -> dict[str, object]:
-    """The claims a signer puts in a budget decision's token (the verifier checks the same)."""
-    issued_s = int(issued.timestamp())
-    return {
-        "aud": BUDGET_AUDIENCE,
-        "sub": decision.operator,
-        "wid": workflow_id,
-        "rid": run_id,
-        "dec": decision.decision,
-        "iat": issued_s,
-        "exp": issued_s + max(1, int(ttl.total_seconds())),
-    }
-
-
-def budget_token_problem(
-    decision: BudgetDecision, *, keys: Sequence[ReviewKey], expected: Expected
-) -> str | None:
-    """Why ``decision``'s token does not authenticate its operator's decision for this run
-    chain, or None when it does (``expected.review_round`` is not used)."""
-    if not decision.token:
-        return "budget decision is not signed (authentication is on: send a signed token)"
-    verified = _verified(decision.token, keys, BudgetClaims, "budget token")
-    if isinstance(verified, str):
-        return verified
-    claims, key = verified
-    if claims.aud != BUDGET_AUDIENCE:
-        return "budget token is not meant for budget decisions"
-    if claims.sub != decision.operator:
-        return "budget token was issued to another operator"
-    if key.reviewers is not None and claims.sub not in key.reviewers:
-        return f"key {key.key_id!r} may not sign for this operator"
-    if claims.wid != expected.workflow_id or claims.rid != expected.run_id:
-        return "budget token was issued for another run"
-    if claims.dec != decision.decision:
-        return "budget token was issued for another decision"
-    now_s = expected.now.timestamp()
-    if claims.exp <= now_s:
-        return "budget token has expired"
-    if claims.iat > now_s + CLOCK_SKEW.total_seconds():
-        return "budget token is issued in the future"
-    return None
 
 
 def _claims_problem(

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import KW_ONLY, dataclass
-from typing import Any, Final, Generic, TypeVar
+from typing import Any, Final, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from temporalio import workflow
@@ -65,6 +65,9 @@ D = TypeVar("D", bound=BaseModel)
 # its lineage is verified); beyond this, a flood in that moment is refused or dropped.
 HELD_BEFORE_ADMISSION: Final = 64
 R = TypeVar("R")
+D_in = TypeVar("D_in", bound=BaseModel, contravariant=True)
+# Why every decision sent to a run that never started (its input refused) is refused.
+NOT_STARTED: Final = "run did not start: its input was refused"
 
 
 class Admission:
@@ -122,6 +125,32 @@ class Admission:
 OVERFLOW: Final = "too many sent while the run was resuming"
 
 
+class DecisionRules(Protocol[D_in, R]):
+    """The rules a ``DecisionInbox`` judges its decisions by; ``R`` is their refusal."""
+
+    def refusal(self, decision: D_in, pending: D_in | None, /) -> R | None:
+        """Why the rules refuse ``decision`` now, given the one ``pending`` (None: they do
+        not)."""
+        ...
+
+    def invalid(self, problem: str, /) -> R:
+        """The refusal of a payload that does not decode or validate."""
+        ...
+
+    def count(self, refused: R, /) -> None:
+        """Record a refused signal."""
+        ...
+
+    def reason(self, refused: R, /) -> str:
+        """A refusal's sentence, for the update's caller."""
+        ...
+
+    def settle(self, decision: D_in, /) -> bool:
+        """Apply an accepted decision at once when it does not move the run; True when it
+        did (False: it is held for the run to apply)."""
+        ...
+
+
 @dataclass(eq=False)
 class DecisionInbox(Generic[D, R]):
     """A decision a client sends as a signal or as an update (a review, a budget decision),
@@ -133,25 +162,16 @@ class DecisionInbox(Generic[D, R]):
     order it came, once the run's state is in place; an update the rules refuse then fails
     with the same reason. ``R`` is the rules' refusal (a review's or a budget decision's).
 
-    A decision the run takes without moving (``settle``: a review policy's vote short of its
-    quorum) is applied as it is accepted, never held, so the next one is judged at once; the
+    A decision the run takes without moving (``rules.settle``: a review policy's vote short of
+    its quorum) is applied as it is accepted, never held, so the next one is judged at once; the
     update that sent it answers right away.
     """
 
     model: type[D]
     # The run's, which holds decisions until its state is in place.
     admission: Admission
+    rules: DecisionRules[D, R]
     _: KW_ONLY
-    # Why the rules refuse a decision now, given the one pending (None: they do not).
-    refusal: Callable[[D, D | None], R | None]
-    # The refusal of a payload that does not decode or validate.
-    invalid: Callable[[str], R]
-    # Record a refused signal.
-    count: Callable[[R], None]
-    # A refusal's sentence, for the update's caller.
-    reason: Callable[[R], str]
-    # Apply an accepted decision at once when it does not move the run; True when it did.
-    settle: Callable[[D], bool] | None = None
     # Why the update's validator refuses a decision's own content (None: it does not). Only
     # the validator asks: it is not replayed, so a rule added here leaves recorded histories,
     # and the signal's handling, as they were.
@@ -170,7 +190,7 @@ class DecisionInbox(Generic[D, R]):
             return
         _, refused = self._accept(args)
         if refused is not None:
-            self.count(refused)
+            self.rules.count(refused)
 
     def _overflow(self) -> None:
         self.overflowed += 1
@@ -180,7 +200,7 @@ class DecisionInbox(Generic[D, R]):
     def _count_overflowed(self) -> None:
         # Runs once, on admission: nothing is held, so nothing overflows, after it.
         for _ in range(self.overflowed):
-            self.count(self.invalid(OVERFLOW))
+            self.rules.count(self.rules.invalid(OVERFLOW))
 
     def validate(self, args: Sequence[RawValue]) -> None:
         """The update's validator.
@@ -196,7 +216,7 @@ class DecisionInbox(Generic[D, R]):
         else:
             decision, refused = self._decoded(args)
             if refused is None and self.admission.full:
-                refused = self.invalid(OVERFLOW)
+                refused = self.rules.invalid(OVERFLOW)
         if refused is None and decision is not None and self.screen is not None:
             refused = self.screen(decision)
         if refused is not None:
@@ -222,7 +242,7 @@ class DecisionInbox(Generic[D, R]):
             verdicts: list[tuple[int, R | None]] = []
             self.admission.defer(
                 lambda: verdicts.append(self._accept(args)),
-                overflow=lambda: verdicts.append((0, self.invalid(OVERFLOW))),
+                overflow=lambda: verdicts.append((0, self.rules.invalid(OVERFLOW))),
             )
             await workflow.wait_condition(lambda: bool(verdicts))
             [(ticket, refused)] = verdicts
@@ -249,7 +269,7 @@ class DecisionInbox(Generic[D, R]):
         """Hold a decision the rules accept (or apply it now, when ``settle`` can); its ticket:
         the count of decisions accepted, which the count applied reaches once it is applied."""
         self.accepted += 1
-        if self.settle is not None and self.settle(decision):
+        if self.rules.settle(decision):
             self.applied += 1
         else:
             self.pending = decision
@@ -259,16 +279,16 @@ class DecisionInbox(Generic[D, R]):
         try:
             decision = inbound(args, self.model)
         except errors.InvalidRequest as err:
-            return None, self.invalid(str(err))
-        return decision, self.refusal(decision, self.pending)
+            return None, self.rules.invalid(str(err))
+        return decision, self.rules.refusal(decision, self.pending)
 
     def _decoded(self, args: Sequence[RawValue]) -> tuple[D | None, R | None]:
         try:
             return inbound(args, self.model), None
         except errors.InvalidRequest as err:
-            return None, self.invalid(str(err))
+            return None, self.rules.invalid(str(err))
 
     def _refused(self, refused: R) -> ApplicationError:
         return ApplicationError(
-            self.reason(refused), type=errors.DECISION_REFUSED, non_retryable=True
+            self.rules.reason(refused), type=errors.DECISION_REFUSED, non_retryable=True
         )

@@ -2,7 +2,10 @@
 and state models, its result, what a reviewer sees, and how a cancel is compensated.
 
 A handler does its state's work (usually one activity) and reports one event through
-``Context.move``; the graph says where the event leads. The engine handles every other state
+``Context`` (``move``; ``done``, which starts a review round when the event leads into a review;
+``failed``/``fail`` for a failure, which re-raise a cancel and otherwise take the state's failure
+edge); the graph says where the event leads. Python handlers and the steps of pipelines defined
+as data (``workflows.data``) speak this one vocabulary. The engine handles every other state
 (start, reviews, retries, capacity and budget waits, the ends). Building a ``Pipeline`` checks
 that its handlers cover exactly its working states, so a pipeline with a missing handler is
 refused when its module is imported, never when a run reaches the state.
@@ -20,19 +23,24 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from types import MappingProxyType
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, Unpack
 
 from pydantic import BaseModel
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError
 
+import workflows.engine.activity_policy as activity_policy
 import workflows.engine.commands as commands
+import workflows.engine.observability as observability
+import workflows.engine.policies as policies
 import workflows.engine.record as record
 import workflows.errors as errors
-from workflows.engine.graph import Event, Graph, GraphError
+from workflows.engine.graph import Event, Graph, GraphError, Role
 from workflows.payloads import (
     ContinuedRun,
     FactValue,
-    LlmCallResult,
     RequestBase,
     ReviewContent,
     RunCore,
@@ -108,35 +116,95 @@ class Context(Generic[RequestT, StateT]):
         plan: RunPolicy = self.plan
         return plan
 
-    def move(
-        self,
-        event: str,
-        *,
-        detail: str | None = None,
-        at: Any = None,
-        reviewer: str | None = None,
-        feedback: str | None = None,
-        review_round: int | None = None,
-        answer: LlmCallResult | None = None,
-        prompt: str | None = None,
-        group: str | None = None,
-        rule: str | None = None,
-    ) -> None:
+    def move(self, event: str, **details: Unpack[record.MoveDetails]) -> None:
         """Take the graph's edge for ``event`` from the current state (``record.move``)."""
-        record.move(
-            self.graph,
-            self.run,
-            event,
-            detail=detail,
-            at=at,
-            reviewer=reviewer,
-            feedback=feedback,
-            review_round=review_round,
-            answer=answer,
-            prompt=prompt,
-            group=group,
-            rule=rule,
-        )
+        record.move(self.graph, self.run, event, **details)
+
+    async def failed(
+        self, err: ActivityError | ApplicationError, **details: Unpack[record.MoveDetails]
+    ) -> None:
+        """An activity of the current state failed: `fail` with its text, permanently when it
+        failed for good (a non-retryable error, or a local activity's own ``ApplicationError``).
+
+        Raises:
+            ActivityError: ``err`` is the run's cancel reaching the activity: re-raised, so the
+                engine compensates and ends the run cancelled.
+        """
+        if isinstance(err, ActivityError) and activity_policy.cancelled(err):
+            raise err
+        permanent = isinstance(err, ApplicationError) or activity_policy.is_permanent(err)
+        await self.fail(activity_policy.error_text(err), permanent=permanent, **details)
+
+    async def fail(
+        self, text: str, *, permanent: bool = True, **details: Unpack[record.MoveDetails]
+    ) -> None:
+        """End the current state in failure, ``text`` its recorded error: ``permanent_error``
+        when the failure is for good and the state has that edge (or no ``exhausted`` one),
+        else the run is dead-lettered (``exhausted``), to be redriven.
+
+        Raises:
+            errors.InvalidTransition: the state has neither failure edge (a bug).
+        """
+        detail = self.set_error(text)
+        edges = self.graph.allowed_events(self.run.state)
+        if Event.PERMANENT_ERROR in edges and (permanent or Event.EXHAUSTED not in edges):
+            details["detail"] = detail
+            self.move(Event.PERMANENT_ERROR, **details)
+            return
+        if Event.EXHAUSTED not in edges:
+            raise errors.InvalidTransition(self.run.state, "(failure)", "no failure edge")
+        refused = await self.dead_letter(self.run.state)
+        details["detail"] = detail + refused
+        self.move(Event.EXHAUSTED, **details)
+
+    def done(self, event: str, **details: Unpack[record.MoveDetails]) -> None:
+        """Report the current state's outcome ``event``: into a review state it starts a new
+        review round (`enter_review`), elsewhere it is a `move`."""
+        target = self.graph.target_of(self.run.state, event)
+        if target is not None and self.graph.info(target).role == Role.REVIEW:
+            self.enter_review(event, **details)
+        else:
+            self.move(event, **details)
+
+    def enter_review(self, event: str, **details: Unpack[record.MoveDetails]) -> None:
+        """Move on ``event`` into a review state: a new review round, with its deadline from
+        the plan, and the reviewers told when the plan says so. An auto-approve rule of the
+        plan that the result matches approves it at once instead, with no reviewer told.
+
+        The result under review is the one the run's open reedits asked for (their ``after``).
+        """
+        run, plan = self.run, self.policy
+        subject = self.subject()
+        record.complete_reedits(run, subject.value)
+        run.review_round += 1
+        run.votes = []
+        run.round_started_at = workflow.now()
+        run.review_deadline = workflow.now() + timedelta(seconds=plan.review_timeout_s)
+        details["review_round"] = run.review_round
+        self.move(event, **details)
+        rule = policies.matching_rule(plan.auto_approve, self.review_facts(subject.facts))
+        if rule is not None:
+            run.review_deadline = None
+            self.move(
+                Event.APPROVE,
+                detail=f"approved by rule {rule.name}",
+                review_round=run.review_round,
+                rule=rule.name,
+            )
+            observability.count_auto_approval(self.pipeline_name, rule.name)
+            return
+        commands.notify_reviewers(run, plan, "review_needed")
+
+    def review_facts(self, given: Mapping[str, FactValue]) -> dict[str, FactValue]:
+        """What auto-approve rules read: the pipeline's facts about its result (``given``),
+        and the engine's (``ENGINE_FACTS``: the round, the model attempts so far, the model)."""
+        run = self.run
+        return {
+            **given,
+            "review_round": run.review_round,
+            "attempts": run.attempts,
+            "model": run.model,
+        }
 
     def set_error(self, text: str) -> str:
         """Record ``text`` as the run's last error (bounded); returns what was recorded."""

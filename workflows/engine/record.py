@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from temporalio import workflow
 from temporalio.common import SearchAttributeUpdate
@@ -48,6 +48,8 @@ from workflows.payloads import (
 # Several hundred review rounds fit; the result, status and carried state stay small.
 HISTORY_MAX_BYTES = 128 * 1024
 MAX_ERROR_CHARS = 2000
+# The last refused decision a run keeps (``RunCore.last_refusal``), cut to this.
+MAX_REFUSAL_CHARS = 300
 # Corrections kept with the run (the newest), and the largest text or fields one keeps.
 CORRECTIONS_MAX_BYTES = 128 * 1024
 MAX_CORRECTION_BYTES = 16 * 1024
@@ -120,30 +122,31 @@ def trim_corrections(run: RunCore[Any]) -> None:
         run.corrections_dropped += 1
 
 
-def move(
-    graph: Graph,
-    run: RunCore[Any],
-    event: str,
-    *,
-    detail: str | None = None,
-    at: datetime | None = None,
-    reviewer: str | None = None,
-    feedback: str | None = None,
-    review_round: int | None = None,
-    answer: LlmCallResult | None = None,
-    prompt: str | None = None,
-    group: str | None = None,
-    rule: str | None = None,
-) -> None:
-    """Take one graph edge: validate, record it (at ``at``, default now) and show it.
+class MoveDetails(TypedDict, total=False):
+    """What a move records besides its event, each optional: its history entry's ``detail``,
+    ``reviewer``, ``feedback``, ``review_round``, ``group`` (the review policy's group that
+    decided) and ``rule`` (the auto-approve rule that approved); ``at``, when it happened
+    (default: now); and for the transition's span, the model's reply it reports (``answer``)
+    and what that answered (``prompt``)."""
 
-    ``answer`` is the model's reply the move reports (and ``prompt`` what it answered), for the
-    transition's span. ``group`` and ``rule``: the review policy's group that decided, or the
-    auto-approve rule that approved.
-    """
+    detail: str | None
+    at: datetime | None
+    reviewer: str | None
+    feedback: str | None
+    review_round: int | None
+    answer: LlmCallResult | None
+    prompt: str | None
+    group: str | None
+    rule: str | None
+
+
+def move(graph: Graph, run: RunCore[Any], event: str, **moved: Unpack[MoveDetails]) -> None:
+    """Take one graph edge: validate, record it (at ``moved["at"]``, default now) and show
+    it."""
     target = graph.next_state(run.state, event)
-    now = at or workflow.now()
+    now = moved.get("at") or workflow.now()
     entered_at = min(run.state_since or now, now)
+    detail = moved.get("detail")
     entry = HistoryEntry(
         from_state=run.state,
         to_state=target,
@@ -151,17 +154,22 @@ def move(
         at=now,
         attempt=run.attempts,
         detail=bounded_text(detail, MAX_ERROR_CHARS) if detail else None,
-        reviewer=reviewer,
-        feedback=feedback,
-        review_round=review_round,
-        group=group,
-        rule=rule,
+        reviewer=moved.get("reviewer"),
+        feedback=moved.get("feedback"),
+        review_round=moved.get("review_round"),
+        group=moved.get("group"),
+        rule=moved.get("rule"),
     )
     append(run, entry)
     run.state = target
     run.state_since = now
     observability.record_transition(
-        graph, run, entry, entered_at=entered_at, answer=answer, prompt=prompt
+        graph,
+        run,
+        entry,
+        entered_at=entered_at,
+        answer=moved.get("answer"),
+        prompt=moved.get("prompt"),
     )
     workflow.set_current_details(details(graph, run))
 

@@ -33,16 +33,14 @@ Workflow code, passed through the sandbox; deterministic (``now`` is workflow ti
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from typing import Any, Final, NoReturn
 
 from temporalio import workflow
 
 import workflows.engine.commands as commands
 import workflows.engine.continuation as continuation
-import workflows.engine.identity as identity
 import workflows.engine.observability as observability
 import workflows.engine.policies as policies
 import workflows.engine.record as record
@@ -51,7 +49,6 @@ from workflows.engine.pipeline import Context
 from workflows.payloads import (
     NOTE_REVIEW_VOTE,
     Correction,
-    FactValue,
     LlmCallResult,
     OperatorRequest,
     ReviewDecision,
@@ -62,113 +59,6 @@ from workflows.payloads import (
     Vote,
 )
 
-MAX_REFUSAL_CHARS = 300
-
-
-@dataclass(frozen=True)
-class Refusal:
-    """Why a review was refused: a stable ``code`` (a metric label) and a sentence."""
-
-    code: str
-    reason: str
-
-
-def refusal(
-    graph: Graph,
-    run: RunCore[Any],
-    decision: ReviewDecision,
-    *,
-    workflow_id: str,
-    pending: ReviewDecision | None,
-    now: datetime,
-    chain_id: str | None = None,
-    digest: Callable[[], str] | None = None,
-) -> Refusal | None:
-    """Why ``decision`` may not be applied now, or None when it may (``chain_id``: the run
-    chain's first run id, which a token must name where the plan says so; ``digest``: of what
-    the run shows a reviewer, which a token that names one must match)."""
-    if run.state not in graph.review_states:
-        return Refusal("not_awaiting_review", f"run is not awaiting review (state: {run.state})")
-    if decision.review_round is not None and decision.review_round != run.review_round:
-        return Refusal(
-            "wrong_round",
-            f"review for round {decision.review_round} refused: run {workflow_id} is at "
-            f"review round {run.review_round}",
-        )
-    if pending is not None:
-        return Refusal(
-            "already_decided",
-            f"review round {run.review_round} of run {workflow_id} already has a decision; "
-            "a decision is applied once",
-        )
-    plan = run.plan
-    if plan is None:
-        return Refusal("not_awaiting_review", "run has no plan yet")
-    if decision.reviewer in run.revoked_reviewers:
-        return Refusal(
-            "reviewer_revoked",
-            f"reviewer {decision.reviewer[:80]!r} was revoked for run {workflow_id}",
-        )
-    if plan.allowed_reviewers is not None and decision.reviewer not in plan.allowed_reviewers:
-        return Refusal(
-            "reviewer_not_allowed",
-            f"reviewer {decision.reviewer[:80]!r} is not allowed to review run {workflow_id}",
-        )
-    if plan.requested_by is not None and decision.reviewer == plan.requested_by:
-        return Refusal("own_run", f"{decision.reviewer[:80]!r} requested this run")
-    current = policies.stage(plan, policies.stage_index(graph, run.state))
-    if not policies.eligible(plan, current, decision.reviewer):
-        return Refusal(
-            "not_in_group",
-            f"reviewer {decision.reviewer[:80]!r} is not in group {current.group}, which "
-            f"decides run {workflow_id} now",
-        )
-    earlier = next((v for v in run.votes if v.reviewer == decision.reviewer), None)
-    if earlier is not None:
-        return Refusal(
-            "already_voted",
-            f"{decision.reviewer[:80]!r} already voted {earlier.decision} in round "
-            f"{run.review_round} of run {workflow_id}; a reviewer counts once a round",
-        )
-    if decision.feedback and len(decision.feedback) > plan.max_feedback_chars:
-        return Refusal(
-            "feedback_too_long",
-            f"feedback is {len(decision.feedback)} characters; run {workflow_id} accepts at "
-            f"most {plan.max_feedback_chars}",
-        )
-    if decision.fields is not None and (
-        decision.decision != "approve" or graph.target_of(run.state, Event.CORRECT) is None
-    ):
-        return Refusal(
-            "no_corrections",
-            f"run {workflow_id} takes no corrected fields"
-            if decision.decision == "approve"
-            else "corrected fields come with an approval only",
-        )
-    if plan.review_keys:
-        ttl = plan.review_token_ttl_s
-        expected = identity.Expected(
-            workflow_id=workflow_id,
-            review_round=run.review_round,
-            now=now,
-            run_id=chain_id if plan.review_token_binds_run else None,
-            digest=digest,
-            max_ttl=timedelta(seconds=ttl) if ttl is not None else None,
-        )
-        keys = [key for key in plan.review_keys if key.key_id not in run.revoked_keys]
-        problem = identity.review_token_problem(decision, keys=keys, expected=expected)
-        if problem is not None:
-            return Refusal("unauthenticated", problem)
-    same_key = policies.same_voter(plan, run, decision)
-    if same_key is not None:
-        return Refusal(
-            "already_voted",
-            f"the key that signed for {decision.reviewer[:80]!r} already voted "
-            f"{same_key.decision} for {same_key.reviewer[:80]!r} in round {run.review_round} of "
-            f"run {workflow_id}; a key counts once a round",
-        )
-    return None
-
 
 def enter(
     ctx: Context[Any, Any],
@@ -178,45 +68,35 @@ def enter(
     answer: LlmCallResult | None = None,
     prompt: str | None = None,
 ) -> None:
-    """Move on ``event`` into a review state: a new review round, with its deadline from the
-    plan, and the reviewers told when the plan says so (``answer``: the model's reply the move
-    reports, answering ``prompt``). An auto-approve rule of the plan that the result matches
-    approves it at once instead, with no reviewer told.
+    """Move on ``event`` into a review state: a new review round (``Context.enter_review``)."""
+    ctx.enter_review(event, detail=detail, answer=answer, prompt=prompt)
 
-    The result under review is the one the run's open reedits asked for (their ``after``).
-    """
+
+def escalate(ctx: Context[Any, Any]) -> None:
+    """The review wait timed out (or an operator ended it): escalate, with the escalation's
+    deadline from the plan, and tell reviewers (unless an operator asked for the dead letter,
+    which is no news to them)."""
     run, plan = ctx.run, ctx.policy
-    subject = ctx.subject()
-    record.complete_reedits(run, subject.value)
-    run.review_round += 1
-    run.votes = []
-    run.round_started_at = workflow.now()
-    run.review_deadline = workflow.now() + timedelta(seconds=plan.review_timeout_s)
-    ctx.move(event, detail=detail, review_round=run.review_round, answer=answer, prompt=prompt)
-    rule = policies.matching_rule(plan.auto_approve, facts(ctx, subject.facts))
-    if rule is not None:
-        run.review_deadline = None
-        ctx.move(
-            Event.APPROVE,
-            detail=f"approved by rule {rule.name}",
-            review_round=run.review_round,
-            rule=rule.name,
-        )
-        observability.count_auto_approval(ctx.pipeline_name, rule.name)
-        return
-    commands.notify_reviewers(run, plan, "review_needed")
+    detail = take_forced_reason(run) or f"no review in {plan.review_timeout_s:g}s"
+    run.review_deadline = workflow.now() + timedelta(seconds=plan.escalation_timeout_s)
+    escalation = escalation_detail(plan)
+    ctx.move(
+        Event.REVIEW_TIMEOUT,
+        detail=f"{detail}; {escalation}" if escalation else detail,
+        group=escalation_group(plan),
+    )
+    if run.dead_letter_requested is None:
+        commands.notify_reviewers(run, plan, "escalated")
 
 
-def facts(ctx: Context[Any, Any], given: Mapping[str, FactValue]) -> dict[str, FactValue]:
-    """What auto-approve rules read: the pipeline's facts about its result, and the engine's
-    (the round, the model attempts so far, the model)."""
-    run = ctx.run
-    return {
-        **given,
-        "review_round": run.review_round,
-        "attempts": run.attempts,
-        "model": run.model,
-    }
+async def escalation_timed_out(ctx: Context[Any, Any]) -> None:
+    """The escalation timed out (or an operator ended it): the run is dead-lettered."""
+    run, plan = ctx.run, ctx.policy
+    reason = take_forced_reason(run)
+    detail = ctx.set_error(reason or f"no review after escalation ({plan.escalation_timeout_s:g}s)")
+    run.review_deadline = None
+    refused = await ctx.dead_letter(run.state)
+    ctx.move(Event.ESCALATION_TIMEOUT, detail=detail + refused)
 
 
 def finished(ctx: Context[Any, Any]) -> None:
@@ -238,17 +118,6 @@ def escalation_detail(plan: RunPolicy) -> str | None:
     needed = f"{escalated.approvals} approval{'s' if escalated.approvals != 1 else ''}"
     to = f"group {escalated.group}" if escalated.group else "any allowed reviewer"
     return f"escalated to {to}, {needed}, until the deadline in {plan.escalation_timeout_s:g}s"
-
-
-def invalid(reason: str) -> Refusal:
-    """The refusal of a review payload that does not even decode or validate."""
-    return Refusal("invalid_payload", f"invalid review: {reason}")
-
-
-def count_refusal(run: RunCore[Any], refused: Refusal) -> None:
-    """A refused review signal is counted, never stored: the run's state stays bounded."""
-    run.reviews_refused += 1
-    run.last_refusal = record.bounded_text(refused.reason, MAX_REFUSAL_CHARS)
 
 
 def count_vote(graph: Graph, run: RunCore[Any], decision: ReviewDecision) -> bool:

@@ -5,9 +5,12 @@ The workflow never decides a transition on its own: each state's handler does th
 and reports an event, and the pipeline's graph says where that event leads and refuses what it
 does not allow. The pipeline's handlers do its working states; the engine does the rest
 (``Role``): the start, review waits and escalation (``workflows.engine.reviews``), retries with
-backoff, capacity, budget (``workflows.engine.budgets``) and batch waits, compensation on
-cancel, and continue-as-new (``workflows.engine.continuation``), with every move recorded and
-shown (``workflows.engine.record``).
+backoff, capacity and batch waits (``workflows.engine.waits``), budget waits
+(``workflows.engine.budgets``), compensation on cancel, and continue-as-new
+(``workflows.engine.continuation``), with every move recorded and shown
+(``workflows.engine.record``). Reviews and budget decisions arrive through decision inboxes
+judged by rule objects (``review_rules.ReviewRules``, ``budgets.BudgetRules``), operator
+actions through ``workflows.engine.operator_signals``.
 
 Everything a client sends arrives undecoded (``RawValue``) and is decoded by
 ``workflows.engine.inbound``: a bad start fails the run at once, a bad review is refused or
@@ -27,10 +30,8 @@ Deterministic code only: time, randomness and I/O come from ``workflow.*`` or ac
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import timedelta
-from typing import Any, ClassVar, Literal, NoReturn
+from typing import Any, ClassVar, NoReturn
 
 from pydantic import ValidationError
 from temporalio import workflow
@@ -42,23 +43,22 @@ import workflows.engine.activity_policy as activity_policy
 import workflows.engine.budgets as budgets
 import workflows.engine.commands as commands
 import workflows.engine.continuation as continuation
-import workflows.engine.observability as observability
 import workflows.engine.record as record
-import workflows.engine.review_content as review_content
+import workflows.engine.review_rules as review_rules
 import workflows.engine.reviews as reviews
+import workflows.engine.waits as waits
 import workflows.errors as errors
-from workflows.engine.backoff import full_jitter_delay
+from workflows.engine.budgets import BudgetRules
 from workflows.engine.graph import COMPLETED, Event, Role
-from workflows.engine.inbound import Admission, DecisionInbox, decoded, inbound
+from workflows.engine.inbound import Admission, DecisionInbox, decoded
+from workflows.engine.operator_signals import OperatorSignals
 from workflows.engine.pipeline import Context, Pipeline, PipelineSource
 from workflows.payloads import (
     BudgetDecision,
     ContinuationVerdict,
-    OperatorRequest,
     RequestBase,
     ReviewDecision,
     ReviewView,
-    Revocation,
     RunResult,
     RunStatus,
     describe_validation_error,
@@ -66,8 +66,6 @@ from workflows.payloads import (
 )
 
 Handler = Callable[[Context[Any, Any]], Awaitable[None]]
-NOT_STARTED = "run did not start: its input was refused"
-NOT_STARTED_CODE = "not_awaiting_review"
 
 
 class PipelineWorkflow:
@@ -93,21 +91,11 @@ class PipelineWorkflow:
         self._reviews = DecisionInbox(
             ReviewDecision,
             self._admission,
-            refusal=self._review_refusal,
-            invalid=reviews.invalid,
-            count=self._count_refused_review,
-            reason=lambda refused: refused.reason,
-            settle=self._counted_vote,
-            screen=review_content.content_refusal,
+            review_rules.ReviewRules(self._started),
+            screen=review_rules.content_refusal,
         )
-        self._budgets = DecisionInbox(
-            BudgetDecision,
-            self._admission,
-            refusal=self._budget_refusal,
-            invalid=lambda problem: f"invalid budget decision: {problem}",
-            count=self._count_refused_budget_decision,
-            reason=str,
-        )
+        self._budgets = DecisionInbox(BudgetDecision, self._admission, BudgetRules(self._started))
+        self._operator = OperatorSignals(self._admission, self._started)
         self._rounds_this_run = 0
         self._after_reedit = False
         self._published: str | None = None
@@ -224,14 +212,11 @@ class PipelineWorkflow:
             case contract.SIGNAL_BUDGET_DECISION:
                 self._budgets.signal(args)
             case contract.SIGNAL_EXPIRE_REVIEW:
-                # End the current review wait now, exactly as its timeout would.
-                self._operator_action(args, "review timeout forced", "forced_timeout")
+                self._operator.expire_review(args)
             case contract.SIGNAL_DEAD_LETTER:
-                # Time out every review wait now, so the run takes its normal
-                # escalate -> dead_letter path (and sends its dead-letter message).
-                self._operator_action(args, "dead-lettered", "dead_letter_requested")
+                self._operator.dead_letter(args)
             case contract.SIGNAL_REVOKE:
-                self._revoke(args)
+                self._operator.revoke(args)
             case _:
                 # Not the contract's: ignored (the name is the sender's text, kept out of logs;
                 # the history shows it).
@@ -270,10 +255,10 @@ class PipelineWorkflow:
             Role.START: self._start,
             Role.REVIEW: self._await_review,
             Role.ESCALATION: self._escalate,
-            Role.RETRY: self._retry,
-            Role.CAPACITY: self._await_capacity,
+            Role.RETRY: waits.retry,
+            Role.CAPACITY: waits.await_capacity,
             Role.BUDGET: self._await_budget,
-            Role.BATCH: self._await_batch,
+            Role.BATCH: waits.await_batch,
         }
         return engine[role]
 
@@ -282,86 +267,16 @@ class PipelineWorkflow:
         # replays when the server splits it around a local activity in it.
         ctx.move(Event.START, at=workflow.info().workflow_start_time)
 
-    async def _await_capacity(self, ctx: Context[Any, Any]) -> None:
-        """Wait on a timer (no call, no attempt, no activity slot) until the model's shared
-        capacity should cover the call, then ask again."""
-        run = ctx.run
-        delay = timedelta(seconds=run.capacity_wait_s or 0.0)
-        await workflow.sleep(delay, summary=f"{run.state} {delay.total_seconds():.1f}s")
-        run.capacity_wait_s = None
-        ctx.move(Event.CAPACITY_READY, detail=f"waited {delay.total_seconds():.2f}s for capacity")
-
-    async def _await_batch(self, ctx: Context[Any, Any]) -> None:
-        """Wait (no timer, no poll, no activity slot) for the provider's batch to answer the
-        run's call, then hand the outcome back to the step that made it."""
-        run = ctx.run
-        outcome = await commands.await_batch(run, ctx.policy)
-        run.batch_item, run.batch_result = None, outcome
-        done = "answered" if outcome.outcome == "answered" else "failed"
-        ctx.move(Event.BATCH_DONE, detail=f"batch {run.batch_id}: {done}")
-
     async def _await_budget(self, ctx: Context[Any, Any]) -> None:
-        """Wait for an operator's budget decision until the plan's timeout (then dead-letter)."""
-        run = ctx.run
-        remaining = (run.budget_deadline or workflow.now()) - workflow.now()
-        if remaining > timedelta(0):
-            with contextlib.suppress(TimeoutError):
-                await workflow.wait_condition(
-                    lambda: self._budgets.pending is not None,
-                    timeout=remaining,
-                    timeout_summary="budget decision timeout",
-                )
-        decision = self._budgets.take()
-        if decision is not None:
-            budgets.apply(ctx, decision)
-            return
-        await budgets.timed_out(ctx)
-
-    async def _retry(self, ctx: Context[Any, Any]) -> None:
-        """Back off before the step tries again, or dead-letter the run once the plan's
-        attempts are spent."""
-        run, plan = ctx.run, ctx.policy
-        if run.consecutive_failures >= plan.llm_max_attempts:
-            step = ctx.graph.target_of(run.state, Event.BACKOFF_ELAPSED) or run.state
-            refused = await ctx.dead_letter(step)
-            ctx.move(Event.EXHAUSTED, detail=f"gave up after {run.attempts} attempts{refused}")
-            return
-        delay = full_jitter_delay(
-            run.consecutive_failures,
-            initial=timedelta(seconds=plan.backoff_initial_s),
-            cap=timedelta(seconds=plan.backoff_max_s),
-            unit_random=workflow.random().random(),
-            at_least=timedelta(seconds=run.retry_after_s) if run.retry_after_s else None,
-        )
-        await workflow.sleep(delay, summary=f"{run.state} backoff {delay.total_seconds():.1f}s")
-        ctx.move(Event.BACKOFF_ELAPSED, detail=f"waited {delay.total_seconds():.2f}s")
+        await budgets.wait_for_decision(ctx, self._budgets)
 
     async def _await_review(self, ctx: Context[Any, Any]) -> None:
-        if await self._reviewed(ctx, "review timeout"):
-            return
-        run, plan = ctx.run, ctx.policy
-        detail = reviews.take_forced_reason(run) or f"no review in {plan.review_timeout_s:g}s"
-        run.review_deadline = workflow.now() + timedelta(seconds=plan.escalation_timeout_s)
-        escalation = reviews.escalation_detail(plan)
-        ctx.move(
-            Event.REVIEW_TIMEOUT,
-            detail=f"{detail}; {escalation}" if escalation else detail,
-            group=reviews.escalation_group(plan),
-        )
-        if run.dead_letter_requested is None:  # an operator's dead-letter is no news to reviewers
-            commands.notify_reviewers(run, plan, "escalated")
+        if not await self._reviewed(ctx, "review timeout"):
+            reviews.escalate(ctx)
 
     async def _escalate(self, ctx: Context[Any, Any]) -> None:
-        if await self._reviewed(ctx, "escalation timeout"):
-            return
-        run, plan = ctx.run, ctx.policy
-        reason = reviews.take_forced_reason(run)
-        detail = ctx.set_error(
-            reason or f"no review after escalation ({plan.escalation_timeout_s:g}s)"
-        )
-        run.review_deadline = None
-        refused = await ctx.dead_letter(run.state)
-        ctx.move(Event.ESCALATION_TIMEOUT, detail=detail + refused)
+        if not await self._reviewed(ctx, "escalation timeout"):
+            await reviews.escalation_timed_out(ctx)
 
     # Helpers.
 
@@ -435,90 +350,10 @@ class PipelineWorkflow:
             raise errors.InvalidTransition("idle", "(no pipeline)", "input not admitted")
         return self._pipeline
 
-    # Decisions held for a run that never started (its input was refused) are judged here
-    # with no run to judge them against: refused, and counted nowhere.
-
-    def _review_refusal(
-        self, decision: ReviewDecision, pending: ReviewDecision | None
-    ) -> reviews.Refusal | None:
-        if self._ctx is None:
-            return reviews.Refusal(NOT_STARTED_CODE, NOT_STARTED)
-        info = workflow.info()
-        return reviews.refusal(
-            self._ctx.graph,
-            self._ctx.run,
-            decision,
-            workflow_id=info.workflow_id,
-            pending=pending,
-            now=workflow.now(),
-            chain_id=info.first_execution_run_id,
-            digest=lambda: self.review_view().content_digest,
-        )
-
-    def _counted_vote(self, decision: ReviewDecision) -> bool:
-        if self._ctx is None:
-            return False
-        return reviews.count_vote(self._ctx.graph, self._ctx.run, decision)
-
-    def _count_refused_review(self, refused: reviews.Refusal) -> None:
-        if self._ctx is not None:
-            reviews.count_refusal(self._ctx.run, refused)
-        observability.count_refused_review(refused.code)
-
-    def _budget_refusal(
-        self, decision: BudgetDecision, pending: BudgetDecision | None
-    ) -> str | None:
-        if self._ctx is None:
-            return NOT_STARTED
-        info = workflow.info()
-        return budgets.refusal(
-            self._ctx,
-            decision,
-            pending,
-            workflow_id=info.workflow_id,
-            chain_id=info.first_execution_run_id,
-            now=workflow.now(),
-        )
-
-    def _count_refused_budget_decision(self, reason: str) -> None:
-        if self._ctx is not None:
-            budgets.count_refusal(self._ctx.run, reason)
-
-    def _operator_action(
-        self,
-        args: Sequence[RawValue],
-        action: str,
-        field: Literal["forced_timeout", "dead_letter_requested"],
-    ) -> None:
-        """An operator signal: once the run is admitted, record its reason in ``field`` of the
-        run's state. Signals cannot be refused: an invalid or untimely one (the run is not
-        waiting for review) is dropped, the state unchanged."""
-        if self._admission.defer(lambda: self._operator_action(args, action, field)):
-            return
-        if self._ctx is None:
-            return
-        request = OperatorRequest()
-        if args:
-            try:
-                request = inbound(args, OperatorRequest)
-            except errors.InvalidRequest:
-                return
-        reason = reviews.operator_reason(self._ctx.graph, self._ctx.run, request, action)
-        if reason:
-            setattr(self._ctx.run, field, reason)
-
-    def _revoke(self, args: Sequence[RawValue]) -> None:
-        """An operator's revocation: once the run is admitted, its review rules refuse the
-        revoked keys and reviewers. Invalid ones are dropped (signals cannot be refused)."""
-        if self._admission.defer(lambda: self._revoke(args)):
-            return
-        if self._ctx is None:
-            return
-        try:
-            revocation = inbound(args, Revocation)
-        except errors.InvalidRequest:
-            return
-        reviews.revoke(self._ctx.run, revocation)
+    def _started(self) -> Context[Any, Any] | None:
+        """The run the decision rules judge against; None for a run that never started (its
+        input was refused): what was held for it is refused, and counted nowhere."""
+        return self._ctx
 
     async def _reviewed(self, ctx: Context[Any, Any], summary: str) -> bool:
         """Wait for a review (``summary``: the wait's Web UI line): True once one came and was

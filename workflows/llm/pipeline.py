@@ -16,12 +16,10 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 import workflows.contract as contract
-import workflows.engine.activity_policy as activity_policy
 import workflows.engine.reviews as reviews
 import workflows.llm.steps as steps
 import workflows.steps.llm_call as llm_call
 import workflows.steps.vectors as vectors
-from workflows.engine.graph import Event
 from workflows.engine.pipeline import Context, Pipeline, RequestShape, ReviewSubject
 from workflows.llm.graph import GRAPH, LlmEvent, State
 from workflows.payloads import (
@@ -55,11 +53,9 @@ async def fetch_prompt(ctx: Run) -> None:
     try:
         plan = await steps.fetch_plan(ctx.request, local=local)
     except (ActivityError, ApplicationError) as err:
-        # A local activity's failure arrives as the ApplicationError itself, not wrapped.
-        if isinstance(err, ActivityError) and activity_policy.cancelled(err):
-            raise
-        detail = ctx.set_error(activity_policy.error_text(err))
-        ctx.move(Event.PERMANENT_ERROR, detail=detail, at=at)
+        # A local activity's failure arrives as the ApplicationError itself, not wrapped. The
+        # state's one failure edge is permanent_error: every failure ends the run.
+        await ctx.failed(err, at=at)
         return
     run.plan = plan
     ctx.move(LlmEvent.PROMPT_READY, at=at)
@@ -100,11 +96,8 @@ async def generate_embedding(ctx: Run) -> None:
     try:
         result = await vectors.embed(ctx.request.request_id, run.reply.content)
     except ActivityError as err:
-        if activity_policy.cancelled(err):
-            raise
-        detail = ctx.set_error(activity_policy.error_text(err))
-        refused = await ctx.dead_letter(State.GENERATE_EMBEDDING)
-        ctx.move(Event.EXHAUSTED, detail=detail + refused)
+        # The state's one failure edge is exhausted: the run is dead-lettered, to be redriven.
+        await ctx.failed(err)
         return
     run.embedding_id = result.embedding_id
     if workflow.cancellation_reason() is not None:

@@ -28,13 +28,25 @@ Reviews the run refused are counted (``RunStatus.reviews_refused``), never store
 so no sender can grow a run's state.
 """
 
-from workflows.payloads import _base, activity, batch, client, policy, review_rules, state
+from workflows.payloads import (
+    _base,
+    activity,
+    batch,
+    client,
+    decisions,
+    policy,
+    review_rules,
+    run_policy,
+    state,
+)
 from workflows.payloads._base import *  # noqa: F403
 from workflows.payloads.activity import *  # noqa: F403
 from workflows.payloads.batch import *  # noqa: F403
 from workflows.payloads.client import *  # noqa: F403
+from workflows.payloads.decisions import *  # noqa: F403
 from workflows.payloads.policy import *  # noqa: F403
 from workflows.payloads.review_rules import *  # noqa: F403
+from workflows.payloads.run_policy import *  # noqa: F403
 from workflows.payloads.state import *  # noqa: F403
 
 __all__ = [
@@ -42,7 +54,9 @@ __all__ = [
     *activity.__all__,
     *batch.__all__,
     *client.__all__,
+    *decisions.__all__,
     *policy.__all__,
     *review_rules.__all__,
+    *run_policy.__all__,
     *state.__all__,
 ]

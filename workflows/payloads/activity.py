@@ -8,20 +8,9 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from workflows.payloads._base import (
-    DEFAULT_TENANT,
-    MAX_FEEDBACK_CHARS,
-    BudgetPolicy,
-    Lane,
-    ReviewMode,
-    _Open,
-)
-from workflows.payloads.client import (
-    DeadLetterMessage,
-    PipelineRequest,
-    ReviewKey,
-)
-from workflows.payloads.policy import AutoApproveRule, ReviewStage
+from workflows.payloads._base import DEFAULT_TENANT, Lane, _Open
+from workflows.payloads.client import DeadLetterMessage, PipelineRequest
+from workflows.payloads.run_policy import RunPolicy
 
 __all__ = [
     "AwaitBatchInput",
@@ -41,7 +30,6 @@ __all__ = [
     "PromptPlan",
     "PromptSpec",
     "ReviewNotice",
-    "RunPolicy",
     "TokenUsage",
     "vector_key",
 ]
@@ -53,65 +41,6 @@ class PromptInput(_Open):
     """Input of ``fetch_prompt``: the run's request."""
 
     request: PipelineRequest
-
-
-class RunPolicy(_Open):
-    """What every run settles once, when it is planned, and the engine then applies: review,
-    retries, continue-as-new, notifications and budgets. A pipeline's plan extends it.
-
-    Review policy, resolved from the request and the worker's floor (``REVIEW_MIN``,
-    ``ALLOWED_REVIEWERS``, ``REVIEW_PUBLIC_KEYS``): who may review, whether review is required,
-    and the public keys that authenticate reviewers (none = authentication off); and, where the
-    operator set one for the pipeline (``REVIEW_POLICIES``), the review policy: the stages of
-    its escalation chain (each a group and its quorum), how many rejections end a round, and the
-    rules that approve a result without a reviewer. Capacity and
-    budgets, resolved from the request and the worker's settings: whose daily budget the run
-    spends, its cost ceiling (``RUN_BUDGET_USD`` lowered by ``options.max_cost_usd``; None =
-    none), what a call that would cross a budget does, and how long an operator has to decide.
-    """
-
-    review_timeout_s: float
-    escalation_timeout_s: float
-    llm_max_attempts: int
-    backoff_initial_s: float = 1.0
-    backoff_max_s: float = 60.0
-    # OTEL_CAPTURE_CONTENT of the worker that built the plan: prompt/reply text in spans.
-    capture_content: bool = False
-    review: ReviewMode = "auto"
-    allowed_reviewers: list[str] | None = None
-    requested_by: str | None = None
-    review_keys: list[ReviewKey] = Field(default_factory=list)
-    # Plans built since review tokens name the run chain: a token must name this chain's first
-    # run (older plans, in recorded histories, took tokens naming the workflow id alone), and
-    # may live at most review_token_ttl_s (REVIEW_TOKEN_TTL_S; None: any lifetime).
-    review_token_binds_run: bool = False
-    review_token_ttl_s: float | None = None
-    # Plans built since budget decisions are signed: with review keys, a budget decision must
-    # carry a token signed by a key allowed to sign for its operator (older plans took any).
-    budget_decisions_signed: bool = False
-    # Plans built since a quorum counts keys: a key that signs for named reviewers casts one
-    # vote a round whichever of its names it signs (older plans counted each name).
-    quorum_counts_keys: bool = False
-    max_feedback_chars: int = MAX_FEEDBACK_CHARS
-    # The operator's review policy (REVIEW_POLICIES) by name, and its two stages (the review,
-    # then its escalation) resolved against REVIEW_GROUPS and the request. Plans without
-    # stages (every plan before policies, and runs of a pipeline with none) keep the engine's
-    # first rule: one decision from one reviewer the plan allows decides a round.
-    review_policy: str | None = None
-    review_stages: list[ReviewStage] = Field(default_factory=list, max_length=2)
-    rejections: int = 1
-    auto_approve: list[AutoApproveRule] = Field(default_factory=list)
-    reedit_rounds_per_run: int = 50
-    # REVIEW_WEBHOOK_URL is set on the worker that built the plan: tell reviewers (by webhook)
-    # when the run starts waiting for review and when it escalates. Off = no extra activity.
-    notify: bool = False
-    tenant: str = DEFAULT_TENANT
-    budget_usd: float | None = None
-    budget_policy: BudgetPolicy = "wait"
-    budget_timeout_s: float = 86400.0
-    # How long the run waits in await_batch for the provider's batch to answer its call
-    # (LLM_BATCH_WAIT_S), before it takes its retry path.
-    batch_wait_s: float = 180_000.0
 
 
 class ModelSettings(_Open):

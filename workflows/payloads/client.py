@@ -1,5 +1,6 @@
-"""The payloads clients send and receive: the request, reviews, operator and budget decisions,
-the status, the result, history entries and the dead-letter message."""
+"""The payloads clients send and receive: the request, the status, the result, history
+entries and the dead-letter message (and, from ``decisions``, what reviewers and operators
+send a running run); ``ALL_MODELS`` names those the contract's schemas cover."""
 
 from __future__ import annotations
 
@@ -13,12 +14,10 @@ from pydantic import AfterValidator, BaseModel, Field
 from workflows.contract import WORKFLOW_TYPE
 from workflows.payloads._base import (
     DEFAULT_TENANT,
-    MAX_FEEDBACK_CHARS,
     MAX_TOKEN_CHARS,
     REFERENCE_SCHEMES,
     REQUEST_ID_PATTERN,
     TENANT_PATTERN,
-    BudgetVerdict,
     Decision,
     FinalState,
     Lane,
@@ -31,6 +30,7 @@ from workflows.payloads._base import (
     _Open,
     _Strict,
 )
+from workflows.payloads.decisions import BudgetDecision
 from workflows.payloads.policy import Correction, ReviewProgress
 
 __all__ = [
@@ -38,17 +38,14 @@ __all__ = [
     "DeadLetterMessage",
     "HistoryEntry",
     "LlmReply",
-    "OperatorRequest",
     "PipelineRequest",
     "PipelineResult",
     "RequestBase",
     "RequesterKey",
     "ReviewContent",
-    "ReviewDecision",
     "ReviewKey",
     "ReviewSection",
     "ReviewView",
-    "Revocation",
     "RunOptions",
     "RunProgress",
     "RunResult",
@@ -155,65 +152,6 @@ class PipelineRequest(RequestBase):
     def describe(self) -> str:
         """The request id and the start of its message (or its reference)."""
         return f"request {self.request_id}: {self.user_message[:200]}"
-
-
-class ReviewDecision(_Strict):
-    """Payload of the ``review`` signal and the ``submit_review`` update."""
-
-    decision: Decision
-    reviewer: ReviewerName
-    feedback: Text | None = Field(default=None, max_length=MAX_FEEDBACK_CHARS)
-    review_round: int | None = Field(
-        default=None,
-        ge=1,
-        description="The round decided (RunStatus.review_round); a decision for any other "
-        "round is refused, so a re-sent decision never lands on a later round",
-    )
-    fields: Annotated[dict[str, Any], AfterValidator(_metadata_bounds)] | None = Field(
-        default=None,
-        description="With approve, where the pipeline takes them (the document pipeline): the "
-        "corrected fields, which replace the result's and are validated again",
-    )
-    token: str | None = Field(
-        default=None,
-        max_length=MAX_TOKEN_CHARS,
-        description="Signed review token (required when the operator turns reviewer "
-        "authentication on; see workflows/identity.py)",
-    )
-
-
-class OperatorRequest(_Strict):
-    """Payload of the operator signals ``expire_review`` and ``dead_letter`` (both optional)."""
-
-    operator: NonBlank = Field(default="operator", max_length=200)
-    reason: Text | None = Field(default=None, max_length=500)
-
-
-class Revocation(_Strict):
-    """Payload of the ``revoke`` signal: reviewer keys (by key id) and reviewers a run must no
-    longer accept, for runs planned while they were trusted."""
-
-    operator: NonBlank = Field(default="operator", max_length=200)
-    key_ids: list[Annotated[str, Field(max_length=64)]] = Field(
-        default_factory=list, max_length=100
-    )
-    reviewers: list[ReviewerName] = Field(default_factory=list, max_length=100)
-    reason: Text | None = Field(default=None, max_length=500)
-
-
-class BudgetDecision(_Strict):
-    """Payload of the ``budget_decision`` signal and the ``decide_budget`` update: an
-    operator's answer to a run waiting in ``await_budget``."""
-
-    decision: BudgetVerdict
-    operator: ReviewerName
-    reason: Text | None = Field(default=None, max_length=500)
-    token: str | None = Field(
-        default=None,
-        max_length=MAX_TOKEN_CHARS,
-        description="Signed budget token (required by runs planned with reviewer "
-        "authentication on; see workflows/engine/identity.py)",
-    )
 
 
 class HistoryEntry(_Open):

@@ -13,13 +13,23 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel, Field
 
 from workflows.payloads._base import _Mutable, _Strict
-from workflows.payloads.activity import LlmCallResult, PromptPlan, RunPolicy
+from workflows.payloads.activity import LlmCallResult, PromptPlan
 from workflows.payloads.client import RequestBase, RunProgress
 from workflows.payloads.policy import Correction, Vote
+from workflows.payloads.run_policy import RunPolicy
 
 __all__ = [
+    "BatchCall",
     "ContinuedRun",
+    "CorrectionLog",
+    "ModelCallState",
+    "OperatorRequests",
+    "Planned",
+    "RetryState",
+    "ReviewRound",
+    "ReviewerChanges",
     "RunCore",
+    "RunPosition",
     "RunState",
 ]
 
@@ -28,46 +38,106 @@ RequestT = TypeVar("RequestT", bound=RequestBase)
 StateT = TypeVar("StateT", bound=BaseModel)
 
 
-class RunCore(RunProgress, _Mutable, Generic[PlanT]):
-    """Everything the engine knows about a run (its progress and the rest): held by the
-    workflow, changed by its handlers, and carried whole to the run that continues it."""
+# What the engine keeps for a run, by concern. Pydantic lays a model's fields out from its
+# last base to its first, so ``RunCore`` lists these in reverse: the carried JSON keeps the
+# order it had when they were one flat list.
+
+
+class RunPosition(_Mutable):
+    """Where the run is: its state, since when, when its chain started, and how many bytes
+    its history holds."""
 
     state: str
     # When the current state began, and when the first run of this chain started.
     state_since: datetime | None = None
     started_at: datetime | None = None
     history_bytes: int = 0
+
+
+class RetryState(_Mutable):
+    """A step's failures in a row, and the delay the last one asked for."""
+
     consecutive_failures: int = 0
     retry_after_s: float | None = None
+
+
+class ReviewRound(_Mutable):
+    """The review round: its reviewers' feedback so far, when the current review wait
+    (a review or escalation state) times out, when the round began, and the votes it counted
+    short of its policy's quorum."""
+
     feedback: list[str] = Field(default_factory=list)
-    # When the current review wait (a review or escalation state) times out, when its round
-    # began, and the votes the round counted short of its policy's quorum.
     review_deadline: datetime | None = None
     round_started_at: datetime | None = None
     votes: list[Vote] = Field(default_factory=list)
+
+
+class Planned(_Mutable, Generic[PlanT]):
+    """The run's plan, once it is planned."""
+
     plan: PlanT | None = None
-    # Operator actions: expire_review ends one review wait, dead_letter every one until the end.
+
+
+class OperatorRequests(_Mutable):
+    """Operator actions: ``expire_review`` ends one review wait, ``dead_letter`` every one
+    until the end."""
+
     forced_timeout: str | None = None
     dead_letter_requested: str | None = None
-    # Capacity and budgets: the wait before asking for capacity again, when the budget
-    # decision times out, and whether an operator approved crossing the budget.
+
+
+class ModelCallState(_Mutable):
+    """The model call's waits: the wait before asking for capacity again, when the budget
+    decision times out, whether an operator approved crossing the budget; and whether the
+    next call asks again for a well-formed reply (the last one was malformed)."""
+
     capacity_wait_s: float | None = None
     budget_deadline: datetime | None = None
     budget_approved: bool = False
-    # The next model call asks again for a well-formed reply (the last one was malformed).
     corrective_next: bool = False
-    # Fields a reviewer corrected with an approval, for the state the correction leads to.
+
+
+class ReviewerChanges(_Mutable):
+    """What reviewers and operators changed for the steps to come: fields a reviewer
+    corrected with an approval (for the state the correction leads to), and reviewer keys
+    (ids) and reviewers an operator revoked since the run was planned."""
+
     corrected: dict[str, Any] | None = None
-    # Reviewer keys (ids) and reviewers an operator revoked since the run was planned.
     revoked_keys: list[str] = Field(default_factory=list)
     revoked_reviewers: list[str] = Field(default_factory=list)
-    # Every reedit and correction, as evaluation data (the newest kept, within a bound).
+
+
+class CorrectionLog(_Mutable):
+    """Every reedit and correction, as evaluation data (the newest kept, within a bound)."""
+
     corrections: list[Correction] = Field(default_factory=list)
     corrections_dropped: int = 0
-    # The batch lane: the batched call the run waits for (in batch_id), and its outcome, which
-    # the model call's step takes up next.
+
+
+class BatchCall(_Mutable):
+    """The batch lane: the batched call the run waits for (in ``batch_id``), and its outcome,
+    which the model call's step takes up next."""
+
     batch_item: str | None = None
     batch_result: LlmCallResult | None = None
+
+
+class RunCore(
+    BatchCall,
+    CorrectionLog,
+    ReviewerChanges,
+    ModelCallState,
+    OperatorRequests,
+    Planned[PlanT],
+    ReviewRound,
+    RetryState,
+    RunPosition,
+    RunProgress,
+    _Mutable,
+    Generic[PlanT],
+):
+    """Everything the engine knows about a run (its progress and the rest): held by the
+    workflow, changed by its handlers, and carried whole to the run that continues it."""
 
 
 class RunState(RunCore[PromptPlan]):
