@@ -6,30 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Final
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[2]
 # The product: its packages, and the two entry points beside them.
 PRODUCT: Final = ("aiorch", "aiorch_runtime", "activities", "workflows", "bench")
 ENTRY_POINTS: Final = ("starter.py", "worker.py")
 MAX_LINES: Final = 400
-# Modules whose split is under way on other branches; the first test below holds them too once
-# those branches are in.
-PENDING_SPLITS: Final = (
-    "aiorch_runtime/config.py",
-    "aiorch/worker/app.py",
-    "aiorch/cli/runs.py",
-    "activities/prompt.py",
-    "workflows/data/compiler.py",
-    "workflows/data/steps.py",
-    "workflows/engine/graph.py",
-    "workflows/engine/identity.py",
-    "workflows/engine/reviews.py",
-    "workflows/engine/workflow.py",
-    "workflows/payloads/client.py",
-    "bench/actions.py",
-    "bench/run.py",
-)
 
 
 def product_modules(root: Path) -> list[Path]:
@@ -40,31 +21,21 @@ def product_modules(root: Path) -> list[Path]:
     return modules
 
 
-def oversized(root: Path, *, skip: tuple[str, ...] = ()) -> list[str]:
-    """``path: N lines`` for each product module under ``root`` over `MAX_LINES`, but ``skip``."""
+def oversized(root: Path) -> list[str]:
+    """``path: N lines`` for each product module under ``root`` over `MAX_LINES`."""
     found = []
     for module in product_modules(root):
         name = module.relative_to(root).as_posix()
         lines = len(module.read_text(encoding="utf-8").splitlines())
-        if lines > MAX_LINES and name not in skip:
+        if lines > MAX_LINES:
             found.append(f"{name}: {lines} lines")
     return found
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="still being split on other branches: " + ", ".join(PENDING_SPLITS),
-)
 def test_no_product_module_passes_400_lines() -> None:
     """Every module of the product has at most 400 lines; the failure names each that has more,
     with its size."""
     assert oversized(ROOT) == []
-
-
-def test_no_module_but_those_being_split_passes_400_lines() -> None:
-    """Every product module other than those whose split is under way elsewhere has at most
-    400 lines already."""
-    assert oversized(ROOT, skip=PENDING_SPLITS) == []
 
 
 def test_the_check_names_a_module_over_the_limit_and_its_size(tmp_path: Path) -> None:
