@@ -3,6 +3,7 @@ a module passes about 400 lines), so each room stays small enough to read in one
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 from typing import Final
 
@@ -49,3 +50,19 @@ def test_the_check_names_a_module_over_the_limit_and_its_size(tmp_path: Path) ->
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "test_long.py").write_text("x = 1\n" * 900)
     assert oversized(tmp_path) == ["worker.py: 402 lines", "activities/deep/long.py: 401 lines"]
+
+
+def test_the_worker_is_built_in_one_screen() -> None:
+    """``build_worker`` stays at most 60 lines: the worker loops over the registered pipelines
+    and opens its clients on one exit stack, so a new pipeline adds nothing to it."""
+    source = (ROOT / "aiorch" / "worker" / "app.py").read_text(encoding="utf-8")
+    found = [
+        node
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.AsyncFunctionDef) and node.name == "build_worker"
+    ]
+    assert len(found) == 1
+    (function,) = found
+    start = min([function.lineno, *(d.lineno for d in function.decorator_list)])
+    assert function.end_lineno is not None
+    assert function.end_lineno - start + 1 <= 60
