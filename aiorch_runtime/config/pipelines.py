@@ -39,5 +39,5 @@ class PipelineSettings(SettingsSection):
 
     @field_validator("pipeline_modules", mode="before")
     @classmethod
-    def _split_list(cls, value: Any) -> Any:
+    def _split_modules(cls, value: Any) -> Any:
         return split_list(value) if isinstance(value, str) else value

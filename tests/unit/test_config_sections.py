@@ -153,3 +153,28 @@ def test_a_check_across_sections_stays_on_the_whole() -> None:
     with pytest.raises(ConfigError, match="LLM_BATCH and LLM_RESULT_CACHE_TTL_S"):
         Settings(llm_batch="allowed")
     assert LlmSettings(llm_batch="allowed").batch_enabled
+
+
+def test_no_two_sections_define_a_member_of_the_same_name() -> None:
+    """`Settings` inherits every section, so a validator or method two sections name alike
+    would silently replace the other's (a list setting would then no longer be split): each
+    member a section defines is its own."""
+    inherited = {"SECTION", "model_config", "model_fields", "model_computed_fields"}
+    owners = Counter(
+        name
+        for section in SECTIONS
+        for name in vars(section)
+        if not (name.startswith("__") and name.endswith("__"))
+        and not name.startswith(("__pydantic", "_abc_"))
+        and name not in inherited
+    )
+    assert [name for name, count in owners.items() if count > 1] == []
+
+
+def test_pipeline_modules_are_read_as_a_comma_separated_list(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``PIPELINE_MODULES=a.b, c`` names two modules, as every list setting is read."""
+    monkeypatch.setenv("PIPELINE_MODULES", "acme.greeter, acme.translate")
+    monkeypatch.setenv("REVIEW_AUTH", "off")
+    assert Settings().pipeline_modules == ["acme.greeter", "acme.translate"]
