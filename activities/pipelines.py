@@ -13,7 +13,6 @@ the file's own message, never the run's content.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -22,7 +21,6 @@ from temporalio.exceptions import ApplicationError
 
 from activities.notify import NotifyActivities, Webhook, shown_id
 from activities.planning import PlanDefaults, lowered, planned
-from aiorch_runtime.config import Settings
 from aiorch_runtime.errors import ConfigError
 from aiorch_runtime.pipeline_files import PipelineFilesInvalid, PipelineFolder
 from workflows import errors
@@ -51,41 +49,22 @@ def invalid(message: str) -> ApplicationError:
     )
 
 
-@dataclass(frozen=True)
-class DataPlanning:
-    """How a pipeline file's run is planned: ``defaults`` settle a plan as for every pipeline
-    (``activities.planning.planned``), and a review step without timeouts of its own gets the
-    worker's."""
-
-    defaults: PlanDefaults
-    review_timeout_s: float
-    escalation_timeout_s: float
-
-
-def data_planning(settings: Settings) -> DataPlanning:
-    """How ``settings`` plan a pipeline file's runs."""
-    return DataPlanning(
-        defaults=PlanDefaults.of(settings),
-        review_timeout_s=settings.review_timeout_s,
-        escalation_timeout_s=settings.escalation_timeout_s,
-    )
-
-
 class PipelineActivities:
-    """``plan_pipeline`` and ``notify_pipeline``, with the worker's planning, its pipeline
+    """``plan_pipeline`` and ``notify_pipeline``, with the worker's planning defaults (a
+    review step without timeouts of its own gets theirs), its pipeline
     folder (None: ``PIPELINES_DIR`` unset) and catalog, the workflow types of its pipelines
     written in Python (named when a run names no pipeline the worker has), and its review
     notifier (None: no webhook)."""
 
     def __init__(
         self,
-        planning: DataPlanning,
+        defaults: PlanDefaults,
         folder: PipelineFolder | None,
         catalog: Catalog,
         code_pipelines: Sequence[str],
         notifier: NotifyActivities | None = None,
     ) -> None:
-        self._planning = planning
+        self._defaults = defaults
         self._folder = folder
         self._catalog = catalog
         self._code_pipelines = list(code_pipelines)
@@ -123,7 +102,7 @@ class PipelineActivities:
             shown = "; ".join(f"input.{where}: {message}" for where, message in found[:5])
             raise invalid(f"the input does not fit {record.name} {record.label}: {shown}")
         plan = with_prompt(
-            planned(self._planning.defaults, request, pipeline=record.name),
+            planned(self._defaults, request, pipeline=record.name),
             DataPlan,
             system_prompt="",
             user_prompt="",
@@ -137,7 +116,7 @@ class PipelineActivities:
     ) -> dict[str, ReviewPolicy]:
         """Each review step's policy: its timeouts (the file's, else the worker's; a request
         may lower them) and its reviewers (the run's, narrowed by the file)."""
-        options, cfg = request.options, self._planning
+        options, cfg = request.options, self._defaults
         policies: dict[str, ReviewPolicy] = {}
         for step_id, step in compile_spec(record.spec, self._catalog, strict=False).steps.items():
             if step.type.kind != "review":

@@ -31,7 +31,7 @@ from activities.input_loader import InputLoader
 from activities.lineage import LineageActivities
 from activities.llm import LlmActivities
 from activities.notify import NotifyActivities, webhook
-from activities.pipelines import PipelineActivities, data_planning
+from activities.pipelines import PipelineActivities
 from activities.planning import PlanActivities, PlanDefaults
 from activities.prompt import PromptActivities
 from activities.vectors import VectorActivities
@@ -129,7 +129,7 @@ def engine_activities(clients: Clients) -> list[Activity]:
     lineage = LineageActivities(clients.temporal, settings.temporal_task_queue)
     notify = NotifyActivities(webhook(settings), clients.webhooks)
     data = PipelineActivities(
-        data_planning(settings),
+        clients.plans,
         clients.folder,
         clients.catalog,
         [pipeline.workflow_type for pipeline in clients.pipelines],

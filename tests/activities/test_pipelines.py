@@ -16,7 +16,8 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from activities.notify import NotifyActivities, webhook
-from activities.pipelines import PipelineActivities, data_planning
+from activities.pipelines import PipelineActivities
+from activities.planning import PlanDefaults
 from aiorch_runtime.config import Settings
 from aiorch_runtime.pipeline_files import PipelineFolder
 from tests.support.pipeline_files import TRIAGE, TRIAGE_V1, write_pipeline
@@ -37,7 +38,7 @@ WITH_POLICY = TRIAGE_V1.replace(
 def activities(folder: Path, **settings: Any) -> PipelineActivities:
     values = {"review_timeout_s": 600.0, "escalation_timeout_s": 3600.0, **settings}
     return PipelineActivities(
-        data_planning(Settings(**values)),
+        PlanDefaults.of(Settings(**values)),
         PipelineFolder(folder, CATALOG),
         CATALOG,
         ["AiOrchestrator"],
@@ -129,7 +130,11 @@ async def test_a_notify_step_posts_ids_and_the_file_s_text_only(
         )
         async with aiohttp.ClientSession() as session:
             plans = PipelineActivities(
-                data_planning(config), None, CATALOG, [], NotifyActivities(webhook(config), session)
+                PlanDefaults.of(config),
+                None,
+                CATALOG,
+                [],
+                NotifyActivities(webhook(config), session),
             )
             assert await ActivityEnvironment().run(plans.notify_pipeline, NOTICE) == 200
     (json_headers, json_body), (_, slack_body) = receiver.calls

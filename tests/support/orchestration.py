@@ -22,7 +22,8 @@ from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSear
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from activities.pipelines import PipelineActivities, data_planning
+from activities.pipelines import PipelineActivities
+from activities.planning import PlanDefaults
 from aiorch.ops.pipelines import reserved_names
 from aiorch_runtime.config import Settings
 from aiorch_runtime.pipeline_files import PipelineFolder
@@ -84,7 +85,7 @@ def data_plans(folder: Path, **settings: Any) -> PipelineActivities:
     # The batch lane needs a capacity store in the settings; planning never connects to it.
     batch = {"llm_batch": "allowed", "capacity_store_url": "redis://127.0.0.1:1/0"}
     return PipelineActivities(
-        data_planning(pipeline_settings(**{**batch, **settings})),
+        PlanDefaults.of(pipeline_settings(**{**batch, **settings})),
         PipelineFolder(folder, catalog, reserved_names(SHIPPED)),
         catalog,
         [p.workflow_type for p in SHIPPED],

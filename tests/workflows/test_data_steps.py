@@ -16,7 +16,8 @@ from temporalio import activity
 from temporalio.client import WorkflowFailureError, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.worker import Worker
 
-from activities.pipelines import PipelineActivities, data_planning
+from activities.pipelines import PipelineActivities
+from activities.planning import PlanDefaults
 from aiorch_runtime.pipeline_files import PipelineFolder, check_text
 from aiorch_runtime.sandbox import workflow_runner
 from tests.support import ROOT
@@ -300,7 +301,7 @@ async def test_a_step_type_written_in_python_runs_on_the_engine(
     queue = f"wf-{uuid.uuid4()}"
     write_pipeline(tmp_path, SHOUTER, "shouter.yaml")
     plans = PipelineActivities(
-        data_planning(pipeline_settings()), PipelineFolder(tmp_path, SHOUTING), SHOUTING, []
+        PlanDefaults.of(pipeline_settings()), PipelineFolder(tmp_path, SHOUTING), SHOUTING, []
     )
     async with Worker(
         orch.client,
