@@ -36,7 +36,7 @@ from workflows.data import (
     ReviewPolicy,
     compile_spec,
 )
-from workflows.data.json_schemas import value_problems
+from workflows.data.json_schemas import input_problems
 from workflows.data.steps import input_digest
 from workflows.engine.planning import with_prompt
 from workflows.payloads import describe_validation_error, printable
@@ -97,9 +97,7 @@ class PipelineActivities:
             request = DataRequest.model_validate(plan_input.request)
         except ValidationError as err:
             raise invalid(describe_validation_error(err)) from None
-        found = value_problems(record.spec.input, request.input)
-        if found:
-            shown = "; ".join(f"input.{where}: {message}" for where, message in found[:5])
+        if shown := input_problems(record.spec.input, request.input):
             raise invalid(f"the input does not fit {record.name} {record.label}: {shown}")
         plan = with_prompt(
             planned(self._defaults, request, pipeline=record.name),

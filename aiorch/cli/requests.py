@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from aiorch.cli.output import CliError
 from aiorch.ops import claim_check, pipelines
 from aiorch_runtime.config import Settings
-from workflows.data.json_schemas import value_problems
+from workflows.data.json_schemas import input_problems
 from workflows.engine.pipeline import Pipeline
 from workflows.payloads import REFERENCE_SCHEMES, RequestBase, ReviewMode, describe_validation_error
 
@@ -64,10 +64,8 @@ def data_input_of(pipeline: str, text: str | None) -> dict[str, Any]:
         raise CliError(f"{pipeline} is a pipeline file's: give its input with --input JSON")
     value = _json_object(text)
     record = pipelines.record_of(pipeline)
-    found = value_problems(record.spec.input, value) if record is not None else []
-    if found:
-        shown = "; ".join(f"input.{where}: {message}" for where, message in found[:5])
-        raise CliError(f"invalid input for {pipeline} {record.label if record else ''}: {shown}")
+    if record is not None and (shown := input_problems(record.spec.input, value)):
+        raise CliError(f"invalid input for {pipeline} {record.label}: {shown}")
     return value
 
 

@@ -64,3 +64,12 @@ def value_problems(schema: dict[str, Any], value: Any) -> list[tuple[str, str]]:
     except Exception as err:  # whatever the library raises, the run gets one line
         return [("(schema)", printable(f"the schema cannot be applied: {err}", 200))]
     return sorted(found)
+
+
+def input_problems(schema: dict[str, Any], value: Any) -> str | None:
+    """The first five places where a run's input ``value`` breaks its ``schema``, as one line
+    (``input.PATH: what is wrong; ...``), or None when it fits."""
+    found = value_problems(schema, value)
+    if not found:
+        return None
+    return "; ".join(f"input.{where}: {message}" for where, message in found[:5])
