@@ -107,7 +107,7 @@ def print_view(run: RunView, now: datetime) -> None:
         if section.key == "fields" and view.fields is not None:
             continue  # shown below, one field a line, by the path a correction names
         out.print()
-        out.print(Text(section.title, style="bold"))
+        out.print(bold(section.title))
         out.print(plain(section.text))
     if view.fields is not None:
         named = problem_paths(view.problems)
@@ -116,16 +116,16 @@ def print_view(run: RunView, now: datetime) -> None:
             for path, value in field_paths.leaves(view.fields)
         ]
         out.print()
-        title = Text("Fields (! a problem names it)", style="bold")
+        title = bold("Fields (! a problem names it)")
         print_table(FIELD_COLUMNS, rows, title=title, wrap=("value",))
     if view.problems:
         out.print()
-        out.print(Text("Problems found", style="bold"))
+        out.print(bold("Problems found"))
         for problem in view.problems:
             out.print(plain(f"- {problem}"))
     if run.feedback:
         out.print()
-        out.print(Text("Earlier feedback", style="bold"))
+        out.print(bold("Earlier feedback"))
         for entry in run.feedback:
             by = f"round {entry.review_round}, {entry.reviewer}, {_when(entry.at)}"
             out.print(plain(f"- {by}: {entry.feedback}"))
@@ -139,6 +139,13 @@ def print_view(run: RunView, now: datetime) -> None:
     if view.corrections and view.fields is not None:
         fix = "correct --set PATH=VALUE (or --fields FILE)"
         out.print(plain(f"Correct the fields: {decide} {fix}"))
+
+
+def bold(text: str) -> Text:
+    """A heading, printed as its characters (a section's title is the pipeline's to set)."""
+    heading = plain(text)
+    heading.stylize("bold")
+    return heading
 
 
 def _when(moment: datetime | None) -> str:

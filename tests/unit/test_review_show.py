@@ -106,3 +106,23 @@ def test_the_json_is_the_review_view_with_the_run_s_ids_and_time_left() -> None:
         "Shorter, and cite the policy."
     ]
     assert document["fields"] is None and document["problems"] == []
+
+
+def test_what_the_run_shows_prints_as_its_characters(capsys: pytest.CaptureFixture[str]) -> None:
+    """Text the model, the request or the pipeline wrote (a title, a reply, a field, a
+    problem) prints without the control characters a terminal acts on, and markup in it is
+    printed, not read."""
+    run = llm_run()
+    evil = "\x1b]0;pwned\x07[bold red]x[/]\x1b[2J"
+    view = run.view.model_copy(
+        update={
+            "sections": [ReviewSection(title=f"Reply {evil}", text=f"answer {evil}")],
+            "fields": {f"total{evil}": f"1{evil}"},
+            "problems": [f"total: wrong {evil}"],
+            "corrections": True,
+        }
+    )
+    print_view(RunView(run.workflow_id, run.run_id, view, run.feedback), NOW)
+    shown = capsys.readouterr().out
+    assert "\x1b" not in shown and "\x07" not in shown
+    assert "answer ]0;pwned[bold red]x[/][2J" in shown
