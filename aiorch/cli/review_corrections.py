@@ -124,10 +124,13 @@ async def where_it_went(client: Client, run: RunView) -> str:
         return f"the run has ended: {described.status.name.lower()}"
     now = (await read_for_review(client, workflow_id)).view
     if now.waiting and now.review_round > run.view.review_round:
+        # --round: the run may not have published the new round yet (visibility's
+        # AiReviewRound), which a decision without it would read.
         raise CliError(
             f"{workflow_id}: the run did not take the corrected fields: round "
             f"{now.review_round} waits with {len(now.problems)} problem(s): "
-            f"{'; '.join(now.problems)}"
+            f"{'; '.join(now.problems)} (correct again, or decide round {now.review_round} "
+            f"with --round {now.review_round})"
         )
     return f"the run took them and is in {now.state} now"
 

@@ -236,6 +236,7 @@ async def test_corrected_fields_the_run_still_finds_wrong_go_back_to_review(
         f"error: {workflow_id}: the run did not take the corrected fields: round 2 waits with "
         "1 problem(s): total: is 1.00, but the line amounts"
     )
+    assert still_wrong.stderr.endswith("(correct again, or decide round 2 with --round 2)\n")
     assert stored_fields(store_url, workflow_id) == []
     status = await status_of(client.get_workflow_handle(workflow_id))
     assert (status.state, status.review_round) == ("await_review", 2)
