@@ -5,7 +5,8 @@ what they act on, one module each.
 module              commands
 ==================  ===================================================================
 ``runs``            ``start``, ``status``, ``history``, ``list``, ``cancel``
-``reviews``         ``review``, ``review-all``, ``reviews export``
+``review_group``    ``review show``, ``review ID approve|reedit|reject|correct``
+``reviews``         ``review-all``, ``reviews export``
 ``dlq``             ``dlq list``, ``dlq redrive``
 ``ops``             ``stats``, ``stuck``, ``codec-server``
 ``keys``            ``keys payload``, ``keys reviewer NAME``, ``keys revoke KEY_ID``
@@ -41,7 +42,7 @@ COMMANDS: Mapping[str, str] = MappingProxyType(
         "list": "runs",
         "cancel": "runs",
         "result": "runs",
-        "review": "reviews",
+        "review": "review_group",
         "review-all": "reviews",
         "reviews": "reviews",
         "dlq": "dlq",

@@ -1,5 +1,6 @@
-"""Review commands: decide one run (``review``) or every run waiting in a state (``review-all``),
-and export reviewers' corrections as evaluation examples (``reviews export``).
+"""Review commands: decide one run (``review ID approve|reedit|reject``, in the ``review``
+group: `aiorch.cli.review_group`) or every run waiting in a state (``review-all``), and export
+reviewers' corrections as evaluation examples (``reviews export``).
 
 Both deciding commands sign each decision for its run and round with ``REVIEWER_KEY`` (or
 ``REVIEWER_KEY_FILE``) when one is configured, and send it through
@@ -198,28 +199,49 @@ def review(
         return
 
     async def send(client: Client, settings: Settings) -> None:
-        with about_run(workflow_id):
-            target = await reviews.current_target(client, workflow_id)
-        if target.ended is not None:
-            await answer_an_ended_run(client, payload, target, target.ended.lower())
-            return
-        if payload.review_round is not None:
-            target = replace(target, review_round=payload.review_round)
-        elif target.review_round is not None:
-            await refuse_a_repeat(client, workflow_id, payload, target.review_round)
-        # The round read is the one decided: if the run moves on meanwhile, it refuses.
-        decision = payload.model_copy(update={"review_round": target.review_round})
-        try:
-            with about_run(workflow_id):
-                outcome = await reviews.submit_review(
-                    client, workflow_id, decision, signer=signer, target=target
-                )
-        except WorkflowUpdateFailedError as error:
-            reason = reviews.refusal_reason(error)
-            raise CliError(f"review refused for {workflow_id}: {reason}") from None
-        out.print(plain(outcome.describe(workflow_id)))
+        outcome = await send_decision(client, workflow_id, payload, signer)
+        if outcome is not None:
+            out.print(plain(outcome.describe(workflow_id)))
 
     run_async(send)
+
+
+async def send_decision(
+    client: Client,
+    workflow_id: str,
+    payload: ReviewDecision,
+    signer: reviews.Signer | None,
+    shown: reviews.ReviewTarget | None = None,
+) -> reviews.ReviewOutcome | None:
+    """Send ``payload`` to the run that holds ``workflow_id`` now, for the round it names, else
+    the one ``shown`` names (the run and content the reviewer was shown), else the one the run
+    waits in; None when the run has ended (what became of the decision is said instead).
+
+    Raises:
+        CliError: the run refused it (its reason), it repeats the run's last decision
+            (`refuse_a_repeat`), or the run ended without taking it.
+    """
+    with about_run(workflow_id):
+        target = await reviews.current_target(client, workflow_id)
+    if target.ended is not None:
+        await answer_an_ended_run(client, payload, target, target.ended.lower())
+        return None
+    if payload.review_round is not None:
+        target = replace(shown or target, review_round=payload.review_round)
+    elif shown is not None:
+        target = shown
+    elif target.review_round is not None:
+        await refuse_a_repeat(client, workflow_id, payload, target.review_round)
+    # The round read is the one decided: if the run moves on meanwhile, it refuses.
+    decision = payload.model_copy(update={"review_round": target.review_round})
+    try:
+        with about_run(workflow_id):
+            return await reviews.submit_review(
+                client, workflow_id, decision, signer=signer, target=target
+            )
+    except WorkflowUpdateFailedError as error:
+        reason = reviews.refusal_reason(error)
+        raise CliError(f"review refused for {workflow_id}: {reason}") from None
 
 
 @one_line_errors
@@ -336,7 +358,6 @@ def export(
 
 
 def register(app: typer.Typer) -> None:
-    """Add these commands to ``app``."""
-    app.command()(review)
+    """Add these commands to ``app`` (``review`` is `aiorch.cli.review_group`'s)."""
     app.command("review-all")(review_all)
     app.add_typer(reviews_app, name="reviews")

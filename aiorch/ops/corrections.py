@@ -27,7 +27,7 @@ from temporalio.client import Client, WorkflowExecution
 from aiorch.ops import pipelines, visibility
 from aiorch.ops.dead_runs import NotRedrivable, RedriveError, run_request
 from aiorch.ops.results import NoResult, run_result
-from workflows.payloads import Correction, CorrectionKind, lacks_feedback
+from workflows.payloads import Correction, CorrectionKind, changed_fields, lacks_feedback
 
 
 class FieldChange(BaseModel):
@@ -69,11 +69,9 @@ def field_changes(before: object, after: object) -> list[FieldChange]:
     """The top-level fields whose values differ between two objects (none unless both are)."""
     if not isinstance(before, dict) or not isinstance(after, dict):
         return []
-    names = [*before, *(name for name in after if name not in before)]
     return [
         FieldChange(field=name, before=before.get(name), after=after.get(name))
-        for name in names
-        if before.get(name) != after.get(name)
+        for name in changed_fields(before, after)
     ]
 
 

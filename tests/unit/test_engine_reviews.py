@@ -349,14 +349,23 @@ def test_the_plan_says_whether_a_token_names_the_run_chain_and_how_long_it_lives
 
 
 def test_an_accepted_decision_is_described_in_one_line() -> None:
-    """An applied decision's detail names the decision and reviewer, then how many fields were
-    corrected, then the feedback; its event is the decision's own, or ``correct`` for an
-    approval with corrected fields."""
+    """An applied decision's detail names the decision and reviewer, then how many fields
+    the correction changed from the result under review (naming them), then the feedback; its
+    event is the decision's own, or ``correct`` for an approval with corrected fields."""
     assert decision_detail(decide("alice")) == "approve by alice"
     reedit = decide("bob", decision="reedit", feedback="shorter")
     assert decision_detail(reedit) == "reedit by bob: shorter"
-    corrected = decide("ann", fields={"total": 3, "vendor": "x"}, feedback="fixed")
-    assert decision_detail(corrected) == "approve by ann with 2 corrected field(s): fixed"
+    reviewed = {"total": 2, "vendor": "x", "tax": 1}
+    corrected = decide("ann", fields={**reviewed, "total": 3}, feedback="fixed")
+    assert decision_detail(corrected, before=reviewed) == (
+        "approve by ann with 1 changed field (total): fixed"
+    )
+    resent = decide("ann", fields=reviewed)
+    assert decision_detail(resent, before=reviewed) == "approve by ann with no field changed"
+    many = {f"f{n}": n for n in range(8)}
+    assert decision_detail(decide("ann", fields=many), before={}) == (
+        "approve by ann with 8 changed fields (f0, f1, f2, f3, f4 and 3 more)"
+    )
     assert (event_of(decide()), event_of(reedit), event_of(corrected)) == (
         Event.APPROVE,
         Event.REEDIT,
@@ -496,8 +505,8 @@ def test_a_decision_that_ends_a_policy_round_names_the_tally_it_completes() -> N
         "reject by bob (3 of 3 rejections: cy, dan, bob): no"
     )
     assert decision_detail(decide("bob", decision="reedit"), tally) == "reedit by bob"
-    assert decision_detail(decide("bob", fields={"total": 3}), tally) == (
-        "approve by bob with 1 corrected field(s)"
+    assert decision_detail(decide("bob", fields={"total": 3}), tally, before={"total": 2}) == (
+        "approve by bob with 1 changed field (total)"
     )
     untallied = tally.model_copy(update={"policy": None})
     assert decision_detail(decide("bob"), untallied) == "approve by bob"

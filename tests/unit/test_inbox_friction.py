@@ -13,7 +13,8 @@ from urllib.parse import quote
 
 from starlette.testclient import TestClient
 
-from aiorch.ops.inbox.runs import RunView, WaitingRun, earlier_feedback
+from aiorch.ops.inbox.runs import WaitingRun
+from aiorch.ops.review_views import RunView, earlier_feedback
 from aiorch.ops.reviews import ReviewOutcome, ReviewTarget
 from tests.unit.test_inbox_pages import (
     HISTORY,

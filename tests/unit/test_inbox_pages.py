@@ -18,8 +18,9 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from aiorch.ops.inbox import auth
 from aiorch.ops.inbox.app import Inbox, InboxOptions, create_app
-from aiorch.ops.inbox.runs import RunView, WaitingRun, earlier_feedback, may_review
+from aiorch.ops.inbox.runs import WaitingRun, may_review
 from aiorch.ops.inbox.sessions import Sessions
+from aiorch.ops.review_views import RunView, earlier_feedback
 from aiorch.ops.reviews import ReviewOutcome, ReviewTarget, decision_for_round
 from workflows.payloads import (
     HistoryEntry,

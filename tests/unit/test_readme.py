@@ -11,6 +11,7 @@ from typing import Any
 import typer
 
 from aiorch.cli.app import build_app
+from aiorch.cli.review_group import ReviewGroup, routed
 from aiorch.devstack.config_page import anchor
 from aiorch.devstack.docs import ROOT
 from workflows.llm.graph import GRAPH
@@ -41,6 +42,8 @@ def usage_problem(args: list[str]) -> str | None:
     command: Any = typer.main.get_command(build_app())
     name, rest = "starter.py", list(args)
     while hasattr(command, "commands"):
+        if isinstance(command, ReviewGroup):  # `review ID approve` names the run first
+            rest = routed(command.commands, rest)
         if not rest or rest[0] not in command.commands:
             return f"no command {rest[:1]} under {name}"
         name = rest.pop(0)

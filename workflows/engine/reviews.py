@@ -57,6 +57,7 @@ from workflows.payloads import (
     RunCore,
     RunPolicy,
     Vote,
+    changed_fields,
 )
 
 
@@ -197,7 +198,7 @@ def apply(ctx: Context[Any, Any], decision: ReviewDecision) -> None:
         graph,
         run,
         event_of(decision),
-        detail=decision_detail(decision, tally),
+        detail=decision_detail(decision, tally, before=ctx.subject().value),
         reviewer=decision.reviewer,
         feedback=decision.feedback,
         review_round=run.review_round,
@@ -227,10 +228,16 @@ def record_correction(ctx: Context[Any, Any], decision: ReviewDecision) -> None:
     )
 
 
-def decision_detail(decision: ReviewDecision, tally: ReviewProgress | None = None) -> str:
+def decision_detail(
+    decision: ReviewDecision,
+    tally: ReviewProgress | None = None,
+    *,
+    before: str | dict[str, Any] | None = None,
+) -> str:
     """The one-line detail of an accepted decision: ``approve by alice: looks good``; under a
     review policy with the tally it completes (``approve by bob (2 of 2 approvals: alice,
-    bob)``)."""
+    bob)``); with corrected fields, those that differ from ``before``, the result under review
+    (``approve by ann with 1 changed field (total)``)."""
     detail = f"{decision.decision} by {decision.reviewer}"
     if tally is not None and tally.policy is not None and decision.fields is None:
         if decision.decision == "approve":
@@ -243,10 +250,27 @@ def decision_detail(decision: ReviewDecision, tally: ReviewProgress | None = Non
             names = [*voted, decision.reviewer]
             detail += f" ({len(names)} of {needed} {noun}: {', '.join(names)})"
     if decision.fields is not None:
-        detail += f" with {len(decision.fields)} corrected field(s)"
+        detail += changes_text(changed_fields(before, decision.fields))
     if decision.feedback:
         detail += f": {decision.feedback}"
     return detail
+
+
+# A correction's detail names at most this many changed fields (it is one line).
+MAX_NAMED_CHANGES: Final = 5
+
+
+def changes_text(changed: list[str]) -> str:
+    """`` with 2 changed fields (total, tax)``: how many fields a correction changed, naming
+    the first few."""
+    if not changed:
+        return " with no field changed"
+    names = ", ".join(changed[:MAX_NAMED_CHANGES])
+    more = len(changed) - MAX_NAMED_CHANGES
+    if more > 0:
+        names += f" and {more} more"
+    noun = "field" if len(changed) == 1 else "fields"
+    return f" with {len(changed)} changed {noun} ({names})"
 
 
 def operator_reason(

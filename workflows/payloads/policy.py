@@ -30,6 +30,7 @@ __all__ = [
     "ReviewProgress",
     "ReviewStage",
     "Vote",
+    "changed_fields",
 ]
 
 # A policy's, a group's or a rule's name: a metric label and a history detail, so short and plain.
@@ -137,3 +138,13 @@ class Correction(_Open):
     after: str | dict[str, Any] | None = None
     answered: bool = False
     cut: bool = False
+
+
+def changed_fields(before: object, after: object) -> list[str]:
+    """The top-level fields whose values differ between two objects, in ``before``'s order
+    then ``after``'s new ones (none unless both are objects): what a correction changed, as
+    its history entry counts it and ``aiorch reviews export`` lists it."""
+    if not isinstance(before, dict) or not isinstance(after, dict):
+        return []
+    names = [*before, *(name for name in after if name not in before)]
+    return [name for name in names if before.get(name) != after.get(name)]

@@ -55,7 +55,8 @@ from aiorch.ops.inbox.forms import (
 )
 from aiorch.ops.inbox.headers import SecurityHeaders
 from aiorch.ops.inbox.pages import HERE, Pages
-from aiorch.ops.inbox.runs import NotYours, RunUnreadable, RunView, WaitingRun
+from aiorch.ops.inbox.runs import NotYours, WaitingRun
+from aiorch.ops.review_views import RunUnreadable, RunView
 from aiorch.ops.reviews import ReviewOutcome, ReviewTarget, refusal_reason
 from workflows.payloads import MAX_FEEDBACK_CHARS, ReviewDecision
 

@@ -19,7 +19,7 @@ from temporalio.service import RPCError
 
 from aiorch.ops.inbox import auth
 from aiorch.ops.inbox.forms import local_path
-from aiorch.ops.inbox.runs import RunUnreadable, time_left
+from aiorch.ops.review_views import RunUnreadable, time_left
 from workflows.payloads import MAX_FEEDBACK_CHARS
 
 log = logging.getLogger("ai-orchestrator.inbox")

@@ -6,7 +6,8 @@ look-alike on another one decides its own query answers, so it is never asked) w
 is a review state, oldest wait first (``AiStateSince``), with the round they wait on
 (``AiReviewRound``, where the workflow publishes it). What a reviewer reads of a run (what it
 works on, the result under review, the problems found, until when it waits, who may decide) is
-the run's own answer to the ``review_view`` query, built by its pipeline: the inbox never reads
+the run's own answer to the ``review_view`` query, built by its pipeline, read as
+``aiorch review show`` reads it (`aiorch.ops.review_views`): the inbox never reads
 a pipeline's activities out of the event history. A query is a billed action, so the list asks
 each waiting run once per wait (cached by run and ``AiStateSince``: a new round or the
 escalation is a new wait); the run page asks afresh (one action per page view, as the ``status``
@@ -21,19 +22,24 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final
 
 from temporalio.client import Client, WorkflowExecution
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.service import RPCError
 
-from aiorch.ops import pipelines, visibility
-from aiorch.ops.retries import retrying
+from aiorch.ops import visibility
+from aiorch.ops.review_views import (
+    NoSuchRun,
+    RunUnreadable,
+    RunView,
+    is_escalation,
+    query_view,
+    read_run,
+)
 from workflows import contract
-from workflows.engine.graph import Event
-from workflows.payloads import HistoryEntry, ReviewView
+from workflows.payloads import ReviewView
 
 MAX_LISTED: Final = 200
 _CACHE_SIZE: Final = 2048
@@ -44,10 +50,6 @@ _CONCURRENT_QUERIES: Final = 16
 def waiting_query() -> str:
     """Open runs of every pipeline that wait in a review state."""
     return visibility.waiting_for_review()
-
-
-class RunUnreadable(Exception):
-    """The run cannot be read or decoded here (the message says why, no content)."""
 
 
 class NotYours(Exception):
@@ -81,64 +83,7 @@ class WaitingRun:
     @property
     def escalated(self) -> bool:
         """Whether the wait is a review's escalation (its second chance)."""
-        return self.state not in _FIRST_WAITS
-
-
-@dataclass(frozen=True)
-class RunView:
-    """One run in full, for its page."""
-
-    workflow_id: str
-    run_id: str
-    view: ReviewView
-    feedback: list[HistoryEntry] = field(default_factory=list)
-
-    @property
-    def waiting(self) -> bool:
-        """Whether the run waits for a reviewer now."""
-        return self.view.waiting
-
-    @property
-    def deadline(self) -> datetime | None:
-        return self.view.deadline
-
-    @property
-    def escalated(self) -> bool:
-        """Whether the wait is a review's escalation (from there it is dead-lettered)."""
-        return self.view.state not in _FIRST_WAITS
-
-
-# The first review wait of each pipeline (the states a REVIEW_TIMEOUT leaves).
-_FIRST_WAITS: Final = frozenset(
-    t.source
-    for graph in pipelines.graphs()
-    for t in graph.transitions
-    if t.event == Event.REVIEW_TIMEOUT
-)
-
-
-def time_left(deadline: datetime | None, now: datetime) -> str:
-    """``deadline`` as a short human duration from ``now`` ("3 h 5 min", "overdue")."""
-    if deadline is None:
-        return "unknown"
-    seconds = int((deadline - now).total_seconds())
-    if seconds <= 0:
-        return "due now"
-    days, rest = divmod(seconds, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    if days:
-        return f"{days} d {hours} h"
-    if hours:
-        return f"{hours} h {minutes} min"
-    if minutes:
-        return f"{minutes} min"
-    return f"{secs} s"
-
-
-def earlier_feedback(history: Sequence[HistoryEntry]) -> list[HistoryEntry]:
-    """The reedit decisions that came with feedback, oldest first."""
-    return [entry for entry in history if entry.event == Event.REEDIT and entry.feedback]
+        return is_escalation(self.state)
 
 
 class RunReader:
@@ -194,26 +139,12 @@ class RunReader:
             temporalio.service.RPCError: Temporal is unreachable.
         """
         try:
-            description = await retrying(self._client.get_workflow_handle(workflow_id).describe)
-        except RPCError as err:
-            if err.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT):
-                raise NotYours(workflow_id) from None
-            raise
-        if (
-            description.task_queue != pipelines.task_queue()
-            or pipelines.of_type(description.workflow_type) is None
-        ):
-            # A look-alike decides what its queries answer: never ask it.
+            run = await read_run(self._client, workflow_id)
+        except NoSuchRun:
+            raise NotYours(workflow_id) from None
+        if not may_review(run.view, reviewer):
             raise NotYours(workflow_id)
-        view = await self._view(workflow_id, description.run_id, fresh=True)
-        if not may_review(view, reviewer):
-            raise NotYours(workflow_id)
-        return RunView(
-            workflow_id=workflow_id,
-            run_id=description.run_id,
-            view=view,
-            feedback=earlier_feedback(view.history),
-        )
+        return run
 
     async def _view(
         self,
@@ -230,18 +161,7 @@ class RunReader:
         if cached is not None and not fresh and wait is not None:
             self._cache.move_to_end(key)
             return cached
-        handle = self._client.get_workflow_handle(workflow_id, run_id=run_id)
-        try:
-            found: ReviewView = await retrying(
-                lambda: handle.query(contract.QUERY_REVIEW_VIEW, result_type=ReviewView)
-            )
-        except RPCError:
-            raise
-        except Exception as err:  # the codec's and the converter's own errors
-            raise RunUnreadable(
-                f"the run cannot be read ({type(err).__name__}); does this inbox have the "
-                "worker's PAYLOAD_KEYS?"
-            ) from None
+        found = await query_view(self._client, workflow_id, run_id)
         self._cache[key] = found
         while len(self._cache) > _CACHE_SIZE:
             self._cache.popitem(last=False)
