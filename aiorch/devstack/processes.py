@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import re
 import shutil
 import signal
@@ -50,11 +51,36 @@ class ProcessExited(LocalStackError):
         self.log = log
 
 
+_EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_LOWEST_PICKED_PORT = 10000
+
+
 def free_port(host: str = HOST) -> int:
-    """Return a TCP port that is free now (another process could still take it before use)."""
+    """Return a TCP port that is free now (another process could still take it before use).
+
+    The port is picked outside the kernel's ephemeral range when there is room: a server started
+    between the pick and its use (Temporal opens connections between its own services) gets its
+    outgoing ports from that range and could otherwise take the picked one first.
+    """
+    candidates = [port for port in range(_LOWEST_PICKED_PORT, 65536) if port not in _ephemeral()]
+    for port in random.sample(candidates, min(len(candidates), 50)):
+        with socket.socket() as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def _ephemeral() -> range:
+    try:
+        low, high = (int(part) for part in _EPHEMERAL_RANGE_FILE.read_text().split())
+    except (OSError, ValueError):
+        return range(32768, 61000)  # Linux's default
+    return range(low, high + 1)
 
 
 def port_or_free(preferred: int) -> int:
