@@ -47,6 +47,7 @@ from temporalio.client import Client
 
 from aiorch.devstack.processes import temporal_cli_path
 from aiorch_runtime.config import load_settings
+from aiorch_runtime.signals import interrupt_on_stop
 from aiorch_runtime.temporal import AiOrchestratorPlugin
 from bench import phases
 from bench.action_counts import IN_FLIGHT
@@ -191,7 +192,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     data_dir = options.data_dir or Path(tempfile.mkdtemp(prefix="aiorch-bench-"))
     began = time.monotonic()
     try:
-        report = asyncio.run(_bench(options, data_dir, console))
+        # A SIGTERM unwinds like Ctrl-C, so the stack's servers are stopped, not orphaned.
+        with interrupt_on_stop():
+            report = asyncio.run(_bench(options, data_dir, console))
     except BenchError as err:
         console.print(f"[red]bench failed:[/] {err}")
         return 1
