@@ -103,8 +103,8 @@ def start(
         Path | None,
         typer.Option(
             "--file",
-            help="a document (text; a PDF too for a pipeline that stores files), stored in S3: "
-            "only its reference is sent",
+            help="a document (text; a PDF too for a pipeline that stores files), stored in S3 "
+            "or CLAIM_CHECK_DIR: only its reference is sent",
         ),
     ] = None,
     pipeline: Annotated[

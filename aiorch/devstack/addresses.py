@@ -20,7 +20,8 @@ class StackAddresses:
     vector_store_path: Path
     # The document pipeline's SQL store: an SQLite file (a worker_env entry may replace it).
     document_store_url: str
-    # The worker's only file:// input root (INPUT_FILE_ROOTS): put documents here to use them.
+    # The worker's only file:// input root (INPUT_FILE_ROOTS): put documents here to use them
+    # (the CLI stores them here too when it is claim_check_dir).
     input_dir: Path
     # Reviewer authentication is on: the stack's key signs for any reviewer (an identity
     # provider, as the review inbox is); its private half is in this 0600 file.
@@ -34,6 +35,9 @@ class StackAddresses:
     inbox_url: str | None = None
     # Set only with the capacity store (Redis for shared rate limits and tenant budgets).
     capacity_store_url: str | None = None
+    # Where the CLI stores documents (CLAIM_CHECK_DIR) when the stack keeps them across
+    # restarts; None: in the stack's S3, which moto keeps in memory only.
+    claim_check_dir: Path | None = None
 
     def env(self) -> dict[str, str]:
         """The variables the worker and starter read (see ``aiorch_runtime.config``)."""
@@ -59,12 +63,23 @@ class StackAddresses:
             env["INBOX_URL"] = self.inbox_url
         if self.capacity_store_url is not None:
             env["CAPACITY_STORE_URL"] = self.capacity_store_url
+        if self.claim_check_dir is not None:
+            env["CLAIM_CHECK_DIR"] = str(self.claim_check_dir)
         return env
 
     @classmethod
-    def local(cls, data_dir: Path, ports: StackPorts, *, review_public_keys: str) -> Self:
+    def local(
+        cls,
+        data_dir: Path,
+        ports: StackPorts,
+        *,
+        review_public_keys: str,
+        keep_documents: bool = False,
+    ) -> Self:
         """The addresses of a stack keeping its data in ``data_dir``, on ``ports`` (chosen:
-        the codec server, the inbox and the capacity store run when they have a port)."""
+        the codec server, the inbox and the capacity store run when they have a port); with
+        ``keep_documents`` the CLI stores documents in its input folder."""
+        input_dir = data_dir / "inputs"
         return cls(
             temporal_address=f"{HOST}:{ports.temporal}",
             ui_url=None if ports.ui is None else f"http://{HOST}:{ports.ui}",
@@ -72,7 +87,7 @@ class StackAddresses:
             openai_base_url=f"http://{HOST}:{ports.llm}/v1",
             vector_store_path=data_dir / "vectors",
             document_store_url=f"sqlite:///{data_dir / 'documents.db'}",
-            input_dir=data_dir / "inputs",
+            input_dir=input_dir,
             review_public_keys=review_public_keys,
             reviewer_key_file=data_dir / "reviewer-key",
             codec_server_url=None if ports.codec is None else f"http://{HOST}:{ports.codec}",
@@ -80,6 +95,7 @@ class StackAddresses:
             capacity_store_url=(
                 None if ports.capacity is None else f"redis://{HOST}:{ports.capacity}/0"
             ),
+            claim_check_dir=input_dir if keep_documents else None,
         )
 
 

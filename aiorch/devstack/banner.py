@@ -21,12 +21,13 @@ def show_banner(stack: LocalStack, console: Console) -> None:
     rows = [
         ("Web UI", addresses.ui_url or "(headless)"),
         ("Temporal", addresses.temporal_address),
-        ("SQS", addresses.sqs_endpoint_url),
+        ("SQS and S3", addresses.sqs_endpoint_url),
         ("LLM", addresses.openai_base_url),
     ]
     if addresses.capacity_store_url:
         rows.append(("Capacity store", addresses.capacity_store_url))
     rows += [("Logs", str(stack.log_dir)), ("Inputs (file://)", str(addresses.input_dir))]
+    rows += restart_rows(stack)
     if pipelines_dir := stack.shell_env().get("PIPELINES_DIR"):
         rows.append(("Pipeline files", pipelines_dir))
     if addresses.inbox_url:
@@ -48,6 +49,21 @@ def show_banner(stack: LocalStack, console: Console) -> None:
     # Plain print: lines to copy and paste, never wrapped or styled.
     print("\n".join(shell_lines(stack)))
     console.print("Press Ctrl-C to stop.", style="bold")
+
+
+def restart_rows(stack: LocalStack) -> list[tuple[str, str]]:
+    """What the stack keeps when it stops and starts again on the same data folder, and what it
+    loses: moto serves SQS and S3 from memory, so its dead letters and objects go, and a run kept
+    in Temporal would meet its document gone unless the CLI stores documents in the inputs."""
+    kept = ["runs (temporal.sqlite)"] if stack.db_file else []
+    lost = [] if stack.db_file else ["runs (--ephemeral)"]
+    if stack.keep_documents:
+        kept.append("the documents the CLI stores (in Inputs)")
+        lost.append("dead letters and S3 objects (moto keeps SQS and S3 in memory)")
+    else:
+        lost.append("the documents the CLI stores and dead letters (moto's S3 and SQS, in memory)")
+    kept.append("stored document rows and vectors")
+    return [("Kept on restart", ", ".join(kept)), ("Lost on restart", ", ".join(lost))]
 
 
 def shell_lines(stack: LocalStack) -> list[str]:

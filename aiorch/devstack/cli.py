@@ -55,7 +55,10 @@ def up_command(
     llm_port: Annotated[int, typer.Option()] = DEFAULT_LLM_PORT,
     codec_port: Annotated[int, typer.Option(help="when PAYLOAD_KEYS is set")] = DEFAULT_CODEC_PORT,
     ephemeral: Annotated[
-        bool, typer.Option("--ephemeral", help="keep Temporal state in memory")
+        bool,
+        typer.Option(
+            "--ephemeral", help="keep Temporal state in memory, and documents in S3 (in memory)"
+        ),
     ] = False,
     no_worker: Annotated[bool, typer.Option("--no-worker", help="start the servers only")] = False,
     inbox: Annotated[bool, typer.Option("--inbox", help="also serve the review inbox")] = False,
@@ -82,6 +85,7 @@ def up_command(
         llm_port=llm_port,
         codec_port=codec_port,
         persist=not ephemeral,
+        keep_documents=not ephemeral,
         with_worker=not no_worker,
         with_inbox=inbox,
         inbox_port=inbox_port,

@@ -305,6 +305,7 @@ def run_demo(data_dir: Path, *, stay_up: bool) -> bool:
         sqs_port=port_or_free(DEFAULT_SQS_PORT),
         llm_port=port_or_free(DEFAULT_LLM_PORT),
         persist=True,
+        keep_documents=True,
         with_worker=True,
         # Short backoffs so the retry and dead-letter paths play out in seconds.
         worker_env={

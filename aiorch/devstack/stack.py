@@ -2,7 +2,12 @@
 and, with payload encryption on, the codec server, started and stopped together.
 
 - the worker's only ``file://`` input root (``INPUT_FILE_ROOTS``) is ``<data_dir>/inputs``
-  (``StackAddresses.input_dir``)
+  (``StackAddresses.input_dir``); with ``keep_documents`` (``up`` unless ``--ephemeral``) it is
+  also ``CLAIM_CHECK_DIR`` for the worker and the shell lines, so the CLI stores documents there
+  and a run waiting for review finds its document after a restart. Otherwise the CLI stores them
+  in the stack's S3, and moto keeps S3 and SQS (the dead letters) in memory only: moto 5 has no
+  state persistence for its server, only a request recorder whose replay cannot reproduce SQS
+  state (receipt handles and message ids are drawn anew)
 - the document pipeline stores its rows in the SQLite file ``<data_dir>/documents.db``
   (``DOCUMENT_STORE_URL``, ``StackAddresses.document_store_url``), next to the embedded vector
   store: whatever the worker's working directory, a stack keeps its data in its own folder
@@ -78,9 +83,10 @@ class LocalStack:
     """Temporal dev server, SQS (moto) and the LLM simulator, plus optionally a worker.
 
     Ports left as None are picked free; ``ui_port=None`` runs headless. ``persist`` keeps
-    Temporal state in ``data_dir/temporal.sqlite`` across restarts. Use as a context manager
-    or call `start`/`stop`: every process is stopped on exit, exceptions and Ctrl-C included.
-    ``worker_env`` is laid over `StackAddresses.env` for the worker.
+    Temporal state in ``data_dir/temporal.sqlite`` across restarts; ``keep_documents`` keeps
+    the documents the CLI stores, in ``data_dir/inputs`` (else in moto's S3, in memory). Use as
+    a context manager or call `start`/`stop`: every process is stopped on exit, exceptions and
+    Ctrl-C included. ``worker_env`` is laid over `StackAddresses.env` for the worker.
     """
 
     def __init__(
@@ -92,6 +98,7 @@ class LocalStack:
         sqs_port: int | None = None,
         llm_port: int | None = None,
         persist: bool = True,
+        keep_documents: bool = False,
         with_worker: bool = False,
         worker_cwd: Path = PROJECT_ROOT,
         worker_env: Mapping[str, str] | None = None,
@@ -105,6 +112,7 @@ class LocalStack:
         self.data_dir = data_dir.resolve()
         self.log_dir = self.data_dir / "logs"
         self.db_file = self.data_dir / "temporal.sqlite" if persist else None
+        self.keep_documents = keep_documents
         self.with_worker, self.worker_cwd = with_worker, worker_cwd
         self.worker_env = dict(worker_env or {})
         self.payload_keys = PayloadKeys.configured(self.worker_env, self.data_dir)
@@ -123,7 +131,10 @@ class LocalStack:
         self.temporal_port, self.ui_port = ports.temporal, ports.ui
         self.sqs_port, self.llm_port = ports.sqs, ports.llm
         self.addresses = StackAddresses.local(
-            self.data_dir, ports, review_public_keys=",".join(public_keys)
+            self.data_dir,
+            ports,
+            review_public_keys=",".join(public_keys),
+            keep_documents=keep_documents,
         )
         self._procs: dict[str, ManagedProcess] = {}
 

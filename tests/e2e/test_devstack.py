@@ -6,6 +6,7 @@ import asyncio
 import io
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -262,7 +263,8 @@ def test_local_stack_starts_everything_and_stops_by_pid(tmp_path: Path) -> None:
 
 
 def test_cli_up_prints_addresses_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
-    """`python -m aiorch.devstack up` shows the addresses, and SIGTERM stops every server."""
+    """`python -m aiorch.devstack up` shows the addresses, has the CLI store documents in its
+    input folder, and SIGTERM stops every server."""
     data_dir = tmp_path / "data"
     ports = [str(free_port()) for _ in range(4)]
     args = [sys.executable, "-m", "aiorch.devstack", "up", "--data-dir", str(data_dir)]
@@ -280,6 +282,8 @@ def test_cli_up_prints_addresses_and_stops_cleanly_on_sigterm(tmp_path: Path) ->
     assert cli.returncode == 0, output
     assert f"http://127.0.0.1:{ports[1]}" in output
     assert f"export TEMPORAL_ADDRESS=127.0.0.1:{ports[0]}" in output
+    # Runs are kept, so the documents the CLI stores are kept too (not in moto's memory).
+    assert f"export CLAIM_CHECK_DIR={data_dir.resolve() / 'inputs'}" in output
     assert all(_gone(pid) for pid in pids)
 
 
@@ -422,6 +426,39 @@ def test_the_banner_prints_each_address_and_path_whole(
     assert any(line.endswith(f"(login tokens in {data.resolve()}/inbox-logins)") for line in lines)
     exported = capsys.readouterr().out.splitlines()
     assert f"export INPUT_FILE_ROOTS={stack.addresses.input_dir}" in exported
+
+
+def test_the_banner_says_what_a_restart_keeps_and_loses(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As `up` runs it, the stack keeps runs and the documents the CLI stores (the exports point
+    the CLI at the input folder) and says that dead letters and S3 objects are lost; with
+    `--ephemeral` it says that runs and the stored documents are lost too, and exports no
+    CLAIM_CHECK_DIR, so the CLI stores documents in S3."""
+    for kept in (True, False):
+        stack = LocalStack(tmp_path / "data", persist=kept, keep_documents=kept)
+        banner = Console(file=io.StringIO(), width=300, record=True)
+        show_banner(stack, banner)
+        lines = [line.rstrip() for line in banner.export_text().splitlines() if "  " in line]
+        rows = dict(re.split(r"\s{2,}", line, maxsplit=1) for line in lines)
+        exports = capsys.readouterr().out.splitlines()
+        claim_check = f"export CLAIM_CHECK_DIR={stack.addresses.input_dir}"
+        if kept:
+            assert rows["Kept on restart"] == (
+                "runs (temporal.sqlite), the documents the CLI stores (in Inputs), "
+                "stored document rows and vectors"
+            )
+            assert rows["Lost on restart"] == (
+                "dead letters and S3 objects (moto keeps SQS and S3 in memory)"
+            )
+            assert claim_check in exports
+        else:
+            assert rows["Kept on restart"] == "stored document rows and vectors"
+            assert rows["Lost on restart"] == (
+                "runs (--ephemeral), the documents the CLI stores and dead letters "
+                "(moto's S3 and SQS, in memory)"
+            )
+            assert not any("CLAIM_CHECK_DIR" in line for line in exports)
 
 
 def test_the_banner_and_exports_name_the_workers_pipeline_folder(
