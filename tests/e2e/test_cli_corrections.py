@@ -5,6 +5,7 @@ the stack's reviewer key; the run validates the corrected fields again and store
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import Iterator
@@ -293,6 +294,10 @@ async def test_a_reedit_without_feedback_sent_as_a_signal_is_counted_not_applied
     reedit = await signed(handle, review_stack.reviewer_key, "reedit", "localstack", "  ")
 
     await handle.signal(contract.SIGNAL_REVIEW, reedit)
+    deadline = asyncio.get_running_loop().time() + 10
+    while (await status_of(handle)).reviews_refused < 1:
+        assert asyncio.get_running_loop().time() < deadline, "the signal was never judged"
+        await asyncio.sleep(0.1)
 
     shown = starter(review_stack, "status", workflow_id, "--json")
     assert shown.returncode == 0, shown.stderr
