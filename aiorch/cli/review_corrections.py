@@ -23,7 +23,13 @@ from temporalio.client import Client, WorkflowExecutionStatus
 
 from aiorch.cli.output import CliError, UsageError, one_line_errors, out, plain
 from aiorch.cli.review_show import read_for_review
-from aiorch.cli.reviews import FeedbackOption, ReviewerOption, send_decision, signed_decision
+from aiorch.cli.reviews import (
+    FeedbackOption,
+    ReviewerOption,
+    require_applied,
+    send_decision,
+    signed_decision,
+)
 from aiorch.cli.session import about_run, run_async
 from aiorch.ops import field_paths, reviews
 from aiorch.ops.field_paths import FieldPath, FieldPathError
@@ -124,13 +130,11 @@ async def where_it_went(client: Client, run: RunView) -> str:
         return f"the run has ended: {described.status.name.lower()}"
     now = (await read_for_review(client, workflow_id)).view
     if now.waiting and now.review_round > run.view.review_round:
-        # --round: the run may not have published the new round yet (visibility's
-        # AiReviewRound), which a decision without it would read.
         raise CliError(
             f"{workflow_id}: the run did not take the corrected fields: round "
             f"{now.review_round} waits with {len(now.problems)} problem(s): "
-            f"{'; '.join(now.problems)} (correct again, or decide round {now.review_round} "
-            f"with --round {now.review_round})"
+            f"{'; '.join(now.problems)} (correct again, or decide round {now.review_round}: "
+            f"aiorch review {workflow_id} approve|reedit|reject)"
         )
     return f"the run took them and is in {now.state} now"
 
@@ -205,11 +209,9 @@ def correct(
             review_round=view.review_round,
             digest=view.content_digest or None,
         )
-        outcome = await send_decision(client, workflow_id, decision, signer, shown)
-        if outcome is None:
-            return
-        if not outcome.applied_as_sent:
-            raise CliError(outcome.describe(workflow_id))
+        require_applied(
+            await send_decision(client, workflow_id, decision, signer, shown), workflow_id
+        )
         out.print(plain(f"{workflow_id}: correction accepted (round {view.review_round}):"))
         for line in changed:
             out.print(plain(f"  {line}"))

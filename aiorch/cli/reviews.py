@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from functools import partial
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 from pydantic import ValidationError
@@ -123,13 +123,13 @@ async def refuse_a_repeat(
 
 async def answer_an_ended_run(
     client: Client, decision: ReviewDecision, target: reviews.ReviewTarget, closed: str
-) -> None:
+) -> NoReturn:
     """Say, sending nothing, what became of ``decision`` in a run that has ended (``closed``:
-    how Temporal says it closed): applied (a shell retry after the run completed), or too
-    late.
+    how Temporal says it closed): applied before (a shell retry after the run completed), or
+    too late. Either way this command applied nothing.
 
     Raises:
-        CliError: the run ended without taking it.
+        CliError: always: the decision is already applied, or the run ended without it.
     """
     workflow_id = target.workflow_id
     review_round = decision.review_round or target.review_round
@@ -140,17 +140,28 @@ async def answer_an_ended_run(
         result = None
     ended = result.state if result is not None else closed
     if result is not None and reviews.already_applied(result.history, decision, review_round):
-        out.print(
-            plain(
-                f"{workflow_id}: {decision.decision} for round {review_round} is already "
-                f"applied; the run has ended: {ended}; nothing was sent"
-            )
+        raise CliError(
+            f"{workflow_id}: {decision.decision} for round {review_round} is already "
+            f"applied; the run has ended: {ended}; nothing was sent"
         )
-        return
     raise CliError(
         f"run {workflow_id} has ended ({ended}); nothing was sent "
         f"(`starter.py result {workflow_id}` shows how it ended)"
     )
+
+
+def require_applied(outcome: reviews.ReviewOutcome, workflow_id: str) -> str:
+    """The line that tells the reviewer the run applied the decision sent (or counted it as a
+    vote).
+
+    Raises:
+        CliError: the run did not apply it: its round was decided otherwise (the answer to an
+            earlier decision with the same update id), or the run shows no decision for it.
+    """
+    line = outcome.describe(workflow_id)
+    if not outcome.applied:
+        raise CliError(line)
+    return line
 
 
 def signed_json(
@@ -188,7 +199,8 @@ def review(
     returns the first result; once the run has moved to the next round, a repeat of your
     last decision (same decision and feedback) is refused unless --round names the new round;
     a decision for a round that is over is refused by the run. With REVIEWER_KEY (or
-    REVIEWER_KEY_FILE) the decision is signed for that round.
+    REVIEWER_KEY_FILE) the decision is signed for that round. Exit 1 when the decision is not
+    applied (refused, its round decided otherwise, the run ended), with the reason.
     """
     payload, signer = signed_decision(decision, reviewer, feedback, review_round)
     if print_only:
@@ -200,8 +212,7 @@ def review(
 
     async def send(client: Client, settings: Settings) -> None:
         outcome = await send_decision(client, workflow_id, payload, signer)
-        if outcome is not None:
-            out.print(plain(outcome.describe(workflow_id)))
+        out.print(plain(require_applied(outcome, workflow_id)))
 
     run_async(send)
 
@@ -212,20 +223,19 @@ async def send_decision(
     payload: ReviewDecision,
     signer: reviews.Signer | None,
     shown: reviews.ReviewTarget | None = None,
-) -> reviews.ReviewOutcome | None:
+) -> reviews.ReviewOutcome:
     """Send ``payload`` to the run that holds ``workflow_id`` now, for the round it names, else
     the one ``shown`` names (the run and content the reviewer was shown), else the one the run
-    waits in; None when the run has ended (what became of the decision is said instead).
+    waits in.
 
     Raises:
         CliError: the run refused it (its reason), it repeats the run's last decision
-            (`refuse_a_repeat`), or the run ended without taking it.
+            (`refuse_a_repeat`), or the run has ended (`answer_an_ended_run`).
     """
     with about_run(workflow_id):
         target = await reviews.current_target(client, workflow_id)
     if target.ended is not None:
         await answer_an_ended_run(client, payload, target, target.ended.lower())
-        return None
     if payload.review_round is not None:
         target = replace(shown or target, review_round=payload.review_round)
     elif shown is not None:
@@ -260,8 +270,8 @@ def review_all(
     """Approve (or reedit/reject) every run waiting in a review state, with a progress bar.
 
     Each run's decision names the round that run is in (read first), so it is applied once to
-    that round; "applied" counts only runs that recorded it. With REVIEWER_KEY (or
-    REVIEWER_KEY_FILE) each decision is signed for its run and round.
+    that round; "applied" counts only runs that recorded it, and exit 1 says some were not.
+    With REVIEWER_KEY (or REVIEWER_KEY_FILE) each decision is signed for its run and round.
     """
     from aiorch.ops import batch  # the batch machinery loads only for this command
 
@@ -286,6 +296,8 @@ def review_all(
             out.print(plain(f"  {workflow_id}: {reason}"))
         if done.errors:
             raise CliError(f"{len(done.errors)} review(s) failed; run the command again")
+        if done.refused:
+            raise CliError(f"{len(done.refused)} review(s) not applied (listed above)")
 
     run_async(send_all)
 

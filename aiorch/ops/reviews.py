@@ -122,7 +122,8 @@ class ReviewOutcome:
 
     def describe(self, workflow_id: str, *, where: bool = True) -> str:
         """One line for the reviewer; ``where``: with the state the run was in when it
-        answered (the inbox leaves it out: by the time the page shows, the run has moved on)."""
+        answered, or, for a decision it did not apply, how to see where it is (the inbox leaves
+        it out: by the time the page shows, the run has moved on)."""
         status = self.status
         round_text = f"round {self.sent.review_round}" if self.sent.review_round else "review"
         now = f"; now {status.state} ({status.status})" if where else ""
@@ -147,10 +148,12 @@ class ReviewOutcome:
         if self.applied_as_sent:
             return f"{workflow_id}: {self.sent.decision} accepted ({round_text}){now}"
         assert recorded is not None
+        # The status is the earlier decision's answer (the same update id): where the run
+        # was then, so it is not shown.
         return (
             f"{workflow_id}: {round_text} was already decided ({recorded.event} by "
-            f"{recorded.reviewer}); your {self.sent.decision} was not applied. "
-            f"Now {status.state} ({status.status})"
+            f"{recorded.reviewer}); your {self.sent.decision} was not applied"
+            + (f" (`starter.py status {workflow_id}` shows where the run is now)" if where else "")
         )
 
 

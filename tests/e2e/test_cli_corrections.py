@@ -5,7 +5,9 @@ the stack's reviewer key; the run validates the corrected fields again and store
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -18,14 +20,16 @@ from temporalio.client import Client
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops import pipelines
 from aiorch.ops.results import run_result
+from aiorch.ops.signing import SigningKey
 from aiorch.ops.visibility import start_run
 from tests.support.builders import new_request_id
 from tests.support.invoices import invoice_fields, text_document
-from tests.support.live_runs import status_of, wait_for_state
+from tests.support.live_runs import status_of, visible_state, wait_for_state
 from tests.support.live_stack import E2E_WORKER_ENV, connect, stack_with_worker, starter
+from tests.support.reviewing import signed
 from workflows import contract
 from workflows.documents.payloads import DocumentRequest, DocumentResult
-from workflows.payloads import HistoryEntry
+from workflows.payloads import REEDIT_NEEDS_FEEDBACK, HistoryEntry
 
 pytestmark = pytest.mark.e2e
 
@@ -224,10 +228,14 @@ async def test_corrected_fields_the_run_still_finds_wrong_go_back_to_review(
     review_stack: LocalStack, store_url: str
 ) -> None:
     """A correction whose total still does not add up is accepted and validated again by the
-    run, which waits in round 2 with the problem: the command says so in one line, exit 1,
-    and nothing is stored."""
+    run, which waits in round 2 with the problem: the command says so in one line, exit 1, and
+    nothing is stored. The run publishes round 2, so `review show` says round 2 and `review ID
+    approve` without --round decides it (exit 0). An approve for round 1, which the correction
+    decided, and the approve sent again once the run has ended are not applied: one line each,
+    exit 1."""
     client = await connect(review_stack)
     workflow_id, _ = await wrong_total_run(client, review_stack, seed=303)
+    handle = client.get_workflow_handle(workflow_id)
 
     still_wrong = starter(review_stack, "review", workflow_id, "correct", "--set", "total=1.00")
 
@@ -236,7 +244,90 @@ async def test_corrected_fields_the_run_still_finds_wrong_go_back_to_review(
         f"error: {workflow_id}: the run did not take the corrected fields: round 2 waits with "
         "1 problem(s): total: is 1.00, but the line amounts"
     )
-    assert still_wrong.stderr.endswith("(correct again, or decide round 2 with --round 2)\n")
+    assert still_wrong.stderr.endswith(
+        f"(correct again, or decide round 2: aiorch review {workflow_id} approve|reedit|reject)\n"
+    )
     assert stored_fields(store_url, workflow_id) == []
-    status = await status_of(client.get_workflow_handle(workflow_id))
+    status = await status_of(handle)
     assert (status.state, status.review_round) == ("await_review", 2)
+    shown = starter(review_stack, "review", "show", workflow_id)
+    assert shown.returncode == 0, shown.stderr
+    assert ["review", "round", "2"] in [line.split() for line in shown.stdout.splitlines()]
+
+    late = starter(review_stack, "review", workflow_id, "approve", "--round", "1")
+    assert late.returncode == 1, late.stdout
+    assert late.stderr == (
+        f"error: {workflow_id}: round 1 was already decided (correct by localstack); your "
+        f"approve was not applied (`starter.py status {workflow_id}` shows where the run is "
+        "now)\n"
+    )
+
+    approved = starter(review_stack, "review", workflow_id, "approve")
+
+    assert approved.returncode == 0, approved.stderr
+    assert approved.stdout.startswith(f"{workflow_id}: approve accepted (round 2); now ")
+    result = await run_result(client, workflow_id)
+    assert isinstance(result, DocumentResult) and result.state == "completed"
+    assert [entry[:3] for entry in decisions(result.history)] == [
+        ("correct", "localstack", 1),
+        ("approve", "localstack", 2),
+    ]
+    again = starter(review_stack, "review", workflow_id, "approve")
+    assert again.returncode == 1, again.stdout
+    assert again.stderr == (
+        f"error: {workflow_id}: approve for round 2 is already applied; the run has ended: "
+        "completed; nothing was sent\n"
+    )
+    assert again.stdout == ""
+
+
+async def test_a_reedit_without_feedback_sent_as_a_signal_is_counted_not_applied(
+    review_stack: LocalStack,
+) -> None:
+    """A plain Temporal client that signals `review` with a reedit and no feedback (signed for
+    the round, so only the missing feedback is wrong) does not move the run: `status` counts
+    it refused with the reason the CLI and the inbox give, and the run still waits in round 1
+    with no decision recorded."""
+    client = await connect(review_stack)
+    workflow_id, _ = await wrong_total_run(client, review_stack, seed=304)
+    handle = client.get_workflow_handle(workflow_id)
+    reedit = await signed(handle, review_stack.reviewer_key, "reedit", "localstack", "  ")
+
+    await handle.signal(contract.SIGNAL_REVIEW, reedit)
+    deadline = asyncio.get_running_loop().time() + 10
+    while (await status_of(handle)).reviews_refused < 1:
+        assert asyncio.get_running_loop().time() < deadline, "the signal was never judged"
+        await asyncio.sleep(0.1)
+
+    shown = starter(review_stack, "status", workflow_id, "--json")
+    assert shown.returncode == 0, shown.stderr
+    status = json.loads(shown.stdout)
+    assert (status["reviews_refused"], status["last_refusal"]) == (1, REEDIT_NEEDS_FEEDBACK)
+    assert (status["state"], status["review_round"]) == ("await_review", 1)
+    assert decisions((await status_of(handle)).history) == []
+
+
+async def test_review_all_exits_1_when_a_run_does_not_apply_its_decision(
+    review_stack: LocalStack, tmp_path: Path
+) -> None:
+    """`review-all approve` signed with a key the worker does not know: every waiting run
+    refuses it, so review-all lists each with the run's reason and exits 1 in one line with
+    their count; the runs still wait in their round with no decision recorded."""
+    client = await connect(review_stack)
+    workflow_id, _ = await wrong_total_run(client, review_stack, seed=305)
+    assert await visible_state(client, workflow_id, "await_review", timeout=30)
+    key_file = tmp_path / "unknown-reviewer-key"
+    key_file.write_text(SigningKey.generate("mallory").private_entry(), encoding="utf-8")
+
+    refused = starter(
+        review_stack, "review-all", "approve", "-y", env={"REVIEWER_KEY_FILE": str(key_file)}
+    )
+
+    assert refused.returncode == 1, refused.stdout
+    assert re.search(r"approve: 0 applied, (\d+) refused, 0 failed of \1 ", refused.stdout)
+    assert f"  {workflow_id}: " in refused.stdout
+    last = refused.stderr.splitlines()[-1]
+    assert re.fullmatch(r"error: \d+ review\(s\) not applied \(listed above\)", last)
+    status = await status_of(client.get_workflow_handle(workflow_id))
+    assert (status.state, status.review_round) == ("await_review", 1)
+    assert decisions(status.history) == []

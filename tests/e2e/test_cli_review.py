@@ -49,8 +49,10 @@ async def test_a_reedit_sent_again_after_the_run_moved_on_is_refused(
 ) -> None:
     """`review ID reedit` run again once the run waits in round 2 (a shell retry) is refused
     in one line that says the reedit of round 1 is recorded and how to decide round 2, exit 1,
-    and sends nothing (no second model call); with --round 2 the same command decides round
-    2, and an approve (not a repeat) needs no --round."""
+    and sends nothing (no second model call). An approve for round 1 gets the answer to the
+    reedit (the same reviewer's update for that round): not applied, one line, exit 1. With
+    --round 2 the same reedit decides round 2, and an approve (not a repeat) needs no
+    --round."""
     client: Client = await connect(review_stack)
     simulator = Simulator(review_stack.addresses.openai_base_url)
     handle = await start(client, request("Review me in rounds", review="always"))
@@ -70,6 +72,14 @@ async def test_a_reedit_sent_again_after_the_run_moved_on_is_refused(
         "round 2 now; nothing was sent (to decide round 2 too, add --round 2)\n"
     )
     assert len(simulator.chat_requests(handle.id)) == 2
+    late = starter(
+        review_stack, "review", handle.id, "approve", "--reviewer", "ann", "--round", "1"
+    )
+    assert late.returncode == 1, late.stdout
+    assert late.stderr == (
+        f"error: {handle.id}: round 1 was already decided (reedit by ann); your approve was not "
+        f"applied (`starter.py status {handle.id}` shows where the run is now)\n"
+    )
     assert decisions((await status_of(handle)).history) == [("reedit", "ann", 1)]
 
     explicit = starter(review_stack, *reedit, "--round", "2")
@@ -115,9 +125,10 @@ async def test_a_reedit_sent_again_within_its_round_returns_the_first_result(
 
 
 async def test_a_review_sent_again_after_the_run_ended_says_so(review_stack: LocalStack) -> None:
-    """`review ID approve` run again once the run has completed sends nothing and says the
-    approval is already applied and the run has ended, exit 0 (no stale "now ..." answer);
-    another reviewer's decision then is one line saying the run has ended, exit 1."""
+    """`review ID approve` run again once the run has completed sends nothing and says in one
+    line that the approval is already applied and the run has ended (no stale "now ..."
+    answer), exit 1: this command applied nothing; another reviewer's decision then is one
+    line saying the run has ended, exit 1."""
     client: Client = await connect(review_stack)
     handle = await start(client, request("Review me once", review="always"))
     await at_round(handle, 1)
@@ -128,10 +139,10 @@ async def test_a_review_sent_again_after_the_run_ended_says_so(review_stack: Loc
 
     again = starter(review_stack, *approve)
 
-    assert again.returncode == 0, again.stderr
-    assert again.stdout == (
-        f"{handle.id}: approve for round 1 is already applied; the run has ended: completed; "
-        "nothing was sent\n"
+    assert again.returncode == 1, again.stdout
+    assert again.stderr == (
+        f"error: {handle.id}: approve for round 1 is already applied; the run has ended: "
+        "completed; nothing was sent\n"
     )
     late = starter(review_stack, "review", handle.id, "reject", "--reviewer", "bob")
     assert late.returncode == 1

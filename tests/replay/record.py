@@ -1,6 +1,6 @@
 """Record workflow histories for the replay tests: ``python -m tests.replay.record [GROUP...]``
 (every group, or only those named: ``llm``, ``batch``, ``policies``, ``documents``, ``data``,
-``plan_run``; the other groups' files stay as recorded).
+``plan_run``, ``rounds``; the other groups' files stay as recorded).
 
 Runs each scenario on a fresh local stack (real dev server, worker, simulator, SQS, capacity
 store) and writes its event history to ``tests/replay/histories/<scenario>.json``. Re-record
@@ -339,6 +339,47 @@ async def record_plan_run(client: Client, key: SigningKey, stack: LocalStack) ->
     await save({"document_approved_plan_run": document})
 
 
+async def until_round_or_refusal(handle: WorkflowHandle[Any, Any], review_round: int) -> None:
+    """Wait until ``handle`` waits for review past ``review_round``, or has refused a review."""
+    for _ in range(300):
+        status = await handle.query(contract.QUERY_STATUS, result_type=RunStatus)
+        if status.reviews_refused or (
+            status.state == "await_review" and status.review_round > review_round
+        ):
+            return
+        await asyncio.sleep(0.1)
+    raise TimeoutError(f"{handle.id} neither refused a review nor went past round {review_round}")
+
+
+async def record_rounds(client: Client, key: SigningKey, stack: LocalStack) -> None:
+    """Review rounds: corrected fields that still break a rule (back in review in round 2, in
+    the task that took them; a reviewer approves round 2), and a reedit with no feedback sent
+    as a signal (refused; a reviewer approves the round it left open).
+
+    Files whose name ends in ``_unpatched`` were recorded by the code before the patches
+    ``review-round-republished`` and ``signalled-decision-screened`` (the round stayed
+    unpublished; the signal re-ran the model): they stay, so runs started before replay."""
+    valid = invoice_fields(3)
+    wrong = {**valid, "total": str(Decimal(valid["total"]) + Decimal("10.00"))}
+    document = await document_starter(client)(wrong)
+    await until(document, "await_review")
+    still_wrong = ReviewDecision(
+        decision="approve", reviewer="recorder", fields={**wrong, "total": "1.00"}, review_round=1
+    )
+    target = await current_target(client, document.id)
+    await submit_review(client, document.id, still_wrong, signer=key.signer(), target=target)
+    await until_round_or_refusal(document, 1)
+    approval = ReviewDecision(decision="approve", reviewer="recorder", review_round=2)
+    await submit_review(client, document.id, approval, signer=key.signer(), target=target)
+
+    llm = await starter(client)("Tagline please", review="always")
+    await until(llm, "await_review")
+    await llm.signal(contract.SIGNAL_REVIEW, await signed(llm, key, "reedit", "recorder"))
+    await until_round_or_refusal(llm, 1)
+    await review(llm, key, "approve")
+    await save({"document_correction_still_wrong": document, "reedit_signal_no_feedback": llm})
+
+
 Recorder = Callable[[Client, SigningKey, LocalStack], Awaitable[None]]
 GROUPS: dict[str, Recorder] = {
     "llm": record_llm,
@@ -347,6 +388,7 @@ GROUPS: dict[str, Recorder] = {
     "documents": record_documents,
     "data": record_data_pipelines,
     "plan_run": record_plan_run,
+    "rounds": record_rounds,
 }
 
 

@@ -19,6 +19,8 @@ from aiorch_runtime.temporal import AiOrchestratorPlugin
 from workflows.batch.workflow import LlmBatch
 from workflows.data import DataPlan
 from workflows.data.spec import file_digest
+from workflows.engine.inbound import SIGNAL_SCREENED_PATCH
+from workflows.engine.record import ROUND_REPUBLISHED_PATCH
 from workflows.orchestrator import EngineWorkflow
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
@@ -48,7 +50,37 @@ def test_histories_are_recorded() -> None:
         "batch_group",
         "result_cache_hit",
         "document_approved_plan_run",
+        "document_correction_still_wrong",
+        "document_correction_still_wrong_unpatched",
+        "reedit_signal_no_feedback",
+        "reedit_signal_no_feedback_unpatched",
     } <= names
+
+
+def patches(path: Path) -> list[str]:
+    """The patch ids a recorded run's markers name."""
+    ids = []
+    for event in json.loads(path.read_text(encoding="utf-8"))["events"]:
+        marker = event.get("markerRecordedEventAttributes")
+        if marker is not None and marker["markerName"] == "core_patch":
+            [payload] = marker["details"]["patch-data"]["payloads"]
+            ids.append(json.loads(base64.b64decode(payload["data"]))["id"])
+    return ids
+
+
+@pytest.mark.parametrize(
+    ("history", "patch"),
+    [
+        ("document_correction_still_wrong", ROUND_REPUBLISHED_PATCH),
+        ("reedit_signal_no_feedback", SIGNAL_SCREENED_PATCH),
+    ],
+)
+def test_histories_hold_both_sides_of_a_review_patch(history: str, patch: str) -> None:
+    """Each review patch has a run recorded under it and one recorded before it (``_unpatched``,
+    the same scenario): the replay set takes both branches."""
+    folder = HISTORIES[0].parent
+    assert patch in patches(folder / f"{history}.json")
+    assert patch not in patches(folder / f"{history}_unpatched.json")
 
 
 def planned_by(path: Path) -> list[str]:

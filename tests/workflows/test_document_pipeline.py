@@ -162,17 +162,24 @@ async def test_a_wrong_total_waits_for_review_and_the_corrected_fields_are_store
 
 async def test_corrections_that_still_break_a_rule_go_back_to_review(orch: Orchestration) -> None:
     """Corrected fields are validated like the model's: still wrong, the run waits in a new
-    review round with the problem, and nothing is stored until it is right; both corrections
-    are kept as data, each with the fields its reviewer sent."""
+    review round with the problem, and publishes it (``AiReviewRound`` 2, ``AiStateSince``
+    when round 2 began) by the time the update answers; nothing is stored until it is right;
+    both corrections are kept as data, each with the fields its reviewer sent."""
     orch.fakes.llm_script = [fields(WRONG_TOTAL)]
     handle = await start(orch)
     await waiting(orch, handle)
     still_wrong = {**WRONG_TOTAL, "total": "30.00"}
     bad = {"decision": "approve", "reviewer": "ann", "fields": still_wrong, "review_round": 1}
     await handle.execute_update(contract.UPDATE_SUBMIT_REVIEW, bad, result_type=RunStatus)
+    attributes = (await handle.describe()).typed_search_attributes
     view = await waiting(orch, handle)
     assert view.review_round == 2 and view.fields is not None
     assert view.fields["total"] == "30.00"
+    assert attributes.get(contract.AI_REVIEW_ROUND) == 2
+    assert (attributes.get(contract.AI_STATE), attributes.get(contract.AI_STATE_SINCE)) == (
+        "await_review",
+        view.history[-1].at,
+    )
     assert not orch.documents.stores
     good = {"decision": "approve", "reviewer": "bob", "fields": VALID, "review_round": 2}
     await handle.execute_update(contract.UPDATE_SUBMIT_REVIEW, good, result_type=RunStatus)

@@ -118,9 +118,8 @@ async def test_approve_during_escalation_completes(orch: Orchestration) -> None:
 
 
 async def test_reedit_passes_feedback_to_the_next_llm_call(orch: Orchestration) -> None:
-    """reedit sends the run back to invoke_llm with every reviewer's feedback so far (a review
-    signal's reedit without feedback asks for a revision); the revised answer is reviewed
-    again, then approved."""
+    """reedit, by update or by review signal, sends the run back to invoke_llm with every
+    reviewer's feedback so far; the revised answer is reviewed again, then approved."""
     orch.fakes.llm_script = [
         Reply(content="v1", needs_review=True),
         Reply(content="v2", needs_review=True),
@@ -137,7 +136,8 @@ async def test_reedit_passes_feedback_to_the_next_llm_call(orch: Orchestration) 
         "Cite your sources.",
     )
     await orch.wait_for_state(handle, "await_review")
-    await handle.signal(contract.SIGNAL_REVIEW, {"decision": "reedit", "reviewer": "bob"})
+    signalled = {"decision": "reedit", "reviewer": "bob", "feedback": "Simpler."}
+    await handle.signal(contract.SIGNAL_REVIEW, signalled)
     await orch.wait_for_state(handle, "invoke_llm")
     await orch.wait_for_state(handle, "await_review")
     await submit(handle, "approve")
@@ -150,7 +150,7 @@ async def test_reedit_passes_feedback_to_the_next_llm_call(orch: Orchestration) 
     assert [c.feedback for c in calls] == [
         [],
         ["Cite your sources."],
-        ["Cite your sources.", "Please revise the answer."],
+        ["Cite your sources.", "Simpler."],
     ]
     assert all(c.user_prompt == calls[0].user_prompt for c in calls)
     assert events(result.history).count("reedit") == 2

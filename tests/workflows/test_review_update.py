@@ -15,7 +15,7 @@ from tests.support.orchestration import Orchestration
 from tests.support.run_history import entry_for, events, step, transitions
 from tests.support.scripted_activities import Gate, Reply
 from workflows import contract
-from workflows.payloads import PipelineResult, RunStatus
+from workflows.payloads import REEDIT_NEEDS_FEEDBACK, PipelineResult, RunStatus
 
 APPROVE = {"decision": "approve", "reviewer": "alice", "feedback": None}
 
@@ -223,4 +223,30 @@ async def test_invalid_or_untimely_review_signals_are_counted_not_applied(
     assert not_a_dict.last_refusal is not None
     assert not_a_dict.last_refusal.startswith("invalid review: (payload): ")
     assert (await orch.status(handle)).reviews_refused == 3
+    await orch.check_finished(handle, result)
+
+
+@pytest.mark.parametrize("feedback", [None, "", "  \n "], ids=["none", "empty", "blanks"])
+async def test_a_signalled_reedit_without_feedback_is_counted_not_applied(
+    orch: Orchestration, feedback: str | None
+) -> None:
+    """The review signal's reedit with no feedback (none, empty or only blanks) is refused by
+    the rule the update's validator, the CLI and the inbox apply: counted with its reason, the
+    run still waits in round 1, the model is not asked again and the history records nothing;
+    an approval then completes the run."""
+    orch.fakes.llm_script = [Reply(content="draft", needs_review=True)]
+    handle = await orch.start(review="auto")
+    await orch.wait_for_state(handle, "await_review")
+
+    reedit = {"decision": "reedit", "reviewer": "alice", "feedback": feedback}
+    await handle.signal(contract.SIGNAL_REVIEW, reedit)
+    refused = await orch.status(handle)
+    await handle.signal(contract.SIGNAL_REVIEW, APPROVE)
+    result = await finished(handle)
+
+    assert (refused.reviews_refused, refused.last_refusal) == (1, REEDIT_NEEDS_FEEDBACK)
+    assert (refused.state, refused.review_round) == ("await_review", 1)
+    assert result.state == "completed" and result.content == "draft"
+    assert "reedit" not in events(result.history) and result.corrections == []
+    assert len(orch.fakes.llm_calls) == 1
     await orch.check_finished(handle, result)

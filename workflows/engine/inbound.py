@@ -123,6 +123,9 @@ class Admission:
 
 
 OVERFLOW: Final = "too many sent while the run was resuming"
+# Since this patch a signalled decision that ``DecisionInbox.screen`` refuses (a reedit with no
+# feedback) is counted as refused; before it, the run acted on it.
+SIGNAL_SCREENED_PATCH: Final = "signalled-decision-screened"
 
 
 class DecisionRules(Protocol[D_in, R]):
@@ -156,11 +159,12 @@ class DecisionInbox(Generic[D, R]):
     """A decision a client sends as a signal or as an update (a review, a budget decision),
     judged by one set of rules for both, and held until the run applies it.
 
-    The update's validator refuses what the rules refuse (nothing enters history); the signal,
-    which cannot be refused, counts it and does not act on it. Before the run is admitted, both
-    wait: the validator refuses only what does not decode, and the decision is judged, in the
-    order it came, once the run's state is in place; an update the rules refuse then fails
-    with the same reason. ``R`` is the rules' refusal (a review's or a budget decision's).
+    The update's validator refuses what the rules or ``screen`` refuse (nothing enters
+    history); the signal, which cannot be refused, counts it and does not act on it. Before the
+    run is admitted, both wait: the validator refuses only what does not decode (or ``screen``
+    refuses), and the decision is judged, in the order it came, once the run's state is in
+    place; an update the rules refuse then fails with the same reason. ``R`` is the rules'
+    refusal (a review's or a budget decision's).
 
     A decision the run takes without moving (``rules.settle``: a review policy's vote short of
     its quorum) is applied as it is accepted, never held, so the next one is judged at once; the
@@ -172,9 +176,8 @@ class DecisionInbox(Generic[D, R]):
     admission: Admission
     rules: DecisionRules[D, R]
     _: KW_ONLY
-    # Why the update's validator refuses a decision's own content (None: it does not). Only
-    # the validator asks: it is not replayed, so a rule added here leaves recorded histories,
-    # and the signal's handling, as they were.
+    # Why a decision's own content is refused whatever the run's state (None: it never is):
+    # by the update's validator, and for a signal since SIGNAL_SCREENED_PATCH.
     screen: Callable[[D], R | None] | None = None
     pending: D | None = None
     # Decisions accepted and applied so far: an update waits until its own is applied.
@@ -185,12 +188,28 @@ class DecisionInbox(Generic[D, R]):
     overflowed: int = 0
 
     def signal(self, args: Sequence[RawValue]) -> None:
-        """The signal: hold the decision, or count the refusal."""
+        """The signal: hold the decision, or count the refusal (the rules', or ``screen``'s)."""
         if self.admission.defer(lambda: self.signal(args), overflow=self._overflow):
             return
-        _, refused = self._accept(args)
+        decision, refused = self._judged(args)
+        if refused is None and decision is not None:
+            refused = self._screened_signal(decision)
+            if refused is None:
+                self._hold(decision)
+                return
         if refused is not None:
             self.rules.count(refused)
+
+    def _screened_signal(self, decision: D) -> R | None:
+        """``screen``'s refusal of a signalled decision. A run recorded before
+        ``SIGNAL_SCREENED_PATCH`` took such a decision, and replays so: the patch is asked only
+        when ``screen`` refuses."""
+        if self.screen is None:
+            return None
+        refused = self.screen(decision)
+        if refused is not None and workflow.patched(SIGNAL_SCREENED_PATCH):
+            return refused
+        return None
 
     def _overflow(self) -> None:
         self.overflowed += 1

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Any, TypedDict, Unpack
+from typing import Any, Final, TypedDict, Unpack
 
 from temporalio import workflow
 from temporalio.common import SearchAttributeUpdate
@@ -53,6 +53,9 @@ MAX_REFUSAL_CHARS = 300
 # Corrections kept with the run (the newest), and the largest text or fields one keeps.
 CORRECTIONS_MAX_BYTES = 128 * 1024
 MAX_CORRECTION_BYTES = 16 * 1024
+# Since this patch a run back in review in the task that ended its round publishes the new
+# round (``round_unpublished``); before it, ``AiReviewRound`` kept the old one.
+ROUND_REPUBLISHED_PATCH: Final = "review-round-republished"
 
 
 def bounded_text(text: str, limit: int) -> str:
@@ -213,7 +216,8 @@ def publish_state(
 ) -> str | None:
     """Upsert ``AiState``/``AiStateSince`` (and ``AiReviewRound`` in a review state, and
     ``AiPipelineVersion`` for a pipeline with a ``version``) if the run rests in a shown state
-    other than ``published``; returns what visibility now holds.
+    other than ``published``, or waits in a review round visibility does not hold yet
+    (``round_unpublished``); returns what visibility now holds.
 
     Called whenever the run is about to wait on the server (an activity, a timer, a review)
     and when it ends, that is, before every point where a workflow task can end. Visibility
@@ -221,7 +225,9 @@ def publish_state(
     states the run only passes through (``StateInfo.shown``) are not worth an upsert: each
     upsert is a billable action.
     """
-    if run.state == published or run.state not in graph.shown_states or run.state_since is None:
+    if run.state not in graph.shown_states or run.state_since is None:
+        return published
+    if run.state == published and not round_unpublished(graph, run):
         return published
     updates: list[SearchAttributeUpdate[Any]] = [
         contract.AI_STATE.value_set(run.state),
@@ -234,6 +240,20 @@ def publish_state(
         updates.append(contract.AI_PIPELINE_VERSION.value_set(version))
     workflow.upsert_search_attributes(updates)
     return run.state
+
+
+def round_unpublished(graph: Graph, run: RunCore[Any]) -> bool:
+    """Whether the run waits for review in a round visibility's ``AiReviewRound`` does not
+    hold: back in the review state it left, in the task that ended the round (corrected fields
+    that still break a rule are validated in it), so its ``AiState`` did not change.
+
+    A run recorded before ``ROUND_REPUBLISHED_PATCH`` left the round unpublished there, and
+    replays so (the patch is asked only when it makes a difference).
+    """
+    if run.state not in graph.review_states:
+        return False
+    shown = workflow.info().typed_search_attributes.get(contract.AI_REVIEW_ROUND)
+    return shown != run.review_round and workflow.patched(ROUND_REPUBLISHED_PATCH)
 
 
 def details(graph: Graph, run: RunCore[Any]) -> str:

@@ -4,10 +4,11 @@ validator and the ``review`` signal share (``ReviewRules``, the review inbox's
 
 A review is taken only while the run awaits one, for the round it is at, once per round, from a
 reviewer the run's plan allows (and its review policy's current stage) who is not the run's
-requester, with feedback within the limit, and, when the operator turned reviewer
-authentication on, with a token that proves who sent it (``workflows.engine.identity``). The
-update's validator refuses anything else with the reason; the signal counts the refusal
-(``RunCore.reviews_refused`` and ``last_refusal``), never storing refusals one by one.
+requester, with feedback within the limit (and some, for a reedit), and, when the operator
+turned reviewer authentication on, with a token that proves who sent it
+(``workflows.engine.identity``). The update's validator refuses anything else with the reason;
+the signal counts the refusal (``RunCore.reviews_refused`` and ``last_refusal``), never storing
+refusals one by one.
 
 Workflow code, passed through the sandbox; deterministic (``now`` is workflow time).
 """
@@ -196,9 +197,9 @@ def content_refusal(decision: ReviewDecision) -> Refusal | None:
     no feedback (``workflows.payloads.review_rules``, which the command line and the inbox
     apply before sending).
 
-    Only the update's validator asks (``DecisionInbox.screen``): a validator is not replayed,
-    so recorded histories replay as they were. A ``review`` signal, which cannot be refused to
-    its sender, is judged as before."""
+    The ``DecisionInbox``'s ``screen``: the update's validator refuses such a decision; a
+    ``review`` signal, which cannot be refused to its sender, is counted as refused
+    (``inbound.SIGNAL_SCREENED_PATCH``) and the run does not act on it."""
     if lacks_feedback(decision.decision, decision.feedback):
         return Refusal("feedback_missing", REEDIT_NEEDS_FEEDBACK)
     return None

@@ -178,6 +178,8 @@ def apply(ctx: Context[Any, Any], decision: ReviewDecision) -> None:
     graph, run = ctx.graph, ctx.run
     tally = policies.progress(graph, run)
     if decision.decision == "reedit":
+        # A reedit without feedback is refused now; runs recorded before
+        # inbound.SIGNAL_SCREENED_PATCH took one by signal, and replay so.
         run.feedback.append(decision.feedback or "Please revise the answer.")
         run.feedback = continuation.bounded_feedback(run.feedback)
     elif decision.decision == "reject":
