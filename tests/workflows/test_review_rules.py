@@ -132,8 +132,8 @@ async def test_one_approval_does_not_release_the_run_before_its_deadline(
     orch: Orchestration,
 ) -> None:
     """One approval of two leaves the run waiting, in the review state with its deadline, and
-    the reviewer's inbox view shows the tally; the Web UI's details name the policy's
-    progress."""
+    the reviewer's inbox view shows the tally; the Web UI's details name the round, how to
+    see what is decided, and the policy's progress."""
     orch.fakes.plan_overrides.update(TWO_OF_THREE)
     handle = await orch.awaiting_review(options={"review_timeout_s": 600})
 
@@ -146,6 +146,9 @@ async def test_one_approval_does_not_release_the_run_before_its_deadline(
     assert view.allowed_reviewers == FINANCE
     assert len(orch.fakes.embedding_calls) == 0
     metadata = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
+    assert "waiting for a reviewer in round 1: starter.py review show <id>" in (
+        metadata.current_details
+    )
     assert metadata.current_details.endswith(
         "policy two-of-finance, stage 1 of 2: group finance, 1 of 2 approvals: carol"
     )

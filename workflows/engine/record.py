@@ -265,7 +265,10 @@ def details(graph: Graph, run: RunCore[Any]) -> str:
     if run.model:
         parts.append(f"model {run.model}")
     if info.role in (Role.REVIEW, Role.ESCALATION):
-        parts.append("waiting for a reviewer: starter.py review <id> approve|reedit|reject")
+        parts.append(
+            f"waiting for a reviewer in round {run.review_round}: starter.py review show <id>, "
+            "then review <id> approve|reedit|reject, or the review inbox"
+        )
         shown = policy_line(graph, run)
         if shown:
             parts.append(shown)
