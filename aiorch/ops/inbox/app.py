@@ -43,9 +43,11 @@ from temporalio.client import WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from aiorch.ops.inbox import auth
-from aiorch.ops.inbox.drafts import Drafts
+from aiorch.ops.inbox.correction_pages import CorrectionPages
+from aiorch.ops.inbox.drafts import DRAFT_KEY, Drafts
 from aiorch.ops.inbox.forms import (
-    DECISIONS,
+    CORRECT,
+    CORRECT_JSON,
     REVIEW_FORM_FIELDS,
     decision_of,
     field_text,
@@ -54,18 +56,16 @@ from aiorch.ops.inbox.forms import (
     target_of,
 )
 from aiorch.ops.inbox.headers import SecurityHeaders
-from aiorch.ops.inbox.pages import HERE, Pages
+from aiorch.ops.inbox.pages import HERE
 from aiorch.ops.inbox.runs import NotYours, WaitingRun
 from aiorch.ops.review_views import RunUnreadable, RunView
 from aiorch.ops.reviews import ReviewOutcome, ReviewTarget, refusal_reason
-from workflows.payloads import MAX_FEEDBACK_CHARS, ReviewDecision
+from workflows.payloads import ReviewDecision
 
 log = logging.getLogger("ai-orchestrator.inbox")
 
 # A failed login costs the guesser this long (tokens are 256-bit random: this is politeness).
 LOGIN_FAILURE_DELAY_S: Final = 0.3
-# The session key that holds the id of a decision kept for its reviewer (drafts.Drafts).
-DRAFT_KEY: Final = "draft"
 
 
 class RunSource(Protocol):
@@ -74,6 +74,8 @@ class RunSource(Protocol):
     async def waiting(self, reviewer: str) -> list[WaitingRun]: ...
 
     async def view(self, workflow_id: str, reviewer: str) -> RunView: ...
+
+    async def fields_schema(self, run: RunView) -> dict[str, Any] | None: ...
 
 
 Submit = Callable[[ReviewDecision, ReviewTarget], Awaitable[ReviewOutcome]]
@@ -88,8 +90,10 @@ class InboxOptions:
     web_ui_url: Callable[[str], str]
 
 
-class Inbox(Pages):
+class Inbox(CorrectionPages):
     """The pages and actions, bound to one run source, one signer and one authenticator."""
+
+    runs: RunSource
 
     def __init__(
         self,
@@ -103,6 +107,7 @@ class Inbox(Pages):
     ) -> None:
         super().__init__(authenticator, clock)
         self.runs, self.submit, self.options = runs, submit, options
+        self.web_ui_url = options.web_ui_url
         self.drafts = drafts if drafts is not None else Drafts(clock=clock)
 
     def same_site_post(self, request: Request, form: Any) -> bool:
@@ -146,17 +151,7 @@ class Inbox(Pages):
         draft = self.drafts.take(request.session.get(DRAFT_KEY), workflow_id)
         if draft is not None:
             request.session.pop(DRAFT_KEY, None)
-        progress = view.view.review
-        return self.page(
-            request,
-            "run.html",
-            reviewer=reviewer,
-            run=view,
-            web_ui_url=self.options.web_ui_url(workflow_id),
-            decisions=DECISIONS,
-            draft=draft,
-            voted=progress.voted(reviewer.name) if progress is not None else None,
-        )
+        return await self.run_response(request, reviewer, view, draft)
 
     async def login_form(self, request: Request) -> Response:
         if not self.auth.has_login_form:
@@ -199,7 +194,7 @@ class Inbox(Pages):
         if reviewer is None or not auth.csrf_ok(request.session, form.get(auth.CSRF_FIELD)):
             return self.not_sent(request, form, workflow_id, reviewer)
         try:
-            await self.runs.view(workflow_id, reviewer.name)
+            run = await self.runs.view(workflow_id, reviewer.name)
         except NotYours:
             # Refused before it is sent: what the run would answer is not this reviewer's to read.
             return self.not_yours(request, reviewer, workflow_id)
@@ -207,6 +202,8 @@ class Inbox(Pages):
             return self.unreadable(request, reviewer, err)
         except RPCError as err:
             return self.temporal_down(request, reviewer, err)
+        if form.get("decision") in (CORRECT, CORRECT_JSON) and form.get("confirm") != "yes":
+            return await self.preview(request, form, reviewer, run)
         back = RedirectResponse(run_path(workflow_id), status_code=303)
         try:
             decision = decision_of(form, reviewer.name)
@@ -260,22 +257,6 @@ class Inbox(Pages):
             "kept: open the run again to check it and send it.",
             link=run_path(workflow_id),
             link_text="Open the run again",
-        )
-
-    def keep_draft(
-        self, request: Request, form: Any, workflow_id: str, *, stale: bool = False
-    ) -> None:
-        """Keep what the reviewer typed in ``workflow_id``'s form for its page (``stale``: the
-        form was not sent because its session had ended or changed)."""
-        fields = form.get("fields")
-        request.session[DRAFT_KEY] = self.drafts.keep(
-            workflow_id,
-            decision=field_text(form, "decision"),
-            feedback=field_text(form, "feedback"),
-            fields=fields if isinstance(fields, str) else None,
-            review_round=field_text(form, "review_round"),
-            max_feedback=MAX_FEEDBACK_CHARS,
-            stale=stale,
         )
 
     async def send(self, target: ReviewTarget, decision: ReviewDecision) -> dict[str, str]:

@@ -22,6 +22,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Final
 
 DRAFT_ID_BYTES: Final = 24
+# The session key that holds the id of a decision kept for its reviewer.
+DRAFT_KEY: Final = "draft"
 # The most a draft keeps of the corrected-fields text (the form's textarea).
 MAX_FIELDS_CHARS: Final = 64 * 1024
 

@@ -24,12 +24,13 @@ import asyncio
 from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Final
+from typing import Any, Final
 
 from temporalio.client import Client, WorkflowExecution
 from temporalio.service import RPCError
 
 from aiorch.ops import visibility
+from aiorch.ops.inbox.run_requests import RequestReader, fields_schema, summary
 from aiorch.ops.review_views import (
     NoSuchRun,
     RunUnreadable,
@@ -74,6 +75,8 @@ class WaitingRun:
     review_round: int | None
     view: ReviewView | None
     problem: str | None = None
+    # What the run works on, in a few words (``run_requests.summary``).
+    summary: str | None = None
 
     @property
     def deadline(self) -> datetime | None:
@@ -92,6 +95,7 @@ class RunReader:
     def __init__(self, client: Client) -> None:
         self._client = client
         self._cache: OrderedDict[str, ReviewView] = OrderedDict()
+        self._requests = RequestReader(client)
 
     async def waiting(self, reviewer: str, limit: int = MAX_LISTED) -> list[WaitingRun]:
         """The runs waiting for ``reviewer`` (see `may_review`; a run that cannot be read is
@@ -111,6 +115,9 @@ class RunReader:
                     view = await self._view(execution.id, execution.run_id, wait=since)
                 except (RunUnreadable, RPCError) as err:
                     problem = str(err) if isinstance(err, RunUnreadable) else "not readable now"
+                found = await self._requests.request(
+                    execution.id, execution.run_id, execution.workflow_type or ""
+                )
             return WaitingRun(
                 workflow_id=execution.id,
                 run_id=execution.run_id,
@@ -119,6 +126,7 @@ class RunReader:
                 review_round=attributes.get(contract.AI_REVIEW_ROUND),
                 view=view,
                 problem=problem,
+                summary=summary(*found) if found is not None else None,
             )
 
         rows = [
@@ -145,6 +153,12 @@ class RunReader:
         if not may_review(run.view, reviewer):
             raise NotYours(workflow_id)
         return run
+
+    async def fields_schema(self, run: RunView) -> dict[str, Any] | None:
+        """The JSON Schema ``run``'s fields are corrected against (``run_requests``; None: its
+        pipeline names none, or its request cannot be read now)."""
+        found = await self._requests.request(run.workflow_id, run.run_id, run.view.pipeline)
+        return fields_schema(*found) if found is not None else None
 
     async def _view(
         self,
