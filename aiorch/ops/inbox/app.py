@@ -2,10 +2,12 @@
 
 Pages: ``/`` lists the runs waiting for a reviewer (``runs.RunReader``); ``/runs/{id}`` shows
 one run in full, with where its review policy stands (who approved, how many more it needs) and
-a form to approve, reedit with feedback (required), or reject (confirmed on a page of its own);
-``/login`` and ``/logout`` for token sessions; ``/healthz`` for health checks (no login, no
-content). Every page needs an authenticated reviewer (``auth.Authenticator``), else 401; every
-POST needs the session's CSRF token, else 403. No page needs JavaScript.
+a form to approve, reedit with feedback (required), reject (confirmed on a page of its own), or
+correct the fields (a form built from their schema, previewed before it is sent:
+``correction_pages``); ``/login`` and ``/logout`` for token sessions; ``/healthz`` for health
+checks (no login, no content). Every page needs an authenticated reviewer
+(``auth.Authenticator``), else 401; every POST needs the session's CSRF token, else 403. No page
+needs JavaScript.
 
 Logging in leads back to the page that asked for it (kept across mistyped tokens; a POST leads
 back to the page its form was on, never to the POST's own path). A review form posted after its

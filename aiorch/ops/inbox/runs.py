@@ -11,7 +11,9 @@ the run's own answer to the ``review_view`` query, built by its pipeline, read a
 a pipeline's activities out of the event history. A query is a billed action, so the list asks
 each waiting run once per wait (cached by run and ``AiStateSince``: a new round or the
 escalation is a new wait); the run page asks afresh (one action per page view, as the ``status``
-query it replaces did).
+query it replaces did). What each run works on (the list's summary) and the schema of its
+fields come from its request, read from its start event once per run (``run_requests``; a
+history read, not a billed action).
 
 A reviewer sees only the runs they may decide, only while those wait: a run whose reviewers
 (``allowed_reviewers``) leave them out, one they requested, or one that no longer waits is left
