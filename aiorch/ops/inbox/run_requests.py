@@ -75,30 +75,27 @@ class RequestReader:
 
     def __init__(self, client: Client) -> None:
         self._client = client
-        self._cache: OrderedDict[str, RequestBase | None] = OrderedDict()
+        self._cache: OrderedDict[str, tuple[Pipeline[Any, Any], RequestBase] | None] = OrderedDict()
 
     async def request(
         self, workflow_id: str, run_id: str, workflow_type: str
     ) -> tuple[Pipeline[Any, Any], RequestBase] | None:
         """The run's pipeline and request (None: no pipeline here runs it, or its request
         cannot be read now)."""
+        if run_id in self._cache:
+            return self._cache[run_id]
         pipeline = pipelines.of_type(workflow_type)
         if pipeline is None:
             return None
-        if run_id in self._cache:
-            cached = self._cache[run_id]
-            return (pipeline, cached) if cached is not None else None
+        found: tuple[Pipeline[Any, Any], RequestBase] | None = None
         try:
-            found: RequestBase | None = await run_request(
-                self._client, workflow_id, run_id, pipeline
-            )
+            found = (pipeline, await run_request(self._client, workflow_id, run_id, pipeline))
         except (NotRedrivable, RedriveError) as err:
             log.info("the request of %s cannot be read: %s", workflow_id, err)
-            found = None
         except RPCError as err:
             log.info("the request of %s cannot be read now: %s", workflow_id, err.status)
             return None  # not kept: Temporal may answer next time
         self._cache[run_id] = found
         while len(self._cache) > _CACHE_SIZE:
             self._cache.popitem(last=False)
-        return (pipeline, found) if found is not None else None
+        return found
