@@ -319,3 +319,21 @@ def test_the_list_shows_each_runs_summary(tmp_path: Path) -> None:
         page = client.get("/").text
     assert '<td class="excerpt request">a.pdf</td>' in page
     assert csrf(page)
+
+
+def test_a_correction_posted_after_logout_is_kept_as_typed(tmp_path: Path) -> None:
+    """A correction form posted after its session ended sends nothing; once alice logs in
+    again, the run's page shows the values she typed in the form's inputs."""
+    client, tokens, runs, decisions = make_client(tmp_path)
+    runs.view_fields, runs.schema, runs.problems = GLOBEX, INVOICE_SCHEMA, [PROBLEM]
+    with client:
+        log_in(client, tokens["alice"])
+        page = client.get(RUN_PAGE).text
+        form = {**hidden_fields(page), **as_form(GLOBEX, total="2068.79"), "decision": "correct"}
+        client.post("/logout", data={"csrf_token": form["csrf_token"]})
+        refused = client.post(REVIEW, data=form)
+        assert refused.status_code == 401
+        log_in(client, tokens["alice"])
+        again = client.get(RUN_PAGE).text
+    assert re.search(r'id="field-total"[^>]*value="2068.79"', again)
+    assert decisions.sent == []

@@ -15,6 +15,7 @@ import json
 from collections.abc import Callable
 from typing import Any, Final, Protocol
 
+from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
@@ -23,6 +24,7 @@ from aiorch.ops.inbox.correction_form import PREFIX, CorrectionForm, build
 from aiorch.ops.inbox.correction_reading import FormErrors, changes, read
 from aiorch.ops.inbox.drafts import DRAFT_KEY, Draft, Drafts
 from aiorch.ops.inbox.forms import (
+    CORRECT,
     CORRECT_JSON,
     DECISIONS,
     REVIEW_FORM_FIELDS,
@@ -57,6 +59,7 @@ class CorrectionPages(Pages):
         """Keep what the reviewer typed in ``workflow_id``'s form for its page (``stale``: the
         form was not sent because its session had ended or changed)."""
         fields = form.get("fields")
+        typed = _typed(form) if form.get("decision") == CORRECT else None
         request.session[DRAFT_KEY] = self.drafts.keep(
             workflow_id,
             decision=field_text(form, "decision"),
@@ -65,6 +68,7 @@ class CorrectionPages(Pages):
             review_round=field_text(form, "review_round"),
             max_feedback=MAX_FEEDBACK_CHARS,
             stale=stale,
+            typed=typed,
         )
 
     async def run_response(
@@ -82,7 +86,9 @@ class CorrectionPages(Pages):
         view = run.view
         if correction is None and run.waiting and view.corrections and view.fields is not None:
             schema = await self.runs.fields_schema(run)
-            correction = build(schema, _draft_fields(draft) or view.fields, view.problems)
+            typed = draft.typed if draft is not None else None
+            fields = view.fields if typed else _draft_fields(draft) or view.fields
+            correction = build(schema, fields, view.problems, typed=typed)
         progress = view.review
         return self.page(
             request,
@@ -117,11 +123,7 @@ class CorrectionPages(Pages):
                 request.session["flash"] = {"level": "error", "text": f"{err} Nothing was sent."}
                 return back
         else:
-            typed = {
-                name: value
-                for name, value in form.multi_items()
-                if name.startswith(PREFIX) and isinstance(value, str)
-            }
+            typed = _typed(form)
             try:
                 fields = read(schema, view.fields, typed)
             except FormErrors as err:
@@ -163,10 +165,19 @@ class CorrectionPages(Pages):
         )
 
 
-def _with_fields(form: Any, fields_json: str) -> dict[str, str]:
-    """``form``'s texts with its corrected fields as ``fields_json`` (what a draft keeps)."""
-    texts = {name: value for name, value in form.multi_items() if isinstance(value, str)}
-    return {**texts, "fields": fields_json}
+def _typed(form: Any) -> dict[str, str]:
+    """The correction form's inputs a form posted, by name."""
+    return {
+        name: value
+        for name, value in form.multi_items()
+        if name.startswith(PREFIX) and isinstance(value, str)
+    }
+
+
+def _with_fields(form: Any, fields_json: str) -> FormData:
+    """``form`` with its corrected fields as ``fields_json`` (what a draft keeps)."""
+    kept = [(name, value) for name, value in form.multi_items() if name != "fields"]
+    return FormData([*kept, ("fields", fields_json)])
 
 
 def _draft_fields(draft: Draft | None) -> dict[str, Any] | None:
