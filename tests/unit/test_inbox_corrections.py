@@ -174,6 +174,28 @@ def test_without_a_schema_the_form_follows_the_values() -> None:
     assert found[("items",)] == Columns((("sku", Scalar("text")), ("n", Scalar("integer"))))
 
 
+def test_a_nested_object_is_edited_by_path_and_an_absent_one_stays_absent() -> None:
+    """A nested object's values are inputs named by their path; left empty where the run has
+    no such object (or a null one), the fields stay as they were."""
+    schema = {
+        "type": "object",
+        "properties": {
+            "buyer": {"anyOf": [{"$ref": "#/$defs/Party"}, {"type": "null"}]},
+            "note": {"type": ["string", "null"]},
+        },
+        "$defs": {"Party": {"type": "object", "properties": {"name": {"type": "string"}}}},
+    }
+    assert [entry.path for entry in entries(schema, {})] == [("buyer", "name"), ("note",)]
+    for fields in ({}, {"buyer": None, "note": None}):
+        assert read(schema, fields, {"f.buyer.name": "", "f.note": ""}) == fields
+    corrected = read(schema, {"buyer": None}, {"f.buyer.name": "Initech", "f.note": "paid"})
+    assert corrected == {"buyer": {"name": "Initech"}, "note": "paid"}
+    assert [(c.label, c.before, c.after) for c in changes({"buyer": None}, corrected)] == [
+        ("buyer", "(none)", '{"name": "Initech"}'),
+        ("note", "(none)", "paid"),
+    ]
+
+
 def test_the_list_summary_comes_from_the_request_shape() -> None:
     """A stored document shows as its file name, an LLM run as its message, a run of a
     pipeline that takes no message as its input's first string; only the document pipeline's

@@ -84,15 +84,24 @@ def _set_scalar(
     except ValueError as err:
         errors[name] = str(err)
         return
+    if value in (None, "") and not _has(target, path):
+        return  # a value the run does not have, left empty: still none
     parent: Any = target
     for part in path[:-1]:
         if not isinstance(parent.get(part), dict):
             parent[part] = {}
         parent = parent[part]
-    key = path[-1]
-    if key not in parent and value in (None, ""):
-        return  # a value the run does not have, left empty: still none
-    parent[key] = value
+    parent[path[-1]] = value
+
+
+def _has(fields: Mapping[str, Any], path: Path) -> bool:
+    """Whether ``fields`` hold a value (null included) at ``path``."""
+    value: Any = fields
+    for part in path:
+        if not isinstance(value, dict) or part not in value:
+            return False
+        value = value[part]
+    return True
 
 
 def _set_rows(
