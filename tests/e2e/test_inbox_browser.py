@@ -3,7 +3,9 @@ local stack (dev server, worker, LLM simulator) with the inbox process it starts
 
 No browser is ever downloaded: Playwright launches ``/usr/bin/chromium``. Without it the tests
 skip, except under ``CI=true``, where a missing browser is a failure (CI installs it).
-The walk-through also takes the README's screenshot, ``docs/images/inbox.png``.
+The walk-through also takes the README's screenshot, ``docs/images/inbox.png``. A document
+run's correction goes through the form built from its extraction schema, and its stored row
+(an SQLite document store) is read back.
 """
 
 from __future__ import annotations
@@ -14,21 +16,28 @@ import os
 import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator, Iterator
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
 from playwright.async_api import Browser, BrowserContext, Page, async_playwright
+from sqlalchemy import create_engine, text
 from temporalio.client import Client, WorkflowHandle
 
 from aiorch.devstack.stack import LocalStack
+from aiorch.ops import pipelines
 from aiorch.ops.results import finished
+from aiorch.ops.visibility import start_run
 from aiorch_runtime.codec import KeyRing, new_key
 from aiorch_runtime.temporal import DATA_CONVERTER, encrypted_converter
 from tests.support.builders import new_request_id
+from tests.support.invoices import invoice_fields, text_document
 from tests.support.live_runs import request, start, wait_for_state
 from tests.support.live_stack import E2E_WORKER_ENV
 from tests.support.simulator import Simulator
+from workflows import contract
+from workflows.documents.payloads import DocumentRequest
 
 pytestmark = pytest.mark.e2e
 
@@ -68,12 +77,19 @@ QUORUM_POLICY = {
 
 
 @pytest.fixture(scope="module")
-def inbox_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+def store_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return f"sqlite:///{tmp_path_factory.mktemp('store') / 'documents.db'}"
+
+
+@pytest.fixture(scope="module")
+def inbox_stack(tmp_path_factory: pytest.TempPathFactory, store_url: str) -> Iterator[LocalStack]:
     """A stack with the inbox; the worker lets only alice and bob review (mallory can log in
-    to the inbox but is outside the allowed set), and the tenant ``quorum``'s runs need both."""
+    to the inbox but is outside the allowed set), the tenant ``quorum``'s runs need both, and
+    documents are stored in an SQLite file."""
     chromium_or_skip()
     env = {
         **E2E_WORKER_ENV,
+        "DOCUMENT_STORE_URL": store_url,
         "ALLOWED_REVIEWERS": "alice,bob",
         "REVIEW_POLICIES": json.dumps(QUORUM_POLICY),
         "REVIEW_GROUPS": json.dumps({"pair": ["alice", "bob"]}),
@@ -156,7 +172,7 @@ async def test_a_reviewer_reedits_then_approves_in_the_browser(
     page.on("dialog", lambda dialog: dialogs.append(dialog.message))
 
     await open_run(page, inbox_stack, handle.id)
-    reply = page.locator("#reply")
+    reply = page.locator("#section-reply")
     assert "<script>alert('owned')</script>" in await reply.inner_text()
     assert await page.locator("main script").count() == 0
     assert await page.locator("#round").inner_text() == "1"
@@ -287,8 +303,9 @@ async def test_with_encryption_on_the_inbox_shows_decrypted_content(
         try:
             page = await log_in(context, stack, "alice")
             await open_run(page, stack, handle.id)
-            assert "Summarise the secret plan" in await page.locator("#request").inner_text()
-            assert "secret plan" in await page.locator("#reply").inner_text()
+            request_text = await page.locator("#section-request").inner_text()
+            assert "Summarise the secret plan" in request_text
+            assert "secret plan" in await page.locator("#section-reply").inner_text()
             assert "h 59 min" in await page.locator("#time-left").inner_text()
         finally:
             await context.close()
@@ -444,3 +461,73 @@ async def test_the_flash_after_an_approve_names_no_passing_state(
     flash = await page.locator(".flash").inner_text()
     assert "approve accepted (round 1)" in flash and "generate_embedding" not in flash
     assert (await finished(handle)).state == "completed"
+
+
+async def test_a_reviewer_corrects_an_invoice_total_through_the_form(
+    inbox_stack: LocalStack, context: BrowserContext, store_url: str
+) -> None:
+    """A document run whose invoice prints a wrong total is listed by its file name (its text
+    columns wide enough not to wrap mid-word at 1280 px); on its
+    page the total comes first, marked invalid with its problem. alice types the right total
+    into its input (no JSON), sees the preview of that one change, confirms, and the run
+    stores the corrected total, its history counting 1 changed field."""
+    printed = invoice_fields(401)
+    right_total = printed["total"]
+    printed["total"] = str(Decimal(right_total) + Decimal("10.00"))
+    request_id = new_request_id()
+    path = inbox_stack.addresses.input_dir / f"{request_id}-globex.txt"
+    path.write_bytes(text_document(printed).data)
+    client = await Client.connect(
+        inbox_stack.addresses.temporal_address, data_converter=DATA_CONVERTER
+    )
+    workflow_id = await start_run(
+        client,
+        DocumentRequest(request_id=request_id, document=path.as_uri()),
+        task_queue=contract.DEFAULT_TASK_QUEUE,
+        pipeline=pipelines.named("documents"),
+    )
+    handle = client.get_workflow_handle(workflow_id)
+    await wait_for_state(handle, "await_review")
+
+    page = await log_in(context, inbox_stack, "alice")
+    await open_run(page, inbox_stack, workflow_id)  # once the list shows it
+    await page.goto(f"{inbox_stack.addresses.inbox_url}/")
+    row = page.locator("tr", has=page.locator(f"a.run-link:text('{workflow_id}')"))
+    assert await row.locator("td.request").inner_text() == f"{request_id}-globex.txt"
+    for column in ("td.request", "td.review"):  # wide enough at 1280 px to wrap between words
+        box = await row.locator(column).bounding_box()
+        assert box is not None and box["width"] >= 150
+    await page.goto(f"{inbox_stack.addresses.inbox_url}/runs/{workflow_id}")
+    total = page.locator("#field-total")
+    assert await total.get_attribute("aria-invalid") == "true"
+    assert "but the line amounts" in await page.locator("#field-total-note").inner_text()
+    first = page.locator("#correction input:not([type=hidden]), #correction select").first
+    assert await first.get_attribute("id") == "field-total"
+
+    await total.fill(right_total)
+    await page.click("#preview-correction")
+    changes = page.locator("#changes li")
+    assert await changes.all_inner_texts() == [f"total: {printed['total']} → {right_total}"]
+    assert (await wait_for_state(handle, "await_review")).review_round == 1  # nothing sent yet
+    await page.click("#confirm-correction")
+    await page.wait_for_selector(".flash.ok")
+
+    result = await finished(handle)
+    assert result.state == "completed"
+    [correction] = [entry for entry in result.history if entry.event == "correct"]
+    assert correction.reviewer == "alice"
+    assert "with 1 changed field (total)" in (correction.detail or "")
+    [stored] = stored_fields(store_url, request_id)
+    assert stored == {**printed, "total": right_total}
+
+
+def stored_fields(url: str, request_id: str) -> list[dict[str, Any]]:
+    """The fields of every row the document store holds for ``request_id``."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as connection:
+            query = text("SELECT fields FROM documents WHERE request_id = :id")
+            found = connection.execute(query, {"id": request_id}).all()
+    finally:
+        engine.dispose()
+    return [row.fields if isinstance(row.fields, dict) else json.loads(row.fields) for row in found]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from html import unescape
 from pathlib import Path
 from typing import Any
 
@@ -84,8 +85,11 @@ class PinnedRuns:
 
     def __init__(self) -> None:
         self.failure: Exception | None = None
-        # The fields a document run shows for correction (None: a run that takes none).
+        # The fields a document run shows for correction (None: a run that takes none), and
+        # the JSON Schema they follow (None: the form follows the values' own types).
         self.view_fields: dict[str, Any] | None = None
+        self.schema: dict[str, Any] | None = None
+        self.problems: list[str] = []
 
     async def waiting(self, reviewer: str) -> list[WaitingRun]:
         if self.failure:
@@ -97,8 +101,13 @@ class PinnedRuns:
             raise RPCError("not found", RPCStatusCode.NOT_FOUND, b"")
         view = VIEW
         if self.view_fields is not None:
-            view = VIEW.model_copy(update={"fields": self.view_fields, "corrections": True})
+            view = VIEW.model_copy(
+                update={"fields": self.view_fields, "corrections": True, "problems": self.problems}
+            )
         return RunView(WORKFLOW_ID, "run-1", view, earlier_feedback(HISTORY))
+
+    async def fields_schema(self, run: RunView) -> dict[str, Any] | None:
+        return self.schema
 
 
 class Decisions:
@@ -173,7 +182,8 @@ def csrf(html: str) -> str:
 
 def hidden_fields(html: str) -> dict[str, str]:
     """The review form's hidden fields, as a browser posts them."""
-    return dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)"', html))
+    found = re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)"', html)
+    return {name: unescape(value) for name, value in found}
 
 
 def log_in(client: TestClient, token: str) -> None:
@@ -319,17 +329,19 @@ def test_a_decision_is_sent_for_the_round_shown_as_the_reviewer(inbox: Any) -> N
 
 
 def test_corrected_fields_are_sent_with_an_approval(inbox: Any) -> None:
-    """A pipeline that takes corrections shows its fields in a form; "Approve with these
-    fields" sends an approval carrying the fields as typed (one JSON object)."""
+    """A pipeline that takes corrections shows its fields in a form, with the JSON box as an
+    advanced option; the preview's confirmation sends an approval carrying the fields it
+    shows (one JSON object)."""
     client, tokens, runs, decisions = inbox
     runs.view_fields = {"total": "25.00"}
     log_in(client, tokens["alice"])
     page = client.get(f"/runs/{WORKFLOW_ID}").text
-    assert 'name="fields"' in page and "Approve with these fields" in page
+    assert 'name="f.total"' in page and 'id="fields-json" name="fields"' in page
     client.post(
         f"/runs/{WORKFLOW_ID}/review",
         data={
             "decision": "correct",
+            "confirm": "yes",
             "review_round": "2",
             "fields": '{"total": "22.20"}',
             "csrf_token": csrf(page),
@@ -361,8 +373,12 @@ def test_a_refusal_is_shown_on_the_page(inbox: Any) -> None:
         ({"decision": "approve", "review_round": "two"}, "names no review round"),
         ({"decision": "approve", "review_round": "0"}, "Invalid review: review_round"),
         ({"decision": "reedit", "review_round": "2", "feedback": "x" * 20000}, "limited to"),
-        ({"decision": "correct", "review_round": "2", "fields": "{total: 1"}, "are not JSON"),
-        ({"decision": "correct", "review_round": "2", "fields": "[1, 2]"}, "one JSON object"),
+        ({"decision": "correct-json", "review_round": "2", "fields": "{total: 1"}, "not JSON"),
+        ({"decision": "correct-json", "review_round": "2", "fields": "[1, 2]"}, "JSON object"),
+        (
+            {"decision": "correct", "confirm": "yes", "review_round": "2", "fields": "{x"},
+            "are not JSON",
+        ),
     ],
 )
 def test_bad_forms_are_explained_and_never_sent(
@@ -370,7 +386,8 @@ def test_bad_forms_are_explained_and_never_sent(
 ) -> None:
     """A form the inbox cannot turn into a valid decision is explained on the page; nothing
     reaches the run."""
-    client, tokens, _, decisions = inbox
+    client, tokens, runs, decisions = inbox
+    runs.view_fields = {"total": "25.00"}
     log_in(client, tokens["alice"])
     token = csrf(client.get(f"/runs/{WORKFLOW_ID}").text)
     client.post(f"/runs/{WORKFLOW_ID}/review", data={**form, "csrf_token": token})

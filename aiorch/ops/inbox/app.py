@@ -2,10 +2,12 @@
 
 Pages: ``/`` lists the runs waiting for a reviewer (``runs.RunReader``); ``/runs/{id}`` shows
 one run in full, with where its review policy stands (who approved, how many more it needs) and
-a form to approve, reedit with feedback (required), or reject (confirmed on a page of its own);
-``/login`` and ``/logout`` for token sessions; ``/healthz`` for health checks (no login, no
-content). Every page needs an authenticated reviewer (``auth.Authenticator``), else 401; every
-POST needs the session's CSRF token, else 403. No page needs JavaScript.
+a form to approve, reedit with feedback (required), reject (confirmed on a page of its own), or
+correct the fields (a form built from their schema, previewed before it is sent:
+``correction_pages``); ``/login`` and ``/logout`` for token sessions; ``/healthz`` for health
+checks (no login, no content). Every page needs an authenticated reviewer
+(``auth.Authenticator``), else 401; every POST needs the session's CSRF token, else 403. No page
+needs JavaScript.
 
 Logging in leads back to the page that asked for it (kept across mistyped tokens; a POST leads
 back to the page its form was on, never to the POST's own path). A review form posted after its
@@ -43,9 +45,11 @@ from temporalio.client import WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from aiorch.ops.inbox import auth
-from aiorch.ops.inbox.drafts import Drafts
+from aiorch.ops.inbox.correction_pages import CorrectionPages
+from aiorch.ops.inbox.drafts import DRAFT_KEY, Drafts
 from aiorch.ops.inbox.forms import (
-    DECISIONS,
+    CORRECT,
+    CORRECT_JSON,
     REVIEW_FORM_FIELDS,
     decision_of,
     field_text,
@@ -54,18 +58,16 @@ from aiorch.ops.inbox.forms import (
     target_of,
 )
 from aiorch.ops.inbox.headers import SecurityHeaders
-from aiorch.ops.inbox.pages import HERE, Pages
+from aiorch.ops.inbox.pages import HERE
 from aiorch.ops.inbox.runs import NotYours, WaitingRun
 from aiorch.ops.review_views import RunUnreadable, RunView
 from aiorch.ops.reviews import ReviewOutcome, ReviewTarget, refusal_reason
-from workflows.payloads import MAX_FEEDBACK_CHARS, ReviewDecision
+from workflows.payloads import ReviewDecision
 
 log = logging.getLogger("ai-orchestrator.inbox")
 
 # A failed login costs the guesser this long (tokens are 256-bit random: this is politeness).
 LOGIN_FAILURE_DELAY_S: Final = 0.3
-# The session key that holds the id of a decision kept for its reviewer (drafts.Drafts).
-DRAFT_KEY: Final = "draft"
 
 
 class RunSource(Protocol):
@@ -74,6 +76,8 @@ class RunSource(Protocol):
     async def waiting(self, reviewer: str) -> list[WaitingRun]: ...
 
     async def view(self, workflow_id: str, reviewer: str) -> RunView: ...
+
+    async def fields_schema(self, run: RunView) -> dict[str, Any] | None: ...
 
 
 Submit = Callable[[ReviewDecision, ReviewTarget], Awaitable[ReviewOutcome]]
@@ -88,8 +92,10 @@ class InboxOptions:
     web_ui_url: Callable[[str], str]
 
 
-class Inbox(Pages):
+class Inbox(CorrectionPages):
     """The pages and actions, bound to one run source, one signer and one authenticator."""
+
+    runs: RunSource
 
     def __init__(
         self,
@@ -103,6 +109,7 @@ class Inbox(Pages):
     ) -> None:
         super().__init__(authenticator, clock)
         self.runs, self.submit, self.options = runs, submit, options
+        self.web_ui_url = options.web_ui_url
         self.drafts = drafts if drafts is not None else Drafts(clock=clock)
 
     def same_site_post(self, request: Request, form: Any) -> bool:
@@ -146,17 +153,7 @@ class Inbox(Pages):
         draft = self.drafts.take(request.session.get(DRAFT_KEY), workflow_id)
         if draft is not None:
             request.session.pop(DRAFT_KEY, None)
-        progress = view.view.review
-        return self.page(
-            request,
-            "run.html",
-            reviewer=reviewer,
-            run=view,
-            web_ui_url=self.options.web_ui_url(workflow_id),
-            decisions=DECISIONS,
-            draft=draft,
-            voted=progress.voted(reviewer.name) if progress is not None else None,
-        )
+        return await self.run_response(request, reviewer, view, draft)
 
     async def login_form(self, request: Request) -> Response:
         if not self.auth.has_login_form:
@@ -199,7 +196,7 @@ class Inbox(Pages):
         if reviewer is None or not auth.csrf_ok(request.session, form.get(auth.CSRF_FIELD)):
             return self.not_sent(request, form, workflow_id, reviewer)
         try:
-            await self.runs.view(workflow_id, reviewer.name)
+            run = await self.runs.view(workflow_id, reviewer.name)
         except NotYours:
             # Refused before it is sent: what the run would answer is not this reviewer's to read.
             return self.not_yours(request, reviewer, workflow_id)
@@ -207,6 +204,8 @@ class Inbox(Pages):
             return self.unreadable(request, reviewer, err)
         except RPCError as err:
             return self.temporal_down(request, reviewer, err)
+        if form.get("decision") in (CORRECT, CORRECT_JSON) and form.get("confirm") != "yes":
+            return await self.preview(request, form, reviewer, run)
         back = RedirectResponse(run_path(workflow_id), status_code=303)
         try:
             decision = decision_of(form, reviewer.name)
@@ -260,22 +259,6 @@ class Inbox(Pages):
             "kept: open the run again to check it and send it.",
             link=run_path(workflow_id),
             link_text="Open the run again",
-        )
-
-    def keep_draft(
-        self, request: Request, form: Any, workflow_id: str, *, stale: bool = False
-    ) -> None:
-        """Keep what the reviewer typed in ``workflow_id``'s form for its page (``stale``: the
-        form was not sent because its session had ended or changed)."""
-        fields = form.get("fields")
-        request.session[DRAFT_KEY] = self.drafts.keep(
-            workflow_id,
-            decision=field_text(form, "decision"),
-            feedback=field_text(form, "feedback"),
-            fields=fields if isinstance(fields, str) else None,
-            review_round=field_text(form, "review_round"),
-            max_feedback=MAX_FEEDBACK_CHARS,
-            stale=stale,
         )
 
     async def send(self, target: ReviewTarget, decision: ReviewDecision) -> dict[str, str]:

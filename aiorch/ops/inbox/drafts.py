@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import secrets
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
 DRAFT_ID_BYTES: Final = 24
+# The session key that holds the id of a decision kept for its reviewer.
+DRAFT_KEY: Final = "draft"
 # The most a draft keeps of the corrected-fields text (the form's textarea).
 MAX_FIELDS_CHARS: Final = 64 * 1024
 
@@ -39,6 +41,8 @@ class Draft:
     review_round: str
     kept_at: datetime
     stale: bool = False
+    # The correction form's inputs as typed, by name (None: the form was not the correction's).
+    typed: Mapping[str, str] | None = None
 
 
 @dataclass
@@ -60,8 +64,12 @@ class Drafts:
         review_round: str,
         max_feedback: int,
         stale: bool = False,
+        typed: Mapping[str, str] | None = None,
     ) -> str:
-        """Keep what was typed (each part cut to what a form may hold); returns its id."""
+        """Keep what was typed (each part cut to what a form may hold; correction inputs past
+        that, not at all); returns its id."""
+        if typed is not None and sum(len(k) + len(v) for k, v in typed.items()) > MAX_FIELDS_CHARS:
+            typed = None
         draft = Draft(
             workflow_id=workflow_id,
             decision=decision[:16],
@@ -70,6 +78,7 @@ class Drafts:
             review_round=review_round[:12],
             kept_at=self.clock(),
             stale=stale,
+            typed=dict(typed) if typed is not None else None,
         )
         draft_id = secrets.token_urlsafe(DRAFT_ID_BYTES)
         self._kept[draft_id] = draft

@@ -21,8 +21,10 @@ from workflows.payloads import (
 
 DECISIONS: Final = get_args(Decision)
 
-# The form's button for an approval with the corrected fields of its textarea.
+# The form's buttons for an approval with corrected fields: from the correction form's inputs
+# (and, with ``confirm=yes``, from the preview's JSON), and from the advanced JSON box.
 CORRECT: Final = "correct"
+CORRECT_JSON: Final = "correct-json"
 
 # The hidden fields a review form carries (the run and round it was shown for).
 REVIEW_FORM_FIELDS: Final = ("review_round", "run_id", "chain_id", "digest")
@@ -37,7 +39,7 @@ def decision_of(form: Any, reviewer: str) -> ReviewDecision:
     decision = form.get("decision")
     fields: dict[str, Any] | None = None
     if decision == CORRECT:
-        decision, fields = "approve", _corrected_fields(form.get("fields"))
+        decision, fields = "approve", corrected_fields(form.get("fields"))
     if decision not in DECISIONS:
         raise ValueError("Choose approve, reedit or reject.")
     feedback_raw = form.get("feedback")
@@ -81,7 +83,7 @@ def target_of(form: Any, workflow_id: str, decision: ReviewDecision) -> ReviewTa
     )
 
 
-def _corrected_fields(raw: object) -> dict[str, Any]:
+def corrected_fields(raw: object) -> dict[str, Any]:
     """The corrected fields a reviewer typed (one JSON object).
 
     Raises:

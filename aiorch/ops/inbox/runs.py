@@ -11,7 +11,9 @@ the run's own answer to the ``review_view`` query, built by its pipeline, read a
 a pipeline's activities out of the event history. A query is a billed action, so the list asks
 each waiting run once per wait (cached by run and ``AiStateSince``: a new round or the
 escalation is a new wait); the run page asks afresh (one action per page view, as the ``status``
-query it replaces did).
+query it replaces did). What each run works on (the list's summary) and the schema of its
+fields come from its request, read from its start event once per run (``run_requests``; a
+history read, not a billed action).
 
 A reviewer sees only the runs they may decide, only while those wait: a run whose reviewers
 (``allowed_reviewers``) leave them out, one they requested, or one that no longer waits is left
@@ -24,12 +26,13 @@ import asyncio
 from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Final
+from typing import Any, Final
 
 from temporalio.client import Client, WorkflowExecution
 from temporalio.service import RPCError
 
 from aiorch.ops import visibility
+from aiorch.ops.inbox.run_requests import RequestReader, fields_schema, summary
 from aiorch.ops.review_views import (
     NoSuchRun,
     RunUnreadable,
@@ -74,6 +77,8 @@ class WaitingRun:
     review_round: int | None
     view: ReviewView | None
     problem: str | None = None
+    # What the run works on, in a few words (``run_requests.summary``).
+    summary: str | None = None
 
     @property
     def deadline(self) -> datetime | None:
@@ -92,6 +97,7 @@ class RunReader:
     def __init__(self, client: Client) -> None:
         self._client = client
         self._cache: OrderedDict[str, ReviewView] = OrderedDict()
+        self._requests = RequestReader(client)
 
     async def waiting(self, reviewer: str, limit: int = MAX_LISTED) -> list[WaitingRun]:
         """The runs waiting for ``reviewer`` (see `may_review`; a run that cannot be read is
@@ -111,6 +117,9 @@ class RunReader:
                     view = await self._view(execution.id, execution.run_id, wait=since)
                 except (RunUnreadable, RPCError) as err:
                     problem = str(err) if isinstance(err, RunUnreadable) else "not readable now"
+                found = await self._requests.request(
+                    execution.id, execution.run_id, execution.workflow_type or ""
+                )
             return WaitingRun(
                 workflow_id=execution.id,
                 run_id=execution.run_id,
@@ -119,6 +128,7 @@ class RunReader:
                 review_round=attributes.get(contract.AI_REVIEW_ROUND),
                 view=view,
                 problem=problem,
+                summary=summary(*found) if found is not None else None,
             )
 
         rows = [
@@ -145,6 +155,12 @@ class RunReader:
         if not may_review(run.view, reviewer):
             raise NotYours(workflow_id)
         return run
+
+    async def fields_schema(self, run: RunView) -> dict[str, Any] | None:
+        """The JSON Schema ``run``'s fields are corrected against (``run_requests``; None: its
+        pipeline names none, or its request cannot be read now)."""
+        found = await self._requests.request(run.workflow_id, run.run_id, run.view.pipeline)
+        return fields_schema(*found) if found is not None else None
 
     async def _view(
         self,
