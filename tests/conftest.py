@@ -11,8 +11,6 @@ from aiorch_runtime.signals import interrupt_on_stop
 # test and conftest modules only, unless told before the import.
 pytest.register_assert_rewrite("tests.support")
 
-_STOP_HANDLERS = contextlib.ExitStack()
-
 
 def pytest_configure(config: pytest.Config) -> None:
     """Each parallel process starts as a plain pytest process does: pytest-xdist's worker
@@ -26,12 +24,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if os.environ.get("PYTEST_XDIST_WORKER"):
         for name in ("COLUMNS", "LINES"):
             os.environ.pop(name, None)
-    _STOP_HANDLERS.enter_context(interrupt_on_stop())
-
-
-def pytest_unconfigure(config: pytest.Config) -> None:
-    """The signal handlers pytest found, back in place."""
-    _STOP_HANDLERS.close()
+    stop_handlers = contextlib.ExitStack()
+    stop_handlers.enter_context(interrupt_on_stop())
+    config.add_cleanup(stop_handlers.close)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -27,7 +27,7 @@ from workflows.documents.payloads import (
     DocumentResult,
     DocumentState,
 )
-from workflows.documents.schemas import schema_named
+from workflows.documents.schemas import SCHEMAS, schema_named
 from workflows.engine.graph import Event
 from workflows.engine.pipeline import Context, Pipeline, RequestShape, ReviewSubject
 from workflows.payloads import FactValue, FinalState, LlmCallResult, ReviewContent, ReviewSection
@@ -203,7 +203,10 @@ PIPELINE = Pipeline(
     subject=subject,
     facts=("problems", "fields.*"),
     shape=RequestShape(
-        message_field="document", stores_files=True, schema_field="extraction_schema"
+        message_field="document",
+        stores_files=True,
+        schema_field="extraction_schema",
+        schemas=SCHEMAS,
     ),
     activities="activities.wiring:document_activities",
 )

@@ -253,11 +253,21 @@ class RequestShape:
     fields as they are): ``message_field`` takes the positional message (None: the pipeline
     takes ``--input`` only); with ``stores_files`` a message that is a local path, or
     ``--file``, is stored (a PDF too) and only its reference sent; ``schema_field`` takes
-    ``--schema``."""
+    ``--schema``, and ``schemas`` holds the JSON Schema of each name it may take (the inbox's
+    correction form follows the one a run's request names)."""
 
     message_field: str | None = None
     stores_files: bool = False
     schema_field: str | None = None
+    schemas: Mapping[str, JsonSchemaSource] = field(default_factory=dict)
+
+
+class JsonSchemaSource(Protocol):
+    """Something that gives the JSON Schema of the fields a review corrects."""
+
+    def json_schema(self) -> dict[str, Any]:
+        """The JSON Schema."""
+        ...
 
 
 @dataclass(frozen=True, eq=False)

@@ -3,9 +3,9 @@ and the JSON Schema its fields are corrected against.
 
 Both come from the run's registered pipeline, never from naming one: the summary is the field
 its request shape takes the message in (``RequestShape.message_field``; a stored file shows as
-its file name), else the input's first string; the schema is the extraction schema the request
-names in its shape's ``schema_field``. A run whose request cannot be read has neither (its
-form then follows the fields' own values).
+its file name), else the input's first string; the schema is the one of the shape's
+``schemas`` that the request names in its ``schema_field``. A run whose request cannot be read
+has neither (its form then follows the fields' own values).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from temporalio.service import RPCError
 
 from aiorch.ops import pipelines
 from aiorch.ops.dead_runs import NotRedrivable, RedriveError, run_request
-from workflows.documents import SCHEMAS
 from workflows.engine.pipeline import Pipeline
 from workflows.payloads import RequestBase
 
@@ -62,11 +61,11 @@ def first_string(value: Any) -> str | None:
 
 
 def fields_schema(pipeline: Pipeline[Any, Any], request: RequestBase) -> dict[str, Any] | None:
-    """The JSON Schema a run's fields follow: the extraction schema its request names (None:
-    the pipeline names none)."""
-    field = pipeline.shape.schema_field
-    name = getattr(request, field, None) if field is not None else None
-    schema = SCHEMAS.get(name) if isinstance(name, str) else None
+    """The JSON Schema a run's fields follow: the one of its pipeline's schemas its request
+    names (None: it names none)."""
+    shape = pipeline.shape
+    name = getattr(request, shape.schema_field, None) if shape.schema_field is not None else None
+    schema = shape.schemas.get(name) if isinstance(name, str) else None
     return schema.json_schema() if schema is not None else None
 
 
