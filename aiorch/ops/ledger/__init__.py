@@ -14,7 +14,7 @@ from aiorch.ops.ledger._projection import Projection, project
 from aiorch.ops.ledger._queries import Answer, NotReadOnly, QueryFailed, read_only, rows_as_dicts
 from aiorch.ops.ledger._reports import CostLine, Delays, ReviewsReport, cost, reviews
 from aiorch.ops.ledger._schema import PROJECTED, engine_for, migrate
-from aiorch.ops.ledger._sync import SyncReport, follow, sync, watermark
+from aiorch.ops.ledger._sync import SyncReport, follow, sync, watermark, write
 
 __all__ = [
     "PROJECTED",
@@ -36,6 +36,7 @@ __all__ = [
     "rows_as_dicts",
     "sync",
     "watermark",
+    "write",
 ]
 
 

@@ -32,6 +32,10 @@ _READING: Final = frozenset(
 )
 
 
+# How SQLite says it refused: the authorizer denied it, or the file is opened read-only.
+_REFUSALS: Final = frozenset({"SQLITE_AUTH", "SQLITE_READONLY"})
+
+
 class NotReadOnly(Exception):
     """The statement would change the ledger (or could not be run read-only)."""
 
@@ -48,12 +52,17 @@ class Answer:
     rows: list[tuple[Any, ...]]
 
 
-def _authorize(action: int, first: str | None, second: str | None, *_: object) -> int:
-    if action in _READING:
-        return sqlite3.SQLITE_OK
-    if action == sqlite3.SQLITE_PRAGMA and second is None:
-        return sqlite3.SQLITE_OK  # reading a pragma's value
-    return sqlite3.SQLITE_DENY
+class _Reader:
+    """sqlite3's authorizer for a read-only connection; remembers whether it refused."""
+
+    def __init__(self) -> None:
+        self.refused = False
+
+    def __call__(self, action: int, first: str | None, second: str | None, *_: object) -> int:
+        if action in _READING or (action == sqlite3.SQLITE_PRAGMA and second is None):
+            return sqlite3.SQLITE_OK  # a read, or reading a pragma's value
+        self.refused = True
+        return sqlite3.SQLITE_DENY
 
 
 def _sqlite(path: str, sql: str) -> Answer:
@@ -61,15 +70,15 @@ def _sqlite(path: str, sql: str) -> Answer:
         raise QueryFailed(f"no ledger at {path}: run `aiorch ledger sync` first")
     connection = sqlite3.connect(f"file:{quote(path)}?mode=ro", uri=True)
     try:
-        connection.set_authorizer(_authorize)
+        reader = _Reader()
+        connection.set_authorizer(reader)
         try:
             cursor = connection.execute(sql)
             rows = [tuple(row) for row in cursor.fetchall()]
         except sqlite3.DatabaseError as err:
-            text = str(err)
-            if "not authorized" in text or "readonly" in text or "read-only" in text:
-                raise NotReadOnly(f"refused: the ledger is read-only here ({text})") from None
-            raise QueryFailed(text) from None
+            if reader.refused or getattr(err, "sqlite_errorname", "") in _REFUSALS:
+                raise NotReadOnly(f"refused: the ledger is read-only here ({err})") from None
+            raise QueryFailed(str(err)) from None
         except sqlite3.ProgrammingError as err:
             raise QueryFailed(str(err)) from None
         columns = [column[0] for column in cursor.description or ()]

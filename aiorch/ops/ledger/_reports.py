@@ -116,7 +116,7 @@ def cost(
             prompt_tokens=prompt or 0,
             completion_tokens=completion or 0,
             cached_tokens=cached or 0,
-            cost_usd=round(spent or 0.0, 6),
+            cost_usd=spent or 0.0,
         )
         for (
             tenant,
@@ -213,7 +213,7 @@ def reviews(
         auto_approval_rate=auto / total if total else None,
         correction_rate=corrected / total if total else None,
         approved_items=len(approved),
-        cost_per_approved_usd=round(spent / len(approved), 6) if approved else None,
+        cost_per_approved_usd=spent / len(approved) if approved else None,
         by_group=_delays(by_group, group_counts),
         by_reviewer=_delays(by_reviewer, reviewer_counts),
         pending={
