@@ -17,7 +17,7 @@ from typing import Annotated, Any
 
 import typer
 from pydantic import BaseModel
-from sqlalchemy import Engine
+from sqlalchemy import Engine, make_url
 from sqlalchemy.exc import SQLAlchemyError
 from temporalio.client import Client
 
@@ -53,7 +53,7 @@ def about_ledger(url: str) -> Iterator[None]:
         yield
     except SQLAlchemyError as err:
         cause = str(getattr(err, "orig", None) or err).strip().splitlines()
-        where = ledger.engine_for(url).url.render_as_string(hide_password=True)
+        where = make_url(url).render_as_string(hide_password=True)
         raise CliError(f"ledger {where}: {cause[0] if cause else type(err).__name__}") from None
 
 

@@ -51,10 +51,9 @@ def decides(entry: HistoryEntry) -> bool:
     return entry.event in DECISION_EVENTS or entry.event == NOTE_REVIEW_VOTE
 
 
-def review_start(entry: HistoryEntry, history: Sequence[HistoryEntry]) -> datetime | None:
+def review_start(entry: HistoryEntry, before: Sequence[HistoryEntry]) -> datetime | None:
     """When the review ``entry`` decided (or voted in) began: the latest transition into its
-    state before it (None when the bound dropped it)."""
-    before = history[: history.index(entry)]
+    state among the entries ``before`` it (None when the bound dropped it)."""
     for earlier in reversed(before):
         if earlier.event not in NOTES and earlier.to_state == entry.from_state:
             return earlier.at
@@ -62,10 +61,11 @@ def review_start(entry: HistoryEntry, history: Sequence[HistoryEntry]) -> dateti
 
 
 def decision_row(
-    ids: dict[str, str], key: str, entry: HistoryEntry, history: Sequence[HistoryEntry]
+    ids: dict[str, str], key: str, entry: HistoryEntry, before: Sequence[HistoryEntry]
 ) -> dict[str, Any]:
-    """``entry`` (a decision or a vote) as a ``review_decisions`` row."""
-    began = review_start(entry, history)
+    """``entry`` (a decision or a vote, recorded after the entries ``before``) as a
+    ``review_decisions`` row."""
+    began = review_start(entry, before)
     vote = entry.event == NOTE_REVIEW_VOTE
     return {
         **ids,

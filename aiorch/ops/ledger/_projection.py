@@ -240,6 +240,8 @@ class _Reader:
             try:
                 self.recorded = Recorded.model_validate(found)
             except ValidationError:
+                # Not a result any pipeline returns (a run that ended without one): the run's
+                # row and model calls are still its history's; it recorded no entries.
                 self.recorded = Recorded()
 
 
@@ -272,12 +274,16 @@ async def project(
     calls = [call.row for call in reader.calls.values()]
     history = reader.recorded.history
     own = [
-        (key, entry)
-        for key, entry in zip(entry_ids(history), history, strict=True)
+        (index, key, entry)
+        for index, (key, entry) in enumerate(zip(entry_ids(history), history, strict=True))
         if utc(entry.at) >= started_at
     ]
     ids = {"chain_id": chain_id, "run_id": run_id, "workflow_id": workflow_id}
-    decisions = [decision_row(ids, key, entry, history) for key, entry in own if decides(entry)]
+    decisions = [
+        decision_row(ids, key, entry, history[:index])
+        for index, key, entry in own
+        if decides(entry)
+    ]
     corrections = [
         row
         for correction in reader.recorded.corrections
@@ -328,7 +334,7 @@ async def project(
                 "attempt": entry.attempt,
             }
             for position, (key, entry) in enumerate(
-                (key, entry) for key, entry in own if entry.event not in NOTES
+                (key, entry) for _, key, entry in own if entry.event not in NOTES
             )
         ],
         model_calls=calls,
