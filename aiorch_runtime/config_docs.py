@@ -83,6 +83,12 @@ class Section(Enum):
         "Observability",
         "Traces and GenAI metrics over OTLP, and the worker's Prometheus endpoint.",
     )
+    LEDGER = (
+        "Run ledger",
+        "Where `aiorch ledger sync` and `aiorch ledger follow` keep the runs they project from "
+        "the event histories, and `aiorch ledger sql` and `report` read them: see "
+        "[ledger.md](ledger.md).",
+    )
     WORKER = (
         "Worker",
         "Slots, pollers, cache, probes and versions of one worker process: see "

@@ -14,6 +14,7 @@ module              commands
 ``budgets``         ``spend``, ``budget``
 ``contract``        ``graph``, ``schema``
 ``pipelines``       ``pipeline check``, ``pipeline list``, ``pipeline show``, ``pipeline graph``
+``ledger``          ``ledger sync``, ``ledger follow``, ``ledger sql``, ``ledger report``
 ==================  ===================================================================
 
 A command line names one command, so `build_app` loads only that command's module: ``keys
@@ -56,6 +57,7 @@ COMMANDS: Mapping[str, str] = MappingProxyType(
         "graph": "contract",
         "schema": "contract",
         "pipeline": "pipelines",
+        "ledger": "ledger",
     }
 )
 

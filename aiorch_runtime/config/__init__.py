@@ -10,7 +10,8 @@ description and a `SettingDoc` (``aiorch_runtime.config_docs``), from which ``ma
 The settings are grouped by the sections of that reference, one module and one frozen model
 each (`TemporalSettings`, `LlmSettings`, `PipelineSettings`, `ReviewSettings`, `AuthSettings`,
 `InboxSettings`, `InputSettings`, `PayloadProtectionSettings`, `StoreSettings`,
-`DeadLetterSettings`, `BudgetSettings`, `ObservabilitySettings`, `WorkerSettings`; `SECTIONS`
+`DeadLetterSettings`, `BudgetSettings`, `ObservabilitySettings`, `LedgerSettings`,
+`WorkerSettings`; `SECTIONS`
 lists them). A section holds its fields with their defaults, validators and docs, and the values
 derived from them (``review_keys()``, ``tenant_budget()``, ``batch_enabled``...). `Settings`
 inherits every section, so:
@@ -51,6 +52,7 @@ from aiorch_runtime.config.inputs import (
     DEFAULT_MAX_PDF_PAGES,
     InputSettings,
 )
+from aiorch_runtime.config.ledger import DEFAULT_LEDGER_URL, LedgerSettings
 from aiorch_runtime.config.llm import DEFAULT_LLM_PORT, LlmSettings
 from aiorch_runtime.config.observability import DEFAULT_METRICS_PORT, ObservabilitySettings
 from aiorch_runtime.config.pipelines import PipelineSettings
@@ -72,6 +74,7 @@ __all__ = [
     "DEFAULT_DOCUMENT_STORE_URL",
     "DEFAULT_HEALTH_PORT",
     "DEFAULT_INBOX_PORT",
+    "DEFAULT_LEDGER_URL",
     "DEFAULT_LLM_PORT",
     "DEFAULT_MAX_DOCUMENT_CHARS",
     "DEFAULT_MAX_EXTRACT_CPU_S",
@@ -90,6 +93,7 @@ __all__ = [
     "DeadLetterSettings",
     "InboxSettings",
     "InputSettings",
+    "LedgerSettings",
     "LlmSettings",
     "ModelPrice",
     "ObservabilitySettings",

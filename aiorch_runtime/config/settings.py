@@ -12,6 +12,7 @@ from aiorch_runtime.config.budgets import BudgetSettings
 from aiorch_runtime.config.dead_letters import DeadLetterSettings
 from aiorch_runtime.config.inbox import InboxSettings
 from aiorch_runtime.config.inputs import InputSettings
+from aiorch_runtime.config.ledger import LedgerSettings
 from aiorch_runtime.config.llm import LlmSettings
 from aiorch_runtime.config.observability import ObservabilitySettings
 from aiorch_runtime.config.pipelines import PipelineSettings
@@ -36,6 +37,7 @@ SectionT = TypeVar("SectionT", bound=SettingsSection)
 # reference's order, Temporal first.
 class Settings(
     WorkerSettings,
+    LedgerSettings,
     ObservabilitySettings,
     BudgetSettings,
     DeadLetterSettings,
@@ -101,6 +103,7 @@ SECTIONS: tuple[type[SettingsSection], ...] = (
     DeadLetterSettings,
     BudgetSettings,
     ObservabilitySettings,
+    LedgerSettings,
     WorkerSettings,
 )
 """The sections `Settings` is made of, in the order of the configuration reference."""

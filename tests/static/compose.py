@@ -95,7 +95,10 @@ ADDRESS_OR_NAME_SUFFIXES = (
 
 
 # Address settings the stack leaves unset on purpose, and why.
-NOT_WIRED = {"S3_ENDPOINT_URL": "no S3 stand-in in the stack; s3:// inputs go to AWS"}
+NOT_WIRED = {
+    "S3_ENDPOINT_URL": "no S3 stand-in in the stack; s3:// inputs go to AWS",
+    "LEDGER_URL": "read by `aiorch ledger`, not the worker; the stack runs no ledger yet",
+}
 
 
 # Read by libraries, not by Settings.

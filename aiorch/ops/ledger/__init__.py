@@ -1,0 +1,47 @@
+"""The run ledger: SQL tables of runs, transitions, model calls, review decisions and
+corrections, projected from the runs' event histories (docs/ledger.md).
+
+`open_ledger` opens (and migrates) the database at ``LEDGER_URL``; `sync` fills it once and
+`follow` keeps filling it; `read_only` runs a user's SQL unable to change it; `cost` and
+`reviews` are the reports.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Engine
+
+from aiorch.ops.ledger._projection import Projection, project
+from aiorch.ops.ledger._queries import Answer, NotReadOnly, QueryFailed, read_only, rows_as_dicts
+from aiorch.ops.ledger._reports import CostLine, Delays, ReviewsReport, cost, reviews
+from aiorch.ops.ledger._schema import PROJECTED, engine_for, migrate
+from aiorch.ops.ledger._sync import SyncReport, follow, sync, watermark, write
+
+__all__ = [
+    "PROJECTED",
+    "Answer",
+    "CostLine",
+    "Delays",
+    "NotReadOnly",
+    "Projection",
+    "QueryFailed",
+    "ReviewsReport",
+    "SyncReport",
+    "cost",
+    "engine_for",
+    "follow",
+    "open_ledger",
+    "project",
+    "read_only",
+    "reviews",
+    "rows_as_dicts",
+    "sync",
+    "watermark",
+    "write",
+]
+
+
+def open_ledger(url: str) -> Engine:
+    """An engine for the ledger at ``url``, its tables brought to the current version."""
+    engine = engine_for(url)
+    migrate(engine)
+    return engine

@@ -1,0 +1,31 @@
+"""The run ledger's database (docs/ledger.md)."""
+
+from __future__ import annotations
+
+from typing import Annotated, ClassVar
+
+from pydantic import Field, field_validator
+
+from aiorch_runtime.config.section import SettingsSection
+from aiorch_runtime.config_docs import Section, SettingDoc
+
+DEFAULT_LEDGER_URL = "sqlite:///.data/ledger.db"
+
+
+class LedgerSettings(SettingsSection):
+    """Where the ledger is kept (`Section.LEDGER`)."""
+
+    SECTION: ClassVar[Section] = Section.LEDGER
+
+    ledger_url: Annotated[str, SettingDoc(Section.LEDGER)] = Field(
+        default=DEFAULT_LEDGER_URL,
+        description="The ledger's database: `sqlite:///PATH` (relative to the working "
+        "directory) or `postgresql://USER:PASSWORD@HOST:PORT/DATABASE` (psycopg 3).",
+    )
+
+    @field_validator("ledger_url")
+    @classmethod
+    def _known_database(cls, value: str) -> str:
+        if not value.startswith(("sqlite:///", "postgresql://", "postgresql+psycopg://")):
+            raise ValueError("must be sqlite:///PATH or postgresql://USER:PASSWORD@HOST/DATABASE")
+        return value
