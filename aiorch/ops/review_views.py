@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Final
 
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
@@ -31,19 +30,17 @@ class NoSuchRun(Exception):
     """No run of a pipeline this worker runs holds that workflow id (or none at all)."""
 
 
-# The first review wait of each pipeline (the states a REVIEW_TIMEOUT leaves).
-_FIRST_WAITS: Final = frozenset(
-    t.source
-    for graph in pipelines.graphs()
-    for t in graph.transitions
-    if t.event == Event.REVIEW_TIMEOUT
-)
-
-
 def is_escalation(state: str) -> bool:
     """Whether waiting in ``state`` is a review's escalation (its second chance, from which
-    the run is dead-lettered), not its first wait."""
-    return state not in _FIRST_WAITS
+    the run is dead-lettered), not its first wait (a state a REVIEW_TIMEOUT leaves).
+
+    Read from the pipelines as they are now, at the call: a module of the CLI imports this one,
+    and a broken pipeline file must not stop every command at its import."""
+    return not any(
+        t.source == state and t.event == Event.REVIEW_TIMEOUT
+        for graph in pipelines.graphs()
+        for t in graph.transitions
+    )
 
 
 @dataclass(frozen=True)
