@@ -245,6 +245,7 @@ class CallGate:
         if store is None or (admission.hold is None and admission.spend is None):
             return
         every = store.lease.total_seconds() / 3
+        renewals = asyncio.current_task()
         while True:
             await asyncio.sleep(every)
             with contextlib.suppress(CapacityStoreError):
@@ -253,6 +254,11 @@ class CallGate:
                 if admission.spend is not None:
                     hold = admission.spend
                     await store.renew_spend(hold.tenant, hold.day, reservation=hold.reservation)
+            if renewals is not None and renewals.cancelling():
+                # The call ended during a renewal, and the store's client reported the cancel
+                # as its own error (a timed-out command): renewing on would keep the holds
+                # alive, and this task running, for good.
+                raise asyncio.CancelledError
 
     async def _reserve_spend(
         self, call: LlmCallInput, worst: float | None

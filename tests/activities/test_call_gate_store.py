@@ -257,6 +257,36 @@ async def test_a_long_call_keeps_its_holds_alive_until_it_ends(store: CapacitySt
     assert await store.spend_state("acme", today()) == pytest.approx((WORST, 0.0))
 
 
+class CancelReportedAsStoreError(CapacityStore):
+    """The store, with a client that reports a command cancelled in flight as its own error,
+    as a client's timeout can when the cancel and the timeout meet."""
+
+    async def renew(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            await asyncio.sleep(LEASE.total_seconds())
+        except asyncio.CancelledError:
+            raise CapacityStoreError("capacity store: TimeoutError: Timeout reading") from None
+        return await super().renew(*args, **kwargs)
+
+
+async def test_renewals_end_when_the_call_ends_during_a_renewal(redis_server: str) -> None:
+    """A call that ends while its hold is being renewed stops the renewals, even when the
+    store's client turns the cancel into a store error (which renewals otherwise ride out)."""
+    client = redis.Redis.from_url(redis_server, socket_timeout=2.0)
+    await client.flushdb()
+    store = CancelReportedAsStoreError(client, lease=LEASE)
+    try:
+        acme = gate(store, tenant_budgets_on=False, tenant_budget=lambda tenant: None)
+        admission, _ = await admitted(acme)
+        renewals = asyncio.create_task(acme.keep_alive(admission))
+        await asyncio.sleep(LEASE.total_seconds() / 3 + 0.05)  # into the first renewal
+        renewals.cancel()
+        await asyncio.wait({renewals}, timeout=LEASE.total_seconds() * 5)
+        assert renewals.cancelled(), "the renewals went on after the call ended"
+    finally:
+        await store.close()
+
+
 async def test_nothing_to_keep_alive_returns_at_once(store: CapacityStore) -> None:
     """A call that holds nothing (no limit, no budget) has nothing to renew."""
     free = gate(store, rate_limits={}, tenant_budgets_on=False, tenant_budget=lambda t: None)
