@@ -9,7 +9,6 @@ nothing; ``ledger sql`` refuses writes; the reviews report's figures equal the h
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import os
 import signal
@@ -36,6 +35,7 @@ from aiorch_runtime.codec import KeyRing, new_key
 from aiorch_runtime.temporal import encrypted_converter
 from tests.support import ROOT
 from tests.support.builders import new_request_id
+from tests.support.ledger_tables import contents
 from tests.support.live_runs import wait_for_state
 from tests.support.live_stack import E2E_WORKER_ENV, run_script, stack_with_worker
 from tests.support.postgres import running_postgres
@@ -224,18 +224,6 @@ async def result_of(client: Client, workflow_id: str) -> RunResult | None:
         return await run_result(client, workflow_id)
     except NoResult:
         return None
-
-
-def contents(engine: Engine) -> tuple[dict[str, int], str]:
-    """Each projected table's row count, and a digest of every row in key order."""
-    digest = hashlib.sha256()
-    counts = {}
-    with engine.connect() as connection:
-        for table in schema.PROJECTED:
-            rows = connection.execute(select(table).order_by(*table.primary_key.columns)).all()
-            counts[table.name] = len(rows)
-            digest.update(repr(rows).encode())
-    return counts, digest.hexdigest()
 
 
 def rows(engine: Engine, table: Any) -> list[dict[str, Any]]:

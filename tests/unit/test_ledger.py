@@ -4,19 +4,19 @@
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, func, select
+from sqlalchemy import func, select
 from temporalio.client import WorkflowHistory
 
 from aiorch.ops import ledger
 from aiorch.ops.ledger import _schema as schema
 from aiorch_runtime.temporal import DATA_CONVERTER
+from tests.support.ledger_tables import contents
 
 HISTORIES = sorted((Path(__file__).parents[1] / "replay" / "histories").glob("*.json"))
 MODEL_ACTIVITIES = {"invoke_llm", "await_batch"}
@@ -53,18 +53,6 @@ def recorded_entries(path: Path) -> list[dict[str, Any]]:
 async def projected(path: Path) -> ledger.Projection:
     history = WorkflowHistory.from_json(path.stem, json.loads(path.read_text()))
     return await ledger.project(path.stem, path.stem, history.events, DATA_CONVERTER)
-
-
-def contents(engine: Engine) -> tuple[dict[str, int], str]:
-    """Each projected table's row count, and a digest of every row, in key order."""
-    digest = hashlib.sha256()
-    counts = {}
-    with engine.connect() as connection:
-        for table in schema.PROJECTED:
-            rows = connection.execute(select(table).order_by(*table.primary_key.columns)).all()
-            counts[table.name] = len(rows)
-            digest.update(repr(rows).encode())
-    return counts, digest.hexdigest()
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=lambda path: path.stem)
