@@ -235,6 +235,15 @@ def engine_at(url: str) -> Engine:
     return create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1))
 
 
+def contents_at(url: str) -> tuple[dict[str, int], str]:
+    """`contents` of the ledger at ``url``, its connections closed after."""
+    engine = engine_at(url)
+    try:
+        return contents(engine)
+    finally:
+        engine.dispose()
+
+
 async def check_ledger(fleet: Fleet, url: str) -> None:
     """The ledger at ``url`` holds each run, model call, transition and decision once."""
     ids = [*fleet.closed, fleet.waiting]
@@ -290,12 +299,12 @@ async def test_sync_projects_every_run_once_and_a_second_sync_changes_nothing(
     assert first.returncode == 0, first.stderr
     assert "6 projected" in first.stderr or "7 projected" in first.stderr, first.stderr
     await check_ledger(fleet, url)
-    before = contents(engine_at(url))
+    before = contents_at(url)
 
     again = fleet.ledger(url, "sync")
     assert again.returncode == 0, again.stderr
     assert "1 projected" in again.stderr, again.stderr
-    assert contents(engine_at(url)) == before
+    assert contents_at(url) == before
 
 
 def test_sync_without_the_keys_says_so_in_one_line(fleet: Fleet, tmp_path: Path) -> None:

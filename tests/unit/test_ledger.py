@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import Engine, func, select
 from temporalio.client import WorkflowHistory
 
 from aiorch.ops import ledger
@@ -55,6 +56,22 @@ async def projected(path: Path) -> ledger.Projection:
     return await ledger.project(path.stem, path.stem, history.events, DATA_CONVERTER)
 
 
+@pytest.fixture
+def open_ledger() -> Iterator[Callable[[str], Engine]]:
+    """`ledger.open_ledger`, each engine it opened disposed after the test: a SQLite
+    connection left to the garbage collector warns (3.13) in whichever test collects it."""
+    opened: list[Engine] = []
+
+    def opening(url: str) -> Engine:
+        engine = ledger.open_ledger(url)
+        opened.append(engine)
+        return engine
+
+    yield opening
+    for engine in opened:
+        engine.dispose()
+
+
 @pytest.mark.parametrize("path", HISTORIES, ids=lambda path: path.stem)
 async def test_projection_holds_each_model_call_transition_and_decision_once(path: Path) -> None:
     """A run's rows are its history's: one model call per scheduled model activity, one
@@ -89,10 +106,12 @@ async def test_a_dead_lettered_run_shows_its_failed_attempts_and_end() -> None:
     assert all(call["error"] and call["cost_usd"] == 0 for call in found.model_calls)
 
 
-async def test_storing_every_history_twice_changes_nothing(tmp_path: Path) -> None:
+async def test_storing_every_history_twice_changes_nothing(
+    tmp_path: Path, open_ledger: Callable[[str], Engine]
+) -> None:
     """Writing the same projections again leaves every table's rows and their digest as
     they were: rows are keyed by what the history holds, not by when they were written."""
-    engine = ledger.open_ledger(f"sqlite:///{tmp_path / 'ledger.db'}")
+    engine = open_ledger(f"sqlite:///{tmp_path / 'ledger.db'}")
     projections = [await projected(path) for path in HISTORIES]
     for projection in projections:
         ledger.write(engine, projection)
@@ -103,11 +122,11 @@ async def test_storing_every_history_twice_changes_nothing(tmp_path: Path) -> No
     assert first[0]["runs"] == len(HISTORIES)
 
 
-def test_migrations_apply_once(tmp_path: Path) -> None:
+def test_migrations_apply_once(tmp_path: Path, open_ledger: Callable[[str], Engine]) -> None:
     """Opening a ledger twice applies each migration once, and records it."""
     url = f"sqlite:///{tmp_path / 'nested' / 'ledger.db'}"
-    ledger.open_ledger(url)
-    engine = ledger.open_ledger(url)
+    open_ledger(url)
+    engine = open_ledger(url)
     with engine.connect() as connection:
         versions = connection.execute(select(schema.schema_version.c.version)).scalars().all()
     assert versions == list(range(1, len(schema.MIGRATIONS) + 1))
@@ -127,11 +146,13 @@ def test_migrations_apply_once(tmp_path: Path) -> None:
         "VACUUM",
     ],
 )
-async def test_sql_refuses_every_write(tmp_path: Path, statement: str) -> None:
+async def test_sql_refuses_every_write(
+    tmp_path: Path, statement: str, open_ledger: Callable[[str], Engine]
+) -> None:
     """A statement that would change the ledger (or how it may be changed) is refused, and
     the file is byte for byte as it was."""
     path = tmp_path / "ledger.db"
-    engine = ledger.open_ledger(f"sqlite:///{path}")
+    engine = open_ledger(f"sqlite:///{path}")
     ledger.write(engine, await projected(HISTORIES[0]))
     engine.dispose()
     before = path.read_bytes()
@@ -140,10 +161,10 @@ async def test_sql_refuses_every_write(tmp_path: Path, statement: str) -> None:
     assert path.read_bytes() == before
 
 
-async def test_sql_reads(tmp_path: Path) -> None:
+async def test_sql_reads(tmp_path: Path, open_ledger: Callable[[str], Engine]) -> None:
     """A SELECT (and reading a pragma) answers with its columns and rows."""
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
-    engine = ledger.open_ledger(url)
+    engine = open_ledger(url)
     for path in HISTORIES:
         ledger.write(engine, await projected(path))
     answer = ledger.read_only(url, "SELECT status, count(*) AS n FROM runs GROUP BY status")
@@ -154,10 +175,12 @@ async def test_sql_reads(tmp_path: Path) -> None:
         ledger.read_only(url, "SELECT * FROM missing_table")
 
 
-async def test_reports_over_the_recorded_runs(tmp_path: Path) -> None:
+async def test_reports_over_the_recorded_runs(
+    tmp_path: Path, open_ledger: Callable[[str], Engine]
+) -> None:
     """The reviews report counts the histories' decisions, the rule's approval among them,
     the reedits and corrections; the cost report adds up every model call's cost."""
-    engine = ledger.open_ledger(f"sqlite:///{tmp_path / 'ledger.db'}")
+    engine = open_ledger(f"sqlite:///{tmp_path / 'ledger.db'}")
     projections = [await projected(path) for path in HISTORIES]
     for projection in projections:
         ledger.write(engine, projection)
