@@ -74,7 +74,10 @@ def upsert(connection: Connection, table: Table, rows: Sequence[dict[str, Any]])
         raise ValueError(f"the ledger keeps to SQLite and PostgreSQL, not {dialect}")
     keys = [column.name for column in table.primary_key.columns]
     changes = {c.name: statement.excluded[c.name] for c in table.columns if c.name not in keys}
-    connection.execute(statement.on_conflict_do_update(index_elements=keys, set_=changes), rows)
+    # PostgreSQL refuses one statement that updates a row twice: the last row of a key wins,
+    # as it would statement by statement.
+    unique = list({tuple(row[key] for key in keys): row for row in rows}.values())
+    connection.execute(statement.on_conflict_do_update(index_elements=keys, set_=changes), unique)
 
 
 def write(engine: Engine, projection: Projection) -> None:
