@@ -39,7 +39,7 @@ ENV PATH=/opt/venv/bin:$PATH \
 
 RUN groupadd --system --gid 10001 app \
     && useradd --system --uid 10001 --gid app --home-dir /app --shell /usr/sbin/nologin app \
-    && install -d -o app -g app /app
+    && install -d -o app -g app /app /app/.data
 
 # Only the runtime venv: the build venv and the wheel stay in the build stage.
 COPY --from=build /opt/venv /opt/venv

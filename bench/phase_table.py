@@ -14,6 +14,7 @@ from typing import Any, Generic, TypeVar
 
 from bench import phases
 from bench.cost_phase import check_actions, run_actions
+from bench.ledger_phase import check_ledger, run_ledger
 from bench.load import BatchFigures
 from bench.report import (
     MAX_PARKED_RSS_MIB,
@@ -272,6 +273,7 @@ PHASES: tuple[Phase[Any], ...] = (
     Phase("sqlite", _run_sqlite, _check_sqlite),
     Phase("parked", _run_parked, _check_parked),
     Phase("fault", _run_fault, _check_fault),
+    Phase("ledger", run_ledger, check_ledger),
     Phase("peer", _run_peer, _check_peer, on_stack=False),
 )
 PHASE_NAMES = tuple(phase.name for phase in PHASES)

@@ -17,7 +17,9 @@ embedded default runs), the LLM simulator answering at once, and these phases in
 5. ``--parked`` runs waiting in ``await_review``: the worker's peak RSS, then all approved through
    the ``submit_review`` update by the batch reviewer (``starter.py review-all``);
 6. a worker SIGKILL plus a server crash-restart (same SQLite file) during a batch;
-7. LangGraph with its SQLite checkpointer, when installed (``pip install -e '.[bench]'``).
+7. the run ledger: ``--ledger-n`` mixed runs synced twice, then ``ledger follow`` behind 20 new
+   runs/s for ``--ledger-stream-s`` seconds, its lag per run (``bench.ledger_phase``);
+8. LangGraph with its SQLite checkpointer, when installed (``pip install -e '.[bench]'``).
 
 ``--phases`` runs only the phases named (``--phases actions``: the action count alone, well
 under a minute); ``--skip`` leaves phases out. Every run of every phase is checked through its
@@ -78,6 +80,10 @@ def parse_args(argv: Sequence[str] | None) -> Options:
         help="USD per million Temporal actions, for the cost per run (50)",
     )
     parser.add_argument("--timeout", type=float, default=900.0, help="per batch, seconds")
+    parser.add_argument("--ledger-n", type=int, default=None, help="mixed runs, ledger (500)")
+    parser.add_argument(
+        "--ledger-stream-s", type=float, default=None, help="seconds of 20 runs/s, ledger (60)"
+    )
     parser.add_argument("--out", type=Path, default=PROJECT_ROOT / "bench" / "results")
     parser.add_argument("--data-dir", type=Path, default=None, help="default: a temporary dir")
     parser.add_argument("--phases", default="", help=f"only these phases: {','.join(PHASE_NAMES)}")
@@ -106,6 +112,8 @@ def parse_args(argv: Sequence[str] | None) -> Options:
         actions_k=args.actions_k or (5 if quick else 50),
         price_per_million_actions=args.price_per_million_actions,
         timeout_s=args.timeout,
+        ledger_n=args.ledger_n or (25 if quick else 500),
+        ledger_stream_s=args.ledger_stream_s or (3.0 if quick else 60.0),
         out_dir=args.out,
         data_dir=args.data_dir,
         skip=skip,
@@ -124,6 +132,8 @@ def _options_json(options: Options) -> dict[str, Any]:
         "approve_concurrency": options.approve_concurrency,
         "actions_k": options.actions_k,
         "price_per_million_actions": options.price_per_million_actions,
+        "ledger_n": options.ledger_n,
+        "ledger_stream_s": options.ledger_stream_s,
         "skipped": sorted(options.skip),
     }
 

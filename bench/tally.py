@@ -38,6 +38,8 @@ class Options:
     actions_k: int
     price_per_million_actions: float
     timeout_s: float
+    ledger_n: int
+    ledger_stream_s: float
     out_dir: Path
     data_dir: Path | None
     skip: frozenset[str]

@@ -109,6 +109,8 @@ def follow_command(
         running = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             running.add_signal_handler(signum, stop.set)
+        where = make_url(settings.ledger_url).render_as_string(hide_password=True)
+        err_console.print(plain(f"{ledger.FOLLOW_READY_LINE}: every {interval} into {where}"))
         with about_ledger(settings.ledger_url):
             return await ledger.follow(client, engine, interval=every, stop=stop, each=_report_sync)
 

@@ -27,6 +27,8 @@ class StackAddresses:
     # provider, as the review inbox is); its private half is in this 0600 file.
     review_public_keys: str
     reviewer_key_file: Path
+    # The run ledger (LEDGER_URL): an SQLite file the stack's `ledger follow` keeps filled.
+    ledger_url: str
     # The Temporal Web UI; None when the dev server runs headless.
     ui_url: str | None
     # Set only when payload encryption is on; its token is in <data_dir>/codec-token.
@@ -53,6 +55,7 @@ class StackAddresses:
             "OPENAI_API_KEY": "sim-local-key",
             "VECTOR_STORE_PATH": str(self.vector_store_path),
             "DOCUMENT_STORE_URL": self.document_store_url,
+            "LEDGER_URL": self.ledger_url,
             "INPUT_FILE_ROOTS": str(self.input_dir),
             "REVIEW_PUBLIC_KEYS": self.review_public_keys,
             "REVIEWER_KEY_FILE": str(self.reviewer_key_file),
@@ -87,6 +90,7 @@ class StackAddresses:
             openai_base_url=f"http://{HOST}:{ports.llm}/v1",
             vector_store_path=data_dir / "vectors",
             document_store_url=f"sqlite:///{data_dir / 'documents.db'}",
+            ledger_url=f"sqlite:///{data_dir / 'ledger.db'}",
             input_dir=input_dir,
             review_public_keys=review_public_keys,
             reviewer_key_file=data_dir / "reviewer-key",

@@ -37,6 +37,8 @@ def show_banner(stack: LocalStack, console: Console) -> None:
         rows.append(
             ("Codec server", f"{addresses.codec_server_url} (token in {stack.codec_token_file})")
         )
+    if "ledger" in stack.processes:
+        rows.append(("Run ledger", f"{addresses.ledger_url} (aiorch ledger follow; ledger sql)"))
     if "worker" in stack.processes:
         endpoints = stack.worker_endpoints()
         rows += [("Worker metrics", endpoints["metrics"]), ("Worker health", endpoints["health"])]

@@ -61,6 +61,9 @@ def up_command(
         ),
     ] = False,
     no_worker: Annotated[bool, typer.Option("--no-worker", help="start the servers only")] = False,
+    no_ledger: Annotated[
+        bool, typer.Option("--no-ledger", help="do not run `aiorch ledger follow`")
+    ] = False,
     inbox: Annotated[bool, typer.Option("--inbox", help="also serve the review inbox")] = False,
     inbox_port: Annotated[int, typer.Option()] = DEFAULT_INBOX_PORT,
     capacity_store: Annotated[
@@ -87,6 +90,7 @@ def up_command(
         persist=not ephemeral,
         keep_documents=not ephemeral,
         with_worker=not no_worker,
+        with_ledger=not no_worker and not no_ledger,
         with_inbox=inbox,
         inbox_port=inbox_port,
         with_capacity_store=capacity_store,

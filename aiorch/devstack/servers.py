@@ -45,6 +45,7 @@ from aiorch.devstack.processes import (
 )
 from aiorch.ops.codec_server import READY_LINE as CODEC_READY_LINE
 from aiorch.ops.inbox.server import READY_LINE as INBOX_READY_LINE
+from aiorch.ops.ledger import FOLLOW_READY_LINE
 from aiorch.ops.visibility import search_attribute_types
 
 WORKER_READY_LINE = "worker started"
@@ -251,6 +252,22 @@ def start_worker(
         raise LocalStackError(f"no worker.py in {cwd}; run from the project root")
     args = [sys.executable, "worker.py"]
     return _start_until_line("worker", args, env, cwd, log_dir, WORKER_READY_LINE, timeout)
+
+
+def start_ledger_follower(
+    *,
+    env: Mapping[str, str],
+    log_dir: Path,
+    cwd: Path,
+    interval: str = "10s",
+    timeout: float = READY_TIMEOUT_S,
+) -> ManagedProcess:
+    """Run ``python starter.py ledger follow`` in ``cwd`` with ``env`` over this environment
+    (its ``LEDGER_URL`` names the ledger), until it says it runs."""
+    if not (cwd / "starter.py").is_file():
+        raise LocalStackError(f"no starter.py in {cwd}; run from the project root")
+    args = [sys.executable, "starter.py", "ledger", "follow", "--interval", interval]
+    return _start_until_line("ledger", args, env, cwd, log_dir, FOLLOW_READY_LINE, timeout)
 
 
 def _start_until_line(

@@ -8,6 +8,9 @@ and, with payload encryption on, the codec server, started and stopped together.
   in the stack's S3, and moto keeps S3 and SQS (the dead letters) in memory only: moto 5 has no
   state persistence for its server, only a request recorder whose replay cannot reproduce SQS
   state (receipt handles and message ids are drawn anew)
+- with ``with_ledger`` (``up`` unless ``--no-ledger``), ``aiorch ledger follow`` keeps the run
+  ledger ``<data_dir>/ledger.db`` (``LEDGER_URL``, ``StackAddresses.ledger_url``) filled from
+  the runs' histories, reading encrypted runs with the worker's keys
 - the document pipeline stores its rows in the SQLite file ``<data_dir>/documents.db``
   (``DOCUMENT_STORE_URL``, ``StackAddresses.document_store_url``), next to the embedded vector
   store: whatever the worker's working directory, a stack keeps its data in its own folder
@@ -46,6 +49,7 @@ from aiorch.devstack.servers import (
     start_capacity_store,
     start_codec_server,
     start_inbox,
+    start_ledger_follower,
     start_llm_simulator,
     start_sqs_server,
     start_temporal_dev_server,
@@ -74,7 +78,9 @@ _ENDPOINT_LINES = {
     ),
 }
 # The reverse is the stop order: the worker goes before the servers it uses.
-_START_ORDER = ("codec", "temporal", "sqs", "llm", "capacity", "worker", "inbox")
+_START_ORDER = ("codec", "temporal", "sqs", "llm", "capacity", "worker", "ledger", "inbox")
+
+LEDGER_INTERVAL = "2s"
 
 __all__ = ["LocalStack", "LocalStackError", "StackAddresses"]
 
@@ -108,12 +114,14 @@ class LocalStack:
         inbox_reviewers: Sequence[str] = ("reviewer",),
         with_capacity_store: bool = False,
         capacity_port: int | None = None,
+        with_ledger: bool = False,
     ) -> None:
         self.data_dir = data_dir.resolve()
         self.log_dir = self.data_dir / "logs"
         self.db_file = self.data_dir / "temporal.sqlite" if persist else None
         self.keep_documents = keep_documents
         self.with_worker, self.worker_cwd = with_worker, worker_cwd
+        self.with_ledger = with_ledger
         self.worker_env = dict(worker_env or {})
         self.payload_keys = PayloadKeys.configured(self.worker_env, self.data_dir)
         self.codec_token_file = self.data_dir / "codec-token"
@@ -151,7 +159,7 @@ class LocalStack:
 
     @property
     def processes(self) -> dict[str, ManagedProcess]:
-        """A copy of the running processes by name: temporal, sqs, llm, worker."""
+        """A copy of the running processes by name: temporal, sqs, llm, worker, ledger..."""
         return dict(self._procs)
 
     def start(self) -> StackAddresses:
@@ -180,6 +188,8 @@ class LocalStack:
                 self.start_capacity_store()
             if self.with_worker:
                 self.start_worker()
+            if self.with_ledger:
+                self.start_ledger()
             if self.with_inbox:
                 self._procs["inbox"] = self._start_inbox()
         except BaseException:
@@ -244,6 +254,16 @@ class LocalStack:
         required = {"REQUIRE_ENCRYPTION": "true"} if self.encrypted else {}
         env = {**self.addresses.env(), **required, **self.worker_env}
         self._procs["worker"] = start_worker(env=env, log_dir=self.log_dir, cwd=self.worker_cwd)
+        self._write_state()
+
+    def start_ledger(self) -> None:
+        """Start ``aiorch ledger follow`` into ``LEDGER_URL``, with the worker's environment
+        (its payload keys and pipeline folder: the follower reads every run the worker runs),
+        syncing every ``LEDGER_INTERVAL``: a run shows in the ledger seconds after it moves."""
+        env = {**self.addresses.env(), **self.worker_env}
+        self._procs["ledger"] = start_ledger_follower(
+            env=env, log_dir=self.log_dir, cwd=self.worker_cwd, interval=LEDGER_INTERVAL
+        )
         self._write_state()
 
     def shell_env(self) -> dict[str, str]:

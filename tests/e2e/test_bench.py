@@ -28,7 +28,7 @@ FIGURE_KEYS = {
     "history_events",
 }
 RANGE_KEYS = {"median", "min", "max", "values"}
-TIMED_PHASES = ("unloaded", "load", "profile", "sqlite", "parked", "fault", "peer")
+TIMED_PHASES = ("unloaded", "load", "profile", "sqlite", "parked", "fault", "ledger", "peer")
 # Phases the quick run leaves out; nothing this module checks comes from them.
 UNCHECKED_PHASES = ("actions", "peer", "profile")
 QUICK_BENCH = (sys.executable, "-m", "bench.run", "--quick")
@@ -90,6 +90,11 @@ def test_quick_bench_reports_every_figure(quick_report: tuple[dict[str, Any], st
     for key in ("worker_peak_rss_mib_waiting", "approvals_per_s", "completions_per_s"):
         assert parked[key] > 0
     assert report["fault"]["n"] == 10
+    synced, followed = report["ledger"]["sync"], report["ledger"]["follow"]
+    assert synced["n"] == 25 and synced["runs_once"] and synced["model_calls_match"]
+    assert synced["second_sync"]["projected"] == 0 and synced["second_sync_unchanged"]
+    assert followed["arrived"] == followed["started"] > 0
+    assert followed["lag_s"]["min"] <= followed["lag_s"]["median"] <= followed["lag_s"]["max"]
     assert set(report["options"]["skipped"]) == set(UNCHECKED_PHASES)
     assert "peer_langgraph" not in report and "profile" not in report
     machine = report["machine"]
@@ -163,7 +168,16 @@ def test_actions_phase_runs_alone(
     the actions per run and the cost checks before anything else."""
     report, printed = actions_reports[5]
     assert set(report["options"]["skipped"]) == set(TIMED_PHASES)
-    for phase in ("unloaded_ms", "load", "profile", "sqlite", "parked", "fault", "peer_langgraph"):
+    for phase in (
+        "unloaded_ms",
+        "load",
+        "profile",
+        "sqlite",
+        "parked",
+        "fault",
+        "ledger",
+        "peer_langgraph",
+    ):
         assert phase not in report
     assert report["lost"] == report["failed"] == 0
     assert report["actions"]["k"] == 5

@@ -396,6 +396,45 @@ def test_the_shell_lines_of_an_encrypted_stack_start_encrypted_runs(
     asyncio.run(check())
 
 
+def test_up_runs_the_ledger_follower_and_a_run_appears_in_the_ledger(
+    encrypted_up: tuple[str, int, int],
+) -> None:
+    """`up` runs `aiorch ledger follow` next to the worker: the banner names the ledger, the
+    exports point LEDGER_URL at ``<data dir>/ledger.db``, and a run started from a shell with
+    those lines shows up there, completed, within seconds, read with the worker's keys."""
+    output, _, _ = encrypted_up
+    lines = [line for line in output.splitlines() if line.startswith(("export ", "unset "))]
+    exported = dict(line.removeprefix("export ").split("=", 1) for line in lines[1:])
+    ledger_db = Path(exported["LEDGER_URL"].removeprefix("sqlite:///"))
+    assert ledger_db.name == "ledger.db"
+    assert "Run ledger" in output and exported["LEDGER_URL"] in output
+    state = json.loads((ledger_db.parent / "stack.json").read_text())
+    assert "ledger" in state["processes"]
+
+    shell = {k: v for k, v in os.environ.items() if not k.startswith(("PAYLOAD_", "TEMPORAL_"))}
+    start = f"{shlex.quote(sys.executable)} starter.py start 'ledger canary' --review never --wait"
+    done = subprocess.run(
+        ["bash", "-c", "\n".join([*lines, start])],
+        cwd=ROOT,
+        env=shell,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    workflow_id = done.stderr.split("started ", 1)[1].split()[0]
+    query = f"SELECT status FROM runs WHERE workflow_id = '{workflow_id}'"
+    deadline = time.monotonic() + 60
+    while True:
+        if ledger_db.exists():
+            with closing(sqlite3.connect(f"file:{ledger_db}?mode=ro", uri=True)) as db:
+                found = db.execute(query).fetchall()
+            if found == [("completed",)]:
+                break
+        assert time.monotonic() < deadline, "the run never reached the stack's ledger"
+        time.sleep(0.5)
+
+
 def test_up_lists_the_worker_endpoints_and_says_which_did_not_start(
     encrypted_up: tuple[str, int, int],
 ) -> None:
@@ -490,6 +529,7 @@ def test_the_demo_gives_links_only_while_its_stack_stays_up(tmp_path: Path) -> N
         openai_base_url="http://127.0.0.1:8000/v1",
         vector_store_path=tmp_path / "vectors",
         document_store_url=f"sqlite:///{tmp_path / 'documents.db'}",
+        ledger_url=f"sqlite:///{tmp_path / 'ledger.db'}",
         input_dir=tmp_path / "inputs",
         review_public_keys="",
         reviewer_key_file=tmp_path / "reviewer-key",

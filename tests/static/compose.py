@@ -56,6 +56,10 @@ REDIS_CONF = ROOT / "deploy" / "redis" / "redis.conf"
 WORKER = "worker"
 
 
+# The run ledger's follower (issue 41).
+LEDGER = "ledger"
+
+
 # The capacity store the workers share (issue 17).
 CAPACITY_STORE = "redis"
 
@@ -97,7 +101,7 @@ ADDRESS_OR_NAME_SUFFIXES = (
 # Address settings the stack leaves unset on purpose, and why.
 NOT_WIRED = {
     "S3_ENDPOINT_URL": "no S3 stand-in in the stack; s3:// inputs go to AWS",
-    "LEDGER_URL": "read by `aiorch ledger`, not the worker; the stack runs no ledger yet",
+    "LEDGER_URL": "read by `aiorch ledger`, not the worker: the `ledger` service sets it",
 }
 
 

@@ -15,6 +15,7 @@ from sqlalchemy import Engine, func, select
 from temporalio.client import WorkflowHistory
 
 from aiorch.ops import ledger
+from aiorch.ops.ledger import _changes as changes
 from aiorch.ops.ledger import _schema as schema
 from aiorch_runtime.temporal import DATA_CONVERTER
 from tests.support.ledger_tables import contents
@@ -120,6 +121,26 @@ async def test_storing_every_history_twice_changes_nothing(
         ledger.write(engine, projection)
     assert contents(engine) == first
     assert first[0]["runs"] == len(HISTORIES)
+
+
+async def test_a_sync_looks_up_only_the_listed_runs_it_holds(
+    tmp_path: Path, open_ledger: Callable[[str], Engine]
+) -> None:
+    """What a sync compares with the listing: the stored status and event count of each listed
+    run the ledger holds, found among many more listed ids than one lookup takes, and nothing
+    for a run it does not hold."""
+    engine = open_ledger(f"sqlite:///{tmp_path / 'ledger.db'}")
+    projections = [await projected(path) for path in HISTORIES]
+    for projection in projections:
+        ledger.write(engine, projection)
+    unknown = [f"unknown-{n}" for n in range(2 * changes.LOOKUP_CHUNK)]
+    held = [p.run["run_id"] for p in projections]
+    found = changes.stored(engine, [*unknown[:700], *held, *unknown[700:]])
+    assert found == {
+        p.run["run_id"]: changes.Stored(p.run["status"], p.run["history_length"])
+        for p in projections
+    }
+    assert changes.stored(engine, unknown) == {}
 
 
 def test_migrations_apply_once(tmp_path: Path, open_ledger: Callable[[str], Engine]) -> None:

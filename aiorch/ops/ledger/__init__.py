@@ -14,9 +14,17 @@ from aiorch.ops.ledger._projection import Projection, project
 from aiorch.ops.ledger._queries import Answer, NotReadOnly, QueryFailed, read_only, rows_as_dicts
 from aiorch.ops.ledger._reports import CostLine, Delays, ReviewsReport, cost, reviews
 from aiorch.ops.ledger._schema import PROJECTED, engine_for, migrate
-from aiorch.ops.ledger._sync import SyncReport, follow, sync, watermark, write
+from aiorch.ops.ledger._sync import (
+    FOLLOW_READY_LINE,
+    SyncReport,
+    follow,
+    sync,
+    watermark,
+    write,
+)
 
 __all__ = [
+    "FOLLOW_READY_LINE",
     "PROJECTED",
     "Answer",
     "CostLine",

@@ -2,13 +2,14 @@
 
 A sync lists the project's runs from visibility (`aiorch.ops.visibility.runs_query`): every
 open run, and every run that closed since the watermark (less `VISIBILITY_LAG`, since
-visibility shows a close a moment after it happened). It reads the history of each one the
-ledger does not already hold as it is (a closed run whose stored event count equals the one
-visibility reports is skipped; an open run is read again), projects it
-(`aiorch.ops.ledger._projection.project`) and upserts its rows by their natural keys, one run
-per transaction. So a sync repeated changes nothing, and one after downtime catches up from the
-watermark. The watermark then moves to the moment the sync began, or to the close of the
-earliest run it could not read, so that run is tried again.
+visibility shows a close a moment after it happened). It reads the history of each one whose
+history grew since the ledger stored it (`aiorch.ops.ledger._changes`: a closed run's event
+count comes with the listing, an open run's from a describe), ``CONCURRENCY`` at a time,
+projects it (`aiorch.ops.ledger._projection.project`) and upserts its rows by their natural
+keys: one writer, several runs per transaction (a run's rows never split across two). So a
+sync repeated changes nothing and reads no history, and one after downtime catches up from
+the watermark. The watermark then moves to the moment the sync
+began, or to the close of the earliest run it could not read, so that run is tried again.
 
 Reading histories and listing runs are not billable actions: the ledger adds none to a run.
 """
@@ -23,16 +24,12 @@ from typing import Any, Final
 
 from sqlalchemy import Connection, Engine, Table, select
 from sqlalchemy.dialects import postgresql, sqlite
-from temporalio.client import (
-    Client,
-    RPCTimeoutOrCancelledError,
-    WorkflowExecution,
-    WorkflowExecutionStatus,
-)
+from temporalio.client import Client, RPCTimeoutOrCancelledError, WorkflowExecution
 from temporalio.service import RPCError
 
 from aiorch.ops import visibility
 from aiorch.ops.ledger import _schema as schema
+from aiorch.ops.ledger._changes import changed, stored
 from aiorch.ops.ledger._projection import Projection, project
 from aiorch.ops.results import run_converter
 from aiorch.ops.retries import retrying
@@ -40,6 +37,9 @@ from aiorch.ops.retries import retrying
 VISIBILITY_LAG: Final = timedelta(seconds=60)
 WATERMARK: Final = "watermark"
 CONCURRENCY: Final = 8
+WRITE_BATCH: Final = 200
+FOLLOW_READY_LINE: Final = "ledger follow started"
+"""What ``ledger follow`` prints (stderr) once it runs, before its first sync."""
 
 
 @dataclass(frozen=True)
@@ -74,17 +74,48 @@ def upsert(connection: Connection, table: Table, rows: Sequence[dict[str, Any]])
         raise ValueError(f"the ledger keeps to SQLite and PostgreSQL, not {dialect}")
     keys = [column.name for column in table.primary_key.columns]
     changes = {c.name: statement.excluded[c.name] for c in table.columns if c.name not in keys}
-    connection.execute(statement.on_conflict_do_update(index_elements=keys, set_=changes), rows)
+    # PostgreSQL refuses one statement that updates a row twice: the last row of a key wins,
+    # as it would statement by statement.
+    unique = list({tuple(row[key] for key in keys): row for row in rows}.values())
+    connection.execute(statement.on_conflict_do_update(index_elements=keys, set_=changes), unique)
 
 
 def write(engine: Engine, projection: Projection) -> None:
     """A run's rows, in one transaction."""
+    write_many(engine, [projection])
+
+
+def write_many(engine: Engine, projections: Sequence[Projection]) -> None:
+    """Several runs' rows, in one transaction: one statement per table, not per run, so a
+    sync of many runs pays for few commits (each one a disk sync in SQLite)."""
     with engine.begin() as connection:
-        upsert(connection, schema.runs, [projection.run])
-        upsert(connection, schema.transitions, projection.transitions)
-        upsert(connection, schema.model_calls, projection.model_calls)
-        upsert(connection, schema.review_decisions, projection.review_decisions)
-        upsert(connection, schema.corrections, projection.corrections)
+        upsert(connection, schema.runs, [p.run for p in projections])
+        upsert(connection, schema.transitions, [r for p in projections for r in p.transitions])
+        upsert(connection, schema.model_calls, [r for p in projections for r in p.model_calls])
+        upsert(
+            connection,
+            schema.review_decisions,
+            [r for p in projections for r in p.review_decisions],
+        )
+        upsert(connection, schema.corrections, [r for p in projections for r in p.corrections])
+
+
+async def _write_from(queue: asyncio.Queue[Projection | None], engine: Engine) -> None:
+    """Write what ``queue`` brings until it brings None: whatever has queued up while the last
+    transaction ran, at most `WRITE_BATCH` runs, goes in the next one. One writer: SQLite
+    takes one at a time, and no run waits for a commit of its own."""
+    done = False
+    while not done:
+        batch: list[Projection] = []
+        item = await queue.get()
+        while item is not None:
+            batch.append(item)
+            if len(batch) >= WRITE_BATCH or queue.empty():
+                break
+            item = queue.get_nowait()
+        done = item is None
+        if batch:
+            await asyncio.to_thread(write_many, engine, batch)
 
 
 def watermark(engine: Engine) -> datetime | None:
@@ -96,30 +127,12 @@ def watermark(engine: Engine) -> datetime | None:
     return datetime.fromisoformat(found) if found else None
 
 
-def _held(engine: Engine) -> dict[str, tuple[str, int]]:
-    """Each stored run's Temporal status and event count, by run id."""
-    runs = schema.runs
-    with engine.connect() as connection:
-        rows = connection.execute(select(runs.c.run_id, runs.c.status, runs.c.history_length))
-        return {run_id: (status, length) for run_id, status, length in rows}
-
-
 def listing_query(since: datetime | None) -> str:
     """The visibility query of a sync from watermark ``since`` (None: every run)."""
     if since is None:
         return visibility.runs_query()
     at = visibility.visibility_time(since - VISIBILITY_LAG)
     return visibility.runs_query(f"(CloseTime >= '{at}' OR {visibility.OPEN})")
-
-
-def _unchanged(execution: WorkflowExecution, held: dict[str, tuple[str, int]]) -> bool:
-    stored = held.get(execution.run_id)
-    return (
-        stored is not None
-        and stored[0] != "running"
-        and execution.status != WorkflowExecutionStatus.RUNNING
-        and stored[1] == execution.history_length
-    )
 
 
 async def read_run(client: Client, execution: WorkflowExecution) -> Projection:
@@ -144,11 +157,11 @@ async def sync(client: Client, engine: Engine, *, concurrency: int = CONCURRENCY
     began = datetime.now(UTC)
     since = watermark(engine)
     executions = [e async for e in client.list_workflows(listing_query(since))]
-    held = _held(engine)
-    stale = [e for e in executions if not _unchanged(e, held)]
     gate = asyncio.Semaphore(concurrency)
-    # One writer at a time: SQLite takes one, and a run's rows go in one transaction anyway.
-    writing = asyncio.Lock()
+    held = await asyncio.to_thread(stored, engine, (e.run_id for e in executions))
+    stale = await changed(client, executions, held, gate)
+    queue: asyncio.Queue[Projection | None] = asyncio.Queue()
+    writer = asyncio.create_task(_write_from(queue, engine))
     failed: dict[str, str] = {}
     retry_from = began
 
@@ -162,10 +175,13 @@ async def sync(client: Client, engine: Engine, *, concurrency: int = CONCURRENCY
                 closed = execution.close_time or began
                 retry_from = min(retry_from, closed + VISIBILITY_LAG)
                 return
-        async with writing:
-            await asyncio.to_thread(write, engine, projection)
+        queue.put_nowait(projection)
 
-    await asyncio.gather(*(one(execution) for execution in stale))
+    try:
+        await asyncio.gather(*(one(execution) for execution in stale))
+    finally:
+        queue.put_nowait(None)
+        await writer
     with engine.begin() as connection:
         upsert(
             connection, schema.sync_state, [{"name": WATERMARK, "value": retry_from.isoformat()}]
