@@ -38,6 +38,7 @@ from workflows.payloads import (
     review_rules,
     run_policy,
     state,
+    variant,
 )
 from workflows.payloads._base import *  # noqa: F403
 from workflows.payloads.activity import *  # noqa: F403
@@ -48,6 +49,7 @@ from workflows.payloads.policy import *  # noqa: F403
 from workflows.payloads.review_rules import *  # noqa: F403
 from workflows.payloads.run_policy import *  # noqa: F403
 from workflows.payloads.state import *  # noqa: F403
+from workflows.payloads.variant import *  # noqa: F403
 
 __all__ = [
     *_base.__all__,
@@ -59,4 +61,5 @@ __all__ = [
     *review_rules.__all__,
     *run_policy.__all__,
     *state.__all__,
+    *variant.__all__,
 ]
