@@ -48,12 +48,14 @@ EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_RUN_FAILED = 3
+EXIT_CHECK_FAILED = 4
 EXIT_INTERRUPTED = 130
 EXIT_CODES = (
     (EXIT_OK, "done"),
     (EXIT_ERROR, "an error, said in one line on stderr that starts with 'error: '"),
     (EXIT_USAGE, "the command line does not parse (an unknown option, a bad value)"),
     (EXIT_RUN_FAILED, "the run ended failed, dead_letter or cancelled (result, start --wait)"),
+    (EXIT_CHECK_FAILED, "a check the command was asked to make failed (a lab run --fail-if held)"),
     (EXIT_INTERRUPTED, "interrupted (Ctrl-C)"),
 )
 # Click keeps a paragraph that starts with \b as it is written, one line each.
