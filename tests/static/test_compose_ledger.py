@@ -2,13 +2,16 @@
 makes the ``ledger`` database with a writer role for the follower and a read-only role for
 Grafana, each password a secret of the ``secrets`` job; ``aiorch ledger follow`` runs as a
 service of its own with the worker's key ring and the writer's URL from a secret file, reachable
-from no host port; Grafana reads the ledger through a provisioned PostgreSQL datasource."""
+from no host port; Grafana reads the ledger through a provisioned PostgreSQL datasource and
+dashboard."""
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
+from aiorch.devstack.ledger_dashboard import DASHBOARD_FILE
 from tests.static.compose import (
     GRAFANA_DIR,
     LEDGER,
@@ -153,3 +156,24 @@ def test_grafana_reads_the_ledger_as_the_read_only_role_with_a_password_from_a_f
         == "ledger-reader-password"
     )
     assert not any("LEDGER" in name for name in service_environment("grafana"))
+
+
+def test_the_dashboard_reads_the_ledger_over_its_time_range_and_variables() -> None:
+    """Every panel of the ledger dashboard queries the ``ledger`` datasource in SQL narrowed to
+    the dashboard's tenant and pipeline variables, and to its time range (the pending reviews,
+    which are aged now, aside); the variables are the ledger's tenants and pipelines, several
+    at once or all."""
+    document = json.loads(DASHBOARD_FILE.read_text(encoding="utf-8"))
+    variables = {item["name"]: item for item in document["templating"]["list"]}
+    assert set(variables) == {"tenant", "pipeline"}
+    for name, variable in variables.items():
+        assert variable["datasource"]["uid"] == "ledger"
+        assert f"SELECT DISTINCT {name} FROM runs" in variable["query"]
+        assert variable["multi"] and variable["includeAll"]
+    assert len(document["panels"]) >= 11
+    for panel in document["panels"]:
+        [target] = panel["targets"]
+        assert panel["datasource"]["uid"] == target["datasource"]["uid"] == "ledger"
+        sql = target["rawSql"]
+        assert "runs.tenant IN ($tenant)" in sql and "runs.pipeline IN ($pipeline)" in sql
+        assert ("$__timeFilter(" in sql) != (panel["title"] == "Pending reviews by age")

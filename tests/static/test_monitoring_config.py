@@ -17,6 +17,7 @@ from tests.static.compose import (
     compose_services,
     dashboard_exprs,
     elasticmq_queues,
+    grafana_dashboard,
     grafana_dashboards,
     healthcheck_text,
     load_yaml,
@@ -145,6 +146,7 @@ def test_grafana_is_provisioned_with_the_dashboard_and_its_datasources() -> None
         host = urlsplit(url if "://" in url else f"//{url}").hostname
         assert host in compose_services(), f"datasource {source['uid']} points at unknown {host}"
     panels = [panel for board in grafana_dashboards() for panel in board["panels"]]
+    assert len(panels) > len(grafana_dashboard()["panels"])
     for panel in panels:
         assert panel["datasource"]["uid"] in uids, panel["title"]
         for target in panel["targets"]:
