@@ -16,10 +16,10 @@ dashboard renders too; this module runs them and shapes the answers.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel
-from sqlalchemy import Connection, DateTime, Engine, and_, literal
+from sqlalchemy import ColumnElement, Connection, DateTime, Engine, and_, literal
 
 from aiorch.ops.ledger import _figures as figures
 from aiorch.ops.ledger._entries import utc
@@ -68,7 +68,7 @@ def window(since: datetime | None, until: datetime | None, now: datetime) -> fig
     """Every run, in the window from ``since`` (included) to ``until`` (excluded), either open;
     pending runs aged at ``now``."""
 
-    def within(column: Any) -> Any:
+    def within(column: figures.Column) -> ColumnElement[bool]:
         clauses = []
         if since is not None:
             clauses.append(column >= utc(since))
@@ -76,7 +76,7 @@ def window(since: datetime | None, until: datetime | None, now: datetime) -> fig
             clauses.append(column < utc(until))
         return and_(True, *clauses)
 
-    def ago(age: timedelta) -> Any:
+    def ago(age: timedelta) -> figures.Column:
         return literal(utc(now) - age, DateTime())
 
     return figures.Scope(window=within, ago=ago)
@@ -98,6 +98,7 @@ def _delays(
     connection: Connection, scope: figures.Scope, by: Literal["group", "reviewer"]
 ) -> list[Delays]:
     found = connection.execute(figures.delays(scope, by)).mappings().all()
+    # By code point, as before: a PostgreSQL collation may order the names otherwise.
     return sorted((Delays.model_validate(dict(line)) for line in found), key=lambda d: d.name)
 
 
