@@ -53,6 +53,9 @@ COST_KEYS = (
 RATES = "Auto-approval and correction rates"
 APPROVED = "Model $ per approved item"
 PENDING = "Pending reviews by age"
+# A time range (naive UTC, as the ledger stores times), and the dashboard's variables' values.
+Window = tuple[datetime, datetime]
+Variables = dict[str, list[str]]
 
 
 @dataclass(frozen=True)
@@ -176,10 +179,6 @@ def expand(sql: str, window: Window, variables: Variables) -> str:
     )
     assert "$" not in text, text
     return text
-
-
-Window = tuple[datetime, datetime]
-Variables = dict[str, list[str]]
 
 
 def windows(rows: Sequence[ledger.Projection]) -> list[Window]:
