@@ -23,6 +23,7 @@ SECRET_FILE_FIELDS = (
     "temporal_api_key",
     "capacity_store_url",
     "document_store_url",
+    "ledger_url",
     "vector_store_api_key",
 )
 # Settings that may also be given as a file (<NAME>_FILE); only the secrets are masked.

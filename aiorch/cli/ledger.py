@@ -78,8 +78,9 @@ def sync_command() -> None:
     time) from its event history into the ledger; a second sync changes nothing."""
 
     async def once(client: Client, settings: Settings) -> ledger.SyncReport:
-        engine = _open(settings.ledger_url)
-        with about_ledger(settings.ledger_url):
+        url = settings.ledger_url.get_secret_value()
+        engine = _open(url)
+        with about_ledger(url):
             return await ledger.sync(client, engine)
 
     report = run_async(once)
@@ -104,14 +105,15 @@ def follow_command(
         raise CliError(f"--interval: {err}") from None
 
     async def loop(client: Client, settings: Settings) -> int:
-        engine = _open(settings.ledger_url)
+        url = settings.ledger_url.get_secret_value()
+        engine = _open(url)
         stop = asyncio.Event()
         running = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             running.add_signal_handler(signum, stop.set)
-        where = make_url(settings.ledger_url).render_as_string(hide_password=True)
+        where = make_url(url).render_as_string(hide_password=True)
         err_console.print(plain(f"{ledger.FOLLOW_READY_LINE}: every {interval} into {where}"))
-        with about_ledger(settings.ledger_url):
+        with about_ledger(url):
             return await ledger.follow(client, engine, interval=every, stop=stop, each=_report_sync)
 
     done = run_async(loop)
@@ -133,7 +135,7 @@ def sql_command(
     that would change the ledger is refused."""
     if as_json and as_csv:
         raise CliError("--json and --csv: pick one")
-    url = load_settings().ledger_url
+    url = load_settings().ledger_url.get_secret_value()
     try:
         answer = ledger.read_only(url, statement)
     except (ledger.NotReadOnly, ledger.QueryFailed) as err:
@@ -212,7 +214,7 @@ def report_command(
     auto-approval and correction rates, model dollars per approved item."""
     start = moment(since, "--since") if since is not None else None
     end = moment(until, "--until") if until is not None else None
-    url = load_settings().ledger_url
+    url = load_settings().ledger_url.get_secret_value()
     engine = _open(url)
     with about_ledger(url):
         if which == Report.COST:

@@ -1,6 +1,7 @@
 """Generated documentation: each pipeline's graph diagrams, the payload JSON schemas and the
-configuration reference (``docs/configuration.md`` and ``.env.example``, from the settings), all
-from code (and from the pipeline files the project ships in ``pipelines/``).
+configuration reference (``docs/configuration.md`` and ``.env.example``, from the settings) and the
+compose stack's ledger dashboard (from the ledger's reports), all from code (and from the pipeline
+files the project ships in ``pipelines/``).
 
 ``python -m aiorch.devstack docs`` (``make graph``) rewrites them; ``stale_documents()`` lists the
 ones that no longer match, and a test fails on any, so hand-edited diagrams never drift from the
@@ -17,6 +18,7 @@ import re
 from pathlib import Path
 
 from aiorch.devstack.config_page import configuration_documents
+from aiorch.devstack.ledger_dashboard import dashboard_documents
 from aiorch_runtime.pipeline_files import pipeline_paths, read_file
 from workflows.contract_payloads import ALL_MODELS
 from workflows.data import CATALOG, compile_spec
@@ -97,7 +99,12 @@ def graph_documents() -> dict[Path, str]:
 
 def expected_documents() -> dict[Path, str]:
     """Every generated file with the content it must have."""
-    docs = {**graph_documents(), **schema_documents(), **configuration_documents(ROOT)}
+    docs = {
+        **graph_documents(),
+        **schema_documents(),
+        **configuration_documents(ROOT),
+        **dashboard_documents(),
+    }
     pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
     texts = {path: path.read_text(encoding="utf-8") for path in pages}
     docs.update(pages_with_graphs(texts))

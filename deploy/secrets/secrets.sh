@@ -45,6 +45,8 @@ GRAFANA_OWNER=${GRAFANA_OWNER:-472:0}                 # grafana/grafana's user
 INBOX_OWNER=${INBOX_OWNER:-10001:10001}               # the project image: inbox and worker
 CAPACITY_STORE_OWNER=${CAPACITY_STORE_OWNER:-10001:10001} # the project image: worker
 REDIS_OWNER=${REDIS_OWNER:-999:1000}                  # redis:7.4-alpine's user (docker-compose.yml)
+LEDGER_DB_OWNER=${LEDGER_DB_OWNER:-0:0}               # the ledger-db job (root)
+LEDGER_OWNER=${LEDGER_OWNER:-10001:10001}             # the project image: the ledger follower
 
 KEYS=$ROOT/payload-keys/keys
 TOKEN=$ROOT/codec-token/token
@@ -52,6 +54,9 @@ INBOX_KEY=$ROOT/inbox-key/key
 INBOX_TOKENS=$ROOT/inbox-tokens/tokens
 STORE_URL=$ROOT/capacity-store-url/url
 REDIS_ACL=$ROOT/redis-acl/users.acl
+LEDGER_WRITER_PASSWORD=$ROOT/ledger-writer-password/password
+LEDGER_URL=$ROOT/ledger-url/url
+LEDGER_READER_PASSWORD=$ROOT/ledger-reader-password/password
 
 tmp=
 trap 'rm -f -- ${tmp:+"$tmp"}' EXIT
@@ -152,6 +157,11 @@ print("user healthcheck on nopass resetchannels -@all +ping")
 '
 redis_acl() { "$PYTHON" -c "$REDIS_ACL_ENTRY" "$STORE_URL"; }
 
+# The follower's URL, from the writer's password (cat reads the file; printf is the shell's own).
+ledger_url() {
+  printf 'postgresql://ledger_writer:%s@postgres:5432/ledger\n' "$(cat "$LEDGER_WRITER_PASSWORD")"
+}
+
 # The inbox's Ed25519 key (it signs reviews for the reviewers it authenticates), and the entry
 # that lets the workers verify it: always derived from the key, never made on its own.
 new_inbox_key() { "$PYTHON" -c 'from aiorch.ops.signing import SigningKey
@@ -172,6 +182,9 @@ init() {
   ensure "$INBOX_TOKENS" "$INBOX_OWNER" 0400 empty_tokens
   ensure "$STORE_URL" "$CAPACITY_STORE_OWNER" 0400 new_store_url
   derive "$REDIS_ACL" "$REDIS_OWNER" 0400 redis_acl
+  ensure "$LEDGER_WRITER_PASSWORD" "$LEDGER_DB_OWNER" 0400 random_token
+  derive "$LEDGER_URL" "$LEDGER_OWNER" 0400 ledger_url
+  ensure "$LEDGER_READER_PASSWORD" "$GRAFANA_OWNER" 0400 random_token
 }
 
 # Prints "TOKEN" then the tokens-file line for the name in $1.

@@ -101,7 +101,7 @@ ADDRESS_OR_NAME_SUFFIXES = (
 # Address settings the stack leaves unset on purpose, and why.
 NOT_WIRED = {
     "S3_ENDPOINT_URL": "no S3 stand-in in the stack; s3:// inputs go to AWS",
-    "LEDGER_URL": "read by `aiorch ledger`, not the worker: the `ledger` service sets it",
+    "LEDGER_URL": "read by `aiorch ledger`, not the worker: the `ledger` service's URL file",
 }
 
 
@@ -389,10 +389,18 @@ def elasticmq_queues(text: str) -> set[str]:
     return names
 
 
-def grafana_dashboard() -> dict[str, Any]:
-    data = json.loads((GRAFANA_DIR / "dashboards" / "ai-orchestrator.json").read_text("utf-8"))
+def grafana_dashboard(name: str = "ai-orchestrator") -> dict[str, Any]:
+    """A provisioned dashboard, by its file's name (the metrics one by default)."""
+    data = json.loads((GRAFANA_DIR / "dashboards" / f"{name}.json").read_text("utf-8"))
     assert isinstance(data, dict)
     return data
+
+
+def grafana_dashboards() -> list[dict[str, Any]]:
+    """Every dashboard Grafana's provider loads."""
+    return [
+        grafana_dashboard(path.stem) for path in sorted((GRAFANA_DIR / "dashboards").glob("*.json"))
+    ]
 
 
 def dashboard_exprs() -> dict[str, list[str]]:

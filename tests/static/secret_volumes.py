@@ -22,10 +22,23 @@ SECRET_FILES = {
     "inbox-tokens": ("tokens", 0o400),
     "capacity-store-url": ("url", 0o400),
     "redis-acl": ("users.acl", 0o400),
+    "ledger-writer-password": ("password", 0o400),
+    "ledger-url": ("url", 0o400),
+    "ledger-reader-password": ("password", 0o400),
 }
 
 # The script's <NAME>_OWNER variables, each a reader's uid:gid in the stack.
-OWNERS = ("PAYLOAD_KEYS", "CODEC_TOKEN", "POSTGRES", "GRAFANA", "INBOX", "CAPACITY_STORE", "REDIS")
+OWNERS = (
+    "PAYLOAD_KEYS",
+    "CODEC_TOKEN",
+    "POSTGRES",
+    "GRAFANA",
+    "INBOX",
+    "CAPACITY_STORE",
+    "REDIS",
+    "LEDGER_DB",
+    "LEDGER",
+)
 
 
 def secret_volumes(tmp_path: Path) -> Path:

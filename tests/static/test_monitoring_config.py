@@ -18,6 +18,7 @@ from tests.static.compose import (
     dashboard_exprs,
     elasticmq_queues,
     grafana_dashboard,
+    grafana_dashboards,
     healthcheck_text,
     load_yaml,
     otel_config,
@@ -129,8 +130,9 @@ def test_elasticmq_creates_the_dead_letter_queue_the_worker_uses() -> None:
 
 
 def test_grafana_is_provisioned_with_the_dashboard_and_its_datasources() -> None:
-    """Grafana mounts the provisioning and dashboard folders where the provider looks, and
-    every panel queries a provisioned datasource."""
+    """Grafana mounts the provisioning and dashboard folders where the provider looks, every
+    datasource points at a service of the stack (a URL, or PostgreSQL's ``host:port``), and
+    every panel of every dashboard queries a provisioned datasource."""
     volumes = [str(volume) for volume in compose_services()["grafana"]["volumes"]]
     assert "./deploy/grafana/provisioning:/etc/grafana/provisioning:ro" in volumes
     providers = load_yaml(GRAFANA_DIR / "provisioning" / "dashboards" / "dashboards.yml")
@@ -140,9 +142,12 @@ def test_grafana_is_provisioned_with_the_dashboard_and_its_datasources() -> None
     datasources = load_yaml(GRAFANA_DIR / "provisioning" / "datasources" / "datasources.yml")
     uids = {source["uid"] for source in datasources["datasources"]}
     for source in datasources["datasources"]:
-        host = urlsplit(source["url"]).hostname
+        url = source["url"]
+        host = urlsplit(url if "://" in url else f"//{url}").hostname
         assert host in compose_services(), f"datasource {source['uid']} points at unknown {host}"
-    for panel in grafana_dashboard()["panels"]:
+    panels = [panel for board in grafana_dashboards() for panel in board["panels"]]
+    assert len(panels) > len(grafana_dashboard()["panels"])
+    for panel in panels:
         assert panel["datasource"]["uid"] in uids, panel["title"]
         for target in panel["targets"]:
             assert target["datasource"]["uid"] in uids, panel["title"]

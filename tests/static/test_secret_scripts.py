@@ -16,6 +16,7 @@ import pytest
 from aiorch.ops.inbox.auth import TokenBook
 from aiorch.ops.signing import SigningKey
 from aiorch_runtime.codec import KeyRing
+from aiorch_runtime.config import load_settings
 from tests.static.compose import WRAPPER_SCRIPT
 from tests.static.secret_volumes import SECRET_FILES, run_secrets_sh, secret_volumes
 from workflows.engine.identity import parse_review_keys
@@ -222,6 +223,38 @@ def test_secrets_script_rederives_an_acl_that_does_not_match_the_url(tmp_path: P
     recreated = run_secrets_sh(root, "init")
     assert recreated.returncode == 0, recreated.stderr
     assert acl.read_text(encoding="utf-8") == _acl_entry(_store_password(root))
+
+
+def test_secrets_script_makes_the_ledger_passwords_and_the_follower_s_url(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`init` makes the ledger's writer and reader passwords, two different random tokens, and
+    the follower's URL from the writer's, which the ledger settings accept as LEDGER_URL_FILE;
+    it prints none of them, and rewrites the URL when the writer's password is replaced."""
+    root = secret_volumes(tmp_path)
+    first = run_secrets_sh(root, "init")
+    assert first.returncode == 0, first.stderr
+    values = _secret_values(root)
+    writer, reader = values["ledger-writer-password"], values["ledger-reader-password"]
+    assert re.fullmatch(r"[\w-]{43}\n", writer) and re.fullmatch(r"[\w-]{43}\n", reader)
+    assert writer != reader
+    url = f"postgresql://ledger_writer:{writer.strip()}@postgres:5432/ledger"
+    assert values["ledger-url"] == url + "\n"
+    monkeypatch.delenv("LEDGER_URL", raising=False)
+    monkeypatch.setenv("LEDGER_URL_FILE", str(root / "ledger-url" / "url"))
+    assert load_settings().ledger_url.get_secret_value() == url
+    for secret in (writer, reader):
+        assert secret.strip() not in first.stdout + first.stderr
+
+    password = root / "ledger-writer-password" / "password"
+    password.chmod(0o600)
+    password.write_text("another-password\n", encoding="utf-8")
+    again = run_secrets_sh(root, "init")
+    assert again.returncode == 0, again.stderr
+    assert "rewrote ledger-url/url" in again.stderr
+    assert (root / "ledger-url" / "url").read_text(encoding="utf-8") == (
+        "postgresql://ledger_writer:another-password@postgres:5432/ledger\n"
+    )
 
 
 def test_secrets_script_replaces_the_redis_password_on_request(tmp_path: Path) -> None:

@@ -137,6 +137,32 @@ def test_a_bad_document_store_url_is_one_line_without_the_value(
     assert "\n" not in message
 
 
+def test_the_ledger_url_is_a_secret_that_may_come_from_a_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """LEDGER_URL defaults to an SQLite file under .data; the compose stack's PostgreSQL URL
+    (it holds the writer's password) comes from LEDGER_URL_FILE and shows neither in the
+    settings' repr nor in the line that refuses a bad one; both at once are refused."""
+    monkeypatch.delenv("LEDGER_URL", raising=False)
+    assert load_settings().ledger_url.get_secret_value() == "sqlite:///.data/ledger.db"
+    secret = tmp_path / "url"
+    secret.write_text("postgresql://ledger_writer:hunter2@postgres:5432/ledger\n")
+    monkeypatch.setenv("LEDGER_URL_FILE", str(secret))
+    settings = load_settings()
+    assert settings.ledger_url.get_secret_value() == (
+        "postgresql://ledger_writer:hunter2@postgres:5432/ledger"
+    )
+    assert "hunter2" not in repr(settings)
+    monkeypatch.setenv("LEDGER_URL", "sqlite:///other.db")
+    with pytest.raises(ConfigError, match="LEDGER_URL or LEDGER_URL_FILE"):
+        load_settings()
+    monkeypatch.delenv("LEDGER_URL")
+    secret.write_text("mysql://root:hunter2@db/ledger\n")
+    with pytest.raises(ConfigError) as info:
+        load_settings()
+    assert "LEDGER_URL" in str(info.value) and "hunter2" not in str(info.value)
+
+
 @pytest.mark.parametrize("variables", [{"LLM_BATCH": "allowed"}, {"LLM_RESULT_CACHE_TTL_S": "60"}])
 def test_the_batch_lane_and_the_result_cache_need_the_capacity_store(
     monkeypatch: pytest.MonkeyPatch, variables: dict[str, str]

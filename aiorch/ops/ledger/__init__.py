@@ -3,13 +3,22 @@ corrections, projected from the runs' event histories (docs/ledger.md).
 
 `open_ledger` opens (and migrates) the database at ``LEDGER_URL``; `sync` fills it once and
 `follow` keeps filling it; `read_only` runs a user's SQL unable to change it; `cost` and
-`reviews` are the reports.
+`reviews` are the reports, whose figures (`cost_lines`, `delays`, `decision_rates`,
+`approved_items`, `pending`) are SQL statements over a `Scope` that a dashboard renders too.
 """
 
 from __future__ import annotations
 
 from sqlalchemy import Engine
 
+from aiorch.ops.ledger._figures import (
+    Scope,
+    approved_items,
+    cost_lines,
+    decision_rates,
+    delays,
+    pending,
+)
 from aiorch.ops.ledger._projection import Projection, project
 from aiorch.ops.ledger._queries import Answer, NotReadOnly, QueryFailed, read_only, rows_as_dicts
 from aiorch.ops.ledger._reports import CostLine, Delays, ReviewsReport, cost, reviews
@@ -33,11 +42,17 @@ __all__ = [
     "Projection",
     "QueryFailed",
     "ReviewsReport",
+    "Scope",
     "SyncReport",
+    "approved_items",
     "cost",
+    "cost_lines",
+    "decision_rates",
+    "delays",
     "engine_for",
     "follow",
     "open_ledger",
+    "pending",
     "project",
     "read_only",
     "reviews",
