@@ -4,8 +4,9 @@ forked from ``analyze`` onto another model by ``aiorch.ops.lab.run_forks``. Each
 exactly one provider call per fork and none before the fork state (no extraction either), no
 row reaches the document store, the originals' histories stay byte for byte as they were, and
 the candidate's fields are what the simulator answered; open and unknown runs are skipped
-with why, and a spend cap stops the lab from starting more forks. Workers poll the lab's
-task queue unless ``LAB_ENABLED=false``."""
+with why, and a spend cap stops the lab from starting more forks. An LLM pipeline run forks
+from its model call the same way, its embedding dry. Workers poll the lab's task queue unless
+``LAB_ENABLED=false``."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ from tests.support.live_stack import E2E_WORKER_ENV, stack_with_worker
 from tests.support.simulator import Simulator
 from workflows import contract
 from workflows.documents.payloads import DocumentRequest
-from workflows.payloads import LlmCallInput, Variant
+from workflows.payloads import LlmCallInput, PipelineRequest, Variant
 from workflows.steps.contract import ACTIVITY_EXTRACT_TEXT
 
 pytestmark = pytest.mark.e2e
@@ -234,6 +235,35 @@ async def test_the_spend_cap_stops_the_lab_from_starting_forks(recorded: Recorde
     simulator = Simulator(recorded.stack.addresses.openai_base_url)
     for run_id in run_ids[1:]:
         assert simulator.chat_requests(fork_id("e2e-capped", run_id, "candidate")) == []
+
+
+async def test_an_llm_run_forks_from_its_model_call(recorded: Recorded) -> None:
+    """An LLM pipeline run forked from invoke_llm onto another model: each fork plans again,
+    calls the model once (the candidate on its model) and completes with the simulator's
+    reply for that model, its embedding dry (no embedding request, no vector)."""
+    client, simulator = recorded.client, Simulator(recorded.stack.addresses.openai_base_url)
+    request = PipelineRequest(request_id=new_request_id(), user_message="Summarise the outage")
+    workflow_id = await start_run(client, request, task_queue=contract.DEFAULT_TASK_QUEUE)
+    run_id = await closed(client, workflow_id)
+    await asyncio.sleep(2)  # visibility shows a close a moment after it
+    lab = await run_forks(
+        client,
+        lab_settings(recorded.stack),
+        [run_id],
+        from_state="invoke_llm",
+        candidate=CANDIDATE,
+        lab_id="e2e-llm",
+    )
+    assert lab.skipped == {}
+    [comparison] = lab.comparisons
+    original = comparison.original
+    assert original.text is not None and original.text.startswith("Simulated answer (sim-large)")
+    assert comparison.baseline.text == original.text
+    assert comparison.candidate.text == original.text.replace("sim-large", "sim-small", 1)
+    for fork, model in ((comparison.baseline, "sim-large"), (comparison.candidate, "sim-small")):
+        assert fork.state == "completed" and fork.use.calls == 1, fork
+        requests = simulator.requests(fork.workflow_id)
+        assert [(r["path"], r["model"]) for r in requests] == [("chat", model)]
 
 
 async def pollers(client: Client, task_queue: str) -> int:
