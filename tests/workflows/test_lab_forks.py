@@ -18,7 +18,12 @@ from temporalio.worker import Worker
 from activities.lab import DRY
 from tests.support.builders import new_request_id
 from tests.support.orchestration import AI_STATE, Orchestration
-from tests.support.scripted_activities import EXTRACTED_SHA256, PRIMARY_MODEL, Reply
+from tests.support.scripted_activities import (
+    EXTRACTED_SHA256,
+    PRIMARY_MODEL,
+    Reply,
+    over_budget,
+)
 from tests.workflows.test_document_pipeline import VALID, WRONG_TOTAL, fields
 from workflows import contract, errors
 from workflows.documents.contract import WORKFLOW_TYPE_DOCUMENT_PIPELINE
@@ -147,6 +152,18 @@ async def test_a_fork_ends_where_it_would_wait_for_a_reviewer(
     assert result.problems and all(p.startswith("total") for p in result.problems)
     assert result.fields == WRONG_TOTAL
     assert orch.fakes.notices == [] and orch.documents.stores == []
+
+
+async def test_a_fork_ends_where_it_would_wait_for_a_budget_decision(
+    orch: Orchestration, lab: str
+) -> None:
+    """A fork whose call would cross a budget records that it would wait for an operator's
+    budget decision, and ends there instead of waiting."""
+    orch.fakes.llm_script = [over_budget()]
+    result = await run_fork(orch, lab, document_fork(), WORKFLOW_TYPE_DOCUMENT_PIPELINE)
+    assert result.state == "await_budget"
+    assert len(result.waits) == 1 and result.waits[0].startswith("await_budget: a budget")
+    assert len(orch.fakes.llm_calls) == 1
 
 
 async def test_a_fork_that_asks_for_more_than_was_recorded_stops(

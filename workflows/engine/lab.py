@@ -23,7 +23,7 @@ Workflow code, passed through the sandbox.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 from pydantic import ValidationError
 from temporalio.exceptions import ApplicationError
@@ -55,7 +55,6 @@ class ForkEnded(Exception):
 class LabWorkflow(PipelineWorkflow):
     """Walks a fork of a recorded run from its fork state (see the module docstring)."""
 
-    lab: ClassVar[bool] = True
     # Set from the fork's input when the run is constructed; read by commands.execute.
     seed: Seed | None = None
     _fork: ForkInput | None = None

@@ -68,13 +68,13 @@ async def run_forks(
 
     Raises:
         ValueError: the candidate asks for another version of a pipeline file (not supported
-            by forks yet).
+            by forks yet), or ``TEMPORAL_TASK_QUEUE`` holds a quote or a backslash.
         temporalio.service.RPCError: visibility could not be asked.
     """
     if candidate.pipeline_version is not None:
         raise ValueError("a candidate's pipeline_version is not supported by forks yet")
     say = progress or (lambda line: None)
-    found = await _find(client, settings.temporal_task_queue, run_ids)
+    found, still_open = await _find(client, settings.temporal_task_queue, run_ids)
     skipped: dict[str, str] = {}
     comparisons: dict[str, RunComparison] = {}
     spent = 0.0
@@ -97,40 +97,43 @@ async def run_forks(
             comparisons[run_id] = comparison
 
     tasks = []
-    for run_id in run_ids:
-        where = found.get(run_id)
-        if isinstance(where, str) and where.startswith("!"):
-            skipped[run_id] = where[1:]
-        elif where is None:
+    for run_id in dict.fromkeys(run_ids):
+        if run_id in still_open:
+            skipped[run_id] = "not closed (a fork needs a run that ended)"
+        elif run_id not in found:
             skipped[run_id] = "not found (no run of this task queue has that run id)"
         else:
-            tasks.append(compare(run_id, where))
+            tasks.append(compare(run_id, found[run_id]))
     await asyncio.gather(*tasks)
     return LabRun(
         lab_id=lab_id,
         select="",
         from_state=from_state,
         candidate=candidate,
-        comparisons=[comparisons[r] for r in run_ids if r in comparisons],
+        comparisons=[comparisons[r] for r in dict.fromkeys(run_ids) if r in comparisons],
         skipped={r: skipped[r] for r in run_ids if r in skipped},
         spend_cap_usd=spend_cap_usd,
     )
 
 
-async def _find(client: Client, task_queue: str, run_ids: Sequence[str]) -> dict[str, str]:
-    """Each run id's workflow id, or ``!`` and why it cannot be forked (a run still open)."""
+async def _find(
+    client: Client, task_queue: str, run_ids: Sequence[str]
+) -> tuple[dict[str, str], set[str]]:
+    """Each closed run's workflow id by run id, and the run ids of runs still open."""
     found: dict[str, str] = {}
+    still_open: set[str] = set()
     wanted = sorted({r for r in run_ids if _RUN_ID.match(r)})
-    queue = task_queue.replace("\\", "\\\\").replace("'", "\\'")
+    if any(character in task_queue for character in "'\"\\"):
+        raise ValueError("TEMPORAL_TASK_QUEUE holds a quote or a backslash: no query can name it")
     for start in range(0, len(wanted), _LOOKUP_CHUNK):
         listed = ", ".join(f"'{r}'" for r in wanted[start : start + _LOOKUP_CHUNK])
-        query = f"RunId IN ({listed}) AND TaskQueue = '{queue}'"
+        query = f"RunId IN ({listed}) AND TaskQueue = '{task_queue}'"
         async for execution in client.list_workflows(query):
             if execution.status == WorkflowExecutionStatus.RUNNING:
-                found[execution.run_id] = "!not closed (a fork needs a run that ended)"
+                still_open.add(execution.run_id)
             else:
                 found[execution.run_id] = execution.id
-    return found
+    return found, still_open
 
 
 class _Lab:
