@@ -17,13 +17,15 @@ from temporalio.worker import Worker
 
 from activities.lab import DRY
 from tests.support.builders import new_request_id
-from tests.support.orchestration import AI_STATE, Orchestration
+from tests.support.orchestration import AI_STATE, Orchestration, data_plans
+from tests.support.pipeline_files import TRIAGE, TRIAGE_V1, write_pipeline
 from tests.support.scripted_activities import (
     EXTRACTED_SHA256,
     PRIMARY_MODEL,
     Reply,
     over_budget,
 )
+from tests.workflows.test_data_pipelines import category
 from tests.workflows.test_document_pipeline import VALID, WRONG_TOTAL, fields
 from workflows import contract, errors
 from workflows.documents.contract import WORKFLOW_TYPE_DOCUMENT_PIPELINE
@@ -54,6 +56,7 @@ async def lab(orch: Orchestration) -> AsyncIterator[str]:
             orch.fakes.fetch_prompt,
             orch.documents.plan_run,
             orch.documents.extract_text,
+            data_plans(orch.pipelines).plan_pipeline,
             *DRY,
         ],
     ):
@@ -197,6 +200,33 @@ async def test_an_llm_run_forks_from_its_model_call(orch: Orchestration, lab: st
     assert [call.system_prompt for call in orch.fakes.llm_calls] == ["Be brief."]
     assert result.state == "completed" and result.text == "a shorter answer"
     assert orch.fakes.embedding_calls == [] and orch.fakes.stored == set()
+
+
+async def test_a_pipeline_file_s_run_forks_from_a_later_model_step(
+    orch: Orchestration, lab: str
+) -> None:
+    """A fork of a pipeline file's run from its draft step takes the classify step's answer
+    from its seed, drafts once on the candidate's model, and ends at the reply review it
+    would have waited in."""
+    write_pipeline(orch.pipelines, TRIAGE_V1)
+    orch.fakes.llm_script = [Reply(content="Refunded.")]
+    fork_id = new_request_id()
+    classified = category("billing").model_dump(mode="json")
+    fork = ForkInput(
+        request={"request_id": fork_id, "input": {"ticket": "I was charged twice."}},
+        lab_id="lab-test",
+        original_workflow_id=new_request_id(),
+        original_run_id="00000000-0000-0000-0000-000000000003",
+        from_state="draft",
+        kind="candidate",
+        variant=Variant(model="candidate-model"),
+        recorded=[RecordedOutput(activity=contract.ACTIVITY_INVOKE_LLM, result=classified)],
+        tenant="lab",
+    )
+    result = await run_fork(orch, lab, fork, TRIAGE)
+    assert [call.model for call in orch.fakes.llm_calls] == ["candidate-model"]
+    assert result.state == "reply_review" and result.needs_review
+    assert orch.documents.stores == []
 
 
 async def test_the_production_class_refuses_a_fork_input(orch: Orchestration) -> None:
