@@ -173,7 +173,8 @@ async def _poll_until_stopped(
                 await _worker_failed_to_start(task, settings)
         health.phase = "polling"
         queues = " and ".join(repr(worker.task_queue) for worker in workers)
-        print(f"worker started: task queue {queues} on {describe_target(settings)}", flush=True)
+        noun = "task queue" if len(workers) == 1 else "task queues"
+        print(f"worker started: {noun} {queues} on {describe_target(settings)}", flush=True)
         await asyncio.wait({*running, stopping}, return_when=asyncio.FIRST_COMPLETED)
         if not all(task.done() for task in running):
             health.phase = "draining"

@@ -19,8 +19,8 @@ from workflows.payloads import TENANT_PATTERN, Variant
 from workflows.payloads._base import _Open, _Strict
 
 ForkKind = Literal["baseline", "candidate"]
-# The keys that tell a fork's input from a request (which has neither).
-_FORK_KEYS = frozenset({"recorded", "from_state"})
+# Keys every fork's input has (required fields of ForkInput) and no request has.
+_FORK_KEYS = frozenset({"from_state", "original_run_id"})
 MAX_RECORDED = 200
 
 
@@ -66,4 +66,4 @@ class ForkResult(_Open):
 
 def is_fork_input(raw: Any) -> bool:
     """Whether ``raw`` (a decoded start input) is a fork's (``ForkInput``)."""
-    return isinstance(raw, dict) and bool(_FORK_KEYS & raw.keys())
+    return isinstance(raw, dict) and raw.keys() >= _FORK_KEYS
