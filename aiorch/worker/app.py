@@ -187,6 +187,10 @@ async def _poll_until_stopped(
         log.info("worker stopped")
     finally:
         stopping.cancel()
+        # One worker failed (to start, or later): the others stop too, not left polling.
+        left = [(w, t) for w, t in zip(workers, running, strict=True) if not t.done()]
+        await asyncio.gather(*(w.shutdown() for w, _ in left), return_exceptions=True)
+        await asyncio.gather(*(t for _, t in left), return_exceptions=True)
 
 
 async def _worker_failed_to_start(running: asyncio.Task[None], settings: Settings) -> None:
