@@ -14,7 +14,6 @@ import asyncio
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, text
@@ -160,13 +159,13 @@ async def scheduled(client: Client, workflow_id: str) -> list[tuple[str, object]
 
 
 async def test_forks_from_analyze_call_the_model_once_each_and_write_nothing(
-    recorded: Recorded, tmp_path: Path
+    recorded: Recorded,
 ) -> None:
     """Forked from analyze onto another model, each recorded run's baseline and candidate
-    make exactly one provider call each (none for the original, no extraction), spending as
-    the lab's tenant; the candidate's fields are what the simulator read off the invoice; no
-    row is stored; the originals' histories are unchanged; the open run and an unknown run
-    id are skipped with why."""
+    (linked to it by their memo) make exactly one provider call each (none for the original,
+    no extraction), spending as the lab's tenant; the candidate's fields are what the
+    simulator read off the invoice; no row is stored; the originals' histories are unchanged;
+    the open run and an unknown run id are skipped with why."""
     client, simulator = recorded.client, Simulator(recorded.stack.addresses.openai_base_url)
     before = {
         run_id: await history_bytes(client, workflow_id, run_id)
@@ -201,6 +200,8 @@ async def test_forks_from_analyze_call_the_model_once_each_and_write_nothing(
         assert original.state == "completed" and original.model == "sim-large"
         for fork, model in ((baseline, "sim-large"), (candidate, "sim-small")):
             assert fork.workflow_id == fork_id("e2e-lab", run_id, fork.kind)
+            memo = await (await client.get_workflow_handle(fork.workflow_id).describe()).memo()
+            assert (memo["original_run_id"], memo["kind"]) == (run_id, fork.kind)
             assert fork.error is None and fork.state == "completed", fork
             assert fork.model == model and fork.use.calls == 1 and fork.use.cost_usd > 0
             chats = simulator.chat_requests(fork.workflow_id)
