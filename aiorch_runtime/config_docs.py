@@ -89,6 +89,11 @@ class Section(Enum):
         "the event histories, and `aiorch ledger sql` and `report` read them: see "
         "[ledger.md](ledger.md).",
     )
+    LAB = (
+        "Replay lab",
+        "The task queue the workers run the replay lab's forks on, and the tenant their model "
+        "calls spend as: see [lab.md](lab.md).",
+    )
     WORKER = (
         "Worker",
         "Slots, pollers, cache, probes and versions of one worker process: see "

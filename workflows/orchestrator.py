@@ -8,6 +8,9 @@ a ``PIPELINE_MODULES`` pipeline's own). A run of any other type is a run of a pi
 as data (``workflows.data``): its type is the pipeline's name, and ``plan_pipeline`` finds it
 in the worker's ``PIPELINES_DIR`` when the run starts (a name no file has fails the run at
 once). A dynamic workflow's class name is in no history, so this one says what it is.
+
+``LabEngineWorkflow`` is its counterpart on the lab's task queue: the same pipelines, run as
+the replay lab's forks (``workflows.engine.lab``).
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ with workflow.unsafe.imports_passed_through():
     import workflows.data.steps as data_steps
     import workflows.documents.pipeline as documents
     import workflows.llm.pipeline as llm
+    from workflows.engine.forks import ForkResult
+    from workflows.engine.lab import LabWorkflow
     from workflows.engine.pipeline import Pipeline
     from workflows.engine.registry import RegisteredPipelines
     from workflows.engine.workflow import PipelineWorkflow
@@ -49,3 +54,16 @@ class EngineWorkflow(PipelineWorkflow):
     @workflow.run
     async def run(self, raw_inputs: Sequence[RawValue]) -> RunResult:
         return await self.walk()
+
+
+@workflow.defn(dynamic=True)
+class LabEngineWorkflow(LabWorkflow):
+    """Runs the replay lab's forks of every registered pipeline's runs, on the lab's task queue
+    (``workflows.engine.lab``)."""
+
+    pipelines = PIPELINES
+    sources = (DATA_PIPELINES,)
+
+    @workflow.run
+    async def run(self, raw_inputs: Sequence[RawValue]) -> ForkResult:
+        return await self.fork()

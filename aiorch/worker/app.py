@@ -22,7 +22,7 @@ import contextlib
 import logging
 import os
 import sys
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from typing import TypeVar
 
 from temporalio.client import Client
@@ -32,6 +32,7 @@ from activities.callers import CallerCheck
 from aiorch.ops.pipelines import load
 from aiorch.worker.clients import open_clients
 from aiorch.worker.health import WorkerHealth, start_health
+from aiorch.worker.lab import lab_worker
 from aiorch.worker.options import (
     check_review_policies,
     deployment_options,
@@ -57,14 +58,15 @@ T = TypeVar("T")
 @contextlib.asynccontextmanager
 async def build_worker(
     client: Client, settings: Settings, folder: PipelineFolder | None = None
-) -> AsyncIterator[Worker]:
-    """A worker running every registered pipeline, its activities wired to the shared
-    clients, which it closes on exit. ``folder``: the checked pipeline folder (default:
-    ``PIPELINES_DIR``'s, checked here).
+) -> AsyncIterator[list[Worker]]:
+    """The workers of one process: the task queue's, running every registered pipeline, its
+    activities wired to the shared clients (which it closes on exit), and the replay lab's
+    queue's (``aiorch.worker.lab``) unless ``LAB_ENABLED=false``. ``folder``: the checked
+    pipeline folder (default: ``PIPELINES_DIR``'s, checked here).
 
     Raises:
         ConfigError: as `load` (``PIPELINE_MODULES``) or `pipeline_folder`, or a pipeline's
-            activity factory cannot be found.
+            activity factory cannot be found, or the lab's task queue is the production one.
     """
     pipelines = load(settings.pipeline_modules)
     if folder is None:
@@ -75,7 +77,9 @@ async def build_worker(
         clients = await open_clients(
             stack, client, settings, folder, DATA_PIPELINES.catalog, pipelines
         )
-        yield Worker(
+        activities = worker_activities(pipelines, clients)
+        types = WorkerPipelines(pipelines, folder)
+        worker = Worker(
             client,
             task_queue=settings.temporal_task_queue,
             # The sandbox pass-through, failure types, converter and tracing come with the
@@ -83,15 +87,13 @@ async def build_worker(
             workflows=[EngineWorkflow, LlmBatch],
             # Only runs of this worker's pipelines (and batch groups) on its task queue may call
             # its activities.
-            interceptors=[
-                CallerCheck(
-                    client, settings.temporal_task_queue, WorkerPipelines(pipelines, folder)
-                )
-            ],
-            activities=worker_activities(pipelines, clients),
+            interceptors=[CallerCheck(client, settings.temporal_task_queue, types)],
+            activities=activities,
             **tuning_options(settings),
             **deployment_options(settings),
         )
+        lab = lab_worker(client, settings, types, activities)
+        yield [worker] if lab is None else [worker, lab]
 
 
 async def run_worker(settings: Settings, client: Client | None = None) -> None:
@@ -132,8 +134,8 @@ async def run_worker(settings: Settings, client: Client | None = None) -> None:
         added = await ensure_search_attributes(client)
         if added:
             log.info("registered search attributes: %s", ", ".join(added))
-        async with build_worker(client, settings, folder) as worker:
-            await _poll_until_stopped(worker, settings, health, stop)
+        async with build_worker(client, settings, folder) as workers:
+            await _poll_until_stopped(workers, settings, health, stop)
     finally:
         if probes is not None:
             await probes.cleanup()
@@ -156,36 +158,39 @@ async def _unless_stopped(work: Awaitable[T], stop: asyncio.Event) -> T | None:
 
 
 async def _poll_until_stopped(
-    worker: Worker, settings: Settings, health: WorkerHealth, stop: asyncio.Event
+    workers: Sequence[Worker], settings: Settings, health: WorkerHealth, stop: asyncio.Event
 ) -> None:
-    """Run ``worker`` until ``stop`` is set (then drain) or the worker fails."""
-    running = asyncio.create_task(worker.run())
+    """Run ``workers`` until ``stop`` is set (then drain them all) or one fails."""
+    running = [asyncio.create_task(worker.run()) for worker in workers]
     stopping = asyncio.create_task(stop.wait())
     try:
-        # The SDK validates the worker against the server (namespace, credentials) before it
+        # The SDK validates a worker against the server (namespace, credentials) before it
         # polls, and says so only through is_running: no event to wait on.
-        while not worker.is_running and not running.done():  # noqa: ASYNC110
+        while not all(w.is_running for w in workers) and not any(t.done() for t in running):  # noqa: ASYNC110
             await asyncio.sleep(0.05)
-        if running.done():
-            await _worker_failed_to_start(running, settings)
+        for task in running:
+            if task.done():
+                await _worker_failed_to_start(task, settings)
         health.phase = "polling"
-        print(
-            f"worker started: task queue {settings.temporal_task_queue!r} on "
-            f"{describe_target(settings)}",
-            flush=True,
-        )
-        await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
-        if not running.done():
+        queues = " and ".join(repr(worker.task_queue) for worker in workers)
+        noun = "task queue" if len(workers) == 1 else "task queues"
+        print(f"worker started: {noun} {queues} on {describe_target(settings)}", flush=True)
+        await asyncio.wait({*running, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if not all(task.done() for task in running):
             health.phase = "draining"
             log.info(
                 "draining: no new tasks; in-flight tasks finish (activities within %gs)",
                 settings.worker_shutdown_grace,
             )
-            await worker.shutdown()
-        await running  # a worker that failed on its own raises here
+            await asyncio.gather(*(w.shutdown() for w in workers))
+        await asyncio.gather(*running)  # a worker that failed on its own raises here
         log.info("worker stopped")
     finally:
         stopping.cancel()
+        # One worker failed (to start, or later): the others stop too, not left polling.
+        left = [(w, t) for w, t in zip(workers, running, strict=True) if not t.done()]
+        await asyncio.gather(*(w.shutdown() for w, _ in left), return_exceptions=True)
+        await asyncio.gather(*(t for _, t in left), return_exceptions=True)
 
 
 async def _worker_failed_to_start(running: asyncio.Task[None], settings: Settings) -> None:

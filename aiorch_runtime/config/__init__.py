@@ -11,7 +11,7 @@ The settings are grouped by the sections of that reference, one module and one f
 each (`TemporalSettings`, `LlmSettings`, `PipelineSettings`, `ReviewSettings`, `AuthSettings`,
 `InboxSettings`, `InputSettings`, `PayloadProtectionSettings`, `StoreSettings`,
 `DeadLetterSettings`, `BudgetSettings`, `ObservabilitySettings`, `LedgerSettings`,
-`WorkerSettings`; `SECTIONS`
+`LabSettings`, `WorkerSettings`; `SECTIONS`
 lists them). A section holds its fields with their defaults, validators and docs, and the values
 derived from them (``review_keys()``, ``tenant_budget()``, ``batch_enabled``...). `Settings`
 inherits every section, so:
@@ -52,6 +52,7 @@ from aiorch_runtime.config.inputs import (
     DEFAULT_MAX_PDF_PAGES,
     InputSettings,
 )
+from aiorch_runtime.config.lab import DEFAULT_LAB_TENANT, LabSettings, lab_queue
 from aiorch_runtime.config.ledger import DEFAULT_LEDGER_URL, LedgerSettings
 from aiorch_runtime.config.llm import DEFAULT_LLM_PORT, LlmSettings
 from aiorch_runtime.config.observability import DEFAULT_METRICS_PORT, ObservabilitySettings
@@ -74,6 +75,7 @@ __all__ = [
     "DEFAULT_DOCUMENT_STORE_URL",
     "DEFAULT_HEALTH_PORT",
     "DEFAULT_INBOX_PORT",
+    "DEFAULT_LAB_TENANT",
     "DEFAULT_LEDGER_URL",
     "DEFAULT_LLM_PORT",
     "DEFAULT_MAX_DOCUMENT_CHARS",
@@ -93,6 +95,7 @@ __all__ = [
     "DeadLetterSettings",
     "InboxSettings",
     "InputSettings",
+    "LabSettings",
     "LedgerSettings",
     "LlmSettings",
     "ModelPrice",
@@ -108,5 +111,6 @@ __all__ = [
     "StoreSettings",
     "TemporalSettings",
     "WorkerSettings",
+    "lab_queue",
     "load_settings",
 ]

@@ -12,6 +12,7 @@ from aiorch_runtime.config.budgets import BudgetSettings
 from aiorch_runtime.config.dead_letters import DeadLetterSettings
 from aiorch_runtime.config.inbox import InboxSettings
 from aiorch_runtime.config.inputs import InputSettings
+from aiorch_runtime.config.lab import LabSettings
 from aiorch_runtime.config.ledger import LedgerSettings
 from aiorch_runtime.config.llm import LlmSettings
 from aiorch_runtime.config.observability import ObservabilitySettings
@@ -37,6 +38,7 @@ SectionT = TypeVar("SectionT", bound=SettingsSection)
 # reference's order, Temporal first.
 class Settings(
     WorkerSettings,
+    LabSettings,
     LedgerSettings,
     ObservabilitySettings,
     BudgetSettings,
@@ -104,6 +106,7 @@ SECTIONS: tuple[type[SettingsSection], ...] = (
     BudgetSettings,
     ObservabilitySettings,
     LedgerSettings,
+    LabSettings,
     WorkerSettings,
 )
 """The sections `Settings` is made of, in the order of the configuration reference."""

@@ -23,6 +23,7 @@ from temporalio.exceptions import ActivityError
 
 import workflows.contract as contract
 import workflows.engine.activity_policy as activity_policy
+import workflows.engine.seeding as seeding
 from workflows.payloads import (
     AwaitBatchInput,
     ContinuationCheck,
@@ -55,7 +56,12 @@ async def execute(
     ),
 ) -> R:
     """Run ``activity`` (a regular one) with ``arg`` and return its result: ``timeout`` is its
-    start-to-close timeout, ``heartbeat`` its heartbeat timeout, ``summary`` its Web UI line."""
+    start-to-close timeout, ``heartbeat`` its heartbeat timeout, ``summary`` its Web UI line.
+
+    A replay lab's fork before its fork state gets the original's recorded output instead, and
+    no activity is scheduled (``workflows.engine.seeding``)."""
+    if (seed := seeding.current()) is not None:
+        return seeding.recorded(seed, activity, result_type)
     result: R = await workflow.execute_activity(
         activity,
         arg,

@@ -43,6 +43,7 @@ import workflows.engine.activity_policy as activity_policy
 import workflows.engine.budgets as budgets
 import workflows.engine.commands as commands
 import workflows.engine.continuation as continuation
+import workflows.engine.forks as forks
 import workflows.engine.record as record
 import workflows.engine.review_rules as review_rules
 import workflows.engine.reviews as reviews
@@ -111,7 +112,7 @@ class PipelineWorkflow:
                 self._input_problem = f"invalid request: this worker runs {known}, not {started}"
                 return
         try:
-            raw = decoded(raw_inputs)
+            raw = self._start_input(decoded(raw_inputs))
         except errors.InvalidRequest as err:
             self._input_problem = f"invalid request: {err}"
             return
@@ -119,6 +120,13 @@ class PipelineWorkflow:
             self._raw = raw
             return
         self._take_input(pipeline, raw)
+
+    def _start_input(self, raw: Any) -> Any:
+        """The request (or continued run) a decoded start input holds; a lab fork's is refused
+        (``workflows.engine.lab`` takes it, on the lab's task queue only)."""
+        if forks.is_fork_input(raw):
+            raise errors.InvalidRequest("a lab fork's input runs on the lab's task queue only")
+        return raw
 
     def _take_input(self, pipeline: Pipeline[Any, Any], raw: Any) -> None:
         """Install ``pipeline`` and the run's decoded start input ``raw``, or record why the run
