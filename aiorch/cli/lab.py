@@ -48,7 +48,6 @@ _CANDIDATE_OPTIONS = {
     "system_prompt": "--system-prompt-file",
     "user_prompt": "--prompt-file",
     "temperature": "--temperature",
-    "pipeline_version": "--pipeline-version",
 }
 
 
@@ -74,7 +73,6 @@ def candidate_of(
     system_prompt_file: Path | None,
     prompt_file: Path | None,
     temperature: float | None,
-    pipeline_version: str | None,
 ) -> Variant:
     """The candidate the options describe.
 
@@ -88,16 +86,15 @@ def candidate_of(
             system_prompt=_read("--system-prompt-file", system_prompt_file),
             user_prompt=_read("--prompt-file", prompt_file),
             temperature=temperature,
-            pipeline_version=pipeline_version,
         )
     except ValidationError as err:
         first = err.errors()[0]
         option = _CANDIDATE_OPTIONS.get(str(first["loc"][0]), str(first["loc"][0]))
         raise UsageError(f"{option}: {first['msg']}") from None
-    if not candidate.changes and candidate.pipeline_version is None:
+    if not candidate.changes:
         raise UsageError(
-            "the candidate changes nothing: give --model, --system-prompt-file, --prompt-file, "
-            "--temperature or --pipeline-version"
+            "the candidate changes nothing: give --model, --system-prompt-file, --prompt-file "
+            "or --temperature"
         )
     return candidate
 
@@ -210,9 +207,6 @@ def run_command(
     temperature: Annotated[
         float | None, typer.Option(help="the candidate's temperature (0 to 2)")
     ] = None,
-    pipeline_version: Annotated[
-        str | None, typer.Option(help="a pipeline file's version to run instead")
-    ] = None,
     name: Annotated[str, typer.Option(help="the candidate's name in the report")] = "candidate",
     limit: Annotated[
         int, typer.Option(min=1, metavar="N", help="refuse a --select of more runs than this")
@@ -256,9 +250,8 @@ def run_command(
         system_prompt_file=system_prompt_file,
         prompt_file=prompt_file,
         temperature=temperature,
-        pipeline_version=pipeline_version,
     )
-    run_ids = runs_of(load_settings().ledger_url, select, limit)
+    run_ids = runs_of(load_settings().ledger_url.get_secret_value(), select, limit)
     lab_id = f"lab-{secrets.token_hex(6)}"
     err_console.print(
         plain(

@@ -156,7 +156,7 @@ def test_bad_rules_and_candidates_are_usage_errors_before_the_ledger_is_read(
 def test_a_candidate_that_changes_nothing_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Without a model, a prompt, a temperature or a pipeline version the candidate would be
+    """Without a model, a prompt or a temperature the candidate would be
     the baseline: a usage error."""
     monkeypatch.setenv("LEDGER_URL", f"sqlite:///{tmp_path / 'none.db'}")
     args = ["lab", "run", "--select", "SELECT run_id FROM runs", "--from", "analyze"]
