@@ -29,7 +29,10 @@ def build_messages(call: LlmCallInput, document: str | None) -> list[ChatComplet
     A stable prefix first, for the provider's prompt cache: the system prompt (the pipeline's,
     the same for each of its runs), then a referenced document, then the run's own text; each
     review round and a correction only add to the end."""
-    user_text = (document or "") + call.user_prompt
+    # A pipeline's own prompt starts with the blank line that parts it from the document; a
+    # prompt from elsewhere (a lab's candidate, a rollout's variant) is parted from it here.
+    apart = "\n\n" if document and not call.user_prompt.startswith("\n") else ""
+    user_text = (document or "") + apart + call.user_prompt
     for feedback in call.feedback:
         user_text += f"\n\nReviewer feedback: {feedback}"
     messages: list[ChatCompletionMessageParam] = [

@@ -142,10 +142,20 @@ def test_the_stable_prefix_comes_first() -> None:
         call("Own question", feedback=["shorter"], corrective=True), "SHARED DOCUMENT "
     )
     assert [m["role"] for m in plain] == ["system", "user"]
-    assert str(with_document[1]["content"]).startswith("SHARED DOCUMENT Own question")
+    assert str(with_document[1]["content"]).startswith("SHARED DOCUMENT \n\nOwn question")
     assert str(reviewed[1]["content"]).startswith(str(with_document[1]["content"]))
     assert reviewed[0] == with_document[0] == plain[0]
     assert len(reviewed) == 3
+
+
+def test_a_referenced_document_is_parted_from_the_prompt_once() -> None:
+    """A prompt that starts with its own blank line (the document pipeline's) follows the
+    document as it is; any other prompt (a lab's candidate) is parted from it by one blank line,
+    so its first line is never glued to the document's last."""
+    own = build_messages(call("\n\nExtract the fields."), "Total: 10")
+    other = build_messages(call("Due date: 2026-12-31"), "Total: 10")
+    assert own[1]["content"] == "Total: 10\n\nExtract the fields."
+    assert other[1]["content"] == "Total: 10\n\nDue date: 2026-12-31"
 
 
 async def test_the_genai_span_and_metrics_carry_the_cached_tokens(sim_root: str) -> None:
