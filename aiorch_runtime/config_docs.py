@@ -89,6 +89,11 @@ class Section(Enum):
         "the event histories, and `aiorch ledger sql` and `report` read them: see "
         "[ledger.md](ledger.md).",
     )
+    EXPERIMENTS = (
+        "Rollout experiments",
+        "Prompt and model variants of a pipeline, chosen per run from its id, and the stop "
+        "rule that halts a losing one: see [rollouts.md](rollouts.md).",
+    )
     WORKER = (
         "Worker",
         "Slots, pollers, cache, probes and versions of one worker process: see "

@@ -60,8 +60,11 @@ async def plan_run(pipeline: str, request: RequestBase) -> RunPlan:
 
 def with_prompt(plan: RunPlan, plan_type: type[P], **prompt: Any) -> P:
     """The pipeline's plan (a ``plan_type``): ``plan``'s settings and the ``prompt`` fields
-    its handler built."""
-    return plan_type(**dict(plan), **prompt)
+    its handler built, with the changes of the rollout variant ``plan`` was assigned."""
+    built = plan_type(**dict(plan), **prompt)
+    if plan.assignment is None:
+        return built
+    return plan.assignment.variant.applied(built)
 
 
 def context_suffix(metadata: dict[str, Any]) -> str:
