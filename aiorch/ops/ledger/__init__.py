@@ -3,7 +3,8 @@ corrections, projected from the runs' event histories (docs/ledger.md).
 
 `open_ledger` opens (and migrates) the database at ``LEDGER_URL``; `sync` fills it once and
 `follow` keeps filling it; `read_only` runs a user's SQL unable to change it; `cost` and
-`reviews` are the reports.
+`reviews` are the reports. The tables are named for the readers that query them
+(`aiorch.ops.experiments`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,16 @@ from sqlalchemy import Engine
 from aiorch.ops.ledger._projection import Projection, project
 from aiorch.ops.ledger._queries import Answer, NotReadOnly, QueryFailed, read_only, rows_as_dicts
 from aiorch.ops.ledger._reports import CostLine, Delays, ReviewsReport, cost, reviews
-from aiorch.ops.ledger._schema import PROJECTED, engine_for, migrate
+from aiorch.ops.ledger._schema import (
+    PROJECTED,
+    corrections,
+    engine_for,
+    experiment_halts,
+    migrate,
+    model_calls,
+    review_decisions,
+    runs,
+)
 from aiorch.ops.ledger._sync import (
     FOLLOW_READY_LINE,
     SyncReport,
@@ -34,14 +44,19 @@ __all__ = [
     "QueryFailed",
     "ReviewsReport",
     "SyncReport",
+    "corrections",
     "cost",
     "engine_for",
+    "experiment_halts",
     "follow",
+    "model_calls",
     "open_ledger",
     "project",
     "read_only",
+    "review_decisions",
     "reviews",
     "rows_as_dicts",
+    "runs",
     "sync",
     "watermark",
     "write",
