@@ -12,8 +12,11 @@ import pytest
 
 from aiorch_runtime.config import ConfigError, Settings, load_settings
 from aiorch_runtime.experiments import Experiment, experiment_for
+from tests.support.builders import prompt_plan
+from workflows.engine import record
 from workflows.engine.planning import RunPlan, with_prompt
-from workflows.payloads import Assignment, PromptPlan, Variant
+from workflows.llm.graph import GRAPH, State
+from workflows.payloads import Assignment, PromptPlan, RunState, Variant
 
 STORE = "redis://127.0.0.1:1/0"
 CANARY: dict[str, Any] = {
@@ -185,3 +188,17 @@ def test_experiments_need_the_capacity_store(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv("EXPERIMENTS", json.dumps({"llm": CANARY}))
     with pytest.raises(ConfigError, match="EXPERIMENTS keep their halts in the capacity store"):
         load_settings()
+
+
+def test_the_variant_shows_in_status_and_the_web_uis_details() -> None:
+    """A run planned under an experiment shows ``EXPERIMENT/VARIANT`` in its ``status``
+    answer and its Web UI details line; a run planned under none shows no variant."""
+    assignment = Assignment(experiment="prompt-v2", variant=Variant(name="B", model="sim-b"))
+    assigned = RunState(
+        state=State.INVOKE_LLM, plan=prompt_plan().model_copy(update={"assignment": assignment})
+    )
+    plain = RunState(state=State.INVOKE_LLM, plan=prompt_plan())
+    assert record.status(GRAPH, assigned).variant == "prompt-v2/B"
+    assert "variant prompt-v2/B" in record.details(GRAPH, assigned)
+    assert record.status(GRAPH, plain).variant is None
+    assert "variant" not in record.details(GRAPH, plain)
