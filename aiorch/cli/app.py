@@ -15,6 +15,7 @@ module              commands
 ``contract``        ``graph``, ``schema``
 ``pipelines``       ``pipeline check``, ``pipeline list``, ``pipeline show``, ``pipeline graph``
 ``ledger``          ``ledger sync``, ``ledger follow``, ``ledger sql``, ``ledger report``
+``experiments``     ``experiments status|halt|promote|resume|watch``
 ==================  ===================================================================
 
 A command line names one command, so `build_app` loads only that command's module: ``keys
@@ -58,6 +59,7 @@ COMMANDS: Mapping[str, str] = MappingProxyType(
         "schema": "contract",
         "pipeline": "pipelines",
         "ledger": "ledger",
+        "experiments": "experiments",
     }
 )
 
