@@ -19,6 +19,7 @@ from typing import Any, Final, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from aiorch_runtime.errors import ConfigError
 from workflows.payloads import (
     EXPERIMENT_ID_PATTERN,
     TENANT_PATTERN,
@@ -117,6 +118,21 @@ def experiment_for(
     """The experiment a run of ``pipeline`` for ``tenant`` is planned under: the one keyed
     ``pipeline@tenant``, else the pipeline's, else none."""
     return experiments.get(f"{pipeline}@{tenant}") or experiments.get(pipeline)
+
+
+def check_pipelines(experiments: Mapping[str, Experiment], known: Collection[str]) -> None:
+    """Every experiment names a pipeline the worker runs (``known``: its pipelines' short
+    names and its pipeline files' names), else it would never apply.
+
+    Raises:
+        ConfigError: one line naming the key and the pipelines there are.
+    """
+    for key in experiments:
+        pipeline = key.partition("@")[0]
+        if pipeline not in known:
+            raise ConfigError(
+                f"EXPERIMENTS: {key!r} names no pipeline of this worker ({', '.join(known)})"
+            )
 
 
 def read_experiments(value: Any) -> Any:

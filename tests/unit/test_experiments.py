@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from aiorch_runtime.config import ConfigError, Settings, load_settings
-from aiorch_runtime.experiments import Experiment, experiment_for
+from aiorch_runtime.experiments import Experiment, check_pipelines, experiment_for
 from tests.support.builders import prompt_plan
 from workflows.engine import record
 from workflows.engine.planning import RunPlan, with_prompt
@@ -202,3 +202,15 @@ def test_the_variant_shows_in_status_and_the_web_uis_details() -> None:
     assert "variant prompt-v2/B" in record.details(GRAPH, assigned)
     assert record.status(GRAPH, plain).variant is None
     assert "variant" not in record.details(GRAPH, plain)
+
+
+def test_an_experiment_for_a_pipeline_the_worker_lacks_stops_it() -> None:
+    """An experiment keyed by a pipeline the worker neither runs in Python nor has a file for
+    would never apply: the worker refuses to start, naming its pipelines."""
+    experiments = {"llm@acme": canary(), "SupportTriage": canary(id="triage-v2")}
+    check_pipelines(experiments, ["llm", "documents", "SupportTriage"])
+    with pytest.raises(ConfigError) as raised:
+        check_pipelines(experiments, ["llm", "documents"])
+    assert str(raised.value) == (
+        "EXPERIMENTS: 'SupportTriage' names no pipeline of this worker (llm, documents)"
+    )
