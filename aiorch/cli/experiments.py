@@ -297,14 +297,21 @@ def watch_command(
         try:
             async with aiohttp.ClientSession() as session:
                 while not stop.is_set():
-                    with about_ledger(settings.ledger_url):
-                        made = await ops.watch_once(
-                            engine,
-                            store,
-                            settings.experiments,
-                            notify=_notifier(settings, session),
-                            slack=settings.review_webhook_format == "slack",
-                        )
+                    try:
+                        with about_ledger(settings.ledger_url):
+                            made = await ops.watch_once(
+                                engine,
+                                store,
+                                settings.experiments,
+                                notify=_notifier(settings, session),
+                                slack=settings.review_webhook_format == "slack",
+                            )
+                    except (CliError, HaltStoreError) as err:
+                        if once:
+                            raise
+                        # The ledger or the store is away for a moment: the next check retries.
+                        err_console.print(plain(f"check failed, trying again: {err}"))
+                        made = []
                     checks += 1
                     for breach in made:
                         err_console.print(

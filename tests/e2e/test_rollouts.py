@@ -32,6 +32,7 @@ from aiorch_runtime.temporal import AiOrchestratorPlugin
 from tests.support.builders import new_request_id
 from tests.support.live_runs import wait_for_state
 from tests.support.live_stack import E2E_WORKER_ENV, connect, run_script, stack_with_worker
+from tests.support.webhooks import running_receiver
 from workflows import contract
 from workflows.batch.workflow import LlmBatch
 from workflows.orchestrator import EngineWorkflow
@@ -67,13 +68,14 @@ class Rollout:
     stack: LocalStack
     ledger_url: str
 
-    def starter(self, *args: str) -> Any:
+    def starter(self, *args: str, **extra: str) -> Any:
         env = {
             **os.environ,
             **self.stack.addresses.env(),
             "EXPERIMENTS": json.dumps(EXPERIMENTS),
             "LEDGER_URL": self.ledger_url,
             "COLUMNS": "200",
+            **extra,
         }
         return run_script("starter.py", *args, env=env)
 
@@ -128,7 +130,8 @@ async def test_the_watcher_halts_a_worse_canary_and_new_runs_get_the_control(
     stack: LocalStack, tmp_path: Path
 ) -> None:
     """B's runs each meet a malformed reply, A's none: after four judged runs each, ``watch
-    --once`` halts B (in the store and the ledger's ``experiment_halts``), ``status`` shows it,
+    --once`` halts B (in the store, the ledger's ``experiment_halts`` and a notice to the review
+    webhook), ``status`` shows it,
     and runs whose ids would get B are planned with A. The run parked in review with B before
     the halt keeps B through a worker restart and a reedit that continues it as new, its
     every model call made with B's model, and its histories replay."""
@@ -146,9 +149,20 @@ async def test_the_watcher_halts_a_worse_canary_and_new_runs_get_the_control(
     shown = rollout.starter("status", parked)
     assert shown.returncode == 0, shown.stderr
     assert "variant" in shown.stdout and "canary/B" in shown.stdout
-    watched = rollout.starter("experiments", "watch", "--once")
+    async with running_receiver() as receiver:
+        watched = await asyncio.to_thread(
+            rollout.starter, "experiments", "watch", "--once", REVIEW_WEBHOOK_URL=receiver.url
+        )
     assert watched.returncode == 0, watched.stderr
-    assert "halted canary/B: problem rate 100% over 4 judged runs" in watched.stderr
+    reason = "problem rate 100% over 4 judged runs, A's 0% over 4: more than 30% above the control"
+    assert f"halted canary/B: {reason}" in watched.stderr
+    [notice] = receiver.bodies
+    assert {key: notice[key] for key in ("event", "experiment", "variant", "reason")} == {
+        "event": "experiment_halted",
+        "experiment": "canary",
+        "variant": "B",
+        "reason": reason,
+    }
 
     stack.stop_worker()
     stack.start_worker()
