@@ -120,18 +120,26 @@ def experiment_for(
     return experiments.get(f"{pipeline}@{tenant}") or experiments.get(pipeline)
 
 
-def check_pipelines(experiments: Mapping[str, Experiment], known: Collection[str]) -> None:
-    """Every experiment names a pipeline the worker runs (``known``: its pipelines' short
-    names and its pipeline files' names), else it would never apply.
+def check_pipelines(
+    experiments: Mapping[str, Experiment], code: Collection[str], files: Collection[str]
+) -> None:
+    """Every experiment names a pipeline the worker runs (``code``: its pipelines' short
+    names, ``files``: its pipeline files' names), else it would never apply; an experiment on
+    a pipeline file changes no prompt, since a file's steps write their own.
 
     Raises:
-        ConfigError: one line naming the key and the pipelines there are.
+        ConfigError: one line naming the key and what is wrong.
     """
-    for key in experiments:
+    for key, experiment in experiments.items():
         pipeline = key.partition("@")[0]
-        if pipeline not in known:
+        if pipeline not in (*code, *files):
+            known = ", ".join((*code, *files))
+            raise ConfigError(f"EXPERIMENTS: {key!r} names no pipeline of this worker ({known})")
+        prompted = [arm.name for arm in experiment.variants if arm.system_prompt or arm.user_prompt]
+        if pipeline in files and prompted:
             raise ConfigError(
-                f"EXPERIMENTS: {key!r} names no pipeline of this worker ({', '.join(known)})"
+                f"EXPERIMENTS: {key}: variant {prompted[0]} sets a prompt, and the steps of "
+                f"pipeline file {pipeline} write their own: vary model or temperature"
             )
 
 

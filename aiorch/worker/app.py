@@ -115,7 +115,7 @@ async def run_worker(settings: Settings, client: Client | None = None) -> None:
         log.warning("%s", warning)
     check_review_policies(settings, pipelines)
     files = await folder.names() if folder is not None else []
-    check_pipelines(settings.experiments, [*(pipeline.name for pipeline in pipelines), *files])
+    check_pipelines(settings.experiments, [pipeline.name for pipeline in pipelines], files)
     check_result_cache(settings)
     health = WorkerHealth()
     probes = await start_health(health, settings.health_port, settings.health_host)

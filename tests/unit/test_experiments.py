@@ -206,11 +206,18 @@ def test_the_variant_shows_in_status_and_the_web_uis_details() -> None:
 
 def test_an_experiment_for_a_pipeline_the_worker_lacks_stops_it() -> None:
     """An experiment keyed by a pipeline the worker neither runs in Python nor has a file for
-    would never apply: the worker refuses to start, naming its pipelines."""
-    experiments = {"llm@acme": canary(), "SupportTriage": canary(id="triage-v2")}
-    check_pipelines(experiments, ["llm", "documents", "SupportTriage"])
+    would never apply, and one that sets a prompt for a pipeline file (whose steps write their
+    own) would not do what it says: the worker refuses to start, naming what is wrong."""
+    model_only = canary(
+        id="triage-v2",
+        variants=[{"name": "A", "weight": 1}, {"name": "B", "weight": 1, "model": "m"}],
+    )
+    experiments = {"llm@acme": canary(), "SupportTriage": model_only}
+    check_pipelines(experiments, ["llm", "documents"], ["SupportTriage"])
     with pytest.raises(ConfigError) as raised:
-        check_pipelines(experiments, ["llm", "documents"])
+        check_pipelines(experiments, ["llm", "documents"], [])
     assert str(raised.value) == (
         "EXPERIMENTS: 'SupportTriage' names no pipeline of this worker (llm, documents)"
     )
+    with pytest.raises(ConfigError, match="variant B sets a prompt, and the steps of pipeline"):
+        check_pipelines({"SupportTriage": canary()}, ["llm"], ["SupportTriage"])
