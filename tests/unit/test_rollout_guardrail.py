@@ -1,9 +1,11 @@
-"""Each variant's signals as the ledger (a real SQLite one) holds them, and the stop rule over
-them: counted once per run chain and only once it ended, the rule halting a variant clearly
-worse than the control and sparing one that is not, or one with too few judged runs."""
+"""The ledger side of rollouts: each run's variant read from its plan, each variant's signals as
+the ledger (a real SQLite one) holds them, and the stop rule over them: counted once per run
+chain and only once it ended, the rule halting a variant clearly worse than the control and
+sparing one that is not, or one with too few judged runs."""
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -12,13 +14,16 @@ from typing import Any
 
 import pytest
 from sqlalchemy import Engine, create_engine, inspect, text
+from temporalio.client import WorkflowHistory
 
 from aiorch.ops import ledger
 from aiorch.ops.experiments import breaches, variant_signals
 from aiorch.ops.ledger import _schema as schema
 from aiorch_runtime.experiments import Experiment
+from aiorch_runtime.temporal import DATA_CONVERTER
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC).replace(tzinfo=None)
+REPLAYS = Path(__file__).parents[1] / "replay" / "histories"
 
 
 def canary(**stop: Any) -> Experiment:
@@ -242,3 +247,19 @@ def test_a_ledger_made_before_rollouts_gains_their_columns_and_table(tmp_path: P
         assert [tuple(row) for row in kept] == [("kept", None)]
     finally:
         engine.dispose()
+
+
+@pytest.mark.parametrize("name", ["rollout_variant_b", "rollout_variant_b_continued"])
+async def test_the_projection_reads_the_variant_from_the_plan(name: str) -> None:
+    """A run's experiment and variant come from its plan: the first run's ``fetch_prompt``
+    marker and the plan its continued run carried in; a run planned under no experiment has
+    neither."""
+    found = await projected(REPLAYS / f"{name}.json")
+    plain = await projected(REPLAYS / "happy_path.json")
+    assert (found.run["experiment"], found.run["variant"]) == ("prompt-v2", "B")
+    assert (plain.run["experiment"], plain.run["variant"]) == (None, None)
+
+
+async def projected(path: Path) -> ledger.Projection:
+    history = WorkflowHistory.from_json(path.stem, json.loads(path.read_text()))
+    return await ledger.project(path.stem, path.stem, history.events, DATA_CONVERTER)
