@@ -6,7 +6,8 @@ the prompt is added, so the run's history holds what it ran with (docs/rollouts.
 A run of a pipeline without an experiment is planned as before: no store is read and its plan
 is unchanged. The halts are read from the capacity store at each choice, so a halt reaches the
 next run any worker plans; when the store cannot be read the run gets the control, so a canary
-never gets more traffic than the operator allowed.
+never gets more traffic than the operator allowed (a read that takes longer than
+``HALTS_READ_TIMEOUT`` counts as failed).
 
 Each choice counts the run under its variant (``aiorch_experiment_runs``) and sets whether
 each of the experiment's variants is halted (``aiorch_experiment_halted``, 1 or 0) on the
@@ -15,8 +16,11 @@ worker's metrics endpoint.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping
+from datetime import timedelta
+from typing import Final
 
 from temporalio import activity
 
@@ -26,6 +30,9 @@ from workflows.engine.planning import RunPlan
 
 log = logging.getLogger(__name__)
 
+# Well inside the plan activities' timeout (a local activity's, LOCAL_FETCH_TIMEOUT), so a
+# slow store gives the control rather than a retried plan.
+HALTS_READ_TIMEOUT: Final = timedelta(seconds=2)
 METRIC_EXPERIMENT_RUNS = "aiorch_experiment_runs"
 METRIC_EXPERIMENT_HALTED = "aiorch_experiment_halted"
 
@@ -71,8 +78,10 @@ async def _state(halts: HaltStore, experiment: Experiment) -> tuple[frozenset[st
     """The experiment's halted variants and promoted one; every variant but the control counts
     as halted while the store cannot be read."""
     try:
-        state = await halts.state(experiment.id)
-    except HaltStoreError as err:
-        log.warning("experiment %s: %s; the run gets the control", experiment.id, err)
+        state = await asyncio.wait_for(
+            halts.state(experiment.id), HALTS_READ_TIMEOUT.total_seconds()
+        )
+    except (HaltStoreError, TimeoutError) as err:
+        log.warning("experiment %s: %r; the run gets the control", experiment.id, err)
         return frozenset(arm.name for arm in experiment.variants[1:]), None
     return frozenset(state.halted), state.promoted

@@ -6,8 +6,9 @@ reviewers (the operator's floor), the requester and tenant (start authentication
 policy, retries, model, budgets, lane and result cache. A request may only raise the review
 level, narrow the reviewers and lower limits, never the other way round.
 
-``plan_run`` is the one plan step every pipeline's run takes (a local activity: no I/O); the
-pipeline builds its prompt in workflow code (`workflows.engine.planning`).
+``plan_run`` is the one plan step every pipeline's run takes (a local activity: no I/O but,
+for a pipeline under a rollout experiment, one read of its halts, `activities.experiments`);
+the pipeline builds its prompt in workflow code (`workflows.engine.planning`).
 """
 
 from __future__ import annotations
