@@ -23,6 +23,7 @@ from aiorch_runtime.errors import ConfigError
 from workflows.payloads import (
     EXPERIMENT_ID_PATTERN,
     TENANT_PATTERN,
+    VARIANT_NAME_PATTERN,
     Assignment,
     Variant,
 )
@@ -34,8 +35,9 @@ BUCKETS: Final = 10_000
 
 
 class Arm(Variant):
-    """A variant and its share of the experiment's runs (weights are relative)."""
+    """A variant, named, and its share of the experiment's runs (weights are relative)."""
 
+    name: str = Field(pattern=VARIANT_NAME_PATTERN)
     weight: float = Field(ge=0)
 
 
@@ -71,7 +73,7 @@ class Experiment(BaseModel):
             raise ValueError(f"variant names repeat: {', '.join(names)}")
         if self.control.changes or self.control.pipeline_version is not None:
             raise ValueError(
-                f"the first variant ({self.control.name}) is the control and changes nothing"
+                f"the first variant ({self.control.name}) is the control: it must change nothing"
             )
         if any(arm.pipeline_version is not None for arm in self.variants):
             raise ValueError("a rollout's variant cannot set pipeline_version yet")

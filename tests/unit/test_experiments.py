@@ -134,7 +134,7 @@ def test_experiments_are_read_from_a_file(tmp_path: Path) -> None:
         ('{"llm": ', "not valid JSON"),
         (
             json.dumps({"llm": {**CANARY, "variants": CANARY["variants"][::-1]}}),
-            "the first variant (B) is the control and changes nothing",
+            "the first variant (B) is the control: it must change nothing",
         ),
         (
             json.dumps({"llm": {**CANARY, "variants": [CANARY["variants"][0]] * 2}}),
@@ -161,6 +161,10 @@ def test_experiments_are_read_from_a_file(tmp_path: Path) -> None:
         ),
         (json.dumps({"llm@a:b": CANARY}), "is not a pipeline or pipeline@tenant"),
         (json.dumps({"llm": {**CANARY, "variant": []}}), "Extra inputs are not permitted"),
+        (
+            json.dumps({"llm": {**CANARY, "variants": [{"weight": 1}, {"weight": 1}]}}),
+            "EXPERIMENTS.LLM.VARIANTS.0.NAME={'weight': 1}: Field required",
+        ),
         (
             json.dumps({"llm": {**CANARY, "stop": {"signal": "scores"}}}),
             "'problem', 'correction' or 'rejection'",
