@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.experiments import NO_ROLLOUTS, Rollouts
 from activities.notify import NotifyActivities, Webhook, shown_id
 from activities.planning import PlanDefaults, lowered, planned
 from aiorch_runtime.errors import ConfigError
@@ -63,8 +64,10 @@ class PipelineActivities:
         catalog: Catalog,
         code_pipelines: Sequence[str],
         notifier: NotifyActivities | None = None,
+        rollouts: Rollouts = NO_ROLLOUTS,
     ) -> None:
         self._defaults = defaults
+        self._rollouts = rollouts
         self._folder = folder
         self._catalog = catalog
         self._code_pipelines = list(code_pipelines)
@@ -100,7 +103,9 @@ class PipelineActivities:
         if shown := input_problems(record.spec.input, request.input):
             raise invalid(f"the input does not fit {record.name} {record.label}: {shown}")
         plan = with_prompt(
-            planned(self._defaults, request, pipeline=record.name),
+            await self._rollouts.assigned(
+                planned(self._defaults, request, pipeline=record.name), record.name
+            ),
             DataPlan,
             system_prompt="",
             user_prompt="",

@@ -6,8 +6,9 @@ reviewers (the operator's floor), the requester and tenant (start authentication
 policy, retries, model, budgets, lane and result cache. A request may only raise the review
 level, narrow the reviewers and lower limits, never the other way round.
 
-``plan_run`` is the one plan step every pipeline's run takes (a local activity: no I/O); the
-pipeline builds its prompt in workflow code (`workflows.engine.planning`).
+``plan_run`` is the one plan step every pipeline's run takes (a local activity: no I/O but,
+for a pipeline under a rollout experiment, one read of its halts, `activities.experiments`);
+the pipeline builds its prompt in workflow code (`workflows.engine.planning`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.capacity import unbudgeted_tenant
+from activities.experiments import NO_ROLLOUTS, Rollouts
 from aiorch_runtime.config import Settings
 from aiorch_runtime.review_policies import PolicySpec, PolicyUnmet, policy_for, resolve
 from workflows import contract, errors
@@ -147,16 +149,23 @@ def tenant_budgets(settings: Settings) -> dict[str, float]:
 
 class PlanActivities:
     """The ``plan_run`` activity: the plan of a run of any pipeline the worker runs
-    (``requests``: each pipeline's request model, by its short name)."""
+    (``requests``: each pipeline's request model, by its short name), with its rollout variant
+    (``rollouts``)."""
 
-    def __init__(self, defaults: PlanDefaults, requests: Mapping[str, type[RequestBase]]) -> None:
+    def __init__(
+        self,
+        defaults: PlanDefaults,
+        requests: Mapping[str, type[RequestBase]],
+        rollouts: Rollouts = NO_ROLLOUTS,
+    ) -> None:
         self._defaults = defaults
         self._requests = dict(requests)
+        self._rollouts = rollouts
 
     @activity.defn(name=contract.ACTIVITY_PLAN_RUN)
     async def plan_run(self, plan_input: PlanRunInput) -> RunPlan:
         """The run's policy and model settings, resolved from the worker's defaults and the
-        request.
+        request, and its rollout variant.
 
         Raises:
             ApplicationError: ``InvalidRequest`` (non-retryable): the worker has no such
@@ -169,7 +178,8 @@ class PlanActivities:
             request = model.model_validate(plan_input.request)
         except ValidationError as err:
             raise _invalid(describe_validation_error(err)) from None
-        return planned(self._defaults, request, pipeline=plan_input.pipeline)
+        plan = planned(self._defaults, request, pipeline=plan_input.pipeline)
+        return await self._rollouts.assigned(plan, plan_input.pipeline)
 
 
 def planned(defaults: PlanDefaults, request: RequestBase, *, pipeline: str) -> RunPlan:

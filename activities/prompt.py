@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from temporalio import activity
 
+from activities.experiments import NO_ROLLOUTS, Rollouts
 from activities.input_loader import InputLoader
 from activities.planning import PlanDefaults, planned
 from workflows import contract
@@ -31,12 +32,15 @@ OBJECT_CORRECTIVE_INSTRUCTION = (
 
 
 class PromptActivities:
-    """The ``fetch_prompt`` activity, with its loader and the worker's planning defaults
-    injected."""
+    """The ``fetch_prompt`` activity, with its loader, the worker's planning defaults and its
+    rollouts injected."""
 
-    def __init__(self, defaults: PlanDefaults, loader: InputLoader) -> None:
+    def __init__(
+        self, defaults: PlanDefaults, loader: InputLoader, rollouts: Rollouts = NO_ROLLOUTS
+    ) -> None:
         self._defaults = defaults
         self._loader = loader
+        self._rollouts = rollouts
 
     @activity.defn(name=contract.ACTIVITY_FETCH_PROMPT)
     async def fetch_prompt(self, prompt_input: PromptInput) -> PromptPlan:
@@ -46,5 +50,7 @@ class PromptActivities:
         if request.is_reference:
             # The document is prepended by invoke_llm; only the context travels in history.
             await self._loader.load(request.user_message)
-        plan = planned(self._defaults, request, pipeline=contract.PIPELINE_LLM)
+        plan = await self._rollouts.assigned(
+            planned(self._defaults, request, pipeline=contract.PIPELINE_LLM), contract.PIPELINE_LLM
+        )
         return with_prompt(plan, PromptPlan, **prompt(request))

@@ -27,6 +27,7 @@ from activities.dead_letter import DeadLetterActivities
 from activities.documents.extract import DocumentTexts, ExtractActivities
 from activities.documents.plan import DocumentPlanActivities
 from activities.documents.store import StoreActivities
+from activities.experiments import Rollouts
 from activities.input_loader import InputLoader
 from activities.lineage import LineageActivities
 from activities.llm import LlmActivities
@@ -39,6 +40,7 @@ from aiorch_runtime.batch_store import BatchStore
 from aiorch_runtime.capacity import CapacityStore
 from aiorch_runtime.codec import keyring_from_settings
 from aiorch_runtime.config import Settings
+from aiorch_runtime.experiment_halts import HaltStore
 from aiorch_runtime.genai import GenAiTelemetry
 from aiorch_runtime.pipeline_files import PipelineFolder
 from aiorch_runtime.result_cache import ResultCache
@@ -134,8 +136,11 @@ def engine_activities(clients: Clients) -> list[Activity]:
         clients.catalog,
         [pipeline.workflow_type for pipeline in clients.pipelines],
         notify,
+        rollouts(clients),
     )
-    plans = PlanActivities(clients.plans, {p.name: p.request for p in clients.pipelines})
+    plans = PlanActivities(
+        clients.plans, {p.name: p.request for p in clients.pipelines}, rollouts(clients)
+    )
     return [
         plans.plan_run,
         llm.invoke_llm,
@@ -148,10 +153,17 @@ def engine_activities(clients: Clients) -> list[Activity]:
     ]
 
 
+def rollouts(clients: Clients) -> Rollouts:
+    """The worker's experiments, their halts read from the capacity store (which
+    ``EXPERIMENTS`` needs)."""
+    halts = HaltStore(clients.capacity.redis) if clients.capacity is not None else None
+    return Rollouts(clients.settings.experiments, halts)
+
+
 def llm_activities(clients: Clients) -> list[Activity]:
     """The LLM pipeline's: its plan (``fetch_prompt``) and its reply's embedding."""
     settings = clients.settings
-    prompts = PromptActivities(clients.plans, clients.loader)
+    prompts = PromptActivities(clients.plans, clients.loader, rollouts(clients))
     vectors = VectorActivities(
         clients.openai,
         clients.vectors,

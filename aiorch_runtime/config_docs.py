@@ -94,6 +94,11 @@ class Section(Enum):
         "The task queue the workers run the replay lab's forks on, and the tenant their model "
         "calls spend as: see [lab.md](lab.md).",
     )
+    EXPERIMENTS = (
+        "Rollout experiments",
+        "Prompt and model variants of a pipeline, chosen per run from its id, and the stop "
+        "rule that halts a losing one: see [rollouts.md](rollouts.md).",
+    )
     WORKER = (
         "Worker",
         "Slots, pollers, cache, probes and versions of one worker process: see "

@@ -16,6 +16,7 @@ module              commands
 ``pipelines``       ``pipeline check``, ``pipeline list``, ``pipeline show``, ``pipeline graph``
 ``ledger``          ``ledger sync``, ``ledger follow``, ``ledger sql``, ``ledger report``
 ``lab``             ``lab run``
+``experiments``     ``experiments status|halt|promote|resume|watch``
 ==================  ===================================================================
 
 A command line names one command, so `build_app` loads only that command's module: ``keys
@@ -60,6 +61,7 @@ COMMANDS: Mapping[str, str] = MappingProxyType(
         "pipeline": "pipelines",
         "ledger": "ledger",
         "lab": "lab",
+        "experiments": "experiments",
     }
 )
 

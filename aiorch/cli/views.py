@@ -26,6 +26,7 @@ STATUS_FIELDS = (
     "review_round",
     "review",
     "model",
+    "variant",
     "last_error",
     "error_details",
     "reviews_refused",

@@ -45,6 +45,7 @@ from aiorch.worker.tenant_boundaries import check_result_cache
 from aiorch_runtime.config import ConfigError, Settings, load_settings
 from aiorch_runtime.connection import connect, describe_target, ensure_search_attributes
 from aiorch_runtime.errors import TemporalUnreachable, VectorStoreLocked
+from aiorch_runtime.experiments import check_pipelines
 from aiorch_runtime.pipeline_files import PipelineFolder
 from aiorch_runtime.signals import stop_event
 from aiorch_runtime.telemetry import tracing, worker_runtime
@@ -103,7 +104,8 @@ async def run_worker(settings: Settings, client: Client | None = None) -> None:
         ConfigError: a ``PIPELINE_MODULES`` module cannot be registered (`load`), reviewer
             authentication is required and no reviewer key is configured
             (`review_auth_warning`), a pipeline file has a problem (`pipeline_folder`), or a
-            review policy names what no pipeline has (`check_review_policies`), or the result
+            review policy or an experiment names what no pipeline has
+            (`check_review_policies`, `check_pipelines`), or the result
             cache is on while tenants are not authenticated (`check_result_cache`): before
             anything starts.
         TemporalUnreachable: no connection, or the server refused the worker (an unknown
@@ -114,6 +116,8 @@ async def run_worker(settings: Settings, client: Client | None = None) -> None:
     if warning := review_auth_warning(settings):
         log.warning("%s", warning)
     check_review_policies(settings, pipelines)
+    files = await folder.names() if folder is not None else []
+    check_pipelines(settings.experiments, [pipeline.name for pipeline in pipelines], files)
     check_result_cache(settings)
     health = WorkerHealth()
     probes = await start_health(health, settings.health_port, settings.health_host)

@@ -11,7 +11,7 @@ The settings are grouped by the sections of that reference, one module and one f
 each (`TemporalSettings`, `LlmSettings`, `PipelineSettings`, `ReviewSettings`, `AuthSettings`,
 `InboxSettings`, `InputSettings`, `PayloadProtectionSettings`, `StoreSettings`,
 `DeadLetterSettings`, `BudgetSettings`, `ObservabilitySettings`, `LedgerSettings`,
-`LabSettings`, `WorkerSettings`; `SECTIONS`
+`LabSettings`, `ExperimentSettings`, `WorkerSettings`; `SECTIONS`
 lists them). A section holds its fields with their defaults, validators and docs, and the values
 derived from them (``review_keys()``, ``tenant_budget()``, ``batch_enabled``...). `Settings`
 inherits every section, so:
@@ -43,6 +43,7 @@ from aiorch_runtime.config.budgets import (
     RateLimits,
 )
 from aiorch_runtime.config.dead_letters import DEFAULT_SQS_PORT, DeadLetterSettings
+from aiorch_runtime.config.experiments import ExperimentSettings
 from aiorch_runtime.config.inbox import DEFAULT_INBOX_PORT, InboxSettings
 from aiorch_runtime.config.inputs import (
     DEFAULT_MAX_DOCUMENT_CHARS,
@@ -93,6 +94,7 @@ __all__ = [
     "BudgetSettings",
     "ConfigError",
     "DeadLetterSettings",
+    "ExperimentSettings",
     "InboxSettings",
     "InputSettings",
     "LabSettings",

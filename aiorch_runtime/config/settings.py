@@ -10,6 +10,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from aiorch_runtime.config.auth import AuthSettings
 from aiorch_runtime.config.budgets import BudgetSettings
 from aiorch_runtime.config.dead_letters import DeadLetterSettings
+from aiorch_runtime.config.experiments import ExperimentSettings
 from aiorch_runtime.config.inbox import InboxSettings
 from aiorch_runtime.config.inputs import InputSettings
 from aiorch_runtime.config.lab import LabSettings
@@ -39,6 +40,7 @@ SectionT = TypeVar("SectionT", bound=SettingsSection)
 class Settings(
     WorkerSettings,
     LabSettings,
+    ExperimentSettings,
     LedgerSettings,
     ObservabilitySettings,
     BudgetSettings,
@@ -80,6 +82,15 @@ class Settings(
             )
         return self
 
+    @model_validator(mode="after")
+    def _experiments_need_the_store(self) -> Self:
+        if self.experiments and self.capacity_store_url is None:
+            raise ConfigError(
+                "EXPERIMENTS keep their halts in the capacity store: they need "
+                "CAPACITY_STORE_URL (a Redis every worker reaches)"
+            )
+        return self
+
     def section(self, group: type[SectionT]) -> SectionT:
         """The settings of one section alone, a frozen model equal to these fields of the whole
         (``settings.section(LlmSettings)``), for a component that needs no other.
@@ -107,6 +118,7 @@ SECTIONS: tuple[type[SettingsSection], ...] = (
     ObservabilitySettings,
     LedgerSettings,
     LabSettings,
+    ExperimentSettings,
     WorkerSettings,
 )
 """The sections `Settings` is made of, in the order of the configuration reference."""

@@ -66,11 +66,14 @@ async def legacy_plan(defaults: PlanDefaults, pipeline: str, payload: dict[str, 
 
 
 async def outcome(plan: Any) -> dict[str, Any]:
-    """A plan as JSON, or the refusal that ended the run."""
+    """A plan as JSON, or the refusal that ended the run. The table was recorded before plans
+    had a rollout ``assignment``, which a worker without experiments leaves None."""
     try:
-        return (await plan).model_dump(mode="json")  # type: ignore[no-any-return]
+        planned: dict[str, Any] = (await plan).model_dump(mode="json")
     except ApplicationError as err:
         return {"error": err.type, "message": err.message}
+    assert planned.pop("assignment") is None
+    return planned
 
 
 def test_the_table_covers_review_modes_refusals_floors_and_fallbacks() -> None:

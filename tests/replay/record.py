@@ -1,6 +1,6 @@
 """Record workflow histories for the replay tests: ``python -m tests.replay.record [GROUP...]``
 (every group, or only those named: ``llm``, ``batch``, ``policies``, ``documents``, ``data``,
-``plan_run``, ``rounds``; the other groups' files stay as recorded).
+``plan_run``, ``rounds``, ``rollouts``; the other groups' files stay as recorded).
 
 Runs each scenario on a fresh local stack (real dev server, worker, simulator, SQS, capacity
 store) and writes its event history to ``tests/replay/histories/<scenario>.json``. Re-record
@@ -34,6 +34,7 @@ from aiorch.ops.visibility import start_run
 from aiorch_runtime.capacity import CapacityStore, ProviderSignal
 from aiorch_runtime.capacity_keys import scope_name
 from aiorch_runtime.config import Settings
+from aiorch_runtime.experiments import Experiment
 from aiorch_runtime.temporal import AiOrchestratorPlugin
 from tests.support.invoices import invoice_fields, text_document
 from tests.support.pipeline_files import TRIAGE, TRIAGE_V1, TRIAGE_V2, write_pipeline
@@ -53,6 +54,13 @@ from workflows.payloads import (
 R = TypeVar("R", bound=RequestBase)
 
 HISTORIES = Path(__file__).parent / "histories"
+CANARY: dict[str, Any] = {
+    "id": "prompt-v2",
+    "variants": [
+        {"name": "A", "weight": 50},
+        {"name": "B", "weight": 50, "model": "sim-small", "system_prompt": "Answer tersely."},
+    ],
+}
 # Two reedit rounds per run, so a longer loop records a continued run too.
 # The model's shared capacity is limited (far above what the other scenarios use), so the
 # capacity scenario can be made to wait: a provider's 429 pauses the model for everyone.
@@ -85,11 +93,18 @@ WORKER_ENV = {
     "LLM_BATCH_SIZE": "1",
     "LLM_BATCH_POLL_S": "1",
     "LLM_RESULT_CACHE_TTL_S": "3600",
+    # A rollout for tenant canary's runs only, so no other scenario is planned under it.
+    "EXPERIMENTS": json.dumps({"llm@canary": CANARY}),
 }
 # The result cache needs authenticated tenants: each start is signed by its tenant's requester.
 REQUESTERS = {
     tenant: SigningKey.generate(name)
-    for tenant, name in (("default", "dora"), ("quorum", "quinn"), ("auto", "otto"))
+    for tenant, name in (
+        ("default", "dora"),
+        ("quorum", "quinn"),
+        ("auto", "otto"),
+        ("canary", "cara"),
+    )
 }
 WORKER_ENV["REQUESTER_PUBLIC_KEYS"] = ",".join(
     key.requester_entry(tenant) for tenant, key in REQUESTERS.items()
@@ -380,6 +395,31 @@ async def record_rounds(client: Client, key: SigningKey, stack: LocalStack) -> N
     await save({"document_correction_still_wrong": document, "reedit_signal_no_feedback": llm})
 
 
+async def record_rollouts(client: Client, key: SigningKey, stack: LocalStack) -> None:
+    """Runs planned under a rollout with variant B (another model and system prompt): one
+    reedited once and approved (its ``fetch_prompt`` marker holds the assignment), and one
+    continued as new after two reedits, then approved (its continued run carried the plan)."""
+    experiment = Experiment.model_validate(CANARY)
+    ids = (uuid.uuid4().hex[:24] for _ in range(1000))
+    b_ids = (request_id for request_id in ids if experiment.choose(request_id).variant.name == "B")
+    runs: dict[str, WorkflowHandle[Any, Any]] = {}
+    for name, reedits in (("rollout_variant_b", 1), ("rollout_variant_b_continued", 2)):
+        run_id = next(b_ids)
+        payload = {"request_id": run_id, "user_message": name, "review": "always"}
+        runs[name] = await client.start_workflow(
+            contract.WORKFLOW_TYPE,
+            signed_payload(
+                PipelineRequest, contract.WORKFLOW_TYPE, {**payload, "tenant": "canary"}
+            ),
+            id=run_id,
+            task_queue=contract.DEFAULT_TASK_QUEUE,
+        )
+        for feedback in ("Shorter", "Simpler")[:reedits]:
+            await review(runs[name], key, "reedit", feedback)
+        await review(runs[name], key, "approve")
+    await save(runs)
+
+
 Recorder = Callable[[Client, SigningKey, LocalStack], Awaitable[None]]
 GROUPS: dict[str, Recorder] = {
     "llm": record_llm,
@@ -389,6 +429,7 @@ GROUPS: dict[str, Recorder] = {
     "data": record_data_pipelines,
     "plan_run": record_plan_run,
     "rounds": record_rounds,
+    "rollouts": record_rollouts,
 }
 
 

@@ -54,6 +54,8 @@ def test_histories_are_recorded() -> None:
         "document_correction_still_wrong_unpatched",
         "reedit_signal_no_feedback",
         "reedit_signal_no_feedback_unpatched",
+        "rollout_variant_b",
+        "rollout_variant_b_continued",
     } <= names
 
 
@@ -127,6 +129,26 @@ def test_a_pipeline_file_s_histories_hold_their_versions() -> None:
     assert (v1.pipeline.version, v2.pipeline.version) == ("1", "2")
     assert v1.pipeline.sha256 == file_digest(v1.pipeline.text) != v2.pipeline.sha256
     assert "check_reply" in v2.pipeline.text and "check_reply" not in v1.pipeline.text
+
+
+def test_a_rollout_runs_histories_hold_its_variant() -> None:
+    """The run recorded under a rollout planned B (its model and system prompt) in its first
+    run's ``fetch_prompt`` marker, and its continued run carried that plan: replaying either
+    replays B."""
+    folder = HISTORIES[0].parent
+    events = json.loads((folder / "rollout_variant_b.json").read_text(encoding="utf-8"))["events"]
+    [marker] = [
+        e["markerRecordedEventAttributes"] for e in events if "markerRecordedEventAttributes" in e
+    ]
+    [payload] = marker["details"]["result"]["payloads"]
+    planned = json.loads(base64.b64decode(payload["data"]))
+    continued = json.loads((folder / "rollout_variant_b_continued.json").read_text("utf-8"))
+    [start] = continued["events"][0]["workflowExecutionStartedEventAttributes"]["input"]["payloads"]
+    carried = json.loads(base64.b64decode(start["data"]))["carried"]["plan"]
+    for plan in (planned, carried):
+        assert plan["assignment"]["experiment"] == "prompt-v2"
+        assert plan["assignment"]["variant"]["name"] == "B"
+        assert (plan["model"], plan["system_prompt"]) == ("sim-small", "Answer tersely.")
 
 
 def recorded(path: Path) -> WorkflowHistory:

@@ -12,7 +12,8 @@ from temporalio.contrib.pydantic import PydanticJSONPlainPayloadConverter
 from workflows.payloads import ContinuedRun, LlmCallResult, PipelineRequest, PromptPlan, RunState
 from workflows.payloads.run_policy import RunPolicy
 
-# The JSON of `populated()` as the code wrote it before its fields were grouped by concern.
+# The JSON of `populated()` as the code wrote it before its fields were grouped by concern,
+# with the fields added since at the place the code writes them (the plan's `assignment`).
 FLAT = Path(__file__).parent / "data" / "run_state_flat.json"
 AT = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 

@@ -1,7 +1,8 @@
 """The engine's plan step: any pipeline's handler plans its run with `plan_run` (the
-``plan_run`` local activity, no I/O: it resolves the run's policy and model settings from the
-worker's configuration inside the current workflow task), then adds its prompt, which it builds
-in workflow code (`with_prompt`). A pipeline needs no plan activity of its own.
+``plan_run`` local activity: it resolves the run's policy and model settings from the
+worker's configuration inside the current workflow task, and its rollout variant), then adds
+its prompt, which it builds in workflow code (`with_prompt`, which applies the variant). A
+pipeline needs no plan activity of its own.
 
 Workflow code, passed through the sandbox.
 """
@@ -60,8 +61,11 @@ async def plan_run(pipeline: str, request: RequestBase) -> RunPlan:
 
 def with_prompt(plan: RunPlan, plan_type: type[P], **prompt: Any) -> P:
     """The pipeline's plan (a ``plan_type``): ``plan``'s settings and the ``prompt`` fields
-    its handler built."""
-    return plan_type(**dict(plan), **prompt)
+    its handler built, with the changes of the rollout variant ``plan`` was assigned."""
+    built = plan_type(**dict(plan), **prompt)
+    if plan.assignment is None:
+        return built
+    return plan.assignment.variant.applied(built)
 
 
 def context_suffix(metadata: dict[str, Any]) -> str:

@@ -37,6 +37,7 @@ from workflows.payloads import (
     Decision,
     HistoryEntry,
     LlmCallResult,
+    ModelSettings,
     ReviewContent,
     ReviewView,
     RunCore,
@@ -264,6 +265,8 @@ def details(graph: Graph, run: RunCore[Any]) -> str:
         parts.append(f"LLM attempt {run.attempts}")
     if run.model:
         parts.append(f"model {run.model}")
+    if (variant := variant_of(run)) is not None:
+        parts.append(f"variant {variant}")
     if info.role in (Role.REVIEW, Role.ESCALATION):
         parts.append(
             f"waiting for a reviewer in round {run.review_round}: starter.py review show <id>, "
@@ -281,6 +284,12 @@ def details(graph: Graph, run: RunCore[Any]) -> str:
     if run.last_error and (info.role in (Role.RETRY, Role.BUDGET) or run.state == FAILED):
         parts.append(f"last error: {observability.error_reason(run.last_error)}")
     return " · ".join(parts)
+
+
+def variant_of(run: RunCore[Any]) -> str | None:
+    """The rollout variant the run was planned with (``prompt-v2/B``), or None."""
+    assignment = run.plan.assignment if isinstance(run.plan, ModelSettings) else None
+    return f"{assignment.experiment}/{assignment.variant.name}" if assignment else None
 
 
 def policy_line(graph: Graph, run: RunCore[Any]) -> str | None:
@@ -306,6 +315,7 @@ def status(graph: Graph, run: RunCore[Any], *, version: str | None = None) -> Ru
         tenant=run.plan.tenant if run.plan is not None else None,
         pipeline=graph.name,
         pipeline_version=version,
+        variant=variant_of(run),
         review=policies.progress(graph, run),
         **{name: getattr(run, name) for name in RunProgress.model_fields},
     )
@@ -333,6 +343,7 @@ def review_view(graph: Graph, run: RunCore[Any], content: ReviewContent) -> Revi
         requested_by=plan.requested_by if plan is not None else None,
         allowed_reviewers=reviewers,
         model=run.model,
+        variant=variant_of(run),
         history=list(run.history),
         history_dropped=run.history_dropped,
         review=shown,

@@ -34,6 +34,7 @@ from workflows.payloads import (
     batch,
     client,
     decisions,
+    experiment,
     policy,
     review_rules,
     run_policy,
@@ -45,6 +46,7 @@ from workflows.payloads.activity import *  # noqa: F403
 from workflows.payloads.batch import *  # noqa: F403
 from workflows.payloads.client import *  # noqa: F403
 from workflows.payloads.decisions import *  # noqa: F403
+from workflows.payloads.experiment import *  # noqa: F403
 from workflows.payloads.policy import *  # noqa: F403
 from workflows.payloads.review_rules import *  # noqa: F403
 from workflows.payloads.run_policy import *  # noqa: F403
@@ -57,6 +59,7 @@ __all__ = [
     *batch.__all__,
     *client.__all__,
     *decisions.__all__,
+    *experiment.__all__,
     *policy.__all__,
     *review_rules.__all__,
     *run_policy.__all__,

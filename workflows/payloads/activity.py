@@ -10,6 +10,7 @@ from pydantic import Field
 
 from workflows.payloads._base import DEFAULT_TENANT, Lane, _Open
 from workflows.payloads.client import DeadLetterMessage, PipelineRequest
+from workflows.payloads.experiment import Assignment
 from workflows.payloads.run_policy import RunPolicy
 
 __all__ = [
@@ -62,6 +63,8 @@ class ModelSettings(_Open):
     lane: Lane = "sync"
     batch_queue_s: float = 3600.0
     result_cache: bool = False
+    # The rollout variant the run got (docs/rollouts.md); plans made before rollouts have none.
+    assignment: Assignment | None = None
 
 
 class PromptSpec(_Open):

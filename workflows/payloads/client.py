@@ -201,9 +201,10 @@ class RunProgress(BaseModel):
 class RunStatus(RunProgress, _Open):
     """Answer of the ``status`` query: the run's progress, where it is, its tenant, the
     pipeline (workflow type) it runs, for a pipeline defined as data the version it follows
-    (``VERSION@SHA256-PREFIX``: the file's version and the start of its hash), and, while it
-    waits for a reviewer, where the round stands under its review policy (``review``: who
-    approved, how many more it needs)."""
+    (``VERSION@SHA256-PREFIX``: the file's version and the start of its hash), the rollout
+    variant it was planned with (``EXPERIMENT/VARIANT``), and, while it waits for a reviewer,
+    where the round stands under its review policy (``review``: who approved, how many more it
+    needs)."""
 
     state: str
     status: str
@@ -211,6 +212,7 @@ class RunStatus(RunProgress, _Open):
     tenant: str | None = None
     pipeline: str | None = None
     pipeline_version: str | None = None
+    variant: str | None = None
     review: ReviewProgress | None = None
 
 
@@ -266,6 +268,8 @@ class ReviewView(ReviewContent):
     # Who may decide the round now (the current stage's reviewers, under a review policy).
     allowed_reviewers: list[str] | None = None
     model: str | None = None
+    # The rollout variant the run was planned with (EXPERIMENT/VARIANT).
+    variant: str | None = None
     history: list[HistoryEntry] = Field(default_factory=list)
     history_dropped: int = 0
     # Where the round stands under the run's review policy, while it waits.

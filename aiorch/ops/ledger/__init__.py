@@ -5,6 +5,7 @@ corrections, projected from the runs' event histories (docs/ledger.md).
 `follow` keeps filling it; `read_only` runs a user's SQL unable to change it; `cost` and
 `reviews` are the reports, whose figures (`cost_lines`, `delays`, `decision_rates`,
 `approved_items`, `pending`) are SQL statements over a `Scope` that a dashboard renders too.
+The tables are named for the readers that query them (`aiorch.ops.experiments`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,16 @@ from aiorch.ops.ledger._figures import (
 from aiorch.ops.ledger._projection import Projection, project
 from aiorch.ops.ledger._queries import Answer, NotReadOnly, QueryFailed, read_only, rows_as_dicts
 from aiorch.ops.ledger._reports import CostLine, Delays, ReviewsReport, cost, reviews
-from aiorch.ops.ledger._schema import PROJECTED, engine_for, migrate
+from aiorch.ops.ledger._schema import (
+    PROJECTED,
+    corrections,
+    engine_for,
+    experiment_halts,
+    migrate,
+    model_calls,
+    review_decisions,
+    runs,
+)
 from aiorch.ops.ledger._sync import (
     FOLLOW_READY_LINE,
     SyncReport,
@@ -45,18 +55,23 @@ __all__ = [
     "Scope",
     "SyncReport",
     "approved_items",
+    "corrections",
     "cost",
     "cost_lines",
     "decision_rates",
     "delays",
     "engine_for",
+    "experiment_halts",
     "follow",
+    "model_calls",
     "open_ledger",
     "pending",
     "project",
     "read_only",
+    "review_decisions",
     "reviews",
     "rows_as_dicts",
+    "runs",
     "sync",
     "watermark",
     "write",

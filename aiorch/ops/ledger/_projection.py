@@ -9,6 +9,8 @@ What a run recorded is read from the events Temporal keeps, decoded with the run
   and review round (the model call's step is the state published before it was scheduled);
 - the model activities (``invoke_llm``, ``await_batch``): each scheduled call, its attempt and
   model, and its outcome: the reply's usage and cost, or how it failed;
+- the plan (a plan activity's result, local or not, or the plan a continued run carried in):
+  the rollout experiment and variant the run was assigned (docs/rollouts.md);
 - the close event: the result (completed, or carried in a ``RunFailed`` failure) or, for a run
   that continued as new, the state it carried on. Its history entries give the transitions
   and review decisions and votes, its corrections the corrected fields.
@@ -43,15 +45,23 @@ from aiorch.ops.ledger._entries import (
 )
 from aiorch.ops.results import result_in
 from workflows import contract, errors
+from workflows.data import ACTIVITY_PLAN_PIPELINE
 from workflows.engine.continuation import carries_state
 from workflows.payloads import (
     DEFAULT_TENANT,
+    Assignment,
     Correction,
     HistoryEntry,
     LlmCallResult,
 )
 
 MODEL_ACTIVITIES: Final = frozenset({contract.ACTIVITY_INVOKE_LLM, contract.ACTIVITY_AWAIT_BATCH})
+# The activities whose result is a run's plan (the LLM pipeline's, the engine's, a pipeline
+# file's); a plan made under an experiment holds the run's assignment.
+PLAN_ACTIVITIES: Final = frozenset(
+    {contract.ACTIVITY_FETCH_PROMPT, contract.ACTIVITY_PLAN_RUN, ACTIVITY_PLAN_PIPELINE}
+)
+LOCAL_ACTIVITY_MARKER: Final = "core_local_activity"
 # Outcomes of a model call that reached the model (an attempt), as opposed to a wait, a budget
 # refusal or a hand-over to the batch lane.
 ATTEMPTS: Final = frozenset({"answered", "failed", "timed_out"})
@@ -109,6 +119,8 @@ class _Reader:
         self.workflow_id, self.run_id, self.converter = workflow_id, run_id, converter
         self.attributes: dict[str, Any] = {}
         self.calls: dict[int, _Call] = {}
+        self.plans: set[int] = set()
+        self.assignment: Assignment | None = None
         self.recorded = Recorded()
         self.status = "running"
         self.ended_at: datetime | None = None
@@ -128,6 +140,8 @@ class _Reader:
                     call.started_at = utc(event.event_time)
             elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
                 await self._completed(event)
+            elif kind == EventType.EVENT_TYPE_MARKER_RECORDED:
+                await self._marker(event)
             elif kind in _ACTIVITY_ENDS:
                 await self._failed(event, _ACTIVITY_ENDS[kind])
             elif kind in _CLOSES:
@@ -147,6 +161,8 @@ class _Reader:
     async def _scheduled(self, event: HistoryEvent) -> None:
         attributes = event.activity_task_scheduled_event_attributes
         activity = attributes.activity_type.name
+        if activity in PLAN_ACTIVITIES:
+            self.plans.add(event.event_id)
         if activity not in MODEL_ACTIVITIES:
             return
         given = await _decoded(self.converter, attributes.input.payloads) or {}
@@ -187,6 +203,8 @@ class _Reader:
 
     async def _completed(self, event: HistoryEvent) -> None:
         attributes = event.activity_task_completed_event_attributes
+        if attributes.scheduled_event_id in self.plans:
+            self.planned(await _decoded(self.converter, attributes.result.payloads))
         call = self.calls.get(attributes.scheduled_event_id)
         if call is None:
             return
@@ -203,6 +221,20 @@ class _Reader:
             cost_usd=reply.cost_usd or 0.0,
             error=reply.failure.error[:MAX_ERROR_CHARS] if reply.failure else None,
         )
+
+    async def _marker(self, event: HistoryEvent) -> None:
+        attributes = event.marker_recorded_event_attributes
+        if attributes.marker_name != LOCAL_ACTIVITY_MARKER or "result" not in attributes.details:
+            return
+        data = await _decoded(self.converter, attributes.details["data"].payloads)
+        if isinstance(data, dict) and data.get("activity_type") in PLAN_ACTIVITIES:
+            self.planned(await _decoded(self.converter, attributes.details["result"].payloads))
+
+    def planned(self, plan: Any) -> None:
+        """Note the assignment a run's ``plan`` (decoded JSON) holds, if any."""
+        found = plan.get("assignment") if isinstance(plan, dict) else None
+        if found is not None:
+            self.assignment = Assignment.model_validate(found)
 
     async def _failed(self, event: HistoryEvent, outcome: str) -> None:
         if outcome == "failed":
@@ -267,6 +299,8 @@ async def project(
 
     reader = _Reader(workflow_id, run_id, converter)
     reader._publish(start.search_attributes)
+    if carries_state(given) and isinstance(given["carried"], dict):
+        reader.planned(given["carried"].get("plan"))
     await reader.read(events)
 
     workflow_type = start.workflow_type.name
@@ -320,6 +354,8 @@ async def project(
             "lane": calls[-1]["lane"] if calls else None,
             "review_rounds": max(rounds),
             "history_length": len(events),
+            "experiment": reader.assignment.experiment if reader.assignment else None,
+            "variant": reader.assignment.variant.name if reader.assignment else None,
         },
         transitions=[
             {

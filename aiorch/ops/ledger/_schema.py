@@ -31,7 +31,9 @@ from sqlalchemy import (
     Text,
     create_engine,
     func,
+    inspect,
     select,
+    text,
 )
 
 metadata = MetaData()
@@ -76,6 +78,9 @@ runs = Table(
     Column("lane", String(32)),
     Column("review_rounds", Integer, nullable=False),
     Column("history_length", Integer, nullable=False),
+    # The rollout experiment and variant the run was planned with (migration 2).
+    Column("experiment", String(64)),
+    Column("variant", String(64)),
 )
 
 transitions = Table(
@@ -152,6 +157,18 @@ corrections = Table(
     Column("feedback_present", Boolean, nullable=False),
 )
 
+experiment_halts = Table(
+    "experiment_halts",
+    metadata,
+    Column("experiment", String(64), primary_key=True),
+    Column("variant", String(64), primary_key=True),
+    Column("halted_at", DateTime, primary_key=True),
+    Column("halted_by", String(200), nullable=False),
+    Column("reason", Text, nullable=False),
+)
+"""Each halt of a rollout variant (docs/rollouts.md), written by whoever halted it: the
+watcher or an operator (not projected from the histories)."""
+
 PROJECTED: Final[tuple[Table, ...]] = (
     runs,
     transitions,
@@ -167,8 +184,18 @@ def _create_v1(connection: Connection) -> None:
         table.create(connection)
 
 
+def _add_rollouts_v2(connection: Connection) -> None:
+    # A database created at version 1 by this code already has the runs' columns (v1 creates
+    # the tables as declared above); one created by an older release lacks them.
+    have = {column["name"] for column in inspect(connection).get_columns(runs.name)}
+    for column in ("experiment", "variant"):
+        if column not in have:
+            connection.execute(text(f"ALTER TABLE runs ADD COLUMN {column} VARCHAR(64)"))
+    experiment_halts.create(connection, checkfirst=True)
+
+
 Migration = Callable[[Connection], None]
-MIGRATIONS: Final[Sequence[Migration]] = (_create_v1,)
+MIGRATIONS: Final[Sequence[Migration]] = (_create_v1, _add_rollouts_v2)
 """Migration n + 1 brings a database from version n to n + 1; applied in order, never edited."""
 
 
