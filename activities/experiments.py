@@ -39,17 +39,28 @@ METRIC_EXPERIMENT_HALTED = "aiorch_experiment_halted"
 
 class Rollouts:
     """The worker's experiments (``EXPERIMENTS``, by pipeline or ``pipeline@tenant``) and the
-    store their halts are kept in (None when there are no experiments)."""
+    store their halts are kept in (None when there are no experiments). Runs on
+    ``lab_queue`` (the replay lab's forks) are never assigned: a fork runs its original's
+    variant, which it carries."""
 
-    def __init__(self, experiments: Mapping[str, Experiment], halts: HaltStore | None) -> None:
+    def __init__(
+        self,
+        experiments: Mapping[str, Experiment],
+        halts: HaltStore | None,
+        *,
+        lab_queue: str | None = None,
+    ) -> None:
         self._experiments = dict(experiments)
         self._halts = halts
+        self._lab_queue = lab_queue
 
     async def assigned(self, plan: RunPlan, pipeline: str) -> RunPlan:
         """``plan`` (of a run of ``pipeline``, inside its plan activity) with the run's
         variant recorded, when an experiment covers the pipeline and the run's tenant."""
         experiment = experiment_for(self._experiments, pipeline, plan.tenant)
         if experiment is None or self._halts is None:
+            return plan
+        if self._lab_queue is not None and activity.info().task_queue == self._lab_queue:
             return plan
         workflow_id = activity.info().workflow_id or ""
         halted, promoted = await _state(self._halts, experiment)

@@ -39,7 +39,7 @@ from activities.vectors import VectorActivities
 from aiorch_runtime.batch_store import BatchStore
 from aiorch_runtime.capacity import CapacityStore
 from aiorch_runtime.codec import keyring_from_settings
-from aiorch_runtime.config import Settings
+from aiorch_runtime.config import Settings, lab_queue
 from aiorch_runtime.experiment_halts import HaltStore
 from aiorch_runtime.genai import GenAiTelemetry
 from aiorch_runtime.pipeline_files import PipelineFolder
@@ -156,8 +156,10 @@ def engine_activities(clients: Clients) -> list[Activity]:
 def rollouts(clients: Clients) -> Rollouts:
     """The worker's experiments, their halts read from the capacity store (which
     ``EXPERIMENTS`` needs)."""
+    settings = clients.settings
     halts = HaltStore(clients.capacity.redis) if clients.capacity is not None else None
-    return Rollouts(clients.settings.experiments, halts)
+    forks = lab_queue(settings.temporal_task_queue, settings.lab_task_queue)
+    return Rollouts(settings.experiments, halts, lab_queue=forks if settings.lab_enabled else None)
 
 
 def llm_activities(clients: Clients) -> list[Activity]:

@@ -94,8 +94,8 @@ def _state_of(variant: str, experiment: Experiment, state: ExperimentState) -> s
 def _status_rows(
     settings: Settings, experiment: Experiment, state: ExperimentState
 ) -> list[dict[str, Any]]:
-    with about_ledger(settings.ledger_url):
-        engine = ledger.open_ledger(settings.ledger_url)
+    with about_ledger(settings.ledger_url.get_secret_value()):
+        engine = ledger.open_ledger(settings.ledger_url.get_secret_value())
         try:
             signals = ops.variant_signals(engine, experiment)
         finally:
@@ -213,8 +213,8 @@ def halt_command(
     halt = Halt(at=datetime.now(UTC), reason=reason, by=operator)
 
     async def halting(store: HaltStore) -> bool:
-        with about_ledger(settings.ledger_url):
-            engine = ledger.open_ledger(settings.ledger_url)
+        with about_ledger(settings.ledger_url.get_secret_value()):
+            engine = ledger.open_ledger(settings.ledger_url.get_secret_value())
             try:
                 return await ops.halt_variant(store, engine, experiment.id, variant, halt)
             finally:
@@ -288,8 +288,8 @@ def watch_command(
         running = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             running.add_signal_handler(signum, stop.set)
-        with about_ledger(settings.ledger_url):
-            engine = ledger.open_ledger(settings.ledger_url)
+        with about_ledger(settings.ledger_url.get_secret_value()):
+            engine = ledger.open_ledger(settings.ledger_url.get_secret_value())
         err_console.print(
             plain(f"{WATCH_READY_LINE}: {len(settings.experiments)} every {interval}")
         )
@@ -298,7 +298,7 @@ def watch_command(
             async with aiohttp.ClientSession() as session:
                 while not stop.is_set():
                     try:
-                        with about_ledger(settings.ledger_url):
+                        with about_ledger(settings.ledger_url.get_secret_value()):
                             made = await ops.watch_once(
                                 engine,
                                 store,

@@ -92,6 +92,27 @@ async def test_fetch_prompt_records_the_variant_and_runs_with_its_changes(
     assert a.assignment is not None and a.assignment.variant.name == "A"
 
 
+async def test_a_run_on_the_lab_queue_is_never_assigned(valkey_client: redis.Redis) -> None:
+    """A plan made on the replay lab's task queue (a fork's) gets no variant, even for an id
+    the experiment gives B: the fork carries its original's; on any other queue it gets B."""
+    store = HaltStore(valkey_client)
+    [b_id, *_] = workflow_ids("B")
+    plans = PlanActivities(
+        DEFAULTS,
+        {contract.PIPELINE_LLM: PipelineRequest},
+        Rollouts({contract.PIPELINE_LLM: EXPERIMENT}, store, lab_queue="forks"),
+    )
+    plan_input = PlanRunInput(
+        pipeline=contract.PIPELINE_LLM, request=REQUEST.model_dump(mode="json")
+    )
+    on_lab = environment(b_id)
+    on_lab.info = dataclasses.replace(on_lab.info, task_queue="forks")
+    forked: RunPlan = await on_lab.run(plans.plan_run, plan_input)
+    elsewhere: RunPlan = await environment(b_id).run(plans.plan_run, plan_input)
+    assert forked.assignment is None and forked.model != "sim-b"
+    assert elsewhere.assignment is not None and elsewhere.assignment.variant.name == "B"
+
+
 async def test_a_halt_reaches_the_next_plan_and_a_resume_lifts_it(
     valkey_client: redis.Redis,
 ) -> None:

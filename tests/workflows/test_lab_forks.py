@@ -31,7 +31,7 @@ from workflows import contract, errors
 from workflows.documents.contract import WORKFLOW_TYPE_DOCUMENT_PIPELINE
 from workflows.engine.forks import ForkInput, ForkKind, ForkResult, RecordedOutput
 from workflows.orchestrator import LabEngineWorkflow
-from workflows.payloads import Variant
+from workflows.payloads import Assignment, Variant
 from workflows.steps.contract import ACTIVITY_EXTRACT_TEXT
 from workflows.steps.document_payloads import ExtractedText
 
@@ -68,6 +68,7 @@ def document_fork(
     *,
     variant: Variant | None = None,
     recorded: list[RecordedOutput] | None = None,
+    assignment: Assignment | None = None,
 ) -> ForkInput:
     """A fork from ``analyze`` of a document run whose text extraction returned ``EXTRACTED``."""
     fork_id = new_request_id()
@@ -89,6 +90,7 @@ def document_fork(
             ]
         ),
         tenant="lab",
+        assignment=assignment,
     )
 
 
@@ -140,6 +142,22 @@ async def test_the_candidate_variant_is_applied_to_the_plan(orch: Orchestration,
         0.0,
     )
     assert result.model == "candidate-model" and result.state == "completed"
+
+
+async def test_forks_run_the_rollout_variant_their_original_was_planned_under(
+    orch: Orchestration, lab: str
+) -> None:
+    """An original planned under a rollout's variant B: its baseline fork calls with B's
+    settings and records B's assignment; its candidate changes B's settings, not the
+    control's."""
+    assigned = Assignment(experiment="prompt-v2", variant=Variant(name="B", model="canary-model"))
+    orch.fakes.llm_script = [fields(VALID), fields(VALID)]
+    await run_fork(orch, lab, document_fork(assignment=assigned), WORKFLOW_TYPE_DOCUMENT_PIPELINE)
+    candidate = document_fork("candidate", variant=Variant(temperature=0.0), assignment=assigned)
+    await run_fork(orch, lab, candidate, WORKFLOW_TYPE_DOCUMENT_PIPELINE)
+    baseline_call, candidate_call = orch.fakes.llm_calls
+    assert baseline_call.model == "canary-model" and baseline_call.temperature != 0.0
+    assert (candidate_call.model, candidate_call.temperature) == ("canary-model", 0.0)
 
 
 async def test_a_fork_ends_where_it_would_wait_for_a_reviewer(

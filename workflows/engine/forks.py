@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from workflows.payloads import TENANT_PATTERN, Variant
+from workflows.payloads import TENANT_PATTERN, Assignment, Variant
 from workflows.payloads._base import _Open, _Strict
 
 ForkKind = Literal["baseline", "candidate"]
@@ -46,6 +46,8 @@ class ForkInput(_Strict):
     variant: Variant | None = None
     recorded: list[RecordedOutput] = Field(default_factory=list, max_length=MAX_RECORDED)
     tenant: str = Field(pattern=TENANT_PATTERN)
+    assignment: Assignment | None = None
+    """The rollout variant the original was planned under: the fork runs it too."""
 
 
 class ForkResult(_Open):

@@ -112,6 +112,11 @@ class LabWorkflow(PipelineWorkflow):
     def _fork_plan(self, plan: Any) -> Any:
         """``plan`` as the fork runs it: the candidate's variant applied, the lab's tenant."""
         fork = self._require_fork()
+        # The original's rollout variant first (a fork's own plan never chooses one), so the
+        # baseline runs the original's settings and the candidate changes them.
+        if fork.assignment is not None:
+            plan = fork.assignment.variant.applied(plan)
+            plan = plan.model_copy(update={"assignment": fork.assignment})
         if fork.variant is not None:
             plan = fork.variant.applied(plan)
         settings = {**_FORK_PLAN, "tenant": fork.tenant}

@@ -179,6 +179,7 @@ class _Lab:
             variant=self.candidate if kind == "candidate" else None,
             recorded=original.recorded,
             tenant=self.tenant,
+            assignment=original.assignment,
         )
         memo = {
             "lab_id": self.lab_id,

@@ -28,7 +28,7 @@ from aiorch.ops.results import run_converter
 from workflows import errors
 from workflows.engine.forks import MAX_RECORDED, RecordedOutput
 from workflows.engine.graph import Graph
-from workflows.payloads import HistoryEntry
+from workflows.payloads import Assignment, HistoryEntry
 
 _ACTIVITY_FAILURES = frozenset(
     {
@@ -55,6 +55,7 @@ class Original:
     forked_at: datetime
     recorded: list[RecordedOutput]
     outcome: ForkOutcome
+    assignment: Assignment | None = None
 
 
 async def _decoded(converter: DataConverter, payloads: Sequence[Any]) -> Any:
@@ -108,6 +109,7 @@ async def read_original(client: Client, workflow_id: str, run_id: str, from_stat
         forked_at=forked_at,
         recorded=await _outputs_before(converter, events, forked_at, from_state),
         outcome=_outcome(workflow_id, run_id, projection, result, pipeline.graph, forked_at),
+        assignment=projection.assignment,
     )
 
 

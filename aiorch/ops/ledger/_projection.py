@@ -99,6 +99,8 @@ class Projection:
     model_calls: list[dict[str, Any]] = field(default_factory=list)
     review_decisions: list[dict[str, Any]] = field(default_factory=list)
     corrections: list[dict[str, Any]] = field(default_factory=list)
+    assignment: Assignment | None = None
+    """The rollout variant the run was planned under (its plan's), if any."""
 
 
 async def _decoded(converter: DataConverter, payloads: Sequence[Any]) -> Any:
@@ -331,6 +333,7 @@ async def project(
     rounds = [attributes.get(contract.AI_REVIEW_ROUND.name) or 0]
     rounds += [row["review_round"] or 0 for row in decisions]
     return Projection(
+        assignment=reader.assignment,
         run={
             **ids,
             "workflow_type": workflow_type,
