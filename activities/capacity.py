@@ -129,6 +129,7 @@ class CallGate:
         max_output_tokens: int,
         tenant_budgets_on: bool = False,
         tenant_weight: Callable[[str], float] = lambda _: 1.0,
+        named_tenants: frozenset[str] = frozenset(),
         inline_wait: timedelta = INLINE_WAIT,
     ) -> None:
         self._store = store
@@ -137,6 +138,7 @@ class CallGate:
         self._prices = prices
         self._tenant_budget = tenant_budget
         self._tenant_weight = tenant_weight
+        self._named = named_tenants
         self._budgets_on = tenant_budgets_on
         self._max_output_tokens = max_output_tokens
         self._inline_wait = inline_wait
@@ -211,7 +213,7 @@ class CallGate:
                     tenant=call.tenant,
                     day=today(),
                 )
-                count_tenant_tokens(call, done.used)
+                count_tenant_tokens(call, done.used, self._named)
             limit = self._limits.get(call.model)
             if limit is not None and not done.signal.empty:
                 await self._store.feedback(
@@ -344,7 +346,7 @@ class CallGate:
                 )
             if grant.granted:
                 if grant.queued_for:
-                    record_queue_wait(call, grant.queued_for)
+                    record_queue_wait(call, grant.queued_for, self._named)
                 return CallAdmission("go", hold=hold, scope=scope, limits=limits)
             if waited + grant.wait > self._inline_wait:
                 count_wait(call)

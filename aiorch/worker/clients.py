@@ -85,6 +85,7 @@ async def open_clients(
         tenant_budget=settings.tenant_budget,
         tenant_budgets_on=settings.tenant_budgeted,
         tenant_weight=settings.tenant_weight,
+        named_tenants=settings.named_tenants,
         max_output_tokens=settings.llm_max_output_tokens,
     )
     meters = install_genai_metrics(settings, "worker")

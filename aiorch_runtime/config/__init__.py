@@ -41,6 +41,7 @@ from aiorch_runtime.config.budgets import (
     PriceTable,
     RateLimit,
     RateLimits,
+    narrowed_priority,
 )
 from aiorch_runtime.config.dead_letters import DEFAULT_SQS_PORT, DeadLetterSettings
 from aiorch_runtime.config.inbox import DEFAULT_INBOX_PORT, InboxSettings
@@ -109,4 +110,5 @@ __all__ = [
     "TemporalSettings",
     "WorkerSettings",
     "load_settings",
+    "narrowed_priority",
 ]

@@ -52,6 +52,14 @@ RateLimits = Mapping[str, RateLimit]
 PRIORITY_RANGE: Final = range(1, 6)
 
 
+def narrowed_priority(asked: int | None, most_urgent: int | None) -> int | None:
+    """The priority a run asking for ``asked`` (None: none) gets when its tenant may be at most
+    as urgent as ``most_urgent`` (TENANT_MAX_PRIORITY; None: any)."""
+    if asked is None:
+        return None
+    return max(asked, most_urgent or PRIORITY_RANGE.start)
+
+
 def _tenant_pairs(value: object) -> dict[str, str]:
     """``TENANT=VALUE,...`` (or a JSON object) as a mapping of tenant to text."""
     if not isinstance(value, str) or value.lstrip().startswith("{"):
@@ -261,16 +269,22 @@ class BudgetSettings(SettingsSection):
         """True when some tenant has a daily budget (TENANT_BUDGETS_USD or the default)."""
         return bool(self.tenant_budgets_usd) or self.tenant_budget_default_usd is not None
 
+    @property
+    def named_tenants(self) -> frozenset[str]:
+        """The tenants the settings name (budgets, weights, priorities): metrics label them."""
+        return (
+            frozenset(self.tenant_budgets_usd)
+            | set(self.tenant_weights)
+            | set(self.tenant_max_priority)
+        )
+
     def tenant_weight(self, tenant: str) -> float:
         """``tenant``'s weight in a model's queue (TENANT_WEIGHTS; 1 when not listed)."""
         return self.tenant_weights.get(tenant, 1.0)
 
     def run_priority(self, tenant: str, asked: int | None) -> int | None:
-        """The priority a run of ``tenant`` gets when it asks for ``asked`` (None: none):
-        never more urgent than the tenant's TENANT_MAX_PRIORITY."""
-        if asked is None:
-            return None
-        return max(asked, self.tenant_max_priority.get(tenant, PRIORITY_RANGE.start))
+        """The priority a run of ``tenant`` gets when it asks for ``asked`` (None: none)."""
+        return narrowed_priority(asked, self.tenant_max_priority.get(tenant))
 
     def tenant_budget(self, tenant: str) -> float | None:
         """The daily budget of ``tenant`` in USD, or None when it has none: its

@@ -253,8 +253,9 @@ async def test_the_gate_queues_calls_in_their_tenants_share_and_counts_them(
 ) -> None:
     """Through the LLM activity's gate (TENANT_WEIGHTS acme=3): calls of acme and beta refused
     at once are queued three of acme's to one of beta's, beta's urgent call (priority 1) first
-    among beta's; granted when its turn comes, that call's time in the queue is recorded under
-    its tenant, and its settlement counts its tokens as beta's use of the model today."""
+    among beta's; granted when its turn comes, that call's time in the queue and its tokens are
+    recorded under its tenant's label (``other``: no setting names beta, and labels must stay
+    few), and its settlement counts its tokens as beta's use of the model today in the store."""
     messages = [{"role": "user", "content": "Summarise the quarterly report."}]
     need = prompt_tokens(messages).estimate + 10
     limits = (need * 600, 0)
@@ -266,6 +267,7 @@ async def test_the_gate_queues_calls_in_their_tenants_share_and_counts_them(
         tenant_budget=lambda _: None,
         max_output_tokens=10,
         tenant_weight=lambda tenant: WEIGHTS.get(tenant, 1.0),
+        named_tenants=frozenset({"acme"}),
         inline_wait=timedelta(0),
     )
     buffer = MetricBuffer(1000)
@@ -291,8 +293,8 @@ async def test_the_gate_queues_calls_in_their_tenants_share_and_counts_them(
     await environment.run(gate.settle, admission, urgent, done)
     updates = buffer.retrieve_updates()
     waits = [u for u in updates if u.metric.name == METRIC_QUEUE_WAIT]
-    assert [u.attributes["tenant"] for u in waits] == ["beta"]
+    assert [u.attributes["tenant"] for u in waits] == ["other"]
     assert 0 < float(waits[0].value) < 2
     tokens = [u for u in updates if u.metric.name == METRIC_TENANT_TOKENS]
-    assert [(u.attributes["tenant"], u.value) for u in tokens] == [("beta", need - 3)]
+    assert [(u.attributes["tenant"], u.value) for u in tokens] == [("other", need - 3)]
     assert (await store.usage(SCOPE, today()))["beta"] == need - 3
