@@ -9,7 +9,7 @@ import asyncio
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
-from datetime import timedelta
+from datetime import date, timedelta
 
 import pytest
 import pytest_asyncio
@@ -21,9 +21,10 @@ from activities.capacity import CallGate, Settlement
 from activities.capacity_metrics import METRIC_QUEUE_WAIT, METRIC_TENANT_TOKENS
 from activities.prompt_tokens import prompt_tokens
 from activities.spend import today
+from aiorch.cli.budgets import spend_report
 from aiorch_runtime.capacity import CapacityStore, ProviderSignal
 from aiorch_runtime.capacity_keys import scope_name
-from aiorch_runtime.config import DEFAULT_PRICE_TABLE, RateLimit
+from aiorch_runtime.config import DEFAULT_PRICE_TABLE, RateLimit, Settings
 from tests.activities.llm_calls import call
 
 BASE_URL = "http://127.0.0.1:1/v1"
@@ -298,3 +299,34 @@ async def test_the_gate_queues_calls_in_their_tenants_share_and_counts_them(
     tokens = [u for u in updates if u.metric.name == METRIC_TENANT_TOKENS]
     assert [(u.attributes["tenant"], u.value) for u in tokens] == [("other", need - 3)]
     assert (await store.usage(SCOPE, today()))["beta"] == need - 3
+
+
+async def test_spend_shows_each_tenants_weight_share_due_and_share_used(
+    store: CapacityStore, valkey: str
+) -> None:
+    """``aiorch spend``'s report: acme (weight 3) used 6,000 tokens of the rate-limited model
+    and beta (weight 1) 2,000, so each used the share its weight is due (75% and 25%); globex
+    spent without using a rate-limited model (no tokens, no share); a day without any use
+    shows no shares at all."""
+    settings = Settings(
+        capacity_store_url=valkey,
+        llm_rate_limits={"sim-large": RateLimit(tpm=60000)},
+        tenant_weights="acme=3",
+        tenant_budgets_usd={"acme": 5.0},
+    )
+    scope = scope_name(settings.openai_base_url, "sim-large")
+    day = today()
+    for tenant, used in (("acme", 4000), ("beta", 2000), ("acme", 2000)):
+        await store.settle(scope, (60000, 0), hold_id="x", used=used, called=True, tenant=tenant)
+    await store.settle_call("globex", day, 0.25, call="c1")
+    rows = {row["tenant"]: row for row in await spend_report(store, settings, day, None)}
+    assert set(rows) == {"acme", "beta", "globex"}
+    assert (rows["acme"]["weight"], rows["acme"]["weighted_share"]) == (3.0, 0.75)
+    assert (rows["acme"]["tokens"], rows["acme"]["token_share"]) == (6000, 0.75)
+    assert (rows["beta"]["weighted_share"], rows["beta"]["token_share"]) == (0.25, 0.25)
+    assert (rows["globex"]["tokens"], rows["globex"]["token_share"]) == (0, 0.0)
+    assert rows["globex"]["spent_usd"] == 0.25
+    only = await spend_report(store, settings, day, "beta")
+    assert [(row["tenant"], row["token_share"]) for row in only] == [("beta", 0.25)]
+    earlier = await spend_report(store, settings, date(2026, 1, 1), None)
+    assert earlier == []
