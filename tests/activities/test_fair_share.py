@@ -23,7 +23,7 @@ from activities.prompt_tokens import prompt_tokens
 from activities.spend import today
 from aiorch.cli.budgets import spend_report
 from aiorch_runtime.capacity import CapacityStore, ProviderSignal
-from aiorch_runtime.capacity_keys import scope_name
+from aiorch_runtime.capacity_keys import scope_keys, scope_name
 from aiorch_runtime.config import DEFAULT_PRICE_TABLE, RateLimit, Settings
 from tests.activities.llm_calls import call
 
@@ -330,3 +330,25 @@ async def test_spend_shows_each_tenants_weight_share_due_and_share_used(
     assert [(row["tenant"], row["token_share"]) for row in only] == [("beta", 0.25)]
     earlier = await spend_report(store, settings, date(2026, 1, 1), None)
     assert earlier == []
+
+
+async def test_a_tenant_with_nothing_queued_leaves_nothing_behind(store: CapacityStore) -> None:
+    """Once a tenant's last queued call is granted, the store keeps nothing of that tenant in
+    the queue's keys: runs naming a new tenant each cannot grow them without end."""
+    limits = (60000, 0)
+    await drained(store, limits)
+    for n in range(3):
+        await join(store, limits, "once", f"once-{n}", weight=1.0)
+    tags = scope_keys(SCOPE)[8]
+    assert await store.redis.hlen(tags) == 2
+    for n in range(3):
+        grant = await store.reserve(
+            SCOPE, limits, hold_id=f"h{n}", member=f"once-{n}", tokens=100, tenant="once"
+        )
+        while not grant.granted:
+            await asyncio.sleep(grant.wait.total_seconds())
+            grant = await store.reserve(
+                SCOPE, limits, hold_id=f"h{n}", member=f"once-{n}", tokens=100, tenant="once"
+            )
+    assert await store.queued(SCOPE, limits) == []
+    assert await store.redis.hlen(tags) == 0
