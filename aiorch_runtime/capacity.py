@@ -177,7 +177,10 @@ class CapacityStore:
                 ``priority`` is not 1 to 5.
         """
         if not re.fullmatch(TENANT_PATTERN, tenant) or not weight > 0 or not 1 <= priority <= 5:
-            raise ValueError(f"tenant {tenant[:70]!r}, weight {weight}, priority {priority}")
+            raise ValueError(
+                f"a reservation needs a tenant name, a weight over 0 and a priority of 1 to 5; "
+                f"got {tenant[:70]!r}, weight {weight}, priority {priority}"
+            )
         tpm, rpm = limits
         lease_ms = int(lease.total_seconds() * 1000) if lease else self._lease_ms
         args: list[str | int] = [
