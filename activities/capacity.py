@@ -22,6 +22,9 @@ this module decide what the LLM activity does with it (a prompt's tokens are cou
   outage must not stop the pipeline; the provider's 429s still go to ``retry_llm``), but never
   without a tenant's budget: a budgeted call then fails with the retryable
   ``BudgetStoreUnavailable``. Both are logged and counted (``aiorch_capacity_store_errors``);
+- a call queued for a model waits in its tenant's fair share (``TENANT_WEIGHTS``), its run's
+  priority first within it; what each tenant used and waited is counted
+  (``activities.capacity_metrics``);
 - a call through the provider's batch API (the batch lane) takes no capacity (providers limit
   batches apart from synchronous calls) and holds its spend reservation until its batch
   answers (``batch_lease``);
@@ -45,14 +48,37 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.budget_rules import over_run_budget, unbudgeted_tenant
+from activities.capacity_metrics import (
+    METRIC_CAPACITY_WAITS,
+    METRIC_STORE_ERRORS,
+    count_store_error,
+    count_tenant_tokens,
+    count_wait,
+    record_queue_wait,
+)
 from activities.pricing import estimate_cost
 from activities.prompt_tokens import prompt_tokens
 from activities.spend import SpendHold, batch_lease, call_key, today
-from aiorch_runtime.capacity import CapacityStore, CapacityStoreError, ProviderSignal
+from aiorch_runtime.capacity import (
+    DEFAULT_PRIORITY,
+    CapacityStore,
+    CapacityStoreError,
+    ProviderSignal,
+)
 from aiorch_runtime.capacity_keys import scope_name
 from aiorch_runtime.config import PriceTable, RateLimits
 from workflows import errors
-from workflows.payloads import DEFAULT_TENANT, TENANT_PATTERN, LlmCallInput
+from workflows.payloads import TENANT_PATTERN, LlmCallInput
+
+__all__ = [
+    "METRIC_CAPACITY_WAITS",
+    "METRIC_STORE_ERRORS",
+    "CallAdmission",
+    "CallGate",
+    "Settlement",
+    "unbudgeted_tenant",
+]
 
 log = logging.getLogger(__name__)
 
@@ -61,25 +87,6 @@ INLINE_WAIT = timedelta(seconds=1)
 # How long a call kept out only by the reservations of calls in flight waits before asking
 # again (jittered by half either way, so the waiting runs do not come back together).
 HELD_BUDGET_WAIT = timedelta(seconds=2)
-METRIC_STORE_ERRORS = "aiorch_capacity_store_errors"
-METRIC_CAPACITY_WAITS = "aiorch_capacity_waits"
-
-
-def unbudgeted_tenant(tenant: str, budget: float | None, budgets_on: bool) -> str | None:
-    """Why a run of ``tenant`` (whose daily budget is ``budget``) may not spend, or None when it
-    may: with tenant budgets on, every run spends one (a made-up name gets no budget of its own).
-    """
-    if budget is not None or not budgets_on:
-        return None
-    if tenant == DEFAULT_TENANT:
-        return (
-            "the run names no tenant, and runs without one have no daily budget "
-            "(TENANT_BUDGET_DEFAULT_USD): name a tenant that has one (TENANT_BUDGETS_USD)"
-        )
-    return (
-        f"tenant {tenant!r} has no daily budget (TENANT_BUDGETS_USD): with tenant budgets on, "
-        "a run names a tenant that has one, or none (TENANT_BUDGET_DEFAULT_USD)"
-    )
 
 
 @dataclass(frozen=True)
@@ -121,6 +128,8 @@ class CallGate:
         tenant_budget: Callable[[str], float | None],
         max_output_tokens: int,
         tenant_budgets_on: bool = False,
+        tenant_weight: Callable[[str], float] = lambda _: 1.0,
+        named_tenants: frozenset[str] = frozenset(),
         inline_wait: timedelta = INLINE_WAIT,
     ) -> None:
         self._store = store
@@ -128,6 +137,8 @@ class CallGate:
         self._limits = rate_limits
         self._prices = prices
         self._tenant_budget = tenant_budget
+        self._tenant_weight = tenant_weight
+        self._named = named_tenants
         self._budgets_on = tenant_budgets_on
         self._max_output_tokens = max_output_tokens
         self._inline_wait = inline_wait
@@ -164,7 +175,7 @@ class CallGate:
             worst = estimate_cost(
                 self._prices, call.model, tokens.bound, self._max_output_tokens, lane=call.lane
             )
-            refused = _over_run_budget(call, worst)
+            refused = over_run_budget(call, worst)
             if refused is not None:
                 return CallAdmission("over_budget", budget=refused)
             reserved = await self._reserve_spend(call, worst)
@@ -199,7 +210,10 @@ class CallGate:
                     hold_id=admission.hold,
                     used=done.used,
                     called=done.called,
+                    tenant=call.tenant,
+                    day=today(),
                 )
+                count_tenant_tokens(call, done.used, self._named)
             limit = self._limits.get(call.model)
             if limit is not None and not done.signal.empty:
                 await self._store.feedback(
@@ -297,7 +311,7 @@ class CallGate:
                 ),
             )
         if answer.verdict == "held":
-            _count(METRIC_CAPACITY_WAITS, "Calls sent back to wait in await_capacity", call)
+            count_wait(call)
             return CallAdmission("wait", wait=HELD_BUDGET_WAIT * random.uniform(0.5, 1.5))
         return hold
 
@@ -314,7 +328,14 @@ class CallGate:
         while True:
             try:
                 grant = await self._store.reserve(
-                    scope, limits, hold_id=hold, member=call.workflow_id, tokens=need
+                    scope,
+                    limits,
+                    hold_id=hold,
+                    member=call.workflow_id,
+                    tokens=need,
+                    tenant=call.tenant,
+                    weight=self._tenant_weight(call.tenant),
+                    priority=call.priority or DEFAULT_PRIORITY,
                 )
             except CapacityStoreError as err:
                 self._store_error(err, "calling without the shared limit")
@@ -324,9 +345,11 @@ class CallGate:
                     call, estimate, grant.token_limit, "the provider's x-ratelimit-limit-tokens"
                 )
             if grant.granted:
+                if grant.queued_for:
+                    record_queue_wait(call, grant.queued_for, self._named)
                 return CallAdmission("go", hold=hold, scope=scope, limits=limits)
             if waited + grant.wait > self._inline_wait:
-                _count(METRIC_CAPACITY_WAITS, "Calls sent back to wait in await_capacity", call)
+                count_wait(call)
                 return CallAdmission("wait", wait=grant.wait)
             waited += grant.wait
             if activity.in_activity():
@@ -355,27 +378,8 @@ class CallGate:
 
     def _store_error(self, err: CapacityStoreError, consequence: str) -> None:
         log.warning("%s; %s", err, consequence)
-        if activity.in_activity():
-            activity.metric_meter().create_counter(
-                METRIC_STORE_ERRORS, "Capacity store operations that failed"
-            ).add(1)
-
-
-def _over_run_budget(call: LlmCallInput, worst: float | None) -> str | None:
-    """Why the call's worst case would cross the run's ceiling, or None when it fits (one run
-    makes one call at a time, so its spend so far is exact)."""
-    if worst is None or call.budget_usd is None or call.spent_usd + worst <= call.budget_usd:
-        return None
-    return (
-        f"run budget: spent ${call.spent_usd:.4f} of ${call.budget_usd:.4f}; "
-        f"the next call may cost up to ${worst:.4f}"
-    )
+        count_store_error()
 
 
 def _reservation_id(call: LlmCallInput) -> str:
     return f"{call.workflow_id}:{call.attempt}:{uuid.uuid4().hex[:8]}"
-
-
-def _count(name: str, description: str, call: LlmCallInput) -> None:
-    if activity.in_activity():
-        activity.metric_meter().create_counter(name, description).add(1, {"model": call.model})

@@ -24,7 +24,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.capacity import unbudgeted_tenant
 from activities.experiments import NO_ROLLOUTS, Rollouts
-from aiorch_runtime.config import Settings
+from aiorch_runtime.config import Settings, narrowed_priority
 from aiorch_runtime.review_policies import PolicySpec, PolicyUnmet, policy_for, resolve
 from workflows import contract, errors
 from workflows.documents.contract import PIPELINE_DOCUMENTS
@@ -83,6 +83,7 @@ class PlanDefaults:
     budget_timeout_s: float
     tenant_budgets: Mapping[str, float]
     tenant_budgeted: bool
+    tenant_max_priority: Mapping[str, int]
     batch: str
     batch_queue_s: float
     batch_wait_s: float
@@ -125,6 +126,7 @@ class PlanDefaults:
             budget_timeout_s=settings.budget_decision_timeout_s,
             tenant_budgets=tenant_budgets(settings),
             tenant_budgeted=settings.tenant_budgeted,
+            tenant_max_priority=settings.tenant_max_priority,
             batch=settings.llm_batch,
             batch_queue_s=settings.llm_batch_delay_s + BATCH_SUBMISSION_ALLOWANCE_S,
             batch_wait_s=settings.llm_batch_wait_s,
@@ -240,6 +242,7 @@ def planned(defaults: PlanDefaults, request: RequestBase, *, pipeline: str) -> R
         capture_content=cfg.capture_content,
         # Budgets: the operator's ceiling, lowered (never raised) by the request.
         tenant=tenant,
+        priority=narrowed_priority(opts.priority, cfg.tenant_max_priority.get(tenant)),
         budget_usd=run_budget(cfg.run_budget_usd, opts.max_cost_usd),
         budget_policy=cfg.budget_policy,
         budget_timeout_s=cfg.budget_timeout_s,

@@ -9,6 +9,7 @@ from datetime import UTC, date, datetime, timedelta
 
 from temporalio import activity
 
+from activities.capacity_metrics import tenant_label
 from workflows import contract
 from workflows.payloads import LlmCallInput
 
@@ -50,7 +51,6 @@ def today() -> date:
 def record_spend(tenant: str, cost_usd: float, known_tenants: frozenset[str]) -> None:
     """Count a call's cost for its tenant (the label is ``other`` for a tenant without a
     budget of its own: tenants come from requests, and labels must stay few)."""
-    label = tenant if tenant in known_tenants else "other"
     activity.metric_meter().create_histogram_float(
         METRIC_SPEND, "Cost of each LLM call by tenant (sum = spend), from LLM_PRICE_TABLE"
-    ).record(cost_usd, {"tenant": label})
+    ).record(cost_usd, {"tenant": tenant_label(tenant, known_tenants)})

@@ -15,15 +15,19 @@ the form providers enforce. Around them:
   and the next operation on the scope gives the hold back once the lease ran out: a dead
   worker leaks capacity for at most one lease. A reservation larger than the token bucket is
   answered "never" (it could only be granted by a bucket it does not fit in).
-- **the queue**: a caller refused for lack of capacity joins a FIFO queue with the tokens it
-  is expected to use (its reservation times the scope's observed ratio of used to reserved, and
-  at most one bucket). Its turn is when the buckets will cover everyone ahead and itself, so
-  300 runs refused at once come back one after the other instead of all at the next second.
-  Newcomers are granted only what the queue does not need; a queued caller whose turn came is
-  granted whenever the buckets cover its own reservation. A caller is told to come back at its
-  turn or after two leases, whichever is sooner (then it is told the rest of its wait), and its
-  place lasts one lease past that: the entry of a run cancelled or terminated while it waited
-  leaves the queue within three leases, whatever its wait.
+- **the queue**: a caller refused for lack of capacity joins the queue with the tokens it is
+  expected to use (its reservation times the scope's observed ratio of used to reserved, and
+  at most one bucket), in weighted fair order over tokens: a tenant's members are first come,
+  first served among themselves (the more urgent first), and tenants share the tokens in
+  proportion to their weights while they have calls queued; an idle tenant's share goes to
+  the others (the script ``RESERVE`` says how). With one tenant the queue is FIFO. A caller's
+  turn is when the buckets will cover everyone ahead and itself, so 300 runs refused at once
+  come back one after the other instead of all at the next second. Newcomers are granted only
+  what the queue does not need; a queued caller whose turn came is granted whenever the
+  buckets cover its own reservation. A caller is told to come back at its turn or after two
+  leases, whichever is sooner (then it is told the rest of its wait), and its place lasts one
+  lease past that: the entry of a run cancelled or terminated while it waited leaves the queue
+  within three leases, whatever its wait.
 - **provider signals**: the remaining and limit headers a provider sends cap the buckets and
   their rate (min of the configured and the reported limit); a 429 empties them and pauses the
   scope for its Retry-After. Every worker sees it at its next reservation.
@@ -44,18 +48,27 @@ hash slot of their own, and no tenant name can spell another key. Time is Redis'
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass
-from datetime import date, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any, Final
 
 import redis.asyncio as redis
 from redis.exceptions import RedisError
 
 from aiorch_runtime import capacity_scripts as scripts
-from aiorch_runtime.capacity_answers import BudgetAnswer, BudgetVerdict, Grant, SpendSettled
-from aiorch_runtime.capacity_keys import scope_keys, spend_keys, tenants_key
+from aiorch_runtime.capacity_answers import (
+    BudgetAnswer,
+    BudgetVerdict,
+    Grant,
+    ProviderSignal,
+    SpendSettled,
+)
+from aiorch_runtime.capacity_keys import scope_keys, spend_keys, tenants_key, usage_key
 from aiorch_runtime.config import Settings
+from workflows.payloads import DEFAULT_TENANT, TENANT_PATTERN
+
+__all__ = ["DEFAULT_PRIORITY", "CapacityStore", "CapacityStoreError", "ProviderSignal"]
 
 # A worker runs hundreds of activities at once, each a round trip or two to the store: they share
 # this many connections, and a caller finding none free waits up to STORE_CONNECTION_WAIT for one
@@ -71,28 +84,14 @@ MIN_WAIT = timedelta(milliseconds=50)
 # A queued caller comes back at least this many leases apart, so its place can expire soon
 # after it stops coming (its run was cancelled or terminated).
 CHECK_IN_LEASES: Final = 2
+# A call's priority when its run sets none: the middle of 1 (most urgent) to 5, as Temporal's.
+DEFAULT_PRIORITY: Final = 3
 
 _BUDGET_VERDICTS: Final[dict[int, BudgetVerdict]] = {1: "reserved", 0: "over", 2: "held"}
 
 
 class CapacityStoreError(Exception):
     """The capacity store could not be reached or answered an error."""
-
-
-@dataclass(frozen=True)
-class ProviderSignal:
-    """What a provider's answer says about its limits (any part may be missing)."""
-
-    remaining_tokens: int | None = None
-    remaining_requests: int | None = None
-    limit_tokens: int | None = None
-    limit_requests: int | None = None
-    retry_after: timedelta | None = None
-
-    @property
-    def empty(self) -> bool:
-        """True when the answer carried no rate-limit information."""
-        return all(value is None for value in vars(self).values())
 
 
 class CapacityStore:
@@ -163,11 +162,25 @@ class CapacityStore:
         member: str,
         tokens: int,
         lease: timedelta | None = None,
+        tenant: str = DEFAULT_TENANT,
+        weight: float = 1.0,
+        priority: int = DEFAULT_PRIORITY,
     ) -> Grant:
         """Reserve one request and ``tokens`` tokens in ``scope``, limited to ``limits``
         ``(tpm, rpm)`` (0 = that dimension is not limited). Granted: a hold ``hold_id``;
-        refused: ``member`` queued (or kept in its place) and told how long to wait; never:
-        ``tokens`` is more than the token bucket holds (nothing queued)."""
+        refused: ``member`` queued (or kept in its place) in ``tenant``'s fair share (its
+        ``weight``; ``priority`` 1 is served first within it) and told how long to wait;
+        never: ``tokens`` is more than the token bucket holds (nothing queued).
+
+        Raises:
+            ValueError: ``tenant`` is not a tenant name, ``weight`` is not more than 0, or
+                ``priority`` is not 1 to 5.
+        """
+        if not re.fullmatch(TENANT_PATTERN, tenant) or not weight > 0 or not 1 <= priority <= 5:
+            raise ValueError(
+                f"a reservation needs a tenant name, a weight over 0 and a priority of 1 to 5; "
+                f"got {tenant[:70]!r}, weight {weight}, priority {priority}"
+            )
         tpm, rpm = limits
         lease_ms = int(lease.total_seconds() * 1000) if lease else self._lease_ms
         args: list[str | int] = [
@@ -179,9 +192,12 @@ class CapacityStore:
             tokens,
             _ms(MIN_WAIT),
             CHECK_IN_LEASES * lease_ms,
+            tenant,
+            repr(float(weight)),
+            priority,
         ]
         reply = await self._call(self._reserve(keys=scope_keys(scope), args=args))
-        verdict, wait_ms, tokens_left, requests_left = reply
+        verdict, wait_ms, tokens_left, requests_left, queued_ms = reply
         never = int(verdict) < 0
         return Grant(
             granted=int(verdict) > 0,
@@ -190,15 +206,31 @@ class CapacityStore:
             requests_left=float(requests_left),
             never=never,
             token_limit=int(wait_ms) if never else 0,
+            queued_for=timedelta(milliseconds=int(queued_ms)),
         )
 
     async def settle(
-        self, scope: str, limits: tuple[int, int], *, hold_id: str, used: int, called: bool
+        self,
+        scope: str,
+        limits: tuple[int, int],
+        *,
+        hold_id: str,
+        used: int,
+        called: bool,
+        tenant: str = DEFAULT_TENANT,
+        day: date | None = None,
     ) -> None:
         """End hold ``hold_id`` with the tokens really used (0 when no call was answered);
-        ``called`` says whether the request reached the provider (it then keeps counting)."""
-        args: list[str | int] = [*limits, hold_id, used, int(called)]
-        await self._call(self._settle(keys=scope_keys(scope), args=args))
+        ``called`` says whether the request reached the provider (it then keeps counting).
+        The tokens count towards ``tenant``'s use of the scope on ``day`` (`usage`)."""
+        keys = [*scope_keys(scope), usage_key(scope, day or datetime.now(UTC).date())]
+        args: list[str | int] = [*limits, hold_id, used, int(called), tenant, _seconds(SPEND_TTL)]
+        await self._call(self._settle(keys=keys, args=args))
+
+    async def usage(self, scope: str, day: date) -> dict[str, int]:
+        """The tokens each tenant's settled calls used in ``scope`` on ``day``, by name."""
+        raw = await self._call(self._redis.hgetall(usage_key(scope, day)))
+        return {_text(k): int(v) for k, v in raw.items()}
 
     async def renew(self, scope: str, limits: tuple[int, int], *, hold_id: str) -> bool:
         """Extend hold ``hold_id`` by a lease; False when it had already expired."""

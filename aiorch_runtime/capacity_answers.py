@@ -1,5 +1,5 @@
 """What the capacity store answers (``aiorch_runtime.capacity``): a capacity reservation's
-grant, a spend reservation's verdict, and a settlement."""
+grant, a spend reservation's verdict, and a settlement; and what a provider's answer tells it."""
 
 from __future__ import annotations
 
@@ -21,6 +21,9 @@ class Grant:
     requests_left: float
     never: bool = False
     token_limit: int = 0
+    # Granted after queueing: how long the caller had been queued (its whole wait, over every
+    # time it came back).
+    queued_for: timedelta = timedelta(0)
 
 
 @dataclass(frozen=True)
@@ -40,3 +43,19 @@ class SpendSettled:
 
     total: float
     counted: bool
+
+
+@dataclass(frozen=True)
+class ProviderSignal:
+    """What a provider's answer says about its limits (any part may be missing)."""
+
+    remaining_tokens: int | None = None
+    remaining_requests: int | None = None
+    limit_tokens: int | None = None
+    limit_requests: int | None = None
+    retry_after: timedelta | None = None
+
+    @property
+    def empty(self) -> bool:
+        """True when the answer carried no rate-limit information."""
+        return all(value is None for value in vars(self).values())

@@ -25,10 +25,17 @@ def scope_name(base_url: str, model: str) -> str:
 
 
 def scope_keys(scope: str) -> list[str]:
-    """The keys of a scope (its buckets, holds and queue), in the order the scripts take them."""
+    """The keys of a scope (its buckets, holds, queue and the tenants' fair-share tags), in the
+    order the scripts take them."""
     # One hash tag, so every key of a scope lives in one Redis Cluster slot.
     base = f"{KEY_PREFIX}:cap:{{{scope}}}"
-    return [f"{base}:{name}" for name in ("b", "h", "hx", "q", "qd", "qx", "qt")]
+    return [f"{base}:{name}" for name in ("b", "h", "hx", "q", "qd", "qx", "qt", "qm", "qf")]
+
+
+def usage_key(scope: str, day: date) -> str:
+    """The key of the tokens each tenant used in a scope on a (UTC) day (tenant -> tokens), in
+    the scope's Redis Cluster slot."""
+    return f"{KEY_PREFIX}:cap:{{{scope}}}:used:{day.isoformat()}"
 
 
 def spend_keys(tenant: str, day: date) -> list[str]:

@@ -14,6 +14,7 @@ from typing import Any, Generic, TypeVar
 
 from bench import phases
 from bench.cost_phase import check_actions, run_actions
+from bench.fairshare_phase import check_fairshare, run_fairshare
 from bench.ledger_phase import check_ledger, run_ledger
 from bench.load import BatchFigures
 from bench.report import (
@@ -274,6 +275,7 @@ PHASES: tuple[Phase[Any], ...] = (
     Phase("parked", _run_parked, _check_parked),
     Phase("fault", _run_fault, _check_fault),
     Phase("ledger", run_ledger, check_ledger),
+    Phase("fairshare", run_fairshare, check_fairshare),
     Phase("peer", _run_peer, _check_peer, on_stack=False),
 )
 PHASE_NAMES = tuple(phase.name for phase in PHASES)

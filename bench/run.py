@@ -19,6 +19,9 @@ embedded default runs), the LLM simulator answering at once, and these phases in
 6. a worker SIGKILL plus a server crash-restart (same SQLite file) during a batch;
 7. the run ledger: ``--ledger-n`` mixed runs synced twice, then ``ledger follow`` behind 20 new
    runs/s for ``--ledger-stream-s`` seconds, its lag per run (``bench.ledger_phase``);
+7a. fair share: tenant A's ``--fairshare-a`` runs flood a model limited to 9,000 tokens a
+   minute on three workers, then tenant B starts ``--fairshare-b``: B's waits against its
+   waits with A idle, each tenant's share of the tokens (``bench.fairshare_phase``);
 8. LangGraph with its SQLite checkpointer, when installed (``pip install -e '.[bench]'``).
 
 ``--phases`` runs only the phases named (``--phases actions``: the action count alone, well
@@ -84,6 +87,8 @@ def parse_args(argv: Sequence[str] | None) -> Options:
     parser.add_argument(
         "--ledger-stream-s", type=float, default=None, help="seconds of 20 runs/s, ledger (60)"
     )
+    parser.add_argument("--fairshare-a", type=int, default=None, help="A's runs, fairshare (150)")
+    parser.add_argument("--fairshare-b", type=int, default=None, help="B's runs, fairshare (10)")
     parser.add_argument("--out", type=Path, default=PROJECT_ROOT / "bench" / "results")
     parser.add_argument("--data-dir", type=Path, default=None, help="default: a temporary dir")
     parser.add_argument("--phases", default="", help=f"only these phases: {','.join(PHASE_NAMES)}")
@@ -114,6 +119,8 @@ def parse_args(argv: Sequence[str] | None) -> Options:
         timeout_s=args.timeout,
         ledger_n=args.ledger_n or (25 if quick else 500),
         ledger_stream_s=args.ledger_stream_s or (3.0 if quick else 60.0),
+        fairshare_a=args.fairshare_a or (100 if quick else 150),
+        fairshare_b=args.fairshare_b or (4 if quick else 10),
         out_dir=args.out,
         data_dir=args.data_dir,
         skip=skip,
@@ -134,6 +141,8 @@ def _options_json(options: Options) -> dict[str, Any]:
         "price_per_million_actions": options.price_per_million_actions,
         "ledger_n": options.ledger_n,
         "ledger_stream_s": options.ledger_stream_s,
+        "fairshare_a": options.fairshare_a,
+        "fairshare_b": options.fairshare_b,
         "skipped": sorted(options.skip),
     }
 

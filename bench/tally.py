@@ -40,6 +40,8 @@ class Options:
     timeout_s: float
     ledger_n: int
     ledger_stream_s: float
+    fairshare_a: int
+    fairshare_b: int
     out_dir: Path
     data_dir: Path | None
     skip: frozenset[str]

@@ -2,13 +2,16 @@
 whose next call would cross a budget (``budget``).
 
 Spend comes from the capacity store (``CAPACITY_STORE_URL``), where every worker adds each
-call's cost (``LLM_PRICE_TABLE``) to its tenant's total for the UTC day.
+call's cost (``LLM_PRICE_TABLE``) to its tenant's total for the UTC day, and the tokens each
+tenant's calls used of the rate-limited models (``LLM_RATE_LIMITS``): its share of them, next
+to the share its weight (``TENANT_WEIGHTS``) gives it among the tenants that used them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Mapping
 from datetime import UTC, date, datetime, timedelta
 from typing import Annotated
 
@@ -22,6 +25,7 @@ from aiorch.ops.retries import retrying
 from aiorch.ops.reviews import current_target, refusal_reason
 from aiorch.ops.signing import signing_key_from_settings
 from aiorch_runtime.capacity import CapacityStore, CapacityStoreError
+from aiorch_runtime.capacity_keys import scope_name
 from aiorch_runtime.config import Settings, load_settings
 from workflows import contract
 from workflows.payloads import BudgetDecision, BudgetVerdict, RunStatus, describe_validation_error
@@ -44,13 +48,20 @@ def parse_day(day: str | None) -> date:
 async def spend_report(
     store: CapacityStore, settings: Settings, day: date, tenant: str | None
 ) -> list[dict[str, object]]:
-    """One row per tenant that spent on ``day`` (or just ``tenant``): spend, budget, left."""
+    """One row per tenant that spent or used a rate-limited model on ``day`` (or just
+    ``tenant``): spend, budget, left; weight, the share of the tokens it was due while the
+    tenants that used them all waited (``weighted_share``) and the share it used
+    (``token_share``), both None when no rate-limited model was used that day."""
     if tenant is not None:
         spent = {tenant: await store.spend(tenant, day)}
     else:
         spent = await store.spend_by_tenant(day)
+    tokens = await tokens_by_tenant(store, settings, day)
+    weights = {name: settings.tenant_weight(name) for name in tokens}
+    names = spent.keys() | (tokens.keys() if tenant is None else set())
     rows: list[dict[str, object]] = []
-    for name, usd in sorted(spent.items()):
+    for name in sorted(names):
+        usd = spent.get(name, 0.0)
         budget = settings.tenant_budget(name)
         rows.append(
             {
@@ -59,9 +70,32 @@ async def spend_report(
                 "spent_usd": round(usd, 6),
                 "budget_usd": budget,
                 "left_usd": None if budget is None else round(budget - usd, 6),
+                "weight": settings.tenant_weight(name),
+                "tokens": tokens.get(name, 0),
+                "weighted_share": _share(weights, name),
+                "token_share": _share(tokens, name),
             }
         )
     return rows
+
+
+async def tokens_by_tenant(store: CapacityStore, settings: Settings, day: date) -> dict[str, int]:
+    """The tokens each tenant's calls used of the rate-limited models on ``day``."""
+    used: dict[str, int] = {}
+    for model in settings.llm_rate_limits:
+        scope = scope_name(settings.openai_base_url, model)
+        for name, tokens in (await store.usage(scope, day)).items():
+            used[name] = used.get(name, 0) + tokens
+    return used
+
+
+def _share(values: Mapping[str, float], name: str) -> float | None:
+    total = sum(values.values())
+    return round(values.get(name, 0) / total, 4) if total else None
+
+
+def _percent(share: object) -> str:
+    return "-" if share is None else f"{share:.0%}"
 
 
 @one_line_errors
@@ -70,7 +104,8 @@ def spend(
     day: Annotated[str | None, typer.Option(help="YYYY-MM-DD (UTC); default today")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON lines instead of a table")] = False,
 ) -> None:
-    """What each tenant spent on a day (UTC), against its daily budget."""
+    """What each tenant spent on a day (UTC), against its daily budget, and its share of the
+    rate-limited models' tokens against the share its weight is due."""
     settings = load_settings()
     when = parse_day(day)
     store = CapacityStore.from_settings(settings)
@@ -94,13 +129,16 @@ def spend(
         out.print(f"no spend recorded on {when.isoformat()}")
         return
     print_table(
-        ("tenant", "spent (USD)", "budget (USD)", "left (USD)"),
+        ("tenant", "spent (USD)", "budget (USD)", "left (USD)", "weight", "share due", "used"),
         [
             (
                 plain(row["tenant"]),
                 f"{row['spent_usd']:.4f}",
                 "-" if row["budget_usd"] is None else f"{row['budget_usd']:.2f}",
                 "-" if row["left_usd"] is None else f"{row['left_usd']:.4f}",
+                f"{row['weight']:g}",
+                _percent(row["weighted_share"]),
+                _percent(row["token_share"]),
             )
             for row in rows
         ],

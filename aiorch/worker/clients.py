@@ -84,6 +84,8 @@ async def open_clients(
         prices=settings.llm_price_table,
         tenant_budget=settings.tenant_budget,
         tenant_budgets_on=settings.tenant_budgeted,
+        tenant_weight=settings.tenant_weight,
+        named_tenants=settings.named_tenants,
         max_output_tokens=settings.llm_max_output_tokens,
     )
     meters = install_genai_metrics(settings, "worker")

@@ -41,6 +41,7 @@ from aiorch_runtime.config.budgets import (
     PriceTable,
     RateLimit,
     RateLimits,
+    narrowed_priority,
 )
 from aiorch_runtime.config.dead_letters import DEFAULT_SQS_PORT, DeadLetterSettings
 from aiorch_runtime.config.experiments import ExperimentSettings
@@ -115,4 +116,5 @@ __all__ = [
     "WorkerSettings",
     "lab_queue",
     "load_settings",
+    "narrowed_priority",
 ]

@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Annotated, ClassVar, Literal, Self
+from typing import Annotated, ClassVar, Final, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import NoDecode
@@ -47,6 +47,59 @@ class RateLimit(BaseModel):
 
 
 RateLimits = Mapping[str, RateLimit]
+
+# Priorities run from 1 (most urgent) to 5, as Temporal's task queue priority keys do.
+PRIORITY_RANGE: Final = range(1, 6)
+
+
+def narrowed_priority(asked: int | None, most_urgent: int | None) -> int | None:
+    """The priority a run asking for ``asked`` (None: none) gets when its tenant may be at most
+    as urgent as ``most_urgent`` (TENANT_MAX_PRIORITY; None: any)."""
+    if asked is None:
+        return None
+    return max(asked, most_urgent or PRIORITY_RANGE.start)
+
+
+def _tenant_pairs(value: object) -> dict[str, str]:
+    """``TENANT=VALUE,...`` (or a JSON object) as a mapping of tenant to text."""
+    if not isinstance(value, str) or value.lstrip().startswith("{"):
+        value = decode_json(value)
+        if not isinstance(value, dict):
+            raise ValueError("must be TENANT=VALUE,... or a JSON object")
+        pairs = {str(tenant): str(number) for tenant, number in value.items()}
+    else:
+        pairs = {}
+        for item in filter(None, (part.strip() for part in value.split(","))):
+            tenant, sep, number = item.partition("=")
+            if not sep or not tenant.strip() or not number.strip():
+                raise ValueError(f"{item[:70]!r} is not TENANT=VALUE (e.g. acme=3,beta=1)")
+            pairs[tenant.strip()] = number.strip()
+    for tenant in pairs:
+        if not re.fullmatch(TENANT_PATTERN, tenant):
+            raise ValueError(f"{tenant[:70]!r} is not a tenant name ({TENANT_PATTERN})")
+    return pairs
+
+
+def _weights(value: object) -> dict[str, float]:
+    weights: dict[str, float] = {}
+    for tenant, text in _tenant_pairs(value).items():
+        try:
+            weights[tenant] = float(text)
+        except ValueError:
+            raise ValueError(f"the weight of {tenant!r} must be a number, not {text!r}") from None
+    return weights
+
+
+def _priorities(value: object) -> dict[str, int]:
+    priorities: dict[str, int] = {}
+    for tenant, text in _tenant_pairs(value).items():
+        if text not in {str(n) for n in PRIORITY_RANGE}:
+            raise ValueError(
+                f"the priority of {tenant!r} must be 1 (most urgent) to 5, not {text!r}"
+            )
+        priorities[tenant] = int(text)
+    return priorities
+
 
 # The simulator's models, with made-up but plausible figures, so the local stack shows a cost;
 # production sets the real prices of the models it uses.
@@ -134,6 +187,27 @@ class BudgetSettings(SettingsSection):
         gt=0,
         description="The budget per UTC day of the one pool the runs that name no tenant share.",
     )
+    tenant_weights: Annotated[
+        dict[str, float],
+        NoDecode,
+        SettingDoc(Section.BUDGETS, default="unset (every tenant 1)", example="acme=3,beta=1"),
+    ] = Field(
+        default_factory=dict,
+        description="Each tenant's weight in a model's queue, `TENANT=WEIGHT,...` (or a JSON "
+        "object): while several tenants wait for a rate-limited model, each gets tokens in "
+        "proportion to its weight; a tenant not listed weighs 1, and an idle tenant's share goes "
+        "to the others.",
+    )
+    tenant_max_priority: Annotated[
+        dict[str, int],
+        NoDecode,
+        SettingDoc(Section.BUDGETS, default="unset (any)", example="acme=1,beta=3"),
+    ] = Field(
+        default_factory=dict,
+        description="The most urgent priority (1 most urgent to 5) a tenant's runs may ask for "
+        "(`options.priority`), `TENANT=PRIORITY,...`: a run asking for more is lowered to it; a "
+        "tenant not listed may ask for any.",
+    )
     budget_policy: Annotated[Literal["wait", "fail"], SettingDoc(Section.BUDGETS)] = Field(
         default="wait",
         description="A call that would cross a budget: `wait` for an operator's decision "
@@ -161,6 +235,17 @@ class BudgetSettings(SettingsSection):
                 raise ValueError(f"the budget of {tenant!r} must be more than 0")
         return value
 
+    @field_validator("tenant_weights", mode="before")
+    @classmethod
+    def _tenant_weights(cls, value: object) -> dict[str, float]:
+        weights = _weights(value)
+        for tenant, weight in weights.items():
+            if not 0 < weight <= 1_000_000:
+                raise ValueError(f"the weight of {tenant!r} must be more than 0 (and at most 1e6)")
+        return weights
+
+    _tenant_priorities = field_validator("tenant_max_priority", mode="before")(_priorities)
+
     @field_validator("capacity_store_url")
     @classmethod
     def _store_url(cls, value: SecretStr | None) -> SecretStr | None:
@@ -183,6 +268,23 @@ class BudgetSettings(SettingsSection):
     def tenant_budgeted(self) -> bool:
         """True when some tenant has a daily budget (TENANT_BUDGETS_USD or the default)."""
         return bool(self.tenant_budgets_usd) or self.tenant_budget_default_usd is not None
+
+    @property
+    def named_tenants(self) -> frozenset[str]:
+        """The tenants the settings name (budgets, weights, priorities): metrics label them."""
+        return (
+            frozenset(self.tenant_budgets_usd)
+            | set(self.tenant_weights)
+            | set(self.tenant_max_priority)
+        )
+
+    def tenant_weight(self, tenant: str) -> float:
+        """``tenant``'s weight in a model's queue (TENANT_WEIGHTS; 1 when not listed)."""
+        return self.tenant_weights.get(tenant, 1.0)
+
+    def run_priority(self, tenant: str, asked: int | None) -> int | None:
+        """The priority a run of ``tenant`` gets when it asks for ``asked`` (None: none)."""
+        return narrowed_priority(asked, self.tenant_max_priority.get(tenant))
 
     def tenant_budget(self, tenant: str) -> float | None:
         """The daily budget of ``tenant`` in USD, or None when it has none: its

@@ -135,3 +135,23 @@ async def test_plan_run_refuses_a_pipeline_or_request_it_does_not_know() -> None
         with pytest.raises(ApplicationError) as info:
             await ActivityEnvironment().run(activities.plan_run, plan_input)
         assert info.value.type == errors.INVALID_REQUEST and info.value.non_retryable
+
+
+async def test_a_runs_priority_is_planned_no_more_urgent_than_its_tenant_may_be() -> None:
+    """With TENANT_MAX_PRIORITY beta=3: beta's run asking for priority 1 is planned at 3, one
+    asking for 4 at 4, acme's (not listed) at what it asks, and a run asking for none has none,
+    in ``plan_run`` and in the activities kept for replay alike."""
+    defaults = PlanDefaults.of(Settings(tenant_max_priority="beta=3"))
+
+    async def planned(tenant: str, priority: int | None) -> int | None:
+        payload: dict[str, Any] = {"request_id": REQUEST_ID, "user_message": "Hi", "tenant": tenant}
+        if priority is not None:
+            payload["options"] = {"priority": priority}
+        new = await new_plan(defaults, contract.PIPELINE_LLM, payload)
+        assert new == await legacy_plan(defaults, contract.PIPELINE_LLM, payload)
+        return new.priority
+
+    assert await planned("beta", 1) == 3
+    assert await planned("beta", 4) == 4
+    assert await planned("acme", 1) == 1
+    assert await planned("beta", None) is None

@@ -28,9 +28,20 @@ FIGURE_KEYS = {
     "history_events",
 }
 RANGE_KEYS = {"median", "min", "max", "values"}
-TIMED_PHASES = ("unloaded", "load", "profile", "sqlite", "parked", "fault", "ledger", "peer")
-# Phases the quick run leaves out; nothing this module checks comes from them.
-UNCHECKED_PHASES = ("actions", "peer", "profile")
+TIMED_PHASES = (
+    "unloaded",
+    "load",
+    "profile",
+    "sqlite",
+    "parked",
+    "fault",
+    "ledger",
+    "fairshare",
+    "peer",
+)
+# Phases the quick run leaves out; nothing this module checks comes from them (the fair-share
+# phase is minutes of a rate-limited model at any size worth measuring).
+UNCHECKED_PHASES = ("actions", "peer", "profile", "fairshare")
 QUICK_BENCH = (sys.executable, "-m", "bench.run", "--quick")
 # The quick bench's limit: only a hung run should reach it, so it leaves a loaded machine
 # several times the run's usual time. Each test that uses the run allows that time too (the

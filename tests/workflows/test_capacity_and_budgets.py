@@ -4,7 +4,10 @@ operator's decision (approve, reject, timeout) or is dead-lettered, as the plan'
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowUpdateFailedError
 
 from aiorch.ops.results import finished
@@ -213,3 +216,35 @@ async def test_signed_budget_decisions_bind_operator_and_run_and_never_the_reque
     result = await finished(handle)
     assert result.state == "completed"
     assert entry_for(result.history, "overspend_approved").reviewer == "olga"
+
+
+async def test_a_runs_priority_reaches_its_model_calls_and_their_tasks(
+    orch: Orchestration,
+) -> None:
+    """A run planned with priority 1 sends it with its model call (for the capacity store's
+    queue) and as the call's task priority key on the task queue; a run without one schedules
+    its call with no priority at all, as before priorities existed."""
+    orch.fakes.plan_overrides = {"priority": 1}
+    urgent = await orch.start()
+    await finished(urgent)
+    orch.fakes.plan_overrides = {}
+    plain = await orch.start()
+    await finished(plain)
+
+    def scheduled_priorities(history: Any) -> list[tuple[str, bool, int]]:
+        return [
+            (
+                attributes.activity_type.name,
+                attributes.HasField("priority"),
+                attributes.priority.priority_key,
+            )
+            for event in history.events
+            if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+            for attributes in [event.activity_task_scheduled_event_attributes]
+        ]
+
+    urgent_calls = scheduled_priorities(await urgent.fetch_history())
+    plain_calls = scheduled_priorities(await plain.fetch_history())
+    assert (contract.ACTIVITY_INVOKE_LLM, True, 1) in urgent_calls
+    assert all(key == 0 for _, _, key in plain_calls), plain_calls
+    assert [call.priority for call in orch.fakes.llm_calls] == [1, None]

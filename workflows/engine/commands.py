@@ -18,7 +18,7 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.common import Priority, RetryPolicy
 from temporalio.exceptions import ActivityError
 
 import workflows.contract as contract
@@ -54,9 +54,11 @@ async def execute(
     cancellation: workflow.ActivityCancellationType = (
         workflow.ActivityCancellationType.TRY_CANCEL
     ),
+    priority: int | None = None,
 ) -> R:
     """Run ``activity`` (a regular one) with ``arg`` and return its result: ``timeout`` is its
-    start-to-close timeout, ``heartbeat`` its heartbeat timeout, ``summary`` its Web UI line.
+    start-to-close timeout, ``heartbeat`` its heartbeat timeout, ``summary`` its Web UI line,
+    ``priority`` its task's priority key on the task queue (1 first to 5; None: the run's).
 
     A replay lab's fork before its fork state gets the original's recorded output instead, and
     no activity is scheduled (``workflows.engine.seeding``)."""
@@ -71,6 +73,9 @@ async def execute(
         heartbeat_timeout=heartbeat,
         cancellation_type=cancellation,
         summary=summary,
+        # The SDK sends Priority.default as no priority at all: a run without one issues
+        # exactly the commands it did before.
+        priority=Priority(priority_key=priority) if priority is not None else Priority.default,
     )
     return result
 

@@ -130,6 +130,9 @@ class LlmCallInput(_Open):
     budget_usd: float | None = None
     spent_usd: float = 0.0
     budget_approved: bool = False
+    # Its run's priority, 1 (most urgent) to 5: served first within its tenant's fair share of
+    # a rate-limited model (docs/capacity.md#fair-share); None: none asked (the middle, 3).
+    priority: int | None = Field(default=None, ge=1, le=5)
     # Cost (docs/cost.md): the lane the call takes and how long a batched call may wait for its
     # result; whether an identical call that succeeded may answer it (the result cache), and
     # the version of the pipeline's step, part of that cache's key.

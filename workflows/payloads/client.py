@@ -99,6 +99,14 @@ class RunOptions(_Strict):
         description="False: this run's model calls always reach the model, even where the "
         "worker answers identical calls from its result cache (LLM_RESULT_CACHE_TTL_S)",
     )
+    priority: int | None = Field(
+        default=None,
+        ge=1,
+        le=5,
+        description="How urgent this run is, 1 (most) to 5: its model calls are served first "
+        "within its tenant's share of a model, and its model calls' tasks first from the task "
+        "queue; never more urgent than the tenant's TENANT_MAX_PRIORITY; none = 3",
+    )
 
 
 class RequestBase(_Strict):

@@ -107,9 +107,12 @@ class BudgetPlan(_Open):
     """Capacity and budgets, resolved from the request and the worker's settings: whose daily
     budget the run spends, its cost ceiling (``RUN_BUDGET_USD`` lowered by
     ``options.max_cost_usd``; None = none), what a call that would cross a budget does, and how
-    long an operator has to decide."""
+    long an operator has to decide. ``priority``: how urgent the run's model calls are, 1 (most)
+    to 5, narrowed by ``TENANT_MAX_PRIORITY`` (None: none asked, which is 3 and changes no
+    command the run sends)."""
 
     tenant: str = DEFAULT_TENANT
+    priority: int | None = None
     budget_usd: float | None = None
     budget_policy: BudgetPolicy = "wait"
     budget_timeout_s: float = 86400.0

@@ -86,6 +86,7 @@ async def call(
         max_reply_chars=plan.max_reply_chars,
         output_schema=output_schema,
         tenant=plan.tenant,
+        priority=plan.priority,
         budget_usd=plan.budget_usd,
         spent_usd=run.cost_usd,
         budget_approved=run.budget_approved,
@@ -112,6 +113,7 @@ async def call(
         heartbeat=activity_policy.HEARTBEAT_TIMEOUT,
         retry=activity_policy.SINGLE_ATTEMPT,
         summary=f"invoke_llm: attempt {attempt} on {model}",
+        priority=plan.priority,
     )
 
 
