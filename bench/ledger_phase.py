@@ -17,7 +17,6 @@ that also runs the support-triage pipeline file:
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import os
 import statistics
 import time
@@ -48,18 +47,6 @@ POLL_S: Final = 0.25
 # falls behind ends with a lag that grew through the whole stream).
 MAX_TAIL_LAG_S: Final = 5.0
 MODEL_ACTIVITIES: Final = {contract.ACTIVITY_INVOKE_LLM, contract.ACTIVITY_AWAIT_BATCH}
-
-
-def _digest(engine: Engine) -> tuple[dict[str, int], str]:
-    """Each projected table's row count, and a digest of every row in key order."""
-    digest = hashlib.sha256()
-    counts = {}
-    with engine.connect() as connection:
-        for table in schema.PROJECTED:
-            rows = connection.execute(select(table).order_by(*table.primary_key.columns)).all()
-            counts[table.name] = len(rows)
-            digest.update(repr(rows).encode())
-    return counts, digest.hexdigest()
 
 
 async def _history_counts(client: Client) -> tuple[dict[str, int], int]:
@@ -107,11 +94,11 @@ async def _sync_fleet(bench: Bench, client: Client, url: str) -> dict[str, Any]:
     began = time.monotonic()
     first = await ledger.sync(client, engine)
     first_s = time.monotonic() - began
-    counts, digest = _digest(engine)
+    counts, digest = ledger.contents(engine)
     began = time.monotonic()
     second = await ledger.sync(client, engine)
     second_s = time.monotonic() - began
-    counts_after, digest_after = _digest(engine)
+    counts_after, digest_after = ledger.contents(engine)
     history_calls, total_calls = await _history_counts(client)
     ledger_calls = _ledger_calls(engine)
     runs_once = _ledger_run_ids(engine) == set(history_calls)

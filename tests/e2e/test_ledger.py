@@ -27,7 +27,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from aiorch.devstack.stack import LocalStack
-from aiorch.ops import pipelines
+from aiorch.ops import ledger, pipelines
 from aiorch.ops.ledger import _schema as schema
 from aiorch.ops.results import NoResult, run_converter, run_result
 from aiorch.ops.reviews import submit_review
@@ -36,7 +36,6 @@ from aiorch_runtime.codec import KeyRing, new_key
 from aiorch_runtime.temporal import encrypted_converter
 from tests.support import ROOT
 from tests.support.builders import new_request_id
-from tests.support.ledger_tables import contents
 from tests.support.live_runs import wait_for_state
 from tests.support.live_stack import E2E_WORKER_ENV, run_script, stack_with_worker
 from tests.support.postgres import running_postgres
@@ -240,7 +239,7 @@ def contents_at(url: str) -> tuple[dict[str, int], str]:
     """`contents` of the ledger at ``url``, its connections closed after."""
     engine = engine_at(url)
     try:
-        return contents(engine)
+        return ledger.contents(engine)
     finally:
         engine.dispose()
 
@@ -402,14 +401,14 @@ async def test_postgresql_ledger_syncs_the_same_and_refuses_writes(fleet: Fleet)
         assert first.returncode == 0, first.stderr
         await check_ledger(fleet, url)
         engine = engine_at(url)
-        before = contents(engine)
+        before = ledger.contents(engine)
         assert fleet.ledger(url, "sync").returncode == 0
-        assert contents(engine) == before
+        assert ledger.contents(engine) == before
         refused = fleet.ledger(url, "sql", "DELETE FROM runs")
         assert refused.returncode == 1 and refused.stderr.startswith("error: refused")
         two = fleet.ledger(url, "sql", "SELECT 1; DELETE FROM runs")
         assert two.returncode == 1 and two.stderr.startswith("error:")
-        assert contents(engine) == before
+        assert ledger.contents(engine) == before
         engine.dispose()
 
 

@@ -18,7 +18,6 @@ from aiorch.ops import ledger
 from aiorch.ops.ledger import _changes as changes
 from aiorch.ops.ledger import _schema as schema
 from aiorch_runtime.temporal import DATA_CONVERTER
-from tests.support.ledger_tables import contents
 
 HISTORIES = sorted((Path(__file__).parents[1] / "replay" / "histories").glob("*.json"))
 MODEL_ACTIVITIES = {"invoke_llm", "await_batch"}
@@ -116,10 +115,10 @@ async def test_storing_every_history_twice_changes_nothing(
     projections = [await projected(path) for path in HISTORIES]
     for projection in projections:
         ledger.write(engine, projection)
-    first = contents(engine)
+    first = ledger.contents(engine)
     for projection in reversed(projections):
         ledger.write(engine, projection)
-    assert contents(engine) == first
+    assert ledger.contents(engine) == first
     assert first[0]["runs"] == len(HISTORIES)
 
 

@@ -25,6 +25,7 @@ from aiorch.ops.ledger._queries import Answer, NotReadOnly, QueryFailed, read_on
 from aiorch.ops.ledger._reports import CostLine, Delays, ReviewsReport, cost, reviews
 from aiorch.ops.ledger._schema import (
     PROJECTED,
+    contents,
     corrections,
     engine_for,
     experiment_halts,
@@ -55,6 +56,7 @@ __all__ = [
     "Scope",
     "SyncReport",
     "approved_items",
+    "contents",
     "corrections",
     "cost",
     "cost_lines",
