@@ -30,8 +30,10 @@ from workflows.payloads import (
     EmbeddingResult,
     LlmCallInput,
     LlmCallResult,
+    PipelineRequest,
     PromptInput,
     PromptPlan,
+    RequestBase,
     ReviewNotice,
     TokenUsage,
     vector_key,
@@ -319,9 +321,12 @@ class FakeDocumentActivities:
     @activity.defn(name=contract.ACTIVITY_PLAN_RUN)
     async def plan_run(self, plan_input: PlanRunInput) -> RunPlan:
         """The document pipeline's plan (its prompt is the workflow's): the request's options,
-        else defaults."""
-        assert plan_input.pipeline == PIPELINE_DOCUMENTS, plan_input.pipeline
-        request = DocumentRequest.model_validate(plan_input.request)
+        else defaults. An LLM pipeline's request is planned so too (a lab fork's start check)."""
+        models: dict[str, type[RequestBase]] = {
+            PIPELINE_DOCUMENTS: DocumentRequest,
+            contract.PIPELINE_LLM: PipelineRequest,
+        }
+        request = models[plan_input.pipeline].model_validate(plan_input.request)
         self.plans.append(plan_input)
         values: dict[str, Any] = {
             "review_timeout_s": request.options.review_timeout_s or 600.0,

@@ -28,6 +28,7 @@ from typing import Any
 from pydantic import ValidationError
 from temporalio.exceptions import ApplicationError
 
+import workflows.engine.planning as planning
 import workflows.errors as errors
 from workflows.engine.forks import ForkInput, ForkResult, is_fork_input
 from workflows.engine.graph import Role
@@ -88,6 +89,16 @@ class LabWorkflow(PipelineWorkflow):
                 raise
             error = self._context().run.last_error or str(err)
         return self._outcome(waits, error)
+
+    async def _admit(self) -> Context[Any, Any]:
+        """Admit the fork as any run, then have the worker vouch for its start as it vouches
+        for a run's (``plan_run``: with start authentication on, the fork's request must carry
+        a start claim for it). A pipeline's plan may come from the seed, its check with it, so
+        the check is made here; a pipeline file's plan is never seeded (a local activity)."""
+        ctx = await super()._admit()
+        if self._source is None:
+            await planning.plan_run(self._require_pipeline().name, ctx.request)
+        return ctx
 
     def _handler(self, state: str) -> Handler:
         fork, seed = self._require_fork(), self.seed

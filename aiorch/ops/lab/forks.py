@@ -22,6 +22,7 @@ from typing import Final
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.service import RPCError
 
+from aiorch.ops.lab.fork_requests import fork_request
 from aiorch.ops.lab.outcomes import ForkKind, ForkOutcome, LabRun, RunComparison
 from aiorch.ops.lab.recorded import NotForkable, Original, model_use, read_original
 from aiorch.ops.ledger import project
@@ -151,7 +152,7 @@ class _Lab:
         self.client, self.from_state, self.candidate = client, from_state, candidate
         self.lab_id, self.say = lab_id, say
         self.queue = lab_queue(settings.temporal_task_queue, settings.lab_task_queue)
-        self.tenant = settings.lab_tenant
+        self.settings, self.tenant = settings, settings.lab_tenant
 
     async def compare(self, original: Original) -> RunComparison:
         """The original and its two forks, run side by side."""
@@ -170,7 +171,9 @@ class _Lab:
         """Start one fork of ``original``, wait for it, and read how it did."""
         workflow_id = fork_id(self.lab_id, original.run_id, kind)
         fork = ForkInput(
-            request={**original.request, "request_id": workflow_id},
+            request=fork_request(
+                original.request, original.workflow_type, workflow_id, self.settings
+            ),
             lab_id=self.lab_id,
             original_workflow_id=original.workflow_id,
             original_run_id=original.run_id,
