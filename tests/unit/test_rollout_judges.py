@@ -26,7 +26,7 @@ from aiorch.ops.lab.outcomes import ForkOutcome
 from aiorch.ops.lab.scores import parse_outcome_rule
 from aiorch_runtime.experiments import Experiment
 
-CHAINS = [f"0190b0c4-7e1f-7000-8000-{n:012x}" for n in range(4000)]
+WORKFLOW_IDS = [f"req-{n:05d}" for n in range(4000)]
 
 
 def judged(rule: str = "problems == 0", **stop: Any) -> Experiment:
@@ -60,13 +60,13 @@ def judgement(chain: str, variant: str, *, passed: bool, judge: str = "polite") 
 
 
 def test_the_sample_is_the_same_every_time_and_near_its_fraction() -> None:
-    """A chain is in the sample or not the same way on every call; over 4000 chains a 20%
+    """A run is in the sample or not the same way on every call; over 4000 runs a 20%
     sample takes 20% within two points, 0 takes none and 1 takes all."""
-    first = [chain for chain in CHAINS if sampled(chain, 0.2)]
-    assert first == [chain for chain in CHAINS if sampled(chain, 0.2)]
-    assert abs(len(first) / len(CHAINS) - 0.2) < 0.02
-    assert not any(sampled(chain, 0.0) for chain in CHAINS)
-    assert all(sampled(chain, 1.0) for chain in CHAINS)
+    first = [found for found in WORKFLOW_IDS if sampled(found, 0.2)]
+    assert first == [found for found in WORKFLOW_IDS if sampled(found, 0.2)]
+    assert abs(len(first) / len(WORKFLOW_IDS) - 0.2) < 0.02
+    assert not any(sampled(workflow_id, 0.0) for workflow_id in WORKFLOW_IDS)
+    assert all(sampled(workflow_id, 1.0) for workflow_id in WORKFLOW_IDS)
 
 
 def test_the_sample_cuts_across_the_variants_alike() -> None:
@@ -76,8 +76,8 @@ def test_the_sample_cuts_across_the_variants_alike() -> None:
         {"id": "c", "variants": [{"name": "A", "weight": 90}, {"name": "B", "weight": 10}]}
     )
     by_variant: dict[str, list[bool]] = {"A": [], "B": []}
-    for chain in CHAINS:
-        by_variant[canary.choose(chain).variant.name].append(sampled(chain, 0.2))
+    for workflow_id in WORKFLOW_IDS:
+        by_variant[canary.choose(workflow_id).variant.name].append(sampled(workflow_id, 0.2))
     shares = {name: sum(found) / len(found) for name, found in by_variant.items()}
     assert abs(shares["A"] - 0.2) < 0.03 and abs(shares["B"] - 0.2) < 0.06
 

@@ -1,13 +1,14 @@
 """Judges of live runs: an experiment's rule (the lab's score language, `parse_outcome_rule`)
 applied after the run to a sample of its completed runs.
 
-A run chain is sampled when a hash of its id (its first run's id) falls below the judge's
-``sample``, so every check samples the same chains; the hash is salted apart from the one that
-chooses a variant, so the sample cuts across the variants alike. A sampled chain's completed
-run is read from its history as the lab reads an original (`read_outcome`, decoded with the
-workers' keys), scored by the rule, and its judgement written to the ledger's ``judgements``
-once: a chain judged already is not read again. Nothing of this is on a run's path: it reads
-histories of runs that have ended.
+A run is sampled when a hash of its workflow id (the id it was started with, which its
+continued runs keep) falls below the judge's ``sample``, so every check samples the same runs;
+the hash is salted apart from the one that chooses a variant, so the sample cuts across the
+variants alike. A sampled run's completed run (the last of its chain) is read from its history
+as the lab reads an original (`read_outcome`, decoded with the workers' keys), scored by the
+rule, and its judgement written to the ledger's ``judgements`` once per chain: a chain judged
+already is not read again. Nothing of this is on a run's path: it reads histories of runs
+that have ended.
 """
 
 from __future__ import annotations
@@ -54,10 +55,10 @@ class Judgement:
     reason: str | None = None
 
 
-def sampled(chain: str, fraction: float) -> bool:
-    """Whether the run chain ``chain`` is in a judge's sample of ``fraction`` (0 to 1): the
-    same answer for the same chain every time."""
-    digest = hashlib.sha256(f"{_SALT}\x00{chain}".encode()).digest()
+def sampled(workflow_id: str, fraction: float) -> bool:
+    """Whether the run ``workflow_id`` is in a judge's sample of ``fraction`` (0 to 1): the
+    same answer for the same run every time."""
+    digest = hashlib.sha256(f"{_SALT}\x00{workflow_id}".encode()).digest()
     return int.from_bytes(digest[:8], "big") / _SCALE < fraction
 
 
@@ -103,7 +104,7 @@ def _unjudged(engine: Engine, experiment: str, judge: Judge) -> list[_Unjudged]:
     )
     with engine.connect() as connection:
         rows = connection.execute(query).all()
-    return [_Unjudged(*row) for row in rows if sampled(row.chain_id, judge.sample)]
+    return [_Unjudged(*row) for row in rows if sampled(row.workflow_id, judge.sample)]
 
 
 def record_judgement(engine: Engine, judgement: Judgement) -> bool:
