@@ -34,8 +34,8 @@ class ExperimentSettings(SettingsSection):
         "weights (the first is the control and changes nothing; the others may set `model`, "
         "`temperature`, `system_prompt`, `user_prompt`), a stop rule (`signal`, `margin`, "
         "`min_judged`) and optionally a judge (`name`, `rule`, `sample`) that `experiments "
-        "watch` applies to a sample of completed runs. Needs `CAPACITY_STORE_URL`, where halts are kept. Each run keeps the "
-        "variant it was planned with.",
+        "watch` applies to a sample of completed runs. Needs `CAPACITY_STORE_URL`, where "
+        "halts are kept. Each run keeps the variant it was planned with.",
     )
 
     _read_experiments = field_validator("experiments", mode="before")(read_experiments)
