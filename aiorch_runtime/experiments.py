@@ -28,8 +28,8 @@ from workflows.payloads import (
     Variant,
 )
 
-# What the stop rule counts, per ended run (`StopRule`).
-Signal = Literal["problem", "correction", "rejection"]
+# What the stop rule counts, per ended run (`StopRule`); ``score_fail`` per judged run.
+Signal = Literal["problem", "correction", "rejection", "score_fail"]
 # The hash's resolution: a weight share is rounded to one in this many runs.
 BUCKETS: Final = 10_000
 
@@ -47,7 +47,8 @@ class StopRule(BaseModel):
 
     Signals (each per run, from the ledger): ``problem``, a model reply that could not be used
     or a failed run; ``correction``, a reviewer corrected a field; ``rejection``, a reviewer
-    rejected or asked for a reedit.
+    rejected or asked for a reedit; ``score_fail``, the experiment's judge failed it (then
+    ``min_judged`` counts the runs the judge judged).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -57,14 +58,28 @@ class StopRule(BaseModel):
     min_judged: int = Field(default=20, ge=1)
 
 
+class Judge(BaseModel):
+    """A rule (the lab's ``--score`` language over the run's own ``fields``, ``text``,
+    ``problems``, ``needs_review``) that ``experiments watch`` applies, after the run, to a
+    ``sample`` (0 to 1) of the experiment's completed runs; ``name`` labels its judgements."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(default="rule", pattern=VARIANT_NAME_PATTERN)
+    rule: str = Field(min_length=1, max_length=1000)
+    sample: float = Field(default=1.0, ge=0, le=1)
+
+
 class Experiment(BaseModel):
-    """One experiment: its id, its variants (the first is the control) and its stop rule."""
+    """One experiment: its id, its variants (the first is the control), its stop rule and
+    its judge, if any."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     id: str = Field(pattern=EXPERIMENT_ID_PATTERN)
     variants: list[Arm] = Field(min_length=2, max_length=16)
     stop: StopRule = StopRule()
+    judge: Judge | None = None
 
     @model_validator(mode="after")
     def _sound(self) -> Self:
@@ -79,6 +94,8 @@ class Experiment(BaseModel):
             raise ValueError("a rollout's variant cannot set pipeline_version yet")
         if not sum(arm.weight for arm in self.variants) > 0:
             raise ValueError("the weights add up to 0: give some variant a positive weight")
+        if self.stop.signal == "score_fail" and self.judge is None:
+            raise ValueError("the stop rule reads score_fail: give the experiment a judge")
         return self
 
     @property

@@ -1,8 +1,8 @@
 """``aiorch experiments``: rollout experiments (docs/rollouts.md). ``status`` shows each
 variant's runs and signals from the ledger and its halt; ``halt``, ``promote`` and ``resume``
 change which variants new runs get (in the capacity store, which every worker's plans read);
-``watch`` applies each experiment's stop rule to the ledger and halts a losing variant on its
-own."""
+``watch`` judges a sample of each judged experiment's completed runs, applies each
+experiment's stop rule to the ledger and halts a losing variant on its own."""
 
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ from aiorch.cli.output import (
     print_json,
     print_table,
 )
+from aiorch.cli.session import connected
 from aiorch.ops import experiments as ops
 from aiorch.ops import ledger
 from aiorch.ops.durations import parse_duration
@@ -117,6 +118,8 @@ def _status_rows(
                 "correction_rate": round(found.rate("correction"), 4),
                 "rejection_rate": round(found.rate("rejection"), 4),
                 "approval_rate": round(found.rate("approval"), 4),
+                "scored": found.scored,
+                "pass_rate": None if found.pass_rate is None else round(found.pass_rate, 4),
                 "halted_at": halt.at.isoformat() if halt else None,
                 "halted_by": halt.by if halt else None,
                 "halt_reason": halt.reason if halt else None,
@@ -133,8 +136,9 @@ def status_command(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON instead of a table")] = False,
 ) -> None:
-    """Each variant's weight, state (running, halted, promoted), runs, judged runs and the
-    rates of problems, corrections, rejections and approvals (from the ledger)."""
+    """Each variant's weight, state (running, halted, promoted), runs, judged runs, the rates
+    of problems, corrections, rejections and approvals, and the runs its judge scored and
+    their pass rate (from the ledger)."""
     settings = load_settings()
     chosen = (
         [_experiment(settings, experiment_id)]
@@ -169,6 +173,8 @@ def status_command(
             "corrections",
             "rejections",
             "approvals",
+            "scored",
+            "passed",
         ),
         [
             (
@@ -182,6 +188,8 @@ def status_command(
                 f"{row['correction_rate']:.0%}",
                 f"{row['rejection_rate']:.0%}",
                 f"{row['approval_rate']:.0%}",
+                str(row["scored"]),
+                "-" if row["pass_rate"] is None else f"{row['pass_rate']:.0%}",
             )
             for row in rows
         ],
@@ -272,9 +280,11 @@ def watch_command(
     interval: Annotated[str, typer.Option(help="between checks: 30s, 5m")] = "30s",
     once: Annotated[bool, typer.Option("--once", help="check once and exit")] = False,
 ) -> None:
-    """Apply every experiment's stop rule to the ledger (kept current by ``ledger follow``)
-    every --interval, and halt each losing variant: in the capacity store, in the ledger's
-    experiment_halts, in the log and, with REVIEW_WEBHOOK_URL, at the webhook."""
+    """Every --interval: judge the sampled completed runs of each experiment with a judge not
+    judged yet (into the ledger's judgements), then apply every experiment's stop rule to the
+    ledger (kept current by ``ledger follow``) and halt each losing variant: in the capacity
+    store, in the ledger's experiment_halts, in the log and, with REVIEW_WEBHOOK_URL, at the
+    webhook."""
     try:
         every = parse_duration(interval)
     except ValueError as err:
@@ -282,6 +292,10 @@ def watch_command(
     settings = load_settings()
     if not settings.experiments:
         raise CliError("no experiments configured (EXPERIMENTS): nothing to watch")
+    try:
+        rules = ops.judge_rules(settings.experiments)
+    except ops.JudgeError as err:
+        raise CliError(str(err)) from None
 
     async def watch(store: HaltStore) -> int:
         stop = asyncio.Event()
@@ -294,11 +308,17 @@ def watch_command(
             plain(f"{WATCH_READY_LINE}: {len(settings.experiments)} every {interval}")
         )
         checks = 0
+        client = await connected(settings) if rules else None
         try:
             async with aiohttp.ClientSession() as session:
                 while not stop.is_set():
                     try:
                         with about_ledger(settings.ledger_url.get_secret_value()):
+                            if client is not None:
+                                judged = await ops.judge_runs(
+                                    client, engine, settings.experiments, rules
+                                )
+                                _report_judged(judged)
                             made = await ops.watch_once(
                                 engine,
                                 store,
@@ -327,6 +347,13 @@ def watch_command(
 
     checks = _with_store(settings, watch)
     err_console.print(plain(f"stopped after {checks} check(s)"))
+
+
+def _report_judged(judged: list[ops.Judgement]) -> None:
+    for experiment in sorted({j.experiment for j in judged}):
+        mine = [j for j in judged if j.experiment == experiment]
+        failed = sum(not j.passed for j in mine)
+        err_console.print(plain(f"judged {len(mine)} run(s) of {experiment}: {failed} failed"))
 
 
 def register(app: typer.Typer) -> None:

@@ -32,9 +32,10 @@ class ExperimentSettings(SettingsSection):
         description="Experiments per pipeline (`llm`, a pipeline file's name) or per pipeline "
         "and tenant (`llm@acme`), JSON or the path of a JSON file: an id, variants with "
         "weights (the first is the control and changes nothing; the others may set `model`, "
-        "`temperature`, `system_prompt`, `user_prompt`) and a stop rule (`signal`, `margin`, "
-        "`min_judged`). Needs `CAPACITY_STORE_URL`, where halts are kept. Each run keeps the "
-        "variant it was planned with.",
+        "`temperature`, `system_prompt`, `user_prompt`), a stop rule (`signal`, `margin`, "
+        "`min_judged`) and optionally a judge (`name`, `rule`, `sample`) that `experiments "
+        "watch` applies to a sample of completed runs. Needs `CAPACITY_STORE_URL`, where "
+        "halts are kept. Each run keeps the variant it was planned with.",
     )
 
     _read_experiments = field_validator("experiments", mode="before")(read_experiments)

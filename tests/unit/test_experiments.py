@@ -167,7 +167,15 @@ def test_experiments_are_read_from_a_file(tmp_path: Path) -> None:
         ),
         (
             json.dumps({"llm": {**CANARY, "stop": {"signal": "scores"}}}),
-            "'problem', 'correction' or 'rejection'",
+            "'problem', 'correction', 'rejection' or 'score_fail'",
+        ),
+        (
+            json.dumps({"llm": {**CANARY, "stop": {"signal": "score_fail"}}}),
+            "the stop rule reads score_fail: give the experiment a judge",
+        ),
+        (
+            json.dumps({"llm": {**CANARY, "judge": {"rule": "problems == 0", "sample": 1.5}}}),
+            "EXPERIMENTS.LLM.JUDGE.SAMPLE=1.5: Input should be less than or equal to 1",
         ),
     ],
 )

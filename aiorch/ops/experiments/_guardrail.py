@@ -1,7 +1,8 @@
 """The stop rule and the halts it makes.
 
 `breaches` applies an experiment's rule (`StopRule`) to its variants' signals: a variant
-that is not the control, not halted, with at least ``min_judged`` judged runs, whose rate of
+that is not the control, not halted, with at least ``min_judged`` judged runs (for
+``score_fail``, runs its judge judged), whose rate of
 the rule's signal exceeds the control's by more than ``margin``, is losing. `watch_once`
 halts each losing variant: the halt goes to the capacity store (the workers' next plans give
 its runs to the control), a row to the ledger's ``experiment_halts``, a warning to the log and,
@@ -50,7 +51,7 @@ def breaches(
     found: list[Breach] = []
     for arm in experiment.variants[1:]:
         mine = by_name.get(arm.name)
-        if mine is None or arm.name in halted or mine.judged < rule.min_judged:
+        if mine is None or arm.name in halted or mine.judged_for(rule.signal) < rule.min_judged:
             continue
         rate, base = mine.rate(rule.signal), baseline.rate(rule.signal)
         if rate - base > rule.margin:
@@ -58,8 +59,9 @@ def breaches(
                 Breach(
                     experiment.id,
                     arm.name,
-                    f"{rule.signal} rate {rate:.0%} over {mine.judged} judged runs, "
-                    f"{control}'s {base:.0%} over {baseline.judged}: more than "
+                    f"{rule.signal} rate {rate:.0%} over {mine.judged_for(rule.signal)} "
+                    f"judged runs, {control}'s {base:.0%} over "
+                    f"{baseline.judged_for(rule.signal)}: more than "
                     f"{rule.margin:.0%} above the control",
                 )
             )

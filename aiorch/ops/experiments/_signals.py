@@ -9,14 +9,17 @@ chain ended. Its signals, each counted once per judged run:
 - **correction**: a reviewer corrected a field of its result;
 - **rejection**: a reviewer rejected it or sent it back for a reedit;
 - **approval**: a reviewer approved it.
+
+and, for an experiment with a judge, per run its judge judged (``scored``): **score_fail**,
+the judgement failed.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
-from sqlalchemy import Engine, or_, select
+from sqlalchemy import Engine, case, func, or_, select
 
 from aiorch.ops import ledger as tables
 from aiorch_runtime.experiments import Experiment, Signal
@@ -34,7 +37,8 @@ REJECTIONS: Final = ("reject", "reedit")
 @dataclass(frozen=True)
 class VariantSignals:
     """One variant's runs (``runs``: planned, ``judged``: ended) and how many of its judged
-    runs had each signal."""
+    runs had each signal; ``scored``: its runs the experiment's judge judged, ``score_fails``:
+    how many of those failed."""
 
     experiment: str
     variant: str
@@ -44,12 +48,25 @@ class VariantSignals:
     corrections: int = 0
     rejections: int = 0
     approvals: int = 0
+    scored: int = 0
+    score_fails: int = 0
+
+    def judged_for(self, signal: Signal | str) -> int:
+        """The runs ``signal`` is counted over: the judge's for ``score_fail``, else the
+        ended ones."""
+        return self.scored if signal == "score_fail" else self.judged
 
     def rate(self, signal: Signal | str) -> float:
-        """The share of judged runs with ``signal`` (``problem``, ``correction``,
-        ``rejection``, ``approval``); 0 before any run is judged."""
+        """The share of its runs (`judged_for`) with ``signal`` (``problem``,
+        ``correction``, ``rejection``, ``approval``, ``score_fail``); 0 before any."""
         count: int = getattr(self, f"{signal}s")
-        return count / self.judged if self.judged else 0.0
+        over = self.judged_for(signal)
+        return count / over if over else 0.0
+
+    @property
+    def pass_rate(self) -> float | None:
+        """The share of its judge's judgements that passed; None before any."""
+        return 1 - self.score_fails / self.scored if self.scored else None
 
 
 def _chains(engine: Engine, experiment: str) -> dict[str, tuple[str, bool]]:
@@ -95,14 +112,39 @@ def _flagged(engine: Engine, experiment: str) -> dict[str, set[str]]:
     return found
 
 
+def _scores(engine: Engine, experiment: Experiment) -> dict[str, tuple[int, int]]:
+    """Each variant's judgements by the experiment's judge: how many, how many failed."""
+    if experiment.judge is None:
+        return {}
+    judged = tables.judgements
+    failed = func.sum(case((judged.c.passed.is_(False), 1), else_=0))
+    query = (
+        select(judged.c.variant, func.count(), failed)
+        .where(judged.c.experiment == experiment.id, judged.c.judge == experiment.judge.name)
+        .group_by(judged.c.variant)
+    )
+    with engine.connect() as connection:
+        return {
+            variant: (count, int(fails or 0)) for variant, count, fails in connection.execute(query)
+        }
+
+
 def variant_signals(engine: Engine, experiment: Experiment) -> list[VariantSignals]:
     """Each of ``experiment``'s variants' runs and signals (the configured variants first, in
     their order, then any the ledger holds that the experiment no longer names)."""
     chains = _chains(engine, experiment.id)
     flagged = _flagged(engine, experiment.id)
+    scores = _scores(engine, experiment)
     names = [arm.name for arm in experiment.variants]
     names += sorted({variant for variant, _ in chains.values()} - set(names))
-    return [_count(experiment.id, name, chains, flagged) for name in names]
+    return [
+        replace(
+            _count(experiment.id, name, chains, flagged),
+            scored=scores.get(name, (0, 0))[0],
+            score_fails=scores.get(name, (0, 0))[1],
+        )
+        for name in names
+    ]
 
 
 def _count(

@@ -113,6 +113,27 @@ async def read_original(client: Client, workflow_id: str, run_id: str, from_stat
     )
 
 
+async def read_outcome(client: Client, workflow_id: str, run_id: str) -> ForkOutcome:
+    """How run ``run_id`` of ``workflow_id`` ended, as the lab reads an original's outcome
+    (from the run's start: its result, its problems, whether a reviewer decided it).
+
+    Raises:
+        NotForkable: it is not a pipeline's run.
+        temporalio.service.RPCError: the history could not be read.
+    """
+    history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
+    events = history.events
+    converter = run_converter(client, workflow_id)
+    start = events[0].workflow_execution_started_event_attributes
+    pipeline = pipelines.of_type(start.workflow_type.name)
+    if pipeline is None:
+        raise NotForkable(f"no registered pipeline runs {start.workflow_type.name}")
+    projection = await project(workflow_id, run_id, events, converter)
+    result = await _result(converter, events[-1])
+    started = events[0].event_time.ToDatetime()
+    return _outcome(workflow_id, run_id, projection, result, pipeline.graph, started)
+
+
 async def _outputs_before(
     converter: DataConverter, events: Sequence[HistoryEvent], until: datetime, from_state: str
 ) -> list[RecordedOutput]:

@@ -7,6 +7,9 @@ A rule reads its own fork's ``fields`` (``fields.total``, ``fields.line_items[2]
 three outcomes by kind (``original.fields.total``, ``baseline.text``); ``matches(text,
 "regex")`` searches text. A fork that failed fails every rule. An LLM judge is not offered
 here: it would have to go through the workers' model-call path and limits.
+
+`parse_outcome_rule` reads the same language over one outcome alone (its own names only), for
+the judges of a rollout, which score a live run's outcome (`ScoreRule.judge`).
 """
 
 from __future__ import annotations
@@ -35,6 +38,10 @@ VOCABULARY: Final = Vocabulary(
     names=frozenset({*FORK_NAMES, *KINDS}),
     subscripts=True,
     functions={"matches": _matches},
+)
+# A judge of live runs reads one outcome: there is no baseline or candidate to name.
+OUTCOME_VOCABULARY: Final = Vocabulary(
+    what="name", names=frozenset(FORK_NAMES), subscripts=True, functions={"matches": _matches}
 )
 
 
@@ -74,6 +81,15 @@ class ScoreRule:
             return Score(passed=False, error=f"the {kind} failed")
         scope: dict[str, Any] = _view(own)
         scope |= {other: _view(getattr(comparison, other)) for other in KINDS}
+        return self._scored(scope)
+
+    def judge(self, outcome: ForkOutcome) -> Score:
+        """How one outcome does by this rule, read alone (a rule of `parse_outcome_rule`)."""
+        if outcome.error is not None:
+            return Score(passed=False, error=f"the {outcome.kind} failed")
+        return self._scored(_view(outcome))
+
+    def _scored(self, scope: dict[str, Any]) -> Score:
         try:
             value = self.expression.evaluate(scope)
         except ExpressionError as err:
@@ -114,7 +130,20 @@ def parse_score(text: str) -> ScoreRule:
     Raises:
         ExpressionError: it does not parse, or reads what a fork has not.
     """
-    expression = parse(text, VOCABULARY)
+    return _checked(parse(text, VOCABULARY))
+
+
+def parse_outcome_rule(text: str) -> ScoreRule:
+    """``text`` as a rule over one outcome alone (``fields``, ``text``, ``problems``,
+    ``needs_review``).
+
+    Raises:
+        ExpressionError: it does not parse, or reads what an outcome has not.
+    """
+    return _checked(parse(text, OUTCOME_VOCABULARY))
+
+
+def _checked(expression: Expression) -> ScoreRule:
     _check_paths(expression)
     _check_calls(expression)
     return ScoreRule(expression)

@@ -170,6 +170,21 @@ experiment_halts = Table(
 """Each halt of a rollout variant (docs/rollouts.md), written by whoever halted it: the
 watcher or an operator (not projected from the histories)."""
 
+judgements = Table(
+    "judgements",
+    metadata,
+    Column("chain", String(64), primary_key=True),
+    Column("judge", String(64), primary_key=True),
+    Column("run_id", String(64), nullable=False),
+    Column("experiment", String(64), nullable=False, index=True),
+    Column("variant", String(64), nullable=False),
+    Column("passed", Boolean, nullable=False),
+    Column("reason", Text),
+    Column("at", DateTime, nullable=False),
+)
+"""Each judgement of a rollout's sampled run (docs/rollouts.md), one per run chain and judge,
+written by ``experiments watch`` after the run (not projected from the histories)."""
+
 PROJECTED: Final[tuple[Table, ...]] = (
     runs,
     transitions,
@@ -208,8 +223,12 @@ def _add_rollouts_v2(connection: Connection) -> None:
     experiment_halts.create(connection, checkfirst=True)
 
 
+def _add_judgements_v3(connection: Connection) -> None:
+    judgements.create(connection, checkfirst=True)
+
+
 Migration = Callable[[Connection], None]
-MIGRATIONS: Final[Sequence[Migration]] = (_create_v1, _add_rollouts_v2)
+MIGRATIONS: Final[Sequence[Migration]] = (_create_v1, _add_rollouts_v2, _add_judgements_v3)
 """Migration n + 1 brings a database from version n to n + 1; applied in order, never edited."""
 
 
