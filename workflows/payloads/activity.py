@@ -49,9 +49,12 @@ class ModelSettings(_Open):
     a row, the sampling temperature, each call's timeout and the longest reply taken.
 
     Cost (docs/cost.md): the ``lane`` its calls take (``batch``: the provider's batch API),
-    how long a batched call waits for its group's submission (``batch_queue_s``), and whether
+    how long a batched call waits for its group's submission (``batch_queue_s``), whether
     an identical call that already succeeded is answered from the result cache
-    (``result_cache``). Plans made before these existed call synchronously, without the cache.
+    (``result_cache``), and the queue wait for capacity past which a synchronous call spills
+    over to the batch lane (``spill_after_s``; None: it waits, as every run that is not
+    batch-eligible or planned with ``SPILL_OVER=off`` does). Plans made before these existed
+    call synchronously, without the cache, and never spill.
     """
 
     model: str
@@ -63,6 +66,7 @@ class ModelSettings(_Open):
     lane: Lane = "sync"
     batch_queue_s: float = 3600.0
     result_cache: bool = False
+    spill_after_s: float | None = None
     # The rollout variant the run got (docs/rollouts.md); plans made before rollouts have none.
     assignment: Assignment | None = None
 
