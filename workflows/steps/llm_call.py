@@ -149,7 +149,7 @@ async def invoke(
     try:
         reply = await call(ctx, attempt, output_schema, lane=asked, version=version)
         if spills_over(ctx, reply, asked):
-            spilled = f"spilled over a {reply.wait_s or 0.0:.2f}s wait for {reply.model}: "
+            spilled = f"spilled over a {reply.wait_s or 0.0:.2f}s wait for capacity: "
             reply = await call(ctx, attempt, output_schema, lane="batch", version=version)
     except ActivityError as err:
         if activity_policy.cancelled(err):
