@@ -16,7 +16,12 @@ from workflows import contract
 from workflows.engine.planning import PlanRunInput
 from workflows.payloads import PipelineRequest
 
-SPILLING = {**STORE, "llm_batch": "allowed", "spill_over": "on", "spill_over_wait_s": 12}
+SPILLING: dict[str, Any] = {
+    **STORE,
+    "llm_batch": "allowed",
+    "spill_over": "on",
+    "spill_over_wait_s": 12,
+}
 
 
 async def spill_after(settings: dict[str, Any], options: dict[str, Any]) -> float | None:

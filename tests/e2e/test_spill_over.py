@@ -14,9 +14,12 @@ from typing import Any
 
 import pytest
 
+from aiorch.devstack.processes import free_port
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops.results import finished
 from tests.e2e.test_batch_crash import submit_attempts
+from tests.e2e.test_batch_lane import scrape
+from tests.e2e.test_observability import total
 from tests.support.live_runs import request, start, status_of
 from tests.support.live_stack import E2E_WORKER_ENV, connect, stack_with_worker
 from tests.support.simulator import Simulator
@@ -44,10 +47,14 @@ SPILLING_ENV = {
 
 
 @pytest.fixture(scope="module")
-def spilling(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    yield from stack_with_worker(
-        tmp_path_factory.mktemp("spill"), SPILLING_ENV, with_capacity_store=True
-    )
+def metrics_port() -> int:
+    return free_port()
+
+
+@pytest.fixture(scope="module")
+def spilling(tmp_path_factory: pytest.TempPathFactory, metrics_port: int) -> Iterator[LocalStack]:
+    env = {**SPILLING_ENV, "METRICS_PORT": str(metrics_port)}
+    yield from stack_with_worker(tmp_path_factory.mktemp("spill"), env, with_capacity_store=True)
 
 
 @pytest.fixture
@@ -59,13 +66,14 @@ def crashing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
 
 @pytest.mark.timeout(300)
 async def test_eligible_runs_past_the_limit_go_through_the_batch_lane(
-    spilling: LocalStack,
+    spilling: LocalStack, metrics_port: int
 ) -> None:
     """16 batch-eligible runs started at once all complete: those the limit admits are
     answered synchronously, every other one spilled (its path goes invoke_llm -> await_batch,
     never through await_capacity), and the simulator's batches hold exactly the spilled
-    runs' calls, one line each, in batches the runs name; a run that is not eligible, started
-    behind them, waits in await_capacity and is answered synchronously."""
+    runs' calls, one line each, in batches the runs name, and the spill-over metric counts
+    them; a run that is not eligible, started behind them, waits in await_capacity and is
+    answered synchronously."""
     simulator = Simulator(spilling.addresses.openai_base_url)
     before = simulator.batches()["submissions"]
     client = await connect(spilling)
@@ -86,6 +94,8 @@ async def test_eligible_runs_past_the_limit_go_through_the_batch_lane(
     assert all("await_capacity" not in paths[n] for n in spilled)
     assert "await_capacity" in paths[-1] and "await_batch" not in paths[-1]
     assert len(spill_details(results)) == len(spilled)
+    counted = total(scrape(metrics_port), "aiorch_capacity_spill_overs_total", tenant="default")
+    assert counted == len(spilled)
 
     state = simulator.batches()
     ours = state["batches"][before:]

@@ -39,8 +39,9 @@ async def test_an_eligible_call_past_the_threshold_spills_to_the_batch_lane(
 ) -> None:
     """Told to wait 42 s where the plan spills after 10 s, the run does not wait for capacity:
     its attempt 1 is made again in the batch lane, the run waits in await_batch and completes
-    with the batch's answer at the batched call's price, one attempt in all, and its history
-    says it spilled and holds the spill-over patch."""
+    with the batch's answer at the batched call's price, one attempt in all (the batched call
+    marked spilled, for the spill-over metric), and its history says it spilled and holds the
+    spill-over patch."""
     orch.fakes.plan_overrides = {"spill_after_s": 10.0}
     orch.fakes.llm_script = [no_capacity(42), batched(BATCH, "call-7")]
     orch.fakes.batch_script = [Reply(content="from the batch")]
@@ -60,9 +61,9 @@ async def test_an_eligible_call_past_the_threshold_spills_to_the_batch_lane(
     assert entry_for(result.history, "batch_submitted").detail == (
         f"spilled over a 42.00s wait for capacity: in batch {BATCH} on {PRIMARY_MODEL}"
     )
-    assert [(call.lane, call.attempt) for call in orch.fakes.llm_calls] == [
-        ("sync", 1),
-        ("batch", 1),
+    assert [(call.lane, call.attempt, call.spilled) for call in orch.fakes.llm_calls] == [
+        ("sync", 1, False),
+        ("batch", 1, True),
     ]
     status = await orch.status(handle)
     assert (status.attempts, status.cost_usd, status.batch_id) == (1, 0.001, BATCH)

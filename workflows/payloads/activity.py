@@ -139,8 +139,11 @@ class LlmCallInput(_Open):
     priority: int | None = Field(default=None, ge=1, le=5)
     # Cost (docs/cost.md): the lane the call takes and how long a batched call may wait for its
     # result; whether an identical call that succeeded may answer it (the result cache), and
-    # the version of the pipeline's step, part of that cache's key.
+    # the version of the pipeline's step, part of that cache's key. ``spilled``: a batch-lane
+    # call made because its synchronous one would have queued past spill-over's wait
+    # (docs/capacity.md), counted as a spill-over.
     lane: Lane = "sync"
+    spilled: bool = False
     batch_wait_s: float = 180_000.0
     result_cache: bool = False
     version: str = ""

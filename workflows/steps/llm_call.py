@@ -68,6 +68,7 @@ async def call(
     output_schema: dict[str, Any] | None = None,
     *,
     lane: Lane = "sync",
+    spilled: bool = False,
     version: str = "",
 ) -> LlmCallResult:
     """``invoke_llm``: exactly one attempt, made once the run's budgets and the model's shared
@@ -75,7 +76,9 @@ async def call(
     ``output_schema``: the JSON Schema of the object the reply must be (None: the contract's
     ``LlmReply``). ``lane`` ``batch``: the call goes into the provider's batch API, and the
     activity comes back once its batch is submitted (``batched``), within the plan's
-    ``batch_queue_s``. ``version``: the step's version, part of the result cache's key."""
+    ``batch_queue_s``; ``spilled``: it does so because the synchronous call would have waited
+    past the plan's ``spill_after_s``. ``version``: the step's version, part of the result
+    cache's key."""
     run, plan = ctx.run, ctx.plan
     model = choose_model(run, plan)
     info = workflow.info()
@@ -99,6 +102,7 @@ async def call(
         spent_usd=run.cost_usd,
         budget_approved=run.budget_approved,
         lane=lane,
+        spilled=spilled,
         batch_wait_s=plan.batch_wait_s,
         result_cache=plan.result_cache,
         version=version,
@@ -150,7 +154,9 @@ async def invoke(
         reply = await call(ctx, attempt, output_schema, lane=asked, version=version)
         if spills_over(ctx, reply, asked):
             spilled = f"spilled over a {reply.wait_s or 0.0:.2f}s wait for capacity: "
-            reply = await call(ctx, attempt, output_schema, lane="batch", version=version)
+            reply = await call(
+                ctx, attempt, output_schema, lane="batch", spilled=True, version=version
+            )
     except ActivityError as err:
         if activity_policy.cancelled(err):
             run.attempts = attempt
