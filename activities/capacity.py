@@ -52,6 +52,7 @@ from activities.budget_rules import over_run_budget, unbudgeted_tenant
 from activities.capacity_metrics import (
     METRIC_CAPACITY_WAITS,
     METRIC_STORE_ERRORS,
+    count_spill_over,
     count_store_error,
     count_tenant_tokens,
     count_wait,
@@ -183,6 +184,8 @@ class CallGate:
                 return reserved
             spend = reserved
         if call.lane == "batch":
+            if call.spilled:
+                count_spill_over(call, self._named)
             return CallAdmission("go", spend=spend)
         granted = False
         try:

@@ -1,6 +1,7 @@
 """What the capacity gate (``activities.capacity``) counts, per model and tenant: waits sent back
 to the workflow, store errors, each tenant's tokens through a rate-limited model (its share
-used) and how long its calls were queued for one (docs/capacity.md#fair-share).
+used), how long its calls were queued for one (docs/capacity.md#fair-share) and its calls that
+spilled over to the batch lane instead (docs/capacity.md#spill-over-to-the-batch-lane).
 
 Recorded on the activity's metric meter, so outside an activity (a test driving the gate
 directly) nothing is recorded. Tenants come from requests and labels must stay few: a tenant
@@ -21,6 +22,7 @@ METRIC_STORE_ERRORS: Final = "aiorch_capacity_store_errors"
 METRIC_CAPACITY_WAITS: Final = "aiorch_capacity_waits"
 METRIC_TENANT_TOKENS: Final = "aiorch_capacity_tenant_tokens"
 METRIC_QUEUE_WAIT: Final = "aiorch_capacity_queue_wait"
+METRIC_SPILL_OVERS: Final = "aiorch_capacity_spill_overs"
 
 
 def tenant_label(tenant: str, named: Set[str]) -> str:
@@ -62,3 +64,12 @@ def count_tenant_tokens(call: LlmCallInput, used: int, named: Set[str]) -> None:
         activity.metric_meter().create_counter(
             METRIC_TENANT_TOKENS, "Tokens each tenant's calls used of rate-limited models"
         ).add(used, labels)
+
+
+def count_spill_over(call: LlmCallInput, named: Set[str]) -> None:
+    """A call spilled over to the batch lane instead of queueing for its model."""
+    if activity.in_activity():
+        labels = {"model": call.model, "tenant": tenant_label(call.tenant, named)}
+        activity.metric_meter().create_counter(
+            METRIC_SPILL_OVERS, "Calls that took the batch lane instead of queueing (spill-over)"
+        ).add(1, labels)

@@ -88,6 +88,7 @@ class PlanDefaults:
     batch_queue_s: float
     batch_wait_s: float
     result_cache: bool
+    spill_after_s: float | None
 
     @classmethod
     def of(cls, settings: Settings) -> PlanDefaults:
@@ -131,6 +132,7 @@ class PlanDefaults:
             batch_queue_s=settings.llm_batch_delay_s + BATCH_SUBMISSION_ALLOWANCE_S,
             batch_wait_s=settings.llm_batch_wait_s,
             result_cache=settings.result_cache_on,
+            spill_after_s=settings.spill_over_wait_s if settings.spill_over == "on" else None,
         )
 
     def review_floor(self, pipeline: str) -> ReviewMode:
@@ -312,8 +314,9 @@ def requester(defaults: PlanDefaults, request: RequestBase) -> tuple[str | None,
 def model_cost(defaults: PlanDefaults, request: RequestBase) -> dict[str, Any]:
     """How a run's model calls are made (docs/cost.md): the lane (the request's, else
     ``LLM_BATCH``'s default), how long a batched call waits for its submission and for its
-    answer, and whether the result cache may answer them (``LLM_RESULT_CACHE_TTL_S``, unless
-    the request says no).
+    answer, whether the result cache may answer them (``LLM_RESULT_CACHE_TTL_S``, unless
+    the request says no), and the capacity wait past which a synchronous call spills over to
+    the batch lane (``SPILL_OVER_WAIT_S``, for a batch-eligible run where ``SPILL_OVER`` is on).
 
     Raises:
         ApplicationError: ``InvalidRequest`` when the request asks for the batch lane and the
@@ -325,11 +328,14 @@ def model_cost(defaults: PlanDefaults, request: RequestBase) -> dict[str, Any]:
             "options.lane is batch, and this deployment does not use the provider's batch API "
             "(LLM_BATCH=off): leave the lane out, or ask for sync"
         )
+    lane = asked or ("batch" if defaults.batch == "default" else "sync")
+    spills = request.options.batch_eligible and lane == "sync"
     return {
-        "lane": asked or ("batch" if defaults.batch == "default" else "sync"),
+        "lane": lane,
         "batch_queue_s": defaults.batch_queue_s,
         "batch_wait_s": defaults.batch_wait_s,
         "result_cache": defaults.result_cache and request.options.result_cache is not False,
+        "spill_after_s": defaults.spill_after_s if spills else None,
     }
 
 

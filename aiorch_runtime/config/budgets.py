@@ -208,6 +208,20 @@ class BudgetSettings(SettingsSection):
         "(`options.priority`), `TENANT=PRIORITY,...`: a run asking for more is lowered to it; a "
         "tenant not listed may ask for any.",
     )
+    spill_over: Annotated[Literal["off", "on"], SettingDoc(Section.BUDGETS)] = Field(
+        default="off",
+        description="`on`: a batch-eligible run's model call (`options.batch_eligible`) that "
+        "would queue for a rate-limited model longer than `SPILL_OVER_WAIT_S` goes through "
+        "the batch lane instead, at the batch price; `off`: it queues. Needs `LLM_BATCH` "
+        "(`allowed` or `default`).",
+    )
+    spill_over_wait_s: Annotated[float, SettingDoc(Section.BUDGETS)] = Field(
+        default=60.0,
+        ge=0,
+        le=86400,
+        description="With `SPILL_OVER=on`: the queue wait for capacity past which a "
+        "batch-eligible call takes the batch lane instead of waiting.",
+    )
     budget_policy: Annotated[Literal["wait", "fail"], SettingDoc(Section.BUDGETS)] = Field(
         default="wait",
         description="A call that would cross a budget: `wait` for an operator's decision "

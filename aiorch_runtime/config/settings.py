@@ -83,6 +83,15 @@ class Settings(
         return self
 
     @model_validator(mode="after")
+    def _spill_over_needs_the_batch_lane(self) -> Self:
+        if self.spill_over == "on" and not self.batch_enabled:
+            raise ConfigError(
+                "SPILL_OVER=on sends waiting calls through the batch lane: it needs LLM_BATCH "
+                "(allowed or default)"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _experiments_need_the_store(self) -> Self:
         if self.experiments and self.capacity_store_url is None:
             raise ConfigError(

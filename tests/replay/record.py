@@ -1,6 +1,6 @@
 """Record workflow histories for the replay tests: ``python -m tests.replay.record [GROUP...]``
 (every group, or only those named: ``llm``, ``batch``, ``policies``, ``documents``, ``data``,
-``plan_run``, ``rounds``, ``rollouts``; the other groups' files stay as recorded).
+``plan_run``, ``rounds``, ``rollouts``, ``spill``; the other groups' files stay as recorded).
 
 Runs each scenario on a fresh local stack (real dev server, worker, simulator, SQS, capacity
 store) and writes its event history to ``tests/replay/histories/<scenario>.json``. Re-record
@@ -93,6 +93,9 @@ WORKER_ENV = {
     "LLM_BATCH_SIZE": "1",
     "LLM_BATCH_POLL_S": "1",
     "LLM_RESULT_CACHE_TTL_S": "3600",
+    # Spill-over: a batch-eligible run told to wait over a second takes the batch lane.
+    "SPILL_OVER": "on",
+    "SPILL_OVER_WAIT_S": "1",
     # A rollout for tenant canary's runs only, so no other scenario is planned under it.
     "EXPERIMENTS": json.dumps({"llm@canary": CANARY}),
 }
@@ -271,6 +274,20 @@ async def record_batch(client: Client, key: SigningKey, stack: LocalStack) -> No
     await save(runs)
 
 
+async def record_spill_over(client: Client, key: SigningKey, stack: LocalStack) -> None:
+    """A batch-eligible run spilled to the batch lane: the model is paused for 3 s (a
+    provider's 429 to someone), past the 1 s spill-over wait, so its call goes into a batch
+    instead of waiting in await_capacity."""
+    settings = Settings(capacity_store_url=stack.addresses.capacity_store_url)
+    store = CapacityStore.from_settings(settings)
+    assert store is not None
+    scope = scope_name(stack.addresses.openai_base_url, "sim-large")
+    await store.feedback(scope, (TPM, 0), ProviderSignal(retry_after=timedelta(seconds=3)))
+    await store.close()
+    handle = await starter(client)("Spill me over", options={"batch_eligible": True})
+    await save({"spill_over": handle})
+
+
 async def record_data_pipelines(client: Client, key: SigningKey, stack: LocalStack) -> None:
     """A pipeline file's runs on two versions: version 1 waits for its reply's review while
     the file becomes version 2, and finishes on version 1's steps; a run of version 2 takes
@@ -430,6 +447,7 @@ GROUPS: dict[str, Recorder] = {
     "plan_run": record_plan_run,
     "rounds": record_rounds,
     "rollouts": record_rollouts,
+    "spill": record_spill_over,
 }
 
 

@@ -22,6 +22,7 @@ from workflows.data.spec import file_digest
 from workflows.engine.inbound import SIGNAL_SCREENED_PATCH
 from workflows.engine.record import ROUND_REPUBLISHED_PATCH
 from workflows.orchestrator import EngineWorkflow
+from workflows.steps.llm_call import SPILL_OVER_PATCH
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 # pass_workflows by runner: the SDK's full sandbox, and the worker's pass-through.
@@ -56,6 +57,7 @@ def test_histories_are_recorded() -> None:
         "reedit_signal_no_feedback_unpatched",
         "rollout_variant_b",
         "rollout_variant_b_continued",
+        "spill_over",
     } <= names
 
 
@@ -83,6 +85,15 @@ def test_histories_hold_both_sides_of_a_review_patch(history: str, patch: str) -
     folder = HISTORIES[0].parent
     assert patch in patches(folder / f"{history}.json")
     assert patch not in patches(folder / f"{history}_unpatched.json")
+
+
+def test_histories_hold_a_spilled_run_and_a_waiting_one() -> None:
+    """A batch-eligible run that spilled to the batch lane is recorded under the spill-over
+    patch, and the run that waited for capacity without spilling holds no such marker: the
+    replay set takes both branches of the decision."""
+    folder = HISTORIES[0].parent
+    assert SPILL_OVER_PATCH in patches(folder / "spill_over.json")
+    assert SPILL_OVER_PATCH not in patches(folder / "capacity_wait.json")
 
 
 def planned_by(path: Path) -> list[str]:

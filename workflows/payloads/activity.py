@@ -49,9 +49,12 @@ class ModelSettings(_Open):
     a row, the sampling temperature, each call's timeout and the longest reply taken.
 
     Cost (docs/cost.md): the ``lane`` its calls take (``batch``: the provider's batch API),
-    how long a batched call waits for its group's submission (``batch_queue_s``), and whether
+    how long a batched call waits for its group's submission (``batch_queue_s``), whether
     an identical call that already succeeded is answered from the result cache
-    (``result_cache``). Plans made before these existed call synchronously, without the cache.
+    (``result_cache``), and the queue wait for capacity past which a synchronous call spills
+    over to the batch lane (``spill_after_s``; None: it waits, as every run that is not
+    batch-eligible or planned with ``SPILL_OVER=off`` does). Plans made before these existed
+    call synchronously, without the cache, and never spill.
     """
 
     model: str
@@ -63,6 +66,7 @@ class ModelSettings(_Open):
     lane: Lane = "sync"
     batch_queue_s: float = 3600.0
     result_cache: bool = False
+    spill_after_s: float | None = None
     # The rollout variant the run got (docs/rollouts.md); plans made before rollouts have none.
     assignment: Assignment | None = None
 
@@ -135,8 +139,11 @@ class LlmCallInput(_Open):
     priority: int | None = Field(default=None, ge=1, le=5)
     # Cost (docs/cost.md): the lane the call takes and how long a batched call may wait for its
     # result; whether an identical call that succeeded may answer it (the result cache), and
-    # the version of the pipeline's step, part of that cache's key.
+    # the version of the pipeline's step, part of that cache's key. ``spilled``: a batch-lane
+    # call made because its synchronous one would have queued past spill-over's wait
+    # (docs/capacity.md), counted as a spill-over.
     lane: Lane = "sync"
+    spilled: bool = False
     batch_wait_s: float = 180_000.0
     result_cache: bool = False
     version: str = ""

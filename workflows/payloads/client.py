@@ -99,6 +99,12 @@ class RunOptions(_Strict):
         description="False: this run's model calls always reach the model, even where the "
         "worker answers identical calls from its result cache (LLM_RESULT_CACHE_TTL_S)",
     )
+    batch_eligible: bool = Field(
+        default=False,
+        description="True: this run's model calls may wait: one that would queue for capacity "
+        "longer than SPILL_OVER_WAIT_S goes through the batch lane instead (about half the "
+        "price, answers within 24 h), where SPILL_OVER is on",
+    )
     priority: int | None = Field(
         default=None,
         ge=1,

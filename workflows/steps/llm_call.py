@@ -14,6 +14,12 @@ step names one. A batched call's ``invoke_llm`` comes back once its batch is sub
 waits in the batch state, and the answer (or the failure) comes back to this step, which takes
 it up as it would a synchronous call's.
 
+Spill-over (docs/capacity.md): a synchronous call the model's shared capacity sends back to
+wait longer than the plan's ``spill_after_s`` (a batch-eligible run, ``SPILL_OVER=on``) is made
+again at once in the batch lane, as the same attempt, instead of waiting; the run then waits in
+the batch state as any batched call's does. Behind the ``spill-over`` patch, asked only when a
+call spills, so a run that does not spill issues the commands it always did.
+
 Workflow code, passed through the sandbox.
 """
 
@@ -34,6 +40,8 @@ import workflows.errors as errors
 from workflows.engine.graph import Event, Graph
 from workflows.engine.pipeline import Context
 from workflows.payloads import CallFailure, Lane, LlmCallInput, LlmCallResult, PromptPlan, RunCore
+
+SPILL_OVER_PATCH = "spill-over"
 
 Answered = Callable[[Context[Any, Any], LlmCallResult], None]
 """What the pipeline does with an answer (the attempt is recorded): it moves the run."""
@@ -60,6 +68,7 @@ async def call(
     output_schema: dict[str, Any] | None = None,
     *,
     lane: Lane = "sync",
+    spilled: bool = False,
     version: str = "",
 ) -> LlmCallResult:
     """``invoke_llm``: exactly one attempt, made once the run's budgets and the model's shared
@@ -67,7 +76,9 @@ async def call(
     ``output_schema``: the JSON Schema of the object the reply must be (None: the contract's
     ``LlmReply``). ``lane`` ``batch``: the call goes into the provider's batch API, and the
     activity comes back once its batch is submitted (``batched``), within the plan's
-    ``batch_queue_s``. ``version``: the step's version, part of the result cache's key."""
+    ``batch_queue_s``; ``spilled``: it does so because the synchronous call would have waited
+    past the plan's ``spill_after_s``. ``version``: the step's version, part of the result
+    cache's key."""
     run, plan = ctx.run, ctx.plan
     model = choose_model(run, plan)
     info = workflow.info()
@@ -91,6 +102,7 @@ async def call(
         spent_usd=run.cost_usd,
         budget_approved=run.budget_approved,
         lane=lane,
+        spilled=spilled,
         batch_wait_s=plan.batch_wait_s,
         result_cache=plan.result_cache,
         version=version,
@@ -136,21 +148,50 @@ async def invoke(
         await _take_up(ctx, answered, reply, run.attempts)
         return
     attempt = run.attempts + 1
+    asked = lane or ctx.plan.lane
+    spilled = ""
     try:
-        reply = await call(ctx, attempt, output_schema, lane=lane or ctx.plan.lane, version=version)
+        reply = await call(ctx, attempt, output_schema, lane=asked, version=version)
+        if spills_over(ctx, reply, asked):
+            spilled = f"spilled over a {reply.wait_s or 0.0:.2f}s wait for capacity: "
+            reply = await call(
+                ctx, attempt, output_schema, lane="batch", spilled=True, version=version
+            )
     except ActivityError as err:
         if activity_policy.cancelled(err):
             run.attempts = attempt
             raise
         failed(ctx, activity_policy.failure_of(err), attempt)
         return
-    await _take_up(ctx, answered, reply, attempt)
+    await _take_up(ctx, answered, reply, attempt, spilled=spilled)
+
+
+def spills_over(ctx: Context[Any, Any], reply: LlmCallResult, lane: Lane) -> bool:
+    """True when the synchronous call that got ``reply`` takes the batch lane instead of
+    waiting: the capacity store would have it wait longer than the plan's ``spill_after_s``
+    and the step has a batch state to wait in (``lane_for``). The patch is asked last, so only
+    a run that spills records its marker."""
+    after: float | None = ctx.plan.spill_after_s
+    return (
+        reply.outcome == "wait"
+        and lane == "sync"
+        and after is not None
+        and (reply.wait_s or 0.0) > after
+        and lane_for(ctx.graph, ctx.run.state, "batch") == "batch"
+        and workflow.patched(SPILL_OVER_PATCH)
+    )
 
 
 async def _take_up(
-    ctx: Context[Any, Any], answered: Answered, reply: LlmCallResult, attempt: int
+    ctx: Context[Any, Any],
+    answered: Answered,
+    reply: LlmCallResult,
+    attempt: int,
+    *,
+    spilled: str = "",
 ) -> None:
-    """Move the run as ``reply``, the outcome of attempt ``attempt``, says."""
+    """Move the run as ``reply``, the outcome of attempt ``attempt``, says; ``spilled``: why
+    the call went into a batch (spill-over), the start of the transition's detail."""
     run = ctx.run
     if reply.outcome == "wait":
         must_wait(ctx, reply)
@@ -160,7 +201,8 @@ async def _take_up(
         run.attempts = attempt
         run.model = reply.model
         run.batch_item, run.batch_id = reply.batch_item, reply.batch_id
-        ctx.move(Event.BATCH_SUBMITTED, detail=f"in batch {reply.batch_id} on {reply.model}")
+        detail = f"{spilled}in batch {reply.batch_id} on {reply.model}"
+        ctx.move(Event.BATCH_SUBMITTED, detail=detail)
     elif reply.outcome == "failed":
         unknown = CallFailure(error=f"{errors.LLM_RETRYABLE}: no answer", type=errors.LLM_RETRYABLE)
         failed(ctx, reply.failure or unknown, attempt)
