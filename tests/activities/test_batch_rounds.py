@@ -16,37 +16,29 @@ retried after its worker died finds the batch it created instead of creating ano
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import AsyncIterator
-from datetime import timedelta
-from typing import Any, cast
 
 import aiohttp
 import pytest
 import pytest_asyncio
 import redis.asyncio as redis
 from openai import AsyncOpenAI
-from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
-from temporalio.testing import ActivityEnvironment
 
-from activities.batch import BatchActivities
 from activities.batch_calls import item_name
-from activities.batch_groups import group_workflow_id
-from activities.input_loader import InputLoader
-from activities.llm import LlmActivities
 from activities.llm_reply import call_cost
 from aiorch.devstack.llm_simulator import running_simulator
 from aiorch_runtime.batch_store import BatchStore
 from aiorch_runtime.capacity import CapacityStoreError
-from aiorch_runtime.capacity_keys import scope_name
 from aiorch_runtime.config import DEFAULT_PRICE_TABLE
-from tests.activities.llm_calls import call
-from workflows.payloads import BatchRound, LlmCallInput, LlmCallResult
-
-MODEL = "sim-large"
-ITEM_TTL = timedelta(days=1)
-QUEUE = timedelta(hours=1)
+from tests.activities.batch_lane import (
+    ITEM_TTL,
+    MODEL,
+    Lane,
+    answered_lines,
+    asked,
+    sim_batches,
+)
 
 
 class RecordFails(BatchStore):
@@ -80,82 +72,6 @@ async def openai_client(sim_url: str) -> AsyncIterator[AsyncOpenAI]:
         base_url=f"{sim_url}/v1", api_key="sim", max_retries=0, timeout=10
     ) as client:
         yield client
-
-
-def asked(n: int) -> list[LlmCallInput]:
-    """``n`` batch-lane calls."""
-    return [call(f"Batched question {number}", lane="batch") for number in range(n)]
-
-
-class Lane:
-    """``submit_batch`` and ``collect_batch`` of one group, as its workflow runs them, with the
-    store's view of its calls."""
-
-    def __init__(self, client: AsyncOpenAI, store: BatchStore, group: int = 0) -> None:
-        llm = LlmActivities(client, InputLoader(), timeout_s=10, prices=DEFAULT_PRICE_TABLE)
-        self.activities = BatchActivities(
-            llm,
-            client,
-            cast(Client, None),  # tells waiting runs their outcomes: none waits here
-            store,
-            base_url=str(client.base_url),
-            prices=DEFAULT_PRICE_TABLE,
-        )
-        self.store = store
-        self.scope = scope_name(str(client.base_url), MODEL)
-        self.group = group
-
-    async def open_group(self, calls: list[LlmCallInput]) -> None:
-        """Queue ``calls`` as their runs' ``invoke_llm`` does (`BatchLane.enqueue`), into one
-        group opened with no owner token; each run waits an hour for its submission."""
-        groups = set()
-        for number, queued in enumerate(calls):
-            enqueued = await self.store.enqueue(
-                self.scope,
-                item_name(queued),
-                call=queued.model_dump_json(),
-                token=b"",
-                pipeline="",
-                spend="",
-                cache="",
-                size=len(calls),
-                queue=QUEUE,
-                owner="",
-                run=f"run-{number}",
-            )
-            groups.add(enqueued.group)
-        [self.group] = groups
-
-    async def results(self, calls: list[LlmCallInput]) -> dict[str, LlmCallResult | None]:
-        """Each call's result as the store keeps it (None: not answered yet)."""
-        kept = await self.store.calls(self.scope, [item_name(c) for c in calls])
-        assert len(kept) == len(calls), "the store lost a call"
-        return {
-            c.item: LlmCallResult.model_validate_json(c.result) if c.result is not None else None
-            for c in kept
-        }
-
-    def env(self, attempt: int = 1) -> ActivityEnvironment:
-        env = ActivityEnvironment()
-        env.info = dataclasses.replace(
-            env.info, workflow_id=group_workflow_id(self.scope, self.group), attempt=attempt
-        )
-        return env
-
-    def round(self, number: int, **fields: Any) -> BatchRound:
-        return BatchRound(scope=self.scope, model=MODEL, group=self.group, round=number, **fields)
-
-
-async def sim_batches(http: aiohttp.ClientSession) -> list[dict[str, Any]]:
-    async with http.get("/_sim/batches") as got:
-        batches: list[dict[str, Any]] = (await got.json())["batches"]
-    return batches
-
-
-async def answered_lines(http: aiohttp.ClientSession) -> list[str]:
-    """The custom ids of the batch lines the simulator answered, in order."""
-    async with http.get("/_sim/requests") as got:
-        return [entry["custom_id"] for entry in await got.json() if entry["custom_id"]]
 
 
 async def test_an_expired_batch_s_next_round_holds_only_its_unfinished_calls(

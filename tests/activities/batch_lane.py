@@ -1,0 +1,139 @@
+"""The batch lane's activities as a group's workflow runs them, for the activity tests of the
+lane: the group's calls queued in the real `BatchStore` as `BatchLane.enqueue` queues them, and
+``submit_batch``, ``collect_batch`` and ``await_batch`` run in Temporal's activity environment,
+against the LLM simulator.
+
+A group is opened with no owner token, so ``check_group`` accepts its workflow id alone (the
+path of groups opened before tokens existed) and needs no Temporal server. The call queued
+``n``-th is run ``run-n``'s."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import timedelta
+from typing import Any, cast
+
+import aiohttp
+from openai import AsyncOpenAI
+from temporalio.client import Client
+from temporalio.runtime import MetricBuffer, Runtime, TelemetryConfig
+from temporalio.testing import ActivityEnvironment
+
+from activities.batch import BatchActivities
+from activities.batch_calls import METRIC_BATCH_CALLS, item_name
+from activities.batch_groups import group_workflow_id
+from activities.input_loader import InputLoader
+from activities.llm import LlmActivities
+from aiorch_runtime.batch_store import BatchStore
+from aiorch_runtime.capacity_keys import scope_name
+from aiorch_runtime.config import DEFAULT_PRICE_TABLE
+from aiorch_runtime.result_cache import ResultCache
+from tests.activities.llm_calls import call
+from workflows.payloads import BatchRound, LlmCallInput, LlmCallResult
+
+MODEL = "sim-large"
+ITEM_TTL = timedelta(days=1)
+QUEUE = timedelta(hours=1)
+
+
+def asked(n: int, *, directive: str = "") -> list[LlmCallInput]:
+    """``n`` batch-lane calls, each ending in ``directive`` (a ``[sim:...]`` fault)."""
+    return [call(f"Batched question {number} {directive}", lane="batch") for number in range(n)]
+
+
+class Lane:
+    """``submit_batch``, ``collect_batch`` and ``await_batch`` of one group, as its workflow
+    and its runs call them, with the store's view of its calls and the batch calls metric
+    the activities recorded."""
+
+    def __init__(
+        self,
+        client: AsyncOpenAI,
+        store: BatchStore,
+        group: int = 0,
+        *,
+        results: ResultCache | None = None,
+    ) -> None:
+        llm = LlmActivities(client, InputLoader(), timeout_s=10, prices=DEFAULT_PRICE_TABLE)
+        self.activities = BatchActivities(
+            llm,
+            client,
+            cast(Client, None),  # tells waiting runs their outcomes: none waits here
+            store,
+            base_url=str(client.base_url),
+            prices=DEFAULT_PRICE_TABLE,
+            results=results,
+        )
+        self.store = store
+        self.scope = scope_name(str(client.base_url), MODEL)
+        self.group = group
+        self.metrics = MetricBuffer(1000)
+        self._runtime = Runtime(telemetry=TelemetryConfig(metrics=self.metrics))
+
+    async def open_group(self, calls: list[LlmCallInput], *, cache: str = "") -> None:
+        """Queue ``calls`` as their runs' ``invoke_llm`` does (`BatchLane.enqueue`), into one
+        group opened with no owner token; each run waits an hour for its submission, and
+        ``cache`` names each call's reply in the result cache."""
+        groups = set()
+        for number, queued in enumerate(calls):
+            enqueued = await self.store.enqueue(
+                self.scope,
+                item_name(queued),
+                call=queued.model_dump_json(),
+                token=b"",
+                pipeline="",
+                spend="",
+                cache=f"{cache}{number}" if cache else "",
+                size=len(calls),
+                queue=QUEUE,
+                owner="",
+                run=f"run-{number}",
+            )
+            groups.add(enqueued.group)
+        [self.group] = groups
+
+    async def results(self, calls: list[LlmCallInput]) -> dict[str, LlmCallResult | None]:
+        """Each call's result as the store keeps it (None: not answered yet)."""
+        kept = await self.store.calls(self.scope, [item_name(c) for c in calls])
+        assert len(kept) == len(calls), "the store lost a call"
+        return {
+            c.item: LlmCallResult.model_validate_json(c.result) if c.result is not None else None
+            for c in kept
+        }
+
+    def env(self, attempt: int = 1, workflow_id: str | None = None) -> ActivityEnvironment:
+        """An activity environment of the group's workflow (or of run ``workflow_id``)."""
+        env = ActivityEnvironment()
+        env.info = dataclasses.replace(
+            env.info,
+            workflow_id=workflow_id or group_workflow_id(self.scope, self.group),
+            attempt=attempt,
+        )
+        env.metric_meter = self._runtime.metric_meter
+        return env
+
+    def round(self, number: int, **fields: Any) -> BatchRound:
+        return BatchRound(scope=self.scope, model=MODEL, group=self.group, round=number, **fields)
+
+    def counted(self) -> dict[str, int]:
+        """The batch calls the activities counted so far, by outcome (all of this lane's
+        model)."""
+        counts: dict[str, int] = {}
+        for update in self.metrics.retrieve_updates():
+            if update.metric.name == METRIC_BATCH_CALLS:
+                outcome = str(update.attributes["outcome"])
+                assert update.attributes["model"] == MODEL, update.attributes
+                counts[outcome] = counts.get(outcome, 0) + int(update.value)
+        return counts
+
+
+async def sim_batches(http: aiohttp.ClientSession) -> list[dict[str, Any]]:
+    async with http.get("/_sim/batches") as got:
+        batches: list[dict[str, Any]] = (await got.json())["batches"]
+    return batches
+
+
+async def answered_lines(http: aiohttp.ClientSession) -> list[str]:
+    """The custom ids of the batch lines the simulator answered, in order."""
+    async with http.get("/_sim/requests") as got:
+        return [entry["custom_id"] for entry in await got.json() if entry["custom_id"]]
