@@ -11,6 +11,7 @@ fails the call retryably."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import uuid
 from collections.abc import AsyncIterator
@@ -18,23 +19,33 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import aiohttp
 import pytest
 import pytest_asyncio
 import redis.asyncio as redis
+from openai import AsyncOpenAI
+from temporalio import activity
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
+from temporalio.worker import Worker
 
-from activities.batch import BatchLane, BatchSettings
+from activities.batch import BatchActivities, BatchLane, BatchSettings
 from activities.batch_calls import batched, item_name
 from activities.batch_groups import OWNER_MEMO, group_workflow_id
+from activities.input_loader import InputLoader
+from activities.llm import LlmActivities
+from aiorch.devstack.llm_simulator import running_simulator
 from aiorch.devstack.processes import free_port
 from aiorch_runtime.batch_store import BatchStore
 from aiorch_runtime.capacity_keys import scope_name
+from aiorch_runtime.config import DEFAULT_PRICE_TABLE
 from tests.activities.batch_lane import ITEM_TTL, MODEL, asked
+from tests.support.batched_call import BatchedCall
 from tests.support.time_skipping import time_skipping_server
 from workflows import contract, errors
+from workflows.batch.workflow import LlmBatch
 from workflows.payloads import BatchGroup, LlmCallInput, LlmCallResult
 
 TIMEOUT = timedelta(minutes=10)
@@ -221,3 +232,64 @@ async def test_a_store_out_of_reach_fails_the_call_for_a_retry(
         await unreachable.aclose()
     assert (failed.value.type, failed.value.non_retryable) == (errors.LLM_RETRYABLE, False)
     assert failed.value.message.startswith("the batch lane cannot queue the call (")
+
+
+@pytest_asyncio.fixture(scope="module")
+async def sim_url() -> AsyncIterator[str]:
+    async with running_simulator() as url:
+        yield url
+
+
+async def test_runs_are_told_their_batch_then_handed_its_answers(
+    temporal: Client, valkey_client: redis.Redis, sim_url: str
+) -> None:
+    """Two runs' calls fill a group: the lane's own LlmBatch workflow submits them as one
+    batch, each run's invoke_llm is told that batch and its call's name, its await_batch then
+    takes the call's answer from the batch, and the store forgets each call once its run has
+    it."""
+    async with (
+        aiohttp.ClientSession(base_url=sim_url) as http,
+        AsyncOpenAI(base_url=f"{sim_url}/v1", api_key="sim", max_retries=0, timeout=10) as client,
+    ):
+        await http.put("/_sim/batches", json={"completion_s": 0})
+        task_queue = f"batched-{uuid.uuid4().hex}"
+        settings = BatchSettings(
+            size=2,
+            delay=timedelta(minutes=10),
+            poll=timedelta(seconds=1),
+            task_queue=task_queue,
+            base_url=str(client.base_url),
+        )
+        store = BatchStore(valkey_client, item_ttl=ITEM_TTL)
+        lane = BatchLane(store, temporal, settings)
+        llm = LlmActivities(client, InputLoader(), timeout_s=10, prices=DEFAULT_PRICE_TABLE)
+        batches = BatchActivities(
+            llm, client, temporal, store, base_url=settings.base_url, prices=DEFAULT_PRICE_TABLE
+        )
+
+        @activity.defn(name=contract.ACTIVITY_INVOKE_LLM)
+        async def invoke_llm(call: LlmCallInput) -> LlmCallResult:
+            return await lane.enqueue(call, None, pipeline="", digest=None)
+
+        calls = asked(2)
+        async with Worker(
+            temporal,
+            task_queue=task_queue,
+            workflows=[BatchedCall, LlmBatch],
+            activities=[invoke_llm, *batches.activities],
+        ):
+            handles = [
+                await temporal.start_workflow(
+                    BatchedCall.run, call, id=call.workflow_id, task_queue=task_queue
+                )
+                for call in calls
+            ]
+            results = [await asyncio.wait_for(h.result(), timeout=60) for h in handles]
+    [batch] = {told.batch_id for told, _ in results}
+    assert batch is not None
+    for call, (told, outcome) in zip(calls, results, strict=True):
+        assert told == batched(call, item_name(call), batch)
+        assert (outcome.outcome, outcome.lane, outcome.batch_id) == ("answered", "batch", batch)
+        assert outcome.content and outcome.content.startswith("Simulated answer")
+    scope = scope_name(settings.base_url, MODEL)
+    assert await store.calls(scope, [item_name(c) for c in calls]) == []
