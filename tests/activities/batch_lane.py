@@ -70,9 +70,11 @@ class Lane:
         self.metrics = MetricBuffer(1000)
         self._runtime = Runtime(telemetry=TelemetryConfig(metrics=self.metrics))
 
-    async def open_group(self, calls: list[LlmCallInput], *, cache: str = "") -> None:
+    async def open_group(
+        self, calls: list[LlmCallInput], *, cache: str = "", queue: timedelta = QUEUE
+    ) -> None:
         """Queue ``calls`` as their runs' ``invoke_llm`` does (`BatchLane.enqueue`), into one
-        group opened with no owner token; each run waits an hour for its submission, and
+        group opened with no owner token; each run waits ``queue`` for its submission, and
         ``cache`` names each call's reply in the result cache."""
         groups = set()
         for number, queued in enumerate(calls):
@@ -85,7 +87,7 @@ class Lane:
                 spend="",
                 cache=f"{cache}{number}" if cache else "",
                 size=len(calls),
-                queue=QUEUE,
+                queue=queue,
                 owner="",
                 run=f"run-{number}",
             )

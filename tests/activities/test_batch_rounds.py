@@ -2,21 +2,24 @@
 ``collect_batch`` in Temporal's activity environment against the LLM simulator's Files and
 Batches API over real HTTP, the group's calls kept by the real `BatchStore` in the real store
 (Valkey in memory, tests/support/valkey.py), queued through its ``enqueue`` as the lane queues
-them (tests/e2e/test_batch_lane.py and tests/e2e/test_batch_crash.py run the lane whole).
+them (tests/activities/batch_lane.py; tests/activities/test_batch_enqueue.py runs the lane's
+handoff on the time-skipping server, tests/e2e/test_batch_lane.py and
+tests/e2e/test_batch_crash.py run it whole). The owner check is attacked in
+tests/security/test_batch_lane_abuse.py.
 
-The group is opened with no owner token, so ``check_group`` accepts its workflow id alone (the
-path of groups opened before tokens existed) and needs no Temporal server: the owner check
-itself is attacked in tests/security/test_batch_lane_abuse.py. Rounds 1 and 2 are run, never
-round 0, and no run waits in ``await_batch``, so no run is told anything: there is no
-Temporal client here.
+Rounds 1 and 2 are run, and round 0 only with every call dropped, so no run is told anything:
+there is no Temporal client here.
 
 An expired batch's second round holds its unfinished calls only (one answered but not yet
 delivered is not paid for twice); answered calls are priced at the batch rate; a submission
-retried after its worker died finds the batch it created instead of creating another."""
+retried after its worker died finds the batch it created instead of creating another; calls
+whose runs stopped waiting are not submitted."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
+from datetime import timedelta
 
 import aiohttp
 import pytest
@@ -39,6 +42,8 @@ from tests.activities.batch_lane import (
     asked,
     sim_batches,
 )
+from tests.activities.llm_calls import call
+from workflows.payloads import BatchSubmitted
 
 
 class RecordFails(BatchStore):
@@ -129,10 +134,14 @@ async def test_a_batched_answer_is_priced_at_the_batch_rate(
 
 
 async def test_a_retried_submission_finds_its_batch_instead_of_creating_another(
-    openai_client: AsyncOpenAI, http: aiohttp.ClientSession, valkey_client: redis.Redis
+    openai_client: AsyncOpenAI,
+    http: aiohttp.ClientSession,
+    valkey_client: redis.Redis,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """The provider created the batch, but the attempt died before recording it: the next
-    attempt finds that batch by its submission key, records it, and creates none."""
+    """The provider created the batch, but the attempt died before recording it, and another
+    group's batch was created since: the next attempt looks past that one, finds its own by
+    its submission key, records it, creates none, and logs that it found it again."""
     dying = Lane(openai_client, RecordFails(valkey_client, item_ttl=ITEM_TTL))
     await dying.open_group(asked(2))
     with pytest.raises(ApplicationError) as died:
@@ -140,8 +149,32 @@ async def test_a_retried_submission_finds_its_batch_instead_of_creating_another(
     assert not died.value.non_retryable
     [created] = await sim_batches(http)
     assert await dying.store.batch_of(dying.scope, dying.group, 1) is None
+    other = Lane(openai_client, BatchStore(valkey_client, item_ttl=ITEM_TTL))
+    await other.open_group([call("Another group's question", lane="batch")])
+    await other.env().run(other.activities.submit_batch, other.round(1))
     lane = Lane(openai_client, BatchStore(valkey_client, item_ttl=ITEM_TTL), dying.group)
-    retried = await lane.env(attempt=2).run(lane.activities.submit_batch, lane.round(1))
+    with caplog.at_level(logging.INFO, logger="activities.batch"):
+        retried = await lane.env(attempt=2).run(lane.activities.submit_batch, lane.round(1))
     assert retried.batch_id == created["id"]
     assert retried.batch_id == await lane.store.batch_of(lane.scope, lane.group, 1)
-    assert len(await sim_batches(http)) == 1
+    assert len(await sim_batches(http)) == 2
+    key = f"{lane.scope}:{lane.group}:r1"
+    assert [r.getMessage() for r in caplog.records if r.name == "activities.batch"] == [
+        f"batch {created['id']} of submission {key} found again; not submitted twice"
+    ]
+
+
+async def test_calls_whose_runs_stopped_waiting_are_not_submitted(
+    openai_client: AsyncOpenAI, http: aiohttp.ClientSession, valkey_client: redis.Redis
+) -> None:
+    """A group's first round whose calls' runs all stopped waiting for it (their deadlines
+    passed) creates no batch: the calls are dropped from the store and counted dropped (their
+    runs retry)."""
+    lane = Lane(openai_client, BatchStore(valkey_client, item_ttl=ITEM_TTL))
+    calls = asked(2)
+    await lane.open_group(calls, queue=timedelta(0))
+    submitted = await lane.env().run(lane.activities.submit_batch, lane.round(0))
+    assert submitted == BatchSubmitted(dropped=2)
+    assert await sim_batches(http) == []
+    assert await lane.store.calls(lane.scope, [item_name(c) for c in calls]) == []
+    assert lane.counted() == {"dropped": 2}
