@@ -27,6 +27,7 @@ from activities.llm import LlmActivities
 from aiorch_runtime.batch_store import BatchStore
 from aiorch_runtime.capacity_keys import scope_name
 from aiorch_runtime.config import DEFAULT_PRICE_TABLE
+from aiorch_runtime.genai import GenAiTelemetry
 from aiorch_runtime.result_cache import ResultCache
 from tests.activities.llm_calls import call
 from workflows.payloads import BatchRound, LlmCallInput, LlmCallResult
@@ -53,6 +54,7 @@ class Lane:
         group: int = 0,
         *,
         results: ResultCache | None = None,
+        telemetry: GenAiTelemetry | None = None,
     ) -> None:
         llm = LlmActivities(client, InputLoader(), timeout_s=10, prices=DEFAULT_PRICE_TABLE)
         self.activities = BatchActivities(
@@ -63,6 +65,7 @@ class Lane:
             base_url=str(client.base_url),
             prices=DEFAULT_PRICE_TABLE,
             results=results,
+            telemetry=telemetry,
         )
         self.store = store
         self.scope = scope_name(str(client.base_url), MODEL)
@@ -117,15 +120,15 @@ class Lane:
     def round(self, number: int, **fields: Any) -> BatchRound:
         return BatchRound(scope=self.scope, model=MODEL, group=self.group, round=number, **fields)
 
-    def counted(self) -> dict[str, int]:
-        """The batch calls the activities counted so far, by outcome (all of this lane's
-        model)."""
+    def counted(self, metric: str = METRIC_BATCH_CALLS, by: str = "outcome") -> dict[str, int]:
+        """What the activities counted in ``metric`` since the last look, by the label ``by``
+        (the batch calls by outcome, unless told; all of this lane's model)."""
         counts: dict[str, int] = {}
         for update in self.metrics.retrieve_updates():
-            if update.metric.name == METRIC_BATCH_CALLS:
-                outcome = str(update.attributes["outcome"])
+            if update.metric.name == metric:
+                label = str(update.attributes[by])
                 assert update.attributes["model"] == MODEL, update.attributes
-                counts[outcome] = counts.get(outcome, 0) + int(update.value)
+                counts[label] = counts.get(label, 0) + int(update.value)
         return counts
 
 

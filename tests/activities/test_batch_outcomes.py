@@ -18,15 +18,23 @@ import pytest
 import pytest_asyncio
 import redis.asyncio as redis
 from openai import AsyncOpenAI
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from temporalio.exceptions import ApplicationError
 
 from activities.batch_calls import item_name
 from aiorch.devstack.llm_simulator import running_simulator
 from aiorch.devstack.processes import free_port
 from aiorch_runtime.batch_store import BatchStore
+from aiorch_runtime.genai import METRIC_OPERATION_DURATION, GenAiTelemetry
 from aiorch_runtime.result_cache import ResultCache, cache_key
 from tests.activities.batch_lane import ITEM_TTL, MODEL, Lane, asked
+from tests.activities.llm_calls import call
 from workflows import errors
+from workflows.engine.observability import METRIC_LLM_COST, METRIC_LLM_TOKENS
 from workflows.payloads import AwaitBatchInput, BatchPolled, CallFailure, LlmCallResult
 
 
@@ -256,3 +264,84 @@ async def test_polling_a_batch_the_provider_does_not_know_fails_for_good(
     with pytest.raises(ApplicationError) as refused:
         await lane.env().run(lane.activities.poll_batch, "batch_unknown")
     assert (refused.value.type, refused.value.non_retryable) == (errors.LLM_PERMANENT, True)
+
+
+async def test_an_answered_call_is_traced_and_counted_once_in_the_batch_lane(
+    openai_client: AsyncOpenAI, http: aiohttp.ClientSession, valkey_client: redis.Redis
+) -> None:
+    """An answered call's chat span names its model, temperature and batch, with no duration
+    measured (the span is not the call); its tokens and its batch-rate cost are counted under
+    the batch lane and the model, as its run's result says."""
+    spans = InMemorySpanExporter()
+    tracer = TracerProvider()
+    tracer.add_span_processor(SimpleSpanProcessor(spans))
+    reader = InMemoryMetricReader()
+    telemetry = GenAiTelemetry(
+        str(openai_client.base_url),
+        meter_provider=MeterProvider(metric_readers=[reader]),
+        tracer_provider=tracer,
+    )
+    lane = Lane(openai_client, BatchStore(valkey_client, item_ttl=ITEM_TTL), telemetry=telemetry)
+    calls = [call("A traced question", lane="batch", temperature=0.7)]
+    await lane.open_group(calls)
+    submitted = await lane.env().run(lane.activities.submit_batch, lane.round(1))
+    lane.counted()
+    await lane.env().run(lane.activities.collect_batch, lane.round(1, batch_id=submitted.batch_id))
+    [result] = (await lane.results(calls)).values()
+    assert result is not None and result.cost_usd
+    [span] = spans.get_finished_spans()
+    assert span.name == f"chat {MODEL}"
+    assert span.attributes is not None
+    assert span.attributes["gen_ai.operation.name"] == "chat"
+    assert span.attributes["gen_ai.request.model"] == MODEL
+    assert span.attributes["gen_ai.request.temperature"] == 0.7
+    assert span.attributes["aiorch.batch_id"] == submitted.batch_id
+    data = reader.get_metrics_data()
+    measured = {
+        metric.name
+        for resource in (data.resource_metrics if data else [])
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+    }
+    assert METRIC_OPERATION_DURATION not in measured
+    updates = list(lane.metrics.retrieve_updates())
+    tokens = [u for u in updates if u.metric.name == METRIC_LLM_TOKENS]
+    assert {(u.attributes["kind"], u.value) for u in tokens} >= {
+        ("prompt", result.usage.prompt_tokens),
+        ("completion", result.usage.completion_tokens),
+    }
+    costs = [u for u in updates if u.metric.name == METRIC_LLM_COST]
+    assert [u.value for u in costs] == [pytest.approx(result.cost_usd)]
+    for update in (*tokens, *costs):
+        assert (update.attributes["model"], update.attributes["lane"]) == (MODEL, "batch")
+
+
+async def test_a_refused_answer_fails_back_and_marks_its_span(
+    openai_client: AsyncOpenAI, http: aiohttp.ClientSession, valkey_client: redis.Redis
+) -> None:
+    """An answer the model refused (200, with a refusal and no content) goes back to its run
+    as the refusal a synchronous call fails with, in its batch; its span carries the error
+    type, and the call is counted failed, not answered."""
+    spans = InMemorySpanExporter()
+    tracer = TracerProvider()
+    tracer.add_span_processor(SimpleSpanProcessor(spans))
+    telemetry = GenAiTelemetry(str(openai_client.base_url), tracer_provider=tracer)
+    lane = Lane(openai_client, BatchStore(valkey_client, item_ttl=ITEM_TTL), telemetry=telemetry)
+    calls = asked(1, directive="[sim:refusal]")
+    await lane.open_group(calls)
+    submitted = await lane.env().run(lane.activities.submit_batch, lane.round(1))
+    lane.counted()
+    collected = await lane.env().run(
+        lane.activities.collect_batch, lane.round(1, batch_id=submitted.batch_id)
+    )
+    assert (collected.answered, collected.failed) == (0, 1)
+    [result] = (await lane.results(calls)).values()
+    assert result is not None and result.failure is not None
+    assert (result.model, result.outcome, result.lane) == (MODEL, "failed", "batch")
+    assert result.batch_id == submitted.batch_id
+    assert result.failure.type == errors.LLM_REFUSED
+    assert result.failure.error.startswith(f"{errors.LLM_REFUSED}: ")
+    [span] = spans.get_finished_spans()
+    assert span.attributes is not None
+    assert span.attributes["error.type"] == errors.LLM_REFUSED
+    assert lane.counted() == {"failed": 1}
