@@ -20,10 +20,12 @@ from temporalio.runtime import MetricBuffer, Runtime, TelemetryConfig
 from temporalio.testing import ActivityEnvironment
 
 from activities.batch import BatchActivities
-from activities.batch_calls import METRIC_BATCH_CALLS, item_name
+from activities.batch_calls import METRIC_BATCH_CALLS, hold_text, item_name
 from activities.batch_groups import group_workflow_id
+from activities.capacity import CallGate
 from activities.input_loader import InputLoader
 from activities.llm import LlmActivities
+from activities.spend import SpendHold
 from aiorch_runtime.batch_store import BatchStore
 from aiorch_runtime.capacity_keys import scope_name
 from aiorch_runtime.config import DEFAULT_PRICE_TABLE
@@ -55,6 +57,7 @@ class Lane:
         *,
         results: ResultCache | None = None,
         telemetry: GenAiTelemetry | None = None,
+        gate: CallGate | None = None,
     ) -> None:
         llm = LlmActivities(client, InputLoader(), timeout_s=10, prices=DEFAULT_PRICE_TABLE)
         self.activities = BatchActivities(
@@ -66,6 +69,7 @@ class Lane:
             prices=DEFAULT_PRICE_TABLE,
             results=results,
             telemetry=telemetry,
+            gate=gate,
         )
         self.store = store
         self.scope = scope_name(str(client.base_url), MODEL)
@@ -74,11 +78,17 @@ class Lane:
         self._runtime = Runtime(telemetry=TelemetryConfig(metrics=self.metrics))
 
     async def open_group(
-        self, calls: list[LlmCallInput], *, cache: str = "", queue: timedelta = QUEUE
+        self,
+        calls: list[LlmCallInput],
+        *,
+        cache: str = "",
+        queue: timedelta = QUEUE,
+        holds: list[SpendHold] | None = None,
     ) -> None:
         """Queue ``calls`` as their runs' ``invoke_llm`` does (`BatchLane.enqueue`), into one
-        group opened with no owner token; each run waits ``queue`` for its submission, and
-        ``cache`` names each call's reply in the result cache."""
+        group opened with no owner token; each run waits ``queue`` for its submission,
+        ``cache`` names each call's reply in the result cache, and ``holds`` are the calls'
+        spend reservations (none without)."""
         groups = set()
         for number, queued in enumerate(calls):
             enqueued = await self.store.enqueue(
@@ -87,7 +97,7 @@ class Lane:
                 call=queued.model_dump_json(),
                 token=b"",
                 pipeline="",
-                spend="",
+                spend=hold_text(holds[number] if holds else None),
                 cache=f"{cache}{number}" if cache else "",
                 size=len(calls),
                 queue=queue,
