@@ -23,6 +23,7 @@ from activities.batch import BatchActivities
 from activities.batch_calls import METRIC_BATCH_CALLS, hold_text, item_name
 from activities.batch_groups import group_workflow_id
 from activities.capacity import CallGate
+from activities.heartbeat import HEARTBEAT_EVERY
 from activities.input_loader import InputLoader
 from activities.llm import LlmActivities
 from activities.spend import SpendHold
@@ -58,6 +59,7 @@ class Lane:
         results: ResultCache | None = None,
         telemetry: GenAiTelemetry | None = None,
         gate: CallGate | None = None,
+        heartbeat_every: timedelta = HEARTBEAT_EVERY,
     ) -> None:
         llm = LlmActivities(client, InputLoader(), timeout_s=10, prices=DEFAULT_PRICE_TABLE)
         self.activities = BatchActivities(
@@ -70,6 +72,7 @@ class Lane:
             results=results,
             telemetry=telemetry,
             gate=gate,
+            heartbeat_every=heartbeat_every,
         )
         self.store = store
         self.scope = scope_name(str(client.base_url), MODEL)

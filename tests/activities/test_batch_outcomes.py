@@ -388,3 +388,26 @@ async def test_each_call_s_reservation_is_settled_with_what_it_cost(
         costs += [r.cost_usd for r in (await lane.results(calls)).values() if r and r.cost_usd]
     assert len(costs) == 2
     assert await store.spend_state(tenant, day) == pytest.approx((sum(costs), 0.0))
+
+
+async def test_a_collection_heartbeats_which_file_it_is_reading(
+    openai_client: AsyncOpenAI, http: aiohttp.ClientSession, valkey_client: redis.Redis
+) -> None:
+    """While it waits for the provider's output and error files, a collection heartbeats
+    which file it is reading (what the Web UI shows of a slow collection), as often as the
+    worker's heartbeat interval says."""
+    lane = Lane(
+        openai_client,
+        BatchStore(valkey_client, item_ttl=ITEM_TTL),
+        heartbeat_every=timedelta(0),
+    )
+    calls = [*asked(1), *asked(1, directive="[sim:status=400]")]
+    await lane.open_group(calls)
+    submitted = await lane.env().run(lane.activities.submit_batch, lane.round(1))
+    found = await openai_client.batches.retrieve(str(submitted.batch_id))
+    details: list[object] = []
+    env = lane.env()
+    env.on_heartbeat = lambda *beat: details.extend(beat)
+    await env.run(lane.activities.collect_batch, lane.round(1, batch_id=submitted.batch_id))
+    read = {detail for detail in details if str(detail).startswith("reading ")}
+    assert read == {f"reading {found.output_file_id}", f"reading {found.error_file_id}"}
