@@ -34,11 +34,14 @@ from temporalio.worker import Worker
 from activities.batch import BatchActivities, BatchLane, BatchSettings
 from activities.batch_calls import batched, item_name
 from activities.batch_groups import OWNER_MEMO, group_workflow_id
+from activities.capacity import CallGate
 from activities.input_loader import InputLoader
 from activities.llm import LlmActivities
+from activities.spend import SpendHold, today
 from aiorch.devstack.llm_simulator import running_simulator
 from aiorch.devstack.processes import free_port
 from aiorch_runtime.batch_store import BatchStore
+from aiorch_runtime.capacity import CapacityStore
 from aiorch_runtime.capacity_keys import scope_name
 from aiorch_runtime.config import DEFAULT_PRICE_TABLE
 from tests.activities.batch_lane import ITEM_TTL, MODEL, asked
@@ -189,13 +192,23 @@ async def test_a_call_queued_again_is_told_its_batch_at_once(
 
 
 async def test_a_group_held_by_another_run_is_closed_and_the_call_retried(
-    temporal: Client, setup: Setup
+    temporal: Client, setup: Setup, valkey_client: redis.Redis
 ) -> None:
     """Someone started the next group's workflow id first (no owner token in its memo): the
     call fails retryably, saying the id is held and that the call goes into the next group;
-    it is withdrawn and its group closed, so the next call opens a group of its own whose
-    workflow the lane starts with its token."""
-    lane, store, scope = setup.lane, setup.store, setup.scope
+    its spend reservation is given back, it is withdrawn and its group closed, so the next
+    call opens a group of its own whose workflow the lane starts with its token."""
+    store, scope = setup.store, setup.scope
+    capacity = CapacityStore(valkey_client, lease=timedelta(minutes=5))
+    gate = CallGate(
+        capacity,
+        base_url=setup.settings.base_url,
+        rate_limits={},
+        prices=DEFAULT_PRICE_TABLE,
+        tenant_budget=lambda _: None,
+        max_output_tokens=1000,
+    )
+    lane = BatchLane(store, temporal, setup.settings, gate=gate)
     await temporal.start_workflow(
         contract.WORKFLOW_TYPE_LLM_BATCH,
         BatchGroup(scope=scope, model=MODEL, group=1, delay_s=0, poll_s=0),
@@ -203,8 +216,14 @@ async def test_a_group_held_by_another_run_is_closed_and_the_call_retried(
         task_queue="someone-else",
     )
     first, second = asked(2)
+    hold = SpendHold(first.tenant, today(), "reservation-e")
+    await capacity.reserve_spend(
+        hold.tenant, hold.day, budget_usd=10.0, worst_usd=0.5, reservation=hold.reservation
+    )
+    assert await capacity.spend_state(hold.tenant, hold.day) == (0.0, 0.5)
     with pytest.raises(ApplicationError) as refused:
-        await in_run("run-e", b"token-e").run(lane.enqueue, first, None, pipeline="", digest=None)
+        await in_run("run-e", b"token-e").run(lane.enqueue, first, hold, pipeline="", digest=None)
+    assert await capacity.spend_state(hold.tenant, hold.day) == (0.0, 0.0)
     assert (refused.value.type, refused.value.non_retryable) == (errors.LLM_RETRYABLE, False)
     assert refused.value.message == (
         "group 1's workflow id is held by a run the batch lane did not start; the call goes "
