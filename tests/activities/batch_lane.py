@@ -14,6 +14,7 @@ from datetime import timedelta
 from typing import Any, cast
 
 import aiohttp
+import redis.asyncio as redis
 from openai import AsyncOpenAI
 from temporalio.client import Client
 from temporalio.runtime import MetricBuffer, Runtime, TelemetryConfig
@@ -26,8 +27,9 @@ from activities.capacity import CallGate
 from activities.heartbeat import HEARTBEAT_EVERY
 from activities.input_loader import InputLoader
 from activities.llm import LlmActivities
-from activities.spend import SpendHold
+from activities.spend import SpendHold, today
 from aiorch_runtime.batch_store import BatchStore
+from aiorch_runtime.capacity import CapacityStore
 from aiorch_runtime.capacity_keys import scope_name
 from aiorch_runtime.config import DEFAULT_PRICE_TABLE
 from aiorch_runtime.genai import GenAiTelemetry
@@ -143,6 +145,32 @@ class Lane:
                 assert update.attributes["model"] == MODEL, update.attributes
                 counts[label] = counts.get(label, 0) + int(update.value)
         return counts
+
+
+def spend_gate(client: redis.Redis, base_url: str) -> tuple[CapacityStore, CallGate]:
+    """A gate that settles tenants' spend in the store (no rate limits, no budgets), and the
+    store, to make reservations and read what was spent."""
+    capacity = CapacityStore(client, lease=timedelta(minutes=5))
+    gate = CallGate(
+        capacity,
+        base_url=base_url,
+        rate_limits={},
+        prices=DEFAULT_PRICE_TABLE,
+        tenant_budget=lambda _: None,
+        max_output_tokens=1000,
+    )
+    return capacity, gate
+
+
+async def reserved(capacity: CapacityStore, tenant: str, *names: str) -> list[SpendHold]:
+    """Spend reservations of $0.5 each for ``tenant`` today, one per name."""
+    holds = [SpendHold(tenant, today(), name) for name in names]
+    for hold in holds:
+        answer = await capacity.reserve_spend(
+            tenant, hold.day, budget_usd=10.0, worst_usd=0.5, reservation=hold.reservation
+        )
+        assert answer.verdict == "reserved"
+    return holds
 
 
 async def sim_batches(http: aiohttp.ClientSession) -> list[dict[str, Any]]:

@@ -34,17 +34,14 @@ from temporalio.worker import Worker
 from activities.batch import BatchActivities, BatchLane, BatchSettings
 from activities.batch_calls import batched, item_name
 from activities.batch_groups import OWNER_MEMO, group_workflow_id
-from activities.capacity import CallGate
 from activities.input_loader import InputLoader
 from activities.llm import LlmActivities
-from activities.spend import SpendHold, today
 from aiorch.devstack.llm_simulator import running_simulator
 from aiorch.devstack.processes import free_port
 from aiorch_runtime.batch_store import BatchStore
-from aiorch_runtime.capacity import CapacityStore
 from aiorch_runtime.capacity_keys import scope_name
 from aiorch_runtime.config import DEFAULT_PRICE_TABLE
-from tests.activities.batch_lane import ITEM_TTL, MODEL, asked
+from tests.activities.batch_lane import ITEM_TTL, MODEL, asked, reserved, spend_gate
 from tests.support.batched_call import BatchedCall
 from tests.support.time_skipping import time_skipping_server
 from workflows import contract, errors
@@ -199,15 +196,7 @@ async def test_a_group_held_by_another_run_is_closed_and_the_call_retried(
     its spend reservation is given back, it is withdrawn and its group closed, so the next
     call opens a group of its own whose workflow the lane starts with its token."""
     store, scope = setup.store, setup.scope
-    capacity = CapacityStore(valkey_client, lease=timedelta(minutes=5))
-    gate = CallGate(
-        capacity,
-        base_url=setup.settings.base_url,
-        rate_limits={},
-        prices=DEFAULT_PRICE_TABLE,
-        tenant_budget=lambda _: None,
-        max_output_tokens=1000,
-    )
+    capacity, gate = spend_gate(valkey_client, setup.settings.base_url)
     lane = BatchLane(store, temporal, setup.settings, gate=gate)
     await temporal.start_workflow(
         contract.WORKFLOW_TYPE_LLM_BATCH,
@@ -216,10 +205,7 @@ async def test_a_group_held_by_another_run_is_closed_and_the_call_retried(
         task_queue="someone-else",
     )
     first, second = asked(2)
-    hold = SpendHold(first.tenant, today(), "reservation-e")
-    await capacity.reserve_spend(
-        hold.tenant, hold.day, budget_usd=10.0, worst_usd=0.5, reservation=hold.reservation
-    )
+    [hold] = await reserved(capacity, first.tenant, "reservation-e")
     assert await capacity.spend_state(hold.tenant, hold.day) == (0.0, 0.5)
     with pytest.raises(ApplicationError) as refused:
         await in_run("run-e", b"token-e").run(lane.enqueue, first, hold, pipeline="", digest=None)

@@ -26,16 +26,13 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from temporalio.exceptions import ApplicationError
 
 from activities.batch_calls import item_name
-from activities.capacity import CallGate
-from activities.spend import SpendHold, today
+from activities.spend import today
 from aiorch.devstack.llm_simulator import running_simulator
 from aiorch.devstack.processes import free_port
 from aiorch_runtime.batch_store import BatchStore
-from aiorch_runtime.capacity import CapacityStore
-from aiorch_runtime.config import DEFAULT_PRICE_TABLE
 from aiorch_runtime.genai import METRIC_OPERATION_DURATION, GenAiTelemetry
 from aiorch_runtime.result_cache import ResultCache, cache_key
-from tests.activities.batch_lane import ITEM_TTL, MODEL, Lane, asked
+from tests.activities.batch_lane import ITEM_TTL, MODEL, Lane, asked, reserved, spend_gate
 from tests.activities.llm_calls import call
 from workflows import errors
 from workflows.engine.observability import METRIC_LLM_COST, METRIC_LLM_TOKENS
@@ -358,27 +355,14 @@ async def test_each_call_s_reservation_is_settled_with_what_it_cost(
     expires (one answered, one never made), then two of another group, one answered and one
     refused. Once collected, the tenant has spent the answered calls' costs alone and nothing
     stays reserved."""
-    store = CapacityStore(valkey_client, lease=timedelta(minutes=5))
-    gate = CallGate(
-        store,
-        base_url=str(openai_client.base_url),
-        rate_limits={},
-        prices=DEFAULT_PRICE_TABLE,
-        tenant_budget=lambda _: None,
-        max_output_tokens=1000,
-    )
+    store, gate = spend_gate(valkey_client, str(openai_client.base_url))
     expiring = asked(2)
     refusing = [call("Answered", lane="batch"), call("Refused [sim:status=400]", lane="batch")]
     tenant, day = expiring[0].tenant, today()
     costs = []
     for number, (calls, expire_after) in enumerate(((expiring, 1), (refusing, None))):
         lane = Lane(openai_client, BatchStore(valkey_client, item_ttl=ITEM_TTL), gate=gate)
-        holds = [SpendHold(tenant, day, f"reservation-{number}-{n}") for n in range(2)]
-        for hold in holds:
-            reserved = await store.reserve_spend(
-                tenant, day, budget_usd=10.0, worst_usd=0.5, reservation=hold.reservation
-            )
-            assert reserved.verdict == "reserved"
+        holds = await reserved(store, tenant, f"reservation-{number}-0", f"reservation-{number}-1")
         await lane.open_group(calls, holds=holds)
         await http.put("/_sim/batches", json={"completion_s": 0, "expire_after": expire_after})
         submitted = await lane.env().run(lane.activities.submit_batch, lane.round(2))

@@ -40,7 +40,9 @@ from tests.activities.batch_lane import (
     Lane,
     answered_lines,
     asked,
+    reserved,
     sim_batches,
+    spend_gate,
 )
 from tests.activities.llm_calls import call
 from workflows.payloads import BatchSubmitted
@@ -168,13 +170,16 @@ async def test_calls_whose_runs_stopped_waiting_are_not_submitted(
     openai_client: AsyncOpenAI, http: aiohttp.ClientSession, valkey_client: redis.Redis
 ) -> None:
     """A group's first round whose calls' runs all stopped waiting for it (their deadlines
-    passed) creates no batch: the calls are dropped from the store and counted dropped (their
-    runs retry)."""
-    lane = Lane(openai_client, BatchStore(valkey_client, item_ttl=ITEM_TTL))
+    passed) creates no batch: the calls are dropped from the store, their spend reservations
+    given back, and counted dropped (their runs retry)."""
+    capacity, gate = spend_gate(valkey_client, str(openai_client.base_url))
+    lane = Lane(openai_client, BatchStore(valkey_client, item_ttl=ITEM_TTL), gate=gate)
     calls = asked(2)
-    await lane.open_group(calls, queue=timedelta(0))
+    holds = await reserved(capacity, calls[0].tenant, "reservation-0", "reservation-1")
+    await lane.open_group(calls, queue=timedelta(0), holds=holds)
     submitted = await lane.env().run(lane.activities.submit_batch, lane.round(0))
     assert submitted == BatchSubmitted(dropped=2)
     assert await sim_batches(http) == []
     assert await lane.store.calls(lane.scope, [item_name(c) for c in calls]) == []
     assert lane.counted() == {"dropped": 2}
+    assert await capacity.spend_state(calls[0].tenant, holds[0].day) == (0.0, 0.0)
