@@ -42,6 +42,7 @@ from aiorch_runtime.batch_store import BatchStore
 from aiorch_runtime.capacity_keys import scope_name
 from aiorch_runtime.config import DEFAULT_PRICE_TABLE
 from tests.activities.batch_lane import ITEM_TTL, MODEL, asked, reserved, spend_gate
+from tests.activities.llm_calls import call
 from tests.support.batched_call import BatchedCall
 from tests.support.time_skipping import time_skipping_server
 from workflows import contract, errors
@@ -248,10 +249,11 @@ async def sim_url() -> AsyncIterator[str]:
 async def test_runs_are_told_their_batch_then_handed_its_answers(
     temporal: Client, valkey_client: redis.Redis, sim_url: str
 ) -> None:
-    """Two runs' calls fill a group: the lane's own LlmBatch workflow submits them as one
-    batch, each run's invoke_llm is told that batch and its call's name, its await_batch then
-    takes the call's answer from the batch, and the store forgets each call once its run has
-    it."""
+    """Three runs' calls fill a group: the lane's own LlmBatch workflow submits them, the one
+    whose document cannot be read now failed back to its run (its invoke_llm fails as a
+    synchronous call's would) and the other two as one batch; each of their runs' invoke_llm
+    is told that batch and its call's name, its await_batch then takes the call's answer from
+    the batch, and the store forgets each call once its run has it."""
     async with (
         aiohttp.ClientSession(base_url=sim_url) as http,
         AsyncOpenAI(base_url=f"{sim_url}/v1", api_key="sim", max_retries=0, timeout=10) as client,
@@ -259,7 +261,7 @@ async def test_runs_are_told_their_batch_then_handed_its_answers(
         await http.put("/_sim/batches", json={"completion_s": 0})
         task_queue = f"batched-{uuid.uuid4().hex}"
         settings = BatchSettings(
-            size=2,
+            size=3,
             delay=timedelta(minutes=10),
             poll=timedelta(seconds=1),
             task_queue=task_queue,
@@ -277,6 +279,7 @@ async def test_runs_are_told_their_batch_then_handed_its_answers(
             return await lane.enqueue(call, None, pipeline="", digest=None)
 
         calls = asked(2)
+        unreadable = call("Summarise it.", lane="batch", input_ref="/nowhere/gone.txt")
         async with Worker(
             temporal,
             task_queue=task_queue,
@@ -285,16 +288,23 @@ async def test_runs_are_told_their_batch_then_handed_its_answers(
         ):
             handles = [
                 await temporal.start_workflow(
-                    BatchedCall.run, call, id=call.workflow_id, task_queue=task_queue
+                    BatchedCall.run,
+                    asked_call,
+                    id=asked_call.workflow_id,
+                    task_queue=task_queue,
                 )
-                for call in calls
+                for asked_call in (*calls, unreadable)
             ]
-            results = [await asyncio.wait_for(h.result(), timeout=60) for h in handles]
+            *results, (refused, _) = [
+                await asyncio.wait_for(h.result(), timeout=60) for h in handles
+            ]
     [batch] = {told.batch_id for told, _ in results}
     assert batch is not None
-    for call, (told, outcome) in zip(calls, results, strict=True):
-        assert told == batched(call, item_name(call), batch)
+    for made, (told, outcome) in zip(calls, results, strict=True):
+        assert told == batched(made, item_name(made), batch)
         assert (outcome.outcome, outcome.lane, outcome.batch_id) == ("answered", "batch", batch)
         assert outcome.content and outcome.content.startswith("Simulated answer")
+    assert (refused.outcome, refused.lane, refused.batch_id) == ("failed", "batch", None)
+    assert refused.failure is not None and refused.failure.permanent
     scope = scope_name(settings.base_url, MODEL)
-    assert await store.calls(scope, [item_name(c) for c in calls]) == []
+    assert await store.calls(scope, [item_name(c) for c in (*calls, unreadable)]) == []

@@ -19,7 +19,8 @@ ONCE = RetryPolicy(maximum_attempts=1)
 
 @workflow.defn(name="BatchedCall")
 class BatchedCall:
-    """What the run was told when its batch was submitted, and the outcome it then took."""
+    """What the run was told when its batch was submitted, and the outcome it then took (the
+    same, when the call was failed instead of batched)."""
 
     @workflow.run
     async def run(self, call: LlmCallInput) -> tuple[LlmCallResult, LlmCallResult]:
@@ -30,7 +31,8 @@ class BatchedCall:
             start_to_close_timeout=timedelta(minutes=5),
             retry_policy=ONCE,
         )
-        assert submitted.batch_item is not None and submitted.batch_id is not None
+        if submitted.batch_item is None or submitted.batch_id is None:
+            return submitted, submitted
         outcome = await workflow.execute_activity(
             contract.ACTIVITY_AWAIT_BATCH,
             AwaitBatchInput(
