@@ -62,12 +62,14 @@ class Lane:
         telemetry: GenAiTelemetry | None = None,
         gate: CallGate | None = None,
         heartbeat_every: timedelta = HEARTBEAT_EVERY,
+        temporal: Client | None = None,
     ) -> None:
         llm = LlmActivities(client, InputLoader(), timeout_s=10, prices=DEFAULT_PRICE_TABLE)
         self.activities = BatchActivities(
             llm,
             client,
-            cast(Client, None),  # tells waiting runs their outcomes: none waits here
+            # Tells waiting runs their outcomes: none waits without a Temporal client.
+            cast(Client, temporal),
             store,
             base_url=str(client.base_url),
             prices=DEFAULT_PRICE_TABLE,

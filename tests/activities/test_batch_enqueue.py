@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -41,13 +42,13 @@ from aiorch.devstack.processes import free_port
 from aiorch_runtime.batch_store import BatchStore
 from aiorch_runtime.capacity_keys import scope_name
 from aiorch_runtime.config import DEFAULT_PRICE_TABLE
-from tests.activities.batch_lane import ITEM_TTL, MODEL, asked, reserved, spend_gate
+from tests.activities.batch_lane import ITEM_TTL, MODEL, Lane, asked, reserved, spend_gate
 from tests.activities.llm_calls import call
 from tests.support.batched_call import BatchedCall
 from tests.support.time_skipping import time_skipping_server
 from workflows import contract, errors
 from workflows.batch.workflow import LlmBatch
-from workflows.payloads import BatchGroup, LlmCallInput, LlmCallResult
+from workflows.payloads import AwaitBatchInput, BatchGroup, LlmCallInput, LlmCallResult
 
 TIMEOUT = timedelta(minutes=10)
 
@@ -308,3 +309,44 @@ async def test_runs_are_told_their_batch_then_handed_its_answers(
     assert refused.failure is not None and refused.failure.permanent
     scope = scope_name(settings.base_url, MODEL)
     assert await store.calls(scope, [item_name(c) for c in (*calls, unreadable)]) == []
+
+
+async def test_an_answer_a_run_no_longer_waits_for_is_kept_for_its_next_attempt(
+    temporal: Client,
+    valkey_client: redis.Redis,
+    sim_url: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A run's await_batch was left waiting for its call, but no longer waits when the answer
+    comes (its activity timed out): the collection logs that await_batch no longer waits and
+    keeps the answer, which the run's next await_batch takes."""
+    async with (
+        aiohttp.ClientSession(base_url=sim_url) as http,
+        AsyncOpenAI(base_url=f"{sim_url}/v1", api_key="sim", max_retries=0, timeout=10) as client,
+    ):
+        await http.put("/_sim/batches", json={"completion_s": 0})
+        lane = Lane(client, BatchStore(valkey_client, item_ttl=ITEM_TTL), temporal=temporal)
+        calls = asked(1)
+        await lane.open_group(calls)
+        submitted = await lane.env().run(lane.activities.submit_batch, lane.round(1))
+        assert submitted.batch_id is not None
+        waiting = AwaitBatchInput(
+            item=item_name(calls[0]), model=MODEL, batch_id=submitted.batch_id
+        )
+        try:
+            await lane.env(workflow_id="run-0").run(lane.activities.await_batch, waiting)
+        except Exception as err:
+            raise AssertionError(f"await_batch failed: {err!r}") from err
+        except BaseException:
+            pass  # left waiting: its answer is not in yet
+        else:
+            raise AssertionError("await_batch answered before its batch was collected")
+        with caplog.at_level(logging.INFO, logger="activities.batch"):
+            await lane.env().run(
+                lane.activities.collect_batch, lane.round(1, batch_id=submitted.batch_id)
+            )
+        taken = await lane.env(workflow_id="run-0").run(lane.activities.await_batch, waiting)
+    assert taken.outcome == "answered"
+    [logged] = [r.getMessage() for r in caplog.records if r.name == "activities.batch"]
+    assert logged.startswith("await_batch no longer waits (")
+    assert logged.endswith("): its outcome is left unused")
