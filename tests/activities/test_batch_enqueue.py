@@ -51,6 +51,9 @@ from workflows.batch.workflow import LlmBatch
 from workflows.payloads import AwaitBatchInput, BatchGroup, LlmCallInput, LlmCallResult
 
 TIMEOUT = timedelta(minutes=10)
+# Long enough for a loaded machine (the handoff takes a few seconds), short enough that a run
+# that is never handed its answer fails the test before pytest's own timeout stops it.
+HANDOFF_S = 20
 
 
 @pytest_asyncio.fixture(scope="module")
@@ -297,7 +300,7 @@ async def test_runs_are_told_their_batch_then_handed_its_answers(
                 for asked_call in (*calls, unreadable)
             ]
             *results, (refused, _) = [
-                await asyncio.wait_for(h.result(), timeout=60) for h in handles
+                await asyncio.wait_for(h.result(), timeout=HANDOFF_S) for h in handles
             ]
     [batch] = {told.batch_id for told, _ in results}
     assert batch is not None
