@@ -2,51 +2,50 @@
 ``collect_batch`` in Temporal's activity environment against the LLM simulator's Files and
 Batches API over real HTTP, the group's calls kept by the real `BatchStore` in the real store
 (Valkey in memory, tests/support/valkey.py), queued through its ``enqueue`` as the lane queues
-them (tests/e2e/test_batch_lane.py and tests/e2e/test_batch_crash.py run the lane whole).
+them (tests/activities/batch_lane.py; tests/activities/test_batch_enqueue.py runs the lane's
+handoff on the time-skipping server, tests/e2e/test_batch_lane.py and
+tests/e2e/test_batch_crash.py run it whole). The owner check is attacked in
+tests/security/test_batch_lane_abuse.py.
 
-The group is opened with no owner token, so ``check_group`` accepts its workflow id alone (the
-path of groups opened before tokens existed) and needs no Temporal server: the owner check
-itself is attacked in tests/security/test_batch_lane_abuse.py. Rounds 1 and 2 are run, never
-round 0, and no run waits in ``await_batch``, so no run is told anything: there is no
-Temporal client here.
+Rounds 1 and 2 are run, and round 0 only with every call dropped, so no run is told anything:
+there is no Temporal client here.
 
 An expired batch's second round holds its unfinished calls only (one answered but not yet
 delivered is not paid for twice); answered calls are priced at the batch rate; a submission
-retried after its worker died finds the batch it created instead of creating another."""
+retried after its worker died finds the batch it created instead of creating another; calls
+whose runs stopped waiting are not submitted."""
 
 from __future__ import annotations
 
-import dataclasses
+import logging
 from collections.abc import AsyncIterator
 from datetime import timedelta
-from typing import Any, cast
 
 import aiohttp
 import pytest
 import pytest_asyncio
 import redis.asyncio as redis
 from openai import AsyncOpenAI
-from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
-from temporalio.testing import ActivityEnvironment
 
-from activities.batch import BatchActivities
 from activities.batch_calls import item_name
-from activities.batch_groups import group_workflow_id
-from activities.input_loader import InputLoader
-from activities.llm import LlmActivities
 from activities.llm_reply import call_cost
 from aiorch.devstack.llm_simulator import running_simulator
 from aiorch_runtime.batch_store import BatchStore
 from aiorch_runtime.capacity import CapacityStoreError
-from aiorch_runtime.capacity_keys import scope_name
 from aiorch_runtime.config import DEFAULT_PRICE_TABLE
+from tests.activities.batch_lane import (
+    ITEM_TTL,
+    MODEL,
+    Lane,
+    answered_lines,
+    asked,
+    reserved,
+    sim_batches,
+    spend_gate,
+)
 from tests.activities.llm_calls import call
-from workflows.payloads import BatchRound, LlmCallInput, LlmCallResult
-
-MODEL = "sim-large"
-ITEM_TTL = timedelta(days=1)
-QUEUE = timedelta(hours=1)
+from workflows.payloads import BatchSubmitted
 
 
 class RecordFails(BatchStore):
@@ -80,82 +79,6 @@ async def openai_client(sim_url: str) -> AsyncIterator[AsyncOpenAI]:
         base_url=f"{sim_url}/v1", api_key="sim", max_retries=0, timeout=10
     ) as client:
         yield client
-
-
-def asked(n: int) -> list[LlmCallInput]:
-    """``n`` batch-lane calls."""
-    return [call(f"Batched question {number}", lane="batch") for number in range(n)]
-
-
-class Lane:
-    """``submit_batch`` and ``collect_batch`` of one group, as its workflow runs them, with the
-    store's view of its calls."""
-
-    def __init__(self, client: AsyncOpenAI, store: BatchStore, group: int = 0) -> None:
-        llm = LlmActivities(client, InputLoader(), timeout_s=10, prices=DEFAULT_PRICE_TABLE)
-        self.activities = BatchActivities(
-            llm,
-            client,
-            cast(Client, None),  # tells waiting runs their outcomes: none waits here
-            store,
-            base_url=str(client.base_url),
-            prices=DEFAULT_PRICE_TABLE,
-        )
-        self.store = store
-        self.scope = scope_name(str(client.base_url), MODEL)
-        self.group = group
-
-    async def open_group(self, calls: list[LlmCallInput]) -> None:
-        """Queue ``calls`` as their runs' ``invoke_llm`` does (`BatchLane.enqueue`), into one
-        group opened with no owner token; each run waits an hour for its submission."""
-        groups = set()
-        for number, queued in enumerate(calls):
-            enqueued = await self.store.enqueue(
-                self.scope,
-                item_name(queued),
-                call=queued.model_dump_json(),
-                token=b"",
-                pipeline="",
-                spend="",
-                cache="",
-                size=len(calls),
-                queue=QUEUE,
-                owner="",
-                run=f"run-{number}",
-            )
-            groups.add(enqueued.group)
-        [self.group] = groups
-
-    async def results(self, calls: list[LlmCallInput]) -> dict[str, LlmCallResult | None]:
-        """Each call's result as the store keeps it (None: not answered yet)."""
-        kept = await self.store.calls(self.scope, [item_name(c) for c in calls])
-        assert len(kept) == len(calls), "the store lost a call"
-        return {
-            c.item: LlmCallResult.model_validate_json(c.result) if c.result is not None else None
-            for c in kept
-        }
-
-    def env(self, attempt: int = 1) -> ActivityEnvironment:
-        env = ActivityEnvironment()
-        env.info = dataclasses.replace(
-            env.info, workflow_id=group_workflow_id(self.scope, self.group), attempt=attempt
-        )
-        return env
-
-    def round(self, number: int, **fields: Any) -> BatchRound:
-        return BatchRound(scope=self.scope, model=MODEL, group=self.group, round=number, **fields)
-
-
-async def sim_batches(http: aiohttp.ClientSession) -> list[dict[str, Any]]:
-    async with http.get("/_sim/batches") as got:
-        batches: list[dict[str, Any]] = (await got.json())["batches"]
-    return batches
-
-
-async def answered_lines(http: aiohttp.ClientSession) -> list[str]:
-    """The custom ids of the batch lines the simulator answered, in order."""
-    async with http.get("/_sim/requests") as got:
-        return [entry["custom_id"] for entry in await got.json() if entry["custom_id"]]
 
 
 async def test_an_expired_batch_s_next_round_holds_only_its_unfinished_calls(
@@ -213,10 +136,14 @@ async def test_a_batched_answer_is_priced_at_the_batch_rate(
 
 
 async def test_a_retried_submission_finds_its_batch_instead_of_creating_another(
-    openai_client: AsyncOpenAI, http: aiohttp.ClientSession, valkey_client: redis.Redis
+    openai_client: AsyncOpenAI,
+    http: aiohttp.ClientSession,
+    valkey_client: redis.Redis,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """The provider created the batch, but the attempt died before recording it: the next
-    attempt finds that batch by its submission key, records it, and creates none."""
+    """The provider created the batch, but the attempt died before recording it, and another
+    group's batch was created since: the next attempt looks past that one, finds its own by
+    its submission key, records it, creates none, and logs that it found it again."""
     dying = Lane(openai_client, RecordFails(valkey_client, item_ttl=ITEM_TTL))
     await dying.open_group(asked(2))
     with pytest.raises(ApplicationError) as died:
@@ -224,8 +151,35 @@ async def test_a_retried_submission_finds_its_batch_instead_of_creating_another(
     assert not died.value.non_retryable
     [created] = await sim_batches(http)
     assert await dying.store.batch_of(dying.scope, dying.group, 1) is None
+    other = Lane(openai_client, BatchStore(valkey_client, item_ttl=ITEM_TTL))
+    await other.open_group([call("Another group's question", lane="batch")])
+    await other.env().run(other.activities.submit_batch, other.round(1))
     lane = Lane(openai_client, BatchStore(valkey_client, item_ttl=ITEM_TTL), dying.group)
-    retried = await lane.env(attempt=2).run(lane.activities.submit_batch, lane.round(1))
+    with caplog.at_level(logging.INFO, logger="activities.batch"):
+        retried = await lane.env(attempt=2).run(lane.activities.submit_batch, lane.round(1))
     assert retried.batch_id == created["id"]
     assert retried.batch_id == await lane.store.batch_of(lane.scope, lane.group, 1)
-    assert len(await sim_batches(http)) == 1
+    assert len(await sim_batches(http)) == 2
+    key = f"{lane.scope}:{lane.group}:r1"
+    assert [r.getMessage() for r in caplog.records if r.name == "activities.batch"] == [
+        f"batch {created['id']} of submission {key} found again; not submitted twice"
+    ]
+
+
+async def test_a_call_whose_run_stopped_waiting_is_not_submitted(
+    openai_client: AsyncOpenAI, http: aiohttp.ClientSession, valkey_client: redis.Redis
+) -> None:
+    """A group's first round whose call's run stopped waiting for it (its deadline passed)
+    creates no batch: the call is dropped from the store, its spend reservation given back,
+    and counted dropped (its run retries)."""
+    capacity, gate = spend_gate(valkey_client, str(openai_client.base_url))
+    lane = Lane(openai_client, BatchStore(valkey_client, item_ttl=ITEM_TTL), gate=gate)
+    calls = asked(1)
+    holds = await reserved(capacity, calls[0].tenant, "reservation-0")
+    await lane.open_group(calls, queue=timedelta(0), holds=holds)
+    submitted = await lane.env().run(lane.activities.submit_batch, lane.round(0))
+    assert submitted == BatchSubmitted(dropped=1)
+    assert await sim_batches(http) == []
+    assert await lane.store.calls(lane.scope, [item_name(c) for c in calls]) == []
+    assert lane.counted() == {"dropped": 1}
+    assert await capacity.spend_state(calls[0].tenant, holds[0].day) == (0.0, 0.0)

@@ -5,6 +5,8 @@ tests/security/test_result_cache.py). A reply is kept per tenant and for
 
 from __future__ import annotations
 
+import logging
+import re
 from collections.abc import AsyncIterator
 from datetime import timedelta
 
@@ -18,6 +20,7 @@ from temporalio.testing import ActivityEnvironment
 from activities.input_loader import InputLoader
 from activities.llm import LlmActivities
 from aiorch.devstack.llm_simulator import running_simulator
+from aiorch.devstack.processes import free_port
 from aiorch_runtime.config import DEFAULT_PRICE_TABLE
 from aiorch_runtime.result_cache import ResultCache, cache_key
 from tests.activities.llm_calls import call
@@ -117,3 +120,37 @@ def test_a_name_that_is_no_tenant_has_no_key(tenant: str) -> None:
     name reaches another tenant's replies."""
     with pytest.raises(ValueError, match="is not a tenant name"):
         cache_key(tenant, "d")
+
+
+def test_a_long_name_is_shown_cut_in_its_refusal() -> None:
+    """The refusal of a name that is no tenant's shows its first 70 characters only, so a
+    long name cannot flood the line that reports it."""
+    with pytest.raises(ValueError, match="is not a tenant name") as refused:
+        cache_key("a" * 300, "d")
+    assert str(refused.value) == f"{'a' * 70!r} is not a tenant name"
+
+
+async def test_a_store_out_of_reach_is_a_miss_and_the_operator_is_told(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """With the store out of reach a lookup is a miss and a reply is not kept, without
+    failing the call; each is logged as a warning that names the error, the store's address
+    and what happens instead (the call is made, the reply not kept)."""
+    port = free_port()
+    unreachable = redis.Redis.from_url(f"redis://127.0.0.1:{port}/0")
+    cache = ResultCache(unreachable, ttl=TTL)
+    try:
+        with caplog.at_level(logging.WARNING, logger="aiorch_runtime.result_cache"):
+            assert await cache.get("acme", "d1") is None
+            await cache.put("acme", "d1", LlmCallResult(model="sim-large", content="lost"))
+    finally:
+        await unreachable.aclose()
+    lines = [r.getMessage() for r in caplog.records if r.name == "aiorch_runtime.result_cache"]
+    assert [r.levelno for r in caplog.records] == [logging.WARNING, logging.WARNING]
+    looked_up, kept = lines
+    assert re.fullmatch(
+        rf"result cache: ConnectionError: .*:{port}\b.*; the call is made", looked_up
+    )
+    assert re.fullmatch(
+        rf"result cache: ConnectionError: .*:{port}\b.*; the reply is not kept", kept
+    )

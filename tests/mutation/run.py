@@ -167,6 +167,13 @@ def main() -> int:
         "--report-only", action="store_true", help="report the last run's results again"
     )
     parser.add_argument(
+        "--modules",
+        nargs="+",
+        metavar="PATH",
+        help="run only these modules' mutants (paths as [tool.mutmut] lists them), keeping the "
+        "other modules' last results",
+    )
+    parser.add_argument(
         "--again",
         action="store_true",
         help="run the last run's mutants that were not killed again, against the tests now",
@@ -175,6 +182,12 @@ def main() -> int:
     if args.again:
         names = [name for module in results() for name in module.not_killed]
         status = run_mutmut(args.max_children, names)
+        if status != 0:
+            print(f"mutmut run exited with {status}", file=sys.stderr)
+            return status
+    elif args.modules:
+        patterns = [f"{path.removesuffix('.py').replace('/', '.')}.*" for path in args.modules]
+        status = run_mutmut(args.max_children, patterns)
         if status != 0:
             print(f"mutmut run exited with {status}", file=sys.stderr)
             return status
