@@ -1,11 +1,11 @@
 """Judges of live runs: an experiment's rule (the lab's score language, `parse_outcome_rule`)
-applied after the run to a sample of its completed runs.
+applied after the run to a sample of its ended runs (completed or failed).
 
 A run is sampled when a hash of its workflow id (the id it was started with, which its
 continued runs keep) falls below the judge's ``sample``, so every check samples the same runs;
 the hash is salted apart from the one that chooses a variant, so the sample cuts across the
-variants alike. A sampled run's completed run (the last of its chain) is read from its history
-as the lab reads an original (`read_outcome`, decoded with the workers' keys), scored by the
+variants alike. A sampled chain's last run, completed or failed, is read from its history as
+the lab reads an original (`read_outcome`, decoded with the workers' keys), scored by the
 rule, and its judgement written to the ledger's ``judgements`` once per chain: a chain judged
 already is not read again. Nothing of this is on a run's path: it reads histories of runs
 that have ended.
@@ -88,7 +88,8 @@ class _Unjudged:
 
 
 def _unjudged(engine: Engine, experiment: str, judge: Judge) -> list[_Unjudged]:
-    """The experiment's sampled chains whose run completed and that ``judge`` has not judged."""
+    """The experiment's sampled chains whose run completed or failed and that ``judge`` has not
+    judged."""
     runs, judged = ledger.runs, ledger.judgements
     done = select(judged.c.chain).where(
         judged.c.experiment == experiment, judged.c.judge == judge.name
@@ -97,7 +98,8 @@ def _unjudged(engine: Engine, experiment: str, judge: Judge) -> list[_Unjudged]:
         select(runs.c.workflow_id, runs.c.run_id, runs.c.chain_id, runs.c.variant)
         .where(
             runs.c.experiment == experiment,
-            runs.c.status == "completed",
+            # A failed run fails the rule: leaving it out would spare a variant that fails.
+            runs.c.status.in_(("completed", "failed")),
             runs.c.chain_id.not_in(done),
         )
         .order_by(runs.c.chain_id)
@@ -135,7 +137,7 @@ async def judge_runs(
     experiments: Mapping[str, Experiment],
     rules: Mapping[str, ScoreRule],
 ) -> list[Judgement]:
-    """Judge every judged experiment's sampled completed runs not judged yet (see the module
+    """Judge every judged experiment's sampled ended runs not judged yet (see the module
     docstring); returns the judgements written. A run whose history cannot be read now is
     left for the next check."""
     made: list[Judgement] = []
