@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from bench import phases
+from bench.canary_phase import check_canary, run_canary
 from bench.cost_phase import check_actions, run_actions
 from bench.fairshare_phase import check_fairshare, run_fairshare
 from bench.ledger_phase import check_ledger, run_ledger
@@ -276,6 +277,7 @@ PHASES: tuple[Phase[Any], ...] = (
     Phase("fault", _run_fault, _check_fault),
     Phase("ledger", run_ledger, check_ledger),
     Phase("fairshare", run_fairshare, check_fairshare),
+    Phase("canary", run_canary, check_canary),
     Phase("peer", _run_peer, _check_peer, on_stack=False),
 )
 PHASE_NAMES = tuple(phase.name for phase in PHASES)

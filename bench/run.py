@@ -22,6 +22,9 @@ embedded default runs), the LLM simulator answering at once, and these phases in
 7a. fair share: tenant A's ``--fairshare-a`` runs flood a model limited to 9,000 tokens a
    minute on three workers, then tenant B starts ``--fairshare-b``: B's waits against its
    waits with A idle, each tenant's share of the tokens (``bench.fairshare_phase``);
+7b. canary: document runs at 8/s with a 10 % variant seeded worse until the watcher halts it
+   (at most ``--canary-n``): judged runs of B at the halt, runs of B after it
+   (``bench.canary_phase``; its runs that fail on the seeded problem are meant to);
 8. LangGraph with its SQLite checkpointer, when installed (``pip install -e '.[bench]'``).
 
 ``--phases`` runs only the phases named (``--phases actions``: the action count alone, well
@@ -89,6 +92,7 @@ def parse_args(argv: Sequence[str] | None) -> Options:
     )
     parser.add_argument("--fairshare-a", type=int, default=None, help="A's runs, fairshare (150)")
     parser.add_argument("--fairshare-b", type=int, default=None, help="B's runs, fairshare (10)")
+    parser.add_argument("--canary-n", type=int, default=None, help="most runs, canary (2500)")
     parser.add_argument("--out", type=Path, default=PROJECT_ROOT / "bench" / "results")
     parser.add_argument("--data-dir", type=Path, default=None, help="default: a temporary dir")
     parser.add_argument("--phases", default="", help=f"only these phases: {','.join(PHASE_NAMES)}")
@@ -121,6 +125,7 @@ def parse_args(argv: Sequence[str] | None) -> Options:
         ledger_stream_s=args.ledger_stream_s or (3.0 if quick else 60.0),
         fairshare_a=args.fairshare_a or (100 if quick else 150),
         fairshare_b=args.fairshare_b or (4 if quick else 10),
+        canary_n=args.canary_n or (500 if quick else 2500),
         out_dir=args.out,
         data_dir=args.data_dir,
         skip=skip,
@@ -143,6 +148,7 @@ def _options_json(options: Options) -> dict[str, Any]:
         "ledger_stream_s": options.ledger_stream_s,
         "fairshare_a": options.fairshare_a,
         "fairshare_b": options.fairshare_b,
+        "canary_n": options.canary_n,
         "skipped": sorted(options.skip),
     }
 

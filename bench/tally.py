@@ -42,6 +42,7 @@ class Options:
     ledger_stream_s: float
     fairshare_a: int
     fairshare_b: int
+    canary_n: int
     out_dir: Path
     data_dir: Path | None
     skip: frozenset[str]

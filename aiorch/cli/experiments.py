@@ -1,7 +1,7 @@
 """``aiorch experiments``: rollout experiments (docs/rollouts.md). ``status`` shows each
 variant's runs and signals from the ledger and its halt; ``halt``, ``promote`` and ``resume``
 change which variants new runs get (in the capacity store, which every worker's plans read);
-``watch`` judges a sample of each judged experiment's completed runs, applies each
+``watch`` judges a sample of each judged experiment's ended runs, applies each
 experiment's stop rule to the ledger and halts a losing variant on its own."""
 
 from __future__ import annotations
@@ -280,7 +280,7 @@ def watch_command(
     interval: Annotated[str, typer.Option(help="between checks: 30s, 5m")] = "30s",
     once: Annotated[bool, typer.Option("--once", help="check once and exit")] = False,
 ) -> None:
-    """Every --interval: judge the sampled completed runs of each experiment with a judge not
+    """Every --interval: judge the sampled ended runs of each experiment with a judge not
     judged yet (into the ledger's judgements), then apply every experiment's stop rule to the
     ledger (kept current by ``ledger follow``) and halt each losing variant: in the capacity
     store, in the ledger's experiment_halts, in the log and, with REVIEW_WEBHOOK_URL, at the

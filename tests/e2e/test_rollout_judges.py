@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import create_engine, select
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowFailureError
 
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops import ledger
@@ -177,3 +177,26 @@ async def test_a_sampled_judge_scores_its_runs_once_and_halts_the_worse_variant(
             assert sorted(late) == ["A", "A", "A"]
     finally:
         engine.dispose()
+
+
+async def test_a_sampled_run_that_failed_is_judged_and_fails_the_rule(
+    stack: LocalStack, tmp_path: Path
+) -> None:
+    """A sampled run that failed (the model refused) is judged like one that completed, once,
+    and fails the rule: a variant whose runs fail is not spared by leaving them out."""
+    client = await connect(stack)
+    operator = Operator(stack, f"sqlite:///{tmp_path / 'ledger.db'}")
+    [request_id] = ids_for("A", 1, in_sample=True)
+    request = PipelineRequest(request_id=request_id, user_message="Say it. [sim:refusal]")
+    workflow_id = await start_run(client, request, task_queue=contract.DEFAULT_TASK_QUEUE)
+    with pytest.raises(WorkflowFailureError):
+        await asyncio.wait_for(client.get_workflow_handle(workflow_id).result(), 90)
+    await asyncio.sleep(2)  # visibility shows a close a moment after it
+    operator.run("ledger", "sync")
+
+    operator.run("experiments", "watch", "--once")
+
+    judged = operator.judgements()[workflow_id]
+    assert (judged["variant"], judged["passed"], judged["reason"]) == ("A", False, "the run failed")
+    again = operator.run("experiments", "watch", "--once")
+    assert "run(s) of judged" not in again.stderr

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import re
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from aiorch.devstack.llm_simulator.faults import strip_directives
@@ -90,3 +91,15 @@ def mentioned_last(choices: list[Any], text: str) -> Any:
             if match.start() > at:
                 best, at = choice, match.start()
     return best
+
+
+def off_by_one(found: dict[str, Any], name: str) -> dict[str, Any]:
+    """``found`` with the decimal field ``name`` one more than the document says (a wrong
+    answer a rule such as "total = subtotal + tax" catches); unchanged when it is no number."""
+    try:
+        value = Decimal(str(found.get(name)))
+    except InvalidOperation:
+        return found
+    if not value.is_finite():
+        return found
+    return {**found, name: str(value + 1)}

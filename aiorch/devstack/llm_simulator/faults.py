@@ -17,8 +17,10 @@ EndpointPath = Literal["chat", "embeddings"]
 _DIRECTIVE = re.compile(r"\[sim:([^\[\]]*)\]")
 SHAPES = frozenset({"malformed", "fenced", "badjson", "truncated", "refusal", "content_filter"})
 _FLAGS = SHAPES | {"review"}
+# Directives whose value is the share of runs they fire for (chosen from the run key).
+_RATES = frozenset({"wrong_total"})
 # Every directive name and option the parser takes (docs/simulator.md lists each).
-DIRECTIVES = tuple(sorted(_FLAGS | {"status", "hang", "delay_ms"}))
+DIRECTIVES = tuple(sorted(_FLAGS | _RATES | {"status", "hang", "delay_ms"}))
 _ERROR_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
@@ -74,12 +76,14 @@ class InvalidDirective(InvalidRequestError):
 
 @dataclass(frozen=True)
 class Directive:
-    """One parsed ``[sim:...]`` token; ``text`` is the counter key."""
+    """One parsed ``[sim:...]`` token; ``text`` is the counter key; ``rate`` the share of
+    runs a rate directive fires for."""
 
     text: str
     name: str
     spec: FaultFilter
     sleep_s: float | None = None
+    rate: float | None = None
 
 
 @dataclass
@@ -98,6 +102,7 @@ class Plan:
     error: FaultSpec | None = None
     shape: str | None = None
     review: bool = False
+    wrong_total: bool = False
 
 
 def strip_directives(text: str) -> str:
@@ -129,14 +134,26 @@ def _parse_directive(text: str) -> Directive:
             return Directive(text, name, FaultSpec.model_validate({"status": value, **params}))
         spec = FaultFilter.model_validate(params)
         sleep_s = _sleep_seconds(name, value if has_value else None)
+        rate = _rate(name, value if has_value else None)
     except ValidationError as exc:
         details = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         raise _directive_error(text, details) from exc
     except ValueError as exc:
         raise _directive_error(text, str(exc)) from exc
-    if name in _FLAGS and spec.path != "chat":
+    if name in _FLAGS | _RATES and spec.path != "chat":
         raise _directive_error(text, f"{name!r} only applies to chat")
-    return Directive(text, name, spec, sleep_s)
+    return Directive(text, name, spec, sleep_s, rate)
+
+
+def _rate(name: str, value: str | None) -> float | None:
+    if name not in _RATES:
+        return None
+    if value is None:
+        raise ValueError(f"{name} needs a share of runs, e.g. [sim:{name}=0.6]")
+    rate = float(value)
+    if not 0 <= rate <= 1:
+        raise ValueError(f"{name} must be a share of runs from 0 to 1")
+    return rate
 
 
 def _sleep_seconds(name: str, value: str | None) -> float | None:

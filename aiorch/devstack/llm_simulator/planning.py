@@ -1,10 +1,12 @@
 """What faults and shape a call gets (its ``Plan``): the global faults of ``/_sim/faults``
 first, then the directives in its text, each counted per (run key, directive text) so that
-``times=N`` applies to a run's first N calls."""
+``times=N`` applies to a run's first N calls; a rate directive fires for the share of run keys
+it names, chosen by a hash of the key (the same run always gets the same answer)."""
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from collections import Counter
 from typing import Any
 
@@ -16,6 +18,13 @@ from aiorch.devstack.llm_simulator.faults import (
     GlobalFault,
     Plan,
 )
+
+
+def in_share(run_key: str, rate: float) -> bool:
+    """Whether a hash of ``run_key`` falls below ``rate`` (0 to 1): the same key always gets
+    the same verdict, and keys in a share of 0.05 are also in a share of 0.6."""
+    digest = hashlib.sha256(f"rate:{run_key}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64 < rate
 
 
 class CallPlanner:
@@ -62,6 +71,8 @@ class CallPlanner:
                 continue
             if directive.name in SHAPES and plan.shape is not None:
                 continue
+            if directive.rate is not None and not in_share(run_key, directive.rate):
+                continue
             if not self._count(run_key, directive):
                 continue
             plan.fired.append(directive.name)
@@ -75,6 +86,8 @@ class CallPlanner:
                 await asyncio.sleep(directive.sleep_s)
             elif directive.name == "review":
                 plan.review = True
+            elif directive.name == "wrong_total":
+                plan.wrong_total = True
             else:
                 plan.shape = directive.name
         return plan

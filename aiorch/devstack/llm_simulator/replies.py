@@ -37,9 +37,10 @@ def _is_feedback(line: str) -> bool:
     return line.strip().startswith(_FEEDBACK_PREFIX)
 
 
-def _answer(model: str, messages: list[Any], review: bool) -> dict[str, Any]:
+def _answer(model: str, messages: list[Any], plan: Plan) -> dict[str, Any]:
     """The deterministic reply the model is asked for: ``{content, needs_review}``, or the
-    object a system prompt's JSON Schema asks for (``extraction``)."""
+    object a system prompt's JSON Schema asks for (``extraction``; its ``total`` off by one
+    when the plan says ``wrong_total``)."""
     system = [
         message_text(m) for m in messages if isinstance(m, dict) and m.get("role") == "system"
     ]
@@ -48,7 +49,8 @@ def _answer(model: str, messages: list[Any], review: bool) -> dict[str, Any]:
         asked = user_texts(messages)
         document = [line for text in asked for line in text.splitlines() if not _is_feedback(line)]
         said = [line for text in asked for line in text.splitlines() if _is_feedback(line)]
-        return extraction.extract(schema, "\n".join(document), said)
+        found = extraction.extract(schema, "\n".join(document), said)
+        return extraction.off_by_one(found, "total") if plan.wrong_total else found
     feedback = [
         strip_directives(line.strip().removeprefix(_FEEDBACK_PREFIX))
         for text in map(message_text, messages)
@@ -61,7 +63,7 @@ def _answer(model: str, messages: list[Any], review: bool) -> dict[str, Any]:
     content = f"Simulated answer ({model}): {question[:80]}"
     if feedback:
         content += f" (revised per feedback: {'; '.join(feedback)})"
-    return {"content": content, "needs_review": review}
+    return {"content": content, "needs_review": plan.review}
 
 
 def _shape_reply(shape: str | None, answer: dict[str, Any]) -> tuple[str | None, str, str | None]:
@@ -101,7 +103,7 @@ def completion(
 ) -> dict[str, Any]:
     """The Chat Completions answer for call ``seq``, shaped as ``plan`` decided; ``cached``
     of its prompt tokens came from the prompt cache."""
-    answer = _answer(model, messages, plan.review)
+    answer = _answer(model, messages, plan)
     content, finish_reason, refusal = _shape_reply(plan.shape, answer)
     message = {"role": "assistant", "content": content, "refusal": refusal}
     choice = {"index": 0, "message": message, "finish_reason": finish_reason, "logprobs": None}

@@ -1,14 +1,14 @@
 """Judges of live runs: an experiment's rule (the lab's score language, `parse_outcome_rule`)
-applied after the run to a sample of its completed runs.
+applied after the run to a sample of its ended runs (completed or failed).
 
 A run is sampled when a hash of its workflow id (the id it was started with, which its
 continued runs keep) falls below the judge's ``sample``, so every check samples the same runs;
 the hash is salted apart from the one that chooses a variant, so the sample cuts across the
-variants alike. A sampled run's completed run (the last of its chain) is read from its history
-as the lab reads an original (`read_outcome`, decoded with the workers' keys), scored by the
-rule, and its judgement written to the ledger's ``judgements`` once per chain: a chain judged
-already is not read again. Nothing of this is on a run's path: it reads histories of runs
-that have ended.
+variants alike. A sampled chain's last run that completed is read from its history as the lab
+reads an original (`read_outcome`, decoded with the workers' keys) and scored by the rule; one
+that failed fails the rule without being read. The judgement is written to the ledger's
+``judgements`` once per chain: a chain judged already is not read again. Nothing of this is
+on a run's path: it reads histories of runs that have ended.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from temporalio.service import RPCError
 from aiorch.ops import ledger
 from aiorch.ops.lab.expressions import ExpressionError
 from aiorch.ops.lab.recorded import NotForkable, read_outcome
-from aiorch.ops.lab.scores import ScoreRule, parse_outcome_rule
+from aiorch.ops.lab.scores import Score, ScoreRule, parse_outcome_rule
 from aiorch_runtime.experiments import Experiment, Judge
 
 log = logging.getLogger("ai-orchestrator.experiments")
@@ -85,19 +85,22 @@ class _Unjudged:
     run_id: str
     chain: str
     variant: str
+    status: str
 
 
 def _unjudged(engine: Engine, experiment: str, judge: Judge) -> list[_Unjudged]:
-    """The experiment's sampled chains whose run completed and that ``judge`` has not judged."""
+    """The experiment's sampled chains whose run completed or failed and that ``judge`` has not
+    judged."""
     runs, judged = ledger.runs, ledger.judgements
     done = select(judged.c.chain).where(
         judged.c.experiment == experiment, judged.c.judge == judge.name
     )
     query = (
-        select(runs.c.workflow_id, runs.c.run_id, runs.c.chain_id, runs.c.variant)
+        select(runs.c.workflow_id, runs.c.run_id, runs.c.chain_id, runs.c.variant, runs.c.status)
         .where(
             runs.c.experiment == experiment,
-            runs.c.status == "completed",
+            # A failed run fails the rule: leaving it out would spare a variant that fails.
+            runs.c.status.in_(("completed", "failed")),
             runs.c.chain_id.not_in(done),
         )
         .order_by(runs.c.chain_id)
@@ -135,7 +138,7 @@ async def judge_runs(
     experiments: Mapping[str, Experiment],
     rules: Mapping[str, ScoreRule],
 ) -> list[Judgement]:
-    """Judge every judged experiment's sampled completed runs not judged yet (see the module
+    """Judge every judged experiment's sampled ended runs not judged yet (see the module
     docstring); returns the judgements written. A run whose history cannot be read now is
     left for the next check."""
     made: list[Judgement] = []
@@ -145,14 +148,17 @@ async def judge_runs(
             continue
         name = experiment.judge.name
         for run in _unjudged(engine, experiment.id, experiment.judge):
-            try:
-                outcome = await read_outcome(client, run.workflow_id, run.run_id)
-            except (RPCError, NotForkable) as err:
-                log.warning(
-                    "experiment %s: cannot judge %s yet: %s", experiment.id, run.run_id, err
-                )
-                continue
-            score = rule.judge(outcome)
+            if run.status == "failed":
+                score = Score(passed=False, error="the run failed")
+            else:
+                try:
+                    outcome = await read_outcome(client, run.workflow_id, run.run_id)
+                except (RPCError, NotForkable) as err:
+                    log.warning(
+                        "experiment %s: cannot judge %s yet: %s", experiment.id, run.run_id, err
+                    )
+                    continue
+                score = rule.judge(outcome)
             judgement = Judgement(
                 run_id=run.run_id,
                 chain=run.chain,
