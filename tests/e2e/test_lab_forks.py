@@ -26,6 +26,8 @@ from aiorch.devstack.servers import PROJECT_ROOT, start_worker
 from aiorch.devstack.stack import LocalStack
 from aiorch.ops import pipelines
 from aiorch.ops.lab import fork_id, run_forks
+from aiorch.ops.lab.recorded import read_outcome
+from aiorch.ops.lab.scores import parse_outcome_rule
 from aiorch.ops.results import run_converter
 from aiorch.ops.visibility import start_run
 from aiorch_runtime.codec import KeyRing, new_key
@@ -300,3 +302,16 @@ async def test_workers_poll_the_lab_queue_unless_it_is_turned_off(recorded: Reco
         assert await pollers(recorded.client, "labless-lab") == 0
     finally:
         worker.stop()
+
+
+async def test_an_original_that_failed_is_read_with_its_error(recorded: Recorded) -> None:
+    """An original the model refused ends failed: the lab reads it with an error, so no score
+    rule passes it (as a failed fork passes none)."""
+    client = recorded.client
+    request = PipelineRequest(request_id=new_request_id(), user_message="Say it. [sim:refusal]")
+    workflow_id = await start_run(client, request, task_queue=contract.DEFAULT_TASK_QUEUE)
+    run_id = await closed(client, workflow_id)
+    outcome = await read_outcome(client, workflow_id, run_id)
+    assert outcome.state == "failed" and outcome.error == "the run ended failed"
+    rule = parse_outcome_rule("problems == 0")
+    assert not rule.judge(outcome).passed

@@ -27,7 +27,7 @@ from aiorch.ops.ledger import Projection, project
 from aiorch.ops.results import run_converter
 from workflows import errors
 from workflows.engine.forks import MAX_RECORDED, RecordedOutput
-from workflows.engine.graph import Graph
+from workflows.engine.graph import DEAD_LETTER, FAILED, Graph
 from workflows.payloads import Assignment, HistoryEntry
 
 _ACTIVITY_FAILURES = frozenset(
@@ -199,11 +199,14 @@ def _outcome(
         and entry.at.astimezone(UTC).replace(tzinfo=None) >= since
         for entry in entries
     )
+    state = projection.run["state"] or "unknown"
     return ForkOutcome(
         kind="original",
         workflow_id=workflow_id,
         run_id=run_id,
-        state=projection.run["state"] or "unknown",
+        state=state,
+        # A run that failed is an outcome with an error, as a failed fork is: no rule passes it.
+        error=f"the run ended {state}" if state in (FAILED, DEAD_LETTER) else None,
         model=projection.run["model"],
         text=result.get("content"),
         fields=result.get("fields"),
