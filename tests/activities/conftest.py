@@ -1,14 +1,18 @@
 """Activity layer fixtures: the capacity store (Valkey, in memory, ``tests.support.valkey``) for
-the tests of what the store really does, one server per test module."""
+the tests of what the store really does, and the LLM simulator over HTTP, one server of each per
+test module (a module that needs another simulator defines its own ``sim_url``)."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 
+import aiohttp
 import pytest
 import pytest_asyncio
 import redis.asyncio as redis
+from openai import AsyncOpenAI
 
+from aiorch.devstack.llm_simulator import running_simulator
 from tests.support.valkey import capacity_store_url
 
 
@@ -27,3 +31,30 @@ async def valkey_client(valkey: str) -> AsyncIterator[redis.Redis]:
         yield client
     finally:
         await client.aclose()
+
+
+@pytest_asyncio.fixture(scope="module")
+async def sim_url() -> AsyncIterator[str]:
+    """The module's LLM simulator: its URL."""
+    async with running_simulator() as url:
+        yield url
+
+
+@pytest_asyncio.fixture
+async def http(sim_url: str) -> AsyncIterator[aiohttp.ClientSession]:
+    """The simulator's control endpoints, its batches and request log cleared; batches are
+    done at once."""
+    async with aiohttp.ClientSession(base_url=sim_url) as session:
+        await session.delete("/_sim/requests")
+        await session.delete("/_sim/batches")
+        await session.put("/_sim/batches", json={"completion_s": 0})
+        yield session
+
+
+@pytest_asyncio.fixture
+async def openai_client(sim_url: str) -> AsyncIterator[AsyncOpenAI]:
+    """The real ``openai`` client on the simulator, without retries of its own."""
+    async with AsyncOpenAI(
+        base_url=f"{sim_url}/v1", api_key="sim", max_retries=0, timeout=10
+    ) as client:
+        yield client

@@ -37,7 +37,6 @@ from activities.batch_calls import batched, item_name
 from activities.batch_groups import OWNER_MEMO, group_workflow_id
 from activities.input_loader import InputLoader
 from activities.llm import LlmActivities
-from aiorch.devstack.llm_simulator import running_simulator
 from aiorch.devstack.processes import free_port
 from aiorch_runtime.batch_store import BatchStore
 from aiorch_runtime.capacity_keys import scope_name
@@ -242,12 +241,6 @@ async def test_a_store_out_of_reach_fails_the_call_for_a_retry(
         await unreachable.aclose()
     assert (failed.value.type, failed.value.non_retryable) == (errors.LLM_RETRYABLE, False)
     assert failed.value.message.startswith("the batch lane cannot queue the call (")
-
-
-@pytest_asyncio.fixture(scope="module")
-async def sim_url() -> AsyncIterator[str]:
-    async with running_simulator() as url:
-        yield url
 
 
 async def test_runs_are_told_their_batch_then_handed_its_answers(

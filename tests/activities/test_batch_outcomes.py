@@ -10,12 +10,10 @@ is counted in the batch calls metric by its outcome."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import aiohttp
 import pytest
-import pytest_asyncio
 import redis.asyncio as redis
 from openai import AsyncOpenAI
 from opentelemetry.sdk.metrics import MeterProvider
@@ -27,7 +25,6 @@ from temporalio.exceptions import ApplicationError
 
 from activities.batch_calls import item_name
 from activities.spend import today
-from aiorch.devstack.llm_simulator import running_simulator
 from aiorch.devstack.processes import free_port
 from aiorch_runtime.batch_store import BatchStore
 from aiorch_runtime.genai import METRIC_OPERATION_DURATION, GenAiTelemetry
@@ -37,31 +34,6 @@ from tests.activities.llm_calls import call
 from workflows import errors
 from workflows.engine.observability import METRIC_LLM_COST, METRIC_LLM_TOKENS
 from workflows.payloads import AwaitBatchInput, BatchPolled, CallFailure, LlmCallResult
-
-
-@pytest_asyncio.fixture(scope="module")
-async def sim_url() -> AsyncIterator[str]:
-    async with running_simulator() as url:
-        yield url
-
-
-@pytest_asyncio.fixture
-async def http(sim_url: str) -> AsyncIterator[aiohttp.ClientSession]:
-    """The simulator's control endpoints, its batches and request log cleared; batches are
-    done at once."""
-    async with aiohttp.ClientSession(base_url=sim_url) as session:
-        await session.delete("/_sim/requests")
-        await session.delete("/_sim/batches")
-        await session.put("/_sim/batches", json={"completion_s": 0})
-        yield session
-
-
-@pytest_asyncio.fixture
-async def openai_client(sim_url: str) -> AsyncIterator[AsyncOpenAI]:
-    async with AsyncOpenAI(
-        base_url=f"{sim_url}/v1", api_key="sim", max_retries=0, timeout=10
-    ) as client:
-        yield client
 
 
 @pytest.fixture

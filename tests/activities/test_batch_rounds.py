@@ -18,19 +18,16 @@ whose runs stopped waiting are not submitted."""
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import aiohttp
 import pytest
-import pytest_asyncio
 import redis.asyncio as redis
 from openai import AsyncOpenAI
 from temporalio.exceptions import ApplicationError
 
 from activities.batch_calls import item_name
 from activities.llm_reply import call_cost
-from aiorch.devstack.llm_simulator import running_simulator
 from aiorch_runtime.batch_store import BatchStore
 from aiorch_runtime.capacity import CapacityStoreError
 from aiorch_runtime.config import DEFAULT_PRICE_TABLE
@@ -54,31 +51,6 @@ class RecordFails(BatchStore):
 
     async def record_batch(self, scope: str, group: int, round_: int, batch_id: str) -> None:
         raise CapacityStoreError("capacity store: ConnectionError: the worker died")
-
-
-@pytest_asyncio.fixture(scope="module")
-async def sim_url() -> AsyncIterator[str]:
-    async with running_simulator() as url:
-        yield url
-
-
-@pytest_asyncio.fixture
-async def http(sim_url: str) -> AsyncIterator[aiohttp.ClientSession]:
-    """The simulator's control endpoints, its batches and request log cleared; batches are
-    done at once."""
-    async with aiohttp.ClientSession(base_url=sim_url) as session:
-        await session.delete("/_sim/requests")
-        await session.delete("/_sim/batches")
-        await session.put("/_sim/batches", json={"completion_s": 0})
-        yield session
-
-
-@pytest_asyncio.fixture
-async def openai_client(sim_url: str) -> AsyncIterator[AsyncOpenAI]:
-    async with AsyncOpenAI(
-        base_url=f"{sim_url}/v1", api_key="sim", max_retries=0, timeout=10
-    ) as client:
-        yield client
 
 
 async def test_an_expired_batch_s_next_round_holds_only_its_unfinished_calls(

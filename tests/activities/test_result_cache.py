@@ -19,7 +19,6 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.input_loader import InputLoader
 from activities.llm import LlmActivities
-from aiorch.devstack.llm_simulator import running_simulator
 from aiorch.devstack.processes import free_port
 from aiorch_runtime.config import DEFAULT_PRICE_TABLE
 from aiorch_runtime.result_cache import ResultCache, cache_key
@@ -33,12 +32,6 @@ QUESTION = "What did the board decide about the acquisition?"
 @pytest.fixture
 def cache(valkey_client: redis.Redis) -> ResultCache:
     return ResultCache(valkey_client, ttl=TTL)
-
-
-@pytest_asyncio.fixture(scope="module")
-async def sim_url() -> AsyncIterator[str]:
-    async with running_simulator() as url:
-        yield url
 
 
 async def chat_requests(sim_url: str) -> int:

@@ -13,26 +13,10 @@ import openai
 import pytest
 import pytest_asyncio
 
-from aiorch.devstack.llm_simulator import running_simulator
 from aiorch.devstack.llm_simulator.prompt_cache import BLOCK, MIN_TOKENS
 
 MODEL = "sim-large"
 ENDPOINT: Final = "/v1/chat/completions"
-
-
-@pytest_asyncio.fixture(scope="module")
-async def sim_url() -> AsyncIterator[str]:
-    async with running_simulator() as url:
-        yield url
-
-
-@pytest_asyncio.fixture
-async def http(sim_url: str) -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession(base_url=sim_url) as session:
-        await session.delete("/_sim/requests")
-        await session.delete("/_sim/batches")
-        await session.put("/_sim/batches", json={"completion_s": 0})
-        yield session
 
 
 @pytest_asyncio.fixture
