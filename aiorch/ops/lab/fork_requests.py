@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from aiorch.ops import pipelines
-from aiorch.ops.signing import requester_key_from_settings
+from aiorch.ops.signing import SigningKey
 from aiorch_runtime.config import Settings
 
 # What the fork's request takes from the start claim's key instead of from its original.
@@ -21,16 +21,16 @@ _THE_KEYS = ("start_claim", "requested_by", "tenant")
 
 
 def fork_request(
-    request: dict[str, Any], workflow_type: str, fork_id: str, settings: Settings
+    request: dict[str, Any],
+    workflow_type: str,
+    fork_id: str,
+    settings: Settings,
+    key: SigningKey | None,
 ) -> dict[str, Any]:
-    """The original's ``request`` (of a run of ``workflow_type``) as fork ``fork_id``'s.
-
-    Raises:
-        ConfigError: ``REQUESTER_KEY`` is set but unusable.
-    """
+    """The original's ``request`` (of a run of ``workflow_type``) as fork ``fork_id``'s,
+    signed with ``key`` (the lab's ``REQUESTER_KEY``, `requester_key_from_settings`) if any."""
     forked = {**request, "request_id": fork_id}
     forked.pop("start_claim", None)
-    key = requester_key_from_settings(settings)
     pipeline = pipelines.of_type(workflow_type)
     if key is None or pipeline is None:
         return forked

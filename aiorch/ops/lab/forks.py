@@ -27,6 +27,7 @@ from aiorch.ops.lab.outcomes import ForkKind, ForkOutcome, LabRun, RunComparison
 from aiorch.ops.lab.recorded import NotForkable, Original, model_use, read_original
 from aiorch.ops.ledger import project
 from aiorch.ops.results import run_converter
+from aiorch.ops.signing import requester_key_from_settings
 from aiorch_runtime.config import Settings, lab_queue
 from workflows.engine.forks import ForkInput, ForkResult
 from workflows.payloads import Variant
@@ -71,6 +72,7 @@ async def run_forks(
         ValueError: the candidate asks for another version of a pipeline file (not supported
             by forks yet), or ``TEMPORAL_TASK_QUEUE`` holds a quote or a backslash.
         temporalio.service.RPCError: visibility could not be asked.
+        ConfigError: ``REQUESTER_KEY`` is set but unusable.
     """
     if candidate.pipeline_version is not None:
         raise ValueError("a candidate's pipeline_version is not supported by forks yet")
@@ -153,6 +155,7 @@ class _Lab:
         self.lab_id, self.say = lab_id, say
         self.queue = lab_queue(settings.temporal_task_queue, settings.lab_task_queue)
         self.settings, self.tenant = settings, settings.lab_tenant
+        self.key = requester_key_from_settings(settings)
 
     async def compare(self, original: Original) -> RunComparison:
         """The original and its two forks, run side by side."""
@@ -172,7 +175,7 @@ class _Lab:
         workflow_id = fork_id(self.lab_id, original.run_id, kind)
         fork = ForkInput(
             request=fork_request(
-                original.request, original.workflow_type, workflow_id, self.settings
+                original.request, original.workflow_type, workflow_id, self.settings, self.key
             ),
             lab_id=self.lab_id,
             original_workflow_id=original.workflow_id,
