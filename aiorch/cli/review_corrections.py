@@ -36,6 +36,7 @@ from aiorch.ops.field_paths import FieldPath, FieldPathError
 from aiorch.ops.retries import retrying
 from aiorch.ops.review_views import RunView
 from aiorch_runtime.config import Settings
+from workflows.engine.graph import TERMINAL_STATES
 from workflows.payloads import ReviewDecision, describe_validation_error
 
 
@@ -136,6 +137,9 @@ async def where_it_went(client: Client, run: RunView) -> str:
             f"{'; '.join(now.problems)} (correct again, or decide round {now.review_round}: "
             f"aiorch review {workflow_id} approve|reedit|reject)"
         )
+    # The run may rest in its final state while the update that brought the fields finishes.
+    if now.state in TERMINAL_STATES:
+        return f"the run has ended: {now.state}"
     return f"the run took them and is in {now.state} now"
 
 
