@@ -20,6 +20,7 @@ from typing import Any
 import boto3
 import pytest
 from qdrant_client import models
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import CancelledError
 
@@ -480,15 +481,25 @@ async def test_cancel_during_hanging_llm_call_ends_promptly(
     handle = await start(client, request("Hang forever [sim:hang]"))
     await wait_until(in_flight(simulator, handle.id, "chat"), "the hanging call")
 
-    started = time.monotonic()
     cancelled = starter(stack, "cancel", handle.id)
-    status = await expect_cancelled(handle, timeout=10)
-    took = time.monotonic() - started
-
+    status = await expect_cancelled(handle)
     assert cancelled.returncode == 0, cancelled.stderr
     assert f"cancellation requested for {handle.id}" in cancelled.stdout
-    print(f"cancel during a hanging LLM call: closed {took:.1f}s after `starter.py cancel` began")
-    assert took < 10  # well before the call's own timeout (LLM_TIMEOUT_S=20, then 15 s more)
+
+    # Promptly by the server's own clock, from the cancel request it recorded to the close (the
+    # CLI's start-up under a loaded machine is not the run's), and before the call's own
+    # timeout could play a part (LLM_TIMEOUT_S=20): no attempt timed out, none was retried.
+    events = (await handle.fetch_history()).events
+    requested = next(
+        e
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED
+    )
+    took = events[-1].event_time.ToDatetime() - requested.event_time.ToDatetime()
+    print(f"cancel during a hanging LLM call: closed {took.total_seconds():.1f}s after the request")
+    assert took < timedelta(seconds=10)
+    assert not [e for e in events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT]
+    assert [r["path"] for r in simulator.requests(handle.id)].count("chat") == 1
     last = status.history[-1]
     assert (last.from_state, last.event, last.detail) == (
         "invoke_llm",
