@@ -3,6 +3,7 @@ workflow id) after reedit_rounds_per_run rounds, and the loop carries on from th
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from temporalio.client import WorkflowHandle
@@ -26,7 +27,8 @@ async def reedit(handle: WorkflowHandle[Any, PipelineResult], feedback: str) -> 
 async def test_reedit_loop_continues_as_new_and_keeps_its_state(orch: Orchestration) -> None:
     """With reedit_rounds_per_run=2 the second reedit moves the loop to a new run: it starts in
     invoke_llm without fetching the prompt again, carries history, attempts, review round and
-    feedback, notes the hand-over, and finishes the run as one workflow id."""
+    feedback, notes the hand-over (when, and the history's length), and finishes the run as one
+    workflow id."""
     orch.fakes.plan_overrides["reedit_rounds_per_run"] = 2
     orch.fakes.llm_script = [Reply(content=f"v{n}", needs_review=True) for n in (1, 2, 3, 4)]
     handle = await orch.start(review="auto")
@@ -42,6 +44,10 @@ async def test_reedit_loop_continues_as_new_and_keeps_its_state(orch: Orchestrat
     assert waiting.review_round == 4 and waiting.attempts == 4
     [handover] = notes(waiting.history, NOTE_CONTINUED_AS_NEW)
     assert (handover.from_state, handover.to_state) == ("invoke_llm", "invoke_llm")
+    assert handover.detail is not None
+    assert re.fullmatch(
+        r"continued as a new run after 2 review rounds \(\d+ events\)", handover.detail
+    )
     before = waiting.history[: waiting.history.index(handover)]
     assert events(before)[-1] == "reedit" and events(before).count("reedit") == 2
     await orch.check_history(handle, waiting.history)
