@@ -542,6 +542,8 @@ def test_without_a_policy_a_run_keeps_the_operators_deadlines_or_lower_ones() ->
     }
     lowered = resolved(None, asked_review_timeout_s=50, asked_escalation_timeout_s=500)
     assert (lowered.review_timeout_s, lowered.escalation_timeout_s) == (50, 200)
+    shorter = resolved(None, asked_review_timeout_s=500, asked_escalation_timeout_s=150)
+    assert (shorter.review_timeout_s, shorter.escalation_timeout_s) == (100, 150)
 
 
 def test_a_policy_resolves_into_the_plans_stages_deadlines_and_rules() -> None:
@@ -614,3 +616,39 @@ def test_a_request_that_leaves_a_stage_short_of_its_quorum_is_refused(
     with pytest.raises(PolicyUnmet) as info:
         resolved(policy, **asked)
     assert str(info.value).startswith(message)
+
+
+def test_membership_and_equality_read_each_value_as_its_type() -> None:
+    """``in`` needs a list (a text is not one, even one containing the fact); ``not_in`` passes
+    a fact absent from the list and fails one in it, ``None`` among the items included; a
+    number equals only the same number, and a bool only the same bool (``1`` is not ``True``)."""
+    assert not holds(Condition(fact="x", op="in", value="EUR"), {"x": "E"})
+    assert holds(Condition(fact="x", op="not_in", value=[None]), {"x": "GBP"})
+    assert not holds(Condition(fact="x", op="not_in", value=[None]), {"x": None})
+    assert not passes("fields.currency", "not_in", ["EUR"])
+    assert not passes("problems", "==", 1)
+    assert not holds(Condition(fact="x", op="==", value=True), {"x": 1})
+
+
+def test_a_plan_of_one_stage_shows_one_stage() -> None:
+    """A plan whose chain has one stage shows one stage in its progress; the same stage
+    decides after an escalation."""
+    plan = prompt_plan(review_stages=TWO_STAGES[:1])
+    run = RunState(state=State.ESCALATE, plan=plan)
+    found = progress(GRAPH, run)
+    assert found is not None and (found.stages, found.stage, found.group) == (1, 1, "writers")
+
+
+def test_an_unsigned_voter_is_found_by_name_where_keys_count() -> None:
+    """Where a plan counts keys, a decision signed by no key (or by a key that signs for
+    anyone) is cast by its reviewer: it finds that reviewer's earlier vote, and no other."""
+    plan = prompt_plan(
+        review_keys=[ReviewKey(key_id="inbox", public_key="k", reviewers=None)],
+        quorum_counts_keys=True,
+    )
+    earlier = Vote(reviewer="carol", decision="approve", at=AT)
+    run = RunState(state=State.AWAIT_REVIEW, plan=plan, votes=[earlier])
+    assert same_voter(plan, run, ReviewDecision(decision="approve", reviewer="carol")) == earlier
+    by_inbox = ReviewDecision(decision="reject", reviewer="carol", token=_token("inbox"))
+    assert same_voter(plan, run, by_inbox) == earlier
+    assert same_voter(plan, run, ReviewDecision(decision="approve", reviewer="dan")) is None
