@@ -409,3 +409,11 @@ def test_every_state_is_checked_past_an_end_and_a_drop_in_progress_names_its_edg
             "progress goes down along completed -again-> late (100% to 49%)",
         ),
     ]
+
+
+def test_an_edge_given_twice_is_no_conflict() -> None:
+    """Two groups of edges may give the same edge (a state cancelled by two sub-graphs): only
+    a second target for one (state, event) is a problem."""
+    graph = tiny(*cancel_edges(["work"]))
+    assert graph.problems() == []
+    assert graph.next_state("work", Event.CANCEL) == CANCELLED

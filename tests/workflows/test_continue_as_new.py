@@ -3,6 +3,7 @@ workflow id) after reedit_rounds_per_run rounds, and the loop carries on from th
 
 from __future__ import annotations
 
+import asyncio
 import re
 from typing import Any
 
@@ -12,7 +13,9 @@ from aiorch.ops.results import finished
 from tests.support.orchestration import Orchestration
 from tests.support.run_history import events, notes, transitions
 from tests.support.scripted_activities import Reply
+from tests.support.time_skipping import POLL_INTERVAL_S, TASK_PROGRESS_TIMEOUT_S
 from workflows import contract
+from workflows.engine.continuation import CONTINUE_AT_EVENTS
 from workflows.payloads import NOTE_CONTINUED_AS_NEW, PipelineResult, RunStatus
 
 
@@ -62,3 +65,39 @@ async def test_reedit_loop_continues_as_new_and_keeps_its_state(orch: Orchestrat
     assert transitions(result.history)[0].event == "start"
     assert [e.content for e in orch.fakes.embedding_calls] == ["v4"]
     await orch.check_finished(handle, result)
+
+
+async def test_a_waiting_run_continues_as_new_once_its_history_passes_its_event_budget(
+    orch: Orchestration,
+) -> None:
+    """Signals add events to a run's history whoever sends them: a run waiting for review
+    that has passed CONTINUE_AT_EVENTS events (small signals, far below the byte budget)
+    continues as new in the same wait and notes how many events it had (the signals here are
+    a stranger's reviews, each refused)."""
+    orch.fakes.plan_overrides["allowed_reviewers"] = ["ann"]
+    orch.fakes.llm_script = [Reply(needs_review=True)]
+    handle = await orch.start(review="auto")
+    waiting = await orch.wait_for_state(handle, "await_review")
+    first_run = (await handle.describe()).run_id
+    stranger = {"decision": "approve", "reviewer": "stranger"}
+
+    async def continued() -> bool:
+        return (await handle.describe()).run_id != first_run
+
+    for _ in range(CONTINUE_AT_EVENTS // 200 + 5):
+        if await continued():
+            break
+        await asyncio.gather(*(handle.signal(contract.SIGNAL_REVIEW, stranger) for _ in range(200)))
+    deadline = asyncio.get_running_loop().time() + TASK_PROGRESS_TIMEOUT_S
+    while not await continued():
+        assert asyncio.get_running_loop().time() < deadline, "the run never continued as new"
+        await asyncio.sleep(POLL_INTERVAL_S)
+
+    resumed = await orch.wait_for_state(handle, "await_review")
+    assert resumed.review_round == waiting.review_round
+    [handover] = notes(resumed.history, NOTE_CONTINUED_AS_NEW)
+    assert handover.detail is not None
+    found = re.fullmatch(
+        r"continued as a new run while waiting for review \((\d+) events\)", handover.detail
+    )
+    assert found is not None and int(found[1]) >= CONTINUE_AT_EVENTS
