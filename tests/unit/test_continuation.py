@@ -11,13 +11,16 @@ from workflows.engine.continuation import (
     CONTINUE_AT_BYTES,
     CONTINUE_AT_EVENTS,
     bounded_feedback,
+    carried_problem,
+    carries_state,
+    id_problem,
     is_due,
     parse_input,
     start_problem,
 )
 from workflows.errors import InvalidRequest
 from workflows.llm.graph import GRAPH, State
-from workflows.payloads import PipelineRequest, RunState
+from workflows.payloads import PipelineRequest, RunState, printable
 
 REQUEST = {"request_id": "a" * 24, "user_message": "hello"}
 
@@ -153,3 +156,73 @@ def test_history_is_bounded_at_append_and_counts_what_it_drops() -> None:
     assert run.history_dropped == 5000 - kept > 0
     assert run.history_bytes == sum(len(e.model_dump_json()) + 1 for e in run.history)
     assert run.history_bytes <= HISTORY_MAX_BYTES
+
+
+def test_due_only_at_each_budget_itself() -> None:
+    """One byte or one event short of its budget, a run is not due; at the budget it is."""
+    assert not is_due(
+        rounds_this_run=0,
+        rounds_per_run=50,
+        suggested=False,
+        history_bytes=CONTINUE_AT_BYTES - 1,
+        history_events=CONTINUE_AT_EVENTS - 1,
+    )
+    assert not is_due(rounds_this_run=0, rounds_per_run=1, suggested=False)
+
+
+def test_feedback_stops_at_the_first_item_that_does_not_fit_counting_bytes() -> None:
+    """Feedback is kept newest first up to the window, counted in UTF-8 bytes (``é`` is two),
+    and stops at the first item that does not fit: an older short item is not kept past a
+    long one, so what the LLM sees is always the newest run of feedback."""
+    assert bounded_feedback(["a", "b" * 20, "c"], max_bytes=5) == ["c"]
+    assert bounded_feedback(["old", "éé", "new"], max_bytes=7) == ["éé", "new"]
+    assert bounded_feedback(["old", "ééé", "new"], max_bytes=7) == ["new"]
+    assert bounded_feedback([], max_bytes=7) == []
+
+
+def test_a_continued_state_is_refused_naming_why() -> None:
+    """A carried state outside the graph's resume points is named (made printable), and one
+    without its plan is refused as such; a resume point with a plan is taken."""
+    outside = RunState(state="gen\nerate", plan=prompt_plan())
+    assert carried_problem(outside, GRAPH) == (
+        "carried: a continued run cannot resume in 'gen\\nerate'"
+    )
+    planless = RunState(state=State.AWAIT_REVIEW)
+    assert carried_problem(planless, GRAPH) == "carried: a continued run must carry its plan"
+    assert carried_problem(RunState(state=State.ESCALATE, plan=prompt_plan()), GRAPH) is None
+    with pytest.raises(InvalidRequest, match="must carry its plan"):
+        parse({"request": REQUEST, "carried": planless.model_dump(mode="json")})
+
+
+def test_only_a_dict_with_carried_state_is_a_continued_runs_input() -> None:
+    """A start input carries state only when it is an object with ``carried``; a text naming
+    it, or an object without it, does not."""
+    assert carries_state({"carried": None})
+    assert not carries_state({"request": REQUEST})
+    assert not carries_state("carried")
+
+
+def test_each_refused_start_says_why_in_one_line() -> None:
+    """What a client chose wrongly is named with the pipeline and the way out: a cron
+    schedule, a workflow retry policy (or a retried attempt), carried state on a plain start."""
+    assert start(cron_schedule="@daily") == (
+        "AiOrchestrator runs take no cron schedule (a request runs once; start runs from a "
+        "Temporal Schedule instead)"
+    )
+    assert start(attempt=2) == (
+        "AiOrchestrator runs take no workflow retry policy (the state graph owns retries)"
+    )
+    assert start(carried=True) == (
+        "carried state is accepted only from the workflow's own continue-as-new"
+    )
+    assert start(cron_schedule="") is None
+
+
+def test_a_run_runs_only_under_its_request_id() -> None:
+    """The workflow id must be the request id; another is named, made printable and cut."""
+    other = "x\n" + "y" * 200
+    assert id_problem("a" * 24, "a" * 24) is None
+    assert id_problem(other, "a" * 24) == (
+        f"invalid request: the workflow id must be the request id ({'a' * 24}), not "
+        f"{printable(other, 80)!r}"
+    )

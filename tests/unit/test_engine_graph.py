@@ -14,6 +14,7 @@ from workflows.engine.graph import (
     CANCELLED,
     COMPLETED,
     DEAD_LETTER,
+    END_INFOS,
     ESCALATE,
     FAILED,
     IDLE,
@@ -248,3 +249,171 @@ async def test_a_state_without_a_failure_edge_cannot_fail_quietly() -> None:
     with pytest.raises(InvalidTransition, match="no failure edge"):
         await ctx.fail("it broke")
     assert (run.state, run.last_error, run.history) == ("work", "it broke", [])
+
+
+def test_the_dot_export_draws_ends_as_double_circles_and_cancels_dashed() -> None:
+    """``to_dot`` writes the Graphviz text the docs commit: left to right, one box per state
+    labelled with its status and progress (end states double circles), then one labelled edge
+    per transition in definition order, cancels dashed and gray."""
+    assert tiny().to_dot() == (
+        "digraph Tiny {\n"
+        "  rankdir=LR;\n"
+        '  node [shape=box, style=rounded, fontname="Helvetica"];\n'
+        '  idle [label="idle\\nPending 0%", shape=box];\n'
+        '  work [label="work\\nProcessing 50%", shape=box];\n'
+        '  completed [label="completed\\nCompleted 100%", shape=doublecircle];\n'
+        '  cancelled [label="cancelled\\nCancelled 100%", shape=doublecircle];\n'
+        '  idle -> work [label="start"];\n'
+        '  work -> completed [label="done"];\n'
+        '  idle -> cancelled [label="cancel", style=dashed, color=gray];\n'
+        '  work -> cancelled [label="cancel", style=dashed, color=gray];\n'
+        "}\n"
+    )
+
+
+def test_the_mermaid_export_starts_at_the_initial_state_and_leaves_from_each_end() -> None:
+    """``to_mermaid`` enters at the initial state, draws every transition in definition order
+    and leaves from each end state in name order; the short form notes the cancel once on its
+    target instead of its edges."""
+    head = (
+        "stateDiagram-v2\n    [*] --> idle\n    idle --> work: start\n"
+        "    work --> completed: done\n"
+    )
+    tail = "    cancelled --> [*]\n    completed --> [*]\n"
+    assert tiny().to_mermaid() == (
+        head + "    idle --> cancelled: cancel\n    work --> cancelled: cancel\n" + tail
+    )
+    assert tiny().to_mermaid(cancel_edges=False) == (
+        head + "    note left of cancelled: cancel, from every open state\n" + tail
+    )
+
+
+def test_an_unknown_pair_or_state_is_refused_naming_what_the_graph_allows() -> None:
+    """``next_state`` refuses a pair the graph lacks with the state, the event and the events
+    the state allows (``none`` in an end state); ``info`` refuses a state the graph lacks,
+    naming the graph."""
+    graph = tiny()
+    with pytest.raises(InvalidTransition) as lacking:
+        graph.next_state("work", Event.APPROVE)
+    assert (lacking.value.state, lacking.value.event) == ("work", "approve")
+    assert str(lacking.value) == (
+        "invalid transition: event 'approve' in state 'work' (allowed events: cancel, done)"
+    )
+    with pytest.raises(InvalidTransition, match=r"in state 'completed' \(allowed events: none\)"):
+        graph.next_state(COMPLETED, Event.START)
+    with pytest.raises(InvalidTransition) as unknown:
+        graph.info("nowhere")
+    assert str(unknown.value) == (
+        "invalid transition: event '(lookup)' in state 'nowhere' (Tiny has no such state)"
+    )
+
+
+def test_each_state_answers_its_status_progress_and_whether_it_ends() -> None:
+    """A state's status, progress and end come from its ``StateInfo``; the start state is not
+    shown, every other state here is; where an event leads is None off the graph's edges."""
+    side = StateInfo(Status.PENDING, 50, "aside", Role.CAPACITY, shown=False)
+    graph = tiny(
+        Transition("work", Event.CAPACITY_WAIT, "side"),
+        Transition("side", Event.CAPACITY_READY, "work"),
+        *cancel_edges(["side"]),
+        states={"work": WORK, "side": side},
+    )
+    assert [graph.is_terminal(s) for s in (IDLE, "work", "side", COMPLETED, CANCELLED)] == [
+        False,
+        False,
+        False,
+        True,
+        True,
+    ]
+    assert (graph.status_of("work"), graph.progress_of("work")) == (Status.PROCESSING, 50)
+    assert (graph.status_of(COMPLETED), graph.progress_of(COMPLETED)) == (Status.COMPLETED, 100)
+    assert (graph.status_of(IDLE), graph.progress_of(IDLE)) == (Status.PENDING, 0)
+    assert graph.shown_states == {"work", COMPLETED, CANCELLED}
+    assert graph.with_role(Role.CAPACITY, Role.START) == {"side", IDLE}
+    assert graph.target_of("work", "done") == COMPLETED
+    assert graph.target_of("work", Event.CAPACITY_READY) is None
+    assert graph.reedit_target("work") is None
+    assert graph.reachable_from("side") == {"side", "work", COMPLETED, CANCELLED}
+    assert graph.reachable_from("side", cancels=False) == {"side", "work", COMPLETED}
+
+
+def test_a_reedit_leads_back_to_the_step_it_names() -> None:
+    """``reedit_target`` is where a reedit decision leads from a review state (the step to do
+    again), and nothing from a state without one."""
+    states = {"call": WORK, **review_states(50)}
+    graph = Graph.of(
+        "Reviewed",
+        states,
+        (Transition(IDLE, Event.START, "call"), Transition("call", "answered", AWAIT_REVIEW)),
+        review_edges(approve=COMPLETED, reedit="call"),
+        cancel_edges([IDLE, *states]),
+    )
+    assert graph.reedit_target(AWAIT_REVIEW) == "call"
+    assert graph.reedit_target(ESCALATE) == "call"
+    assert graph.reedit_target("call") is None
+
+
+def test_edge_problems_name_their_source_and_stop_the_check_there() -> None:
+    """An edge to an unknown state, or a second target for one (state, event), is named with
+    the edge's source; either stops the check there (the other rules would only echo it), and
+    Graph.of's message joins every problem with ``; `` after the graph's name."""
+    graph = Graph.unchecked(
+        "Broken",
+        {"work": WORK},
+        (
+            Transition(IDLE, Event.START, "work"),
+            Transition("ghost", "haunt", "work"),
+            Transition("work", "done", COMPLETED),
+            Transition("work", "done", FAILED),
+            Transition("work", "lost", "nowhere"),
+        ),
+    )
+    assert graph.problems() == [
+        GraphProblem(GraphRule.KNOWN_STATES, "ghost", "edge ghost -haunt-> work: no 'ghost'"),
+        GraphProblem(GraphRule.ONE_TARGET, "work", "work -done-> leads to two states"),
+        GraphProblem(GraphRule.KNOWN_STATES, "work", "edge work -lost-> nowhere: no 'nowhere'"),
+    ]
+    with pytest.raises(GraphError) as info:
+        Graph.of("Broken", {"work": WORK}, graph.transitions)
+    assert str(info.value) == (
+        "graph 'Broken' is invalid: edge ghost -haunt-> work: no 'ghost'; "
+        "work -done-> leads to two states; edge work -lost-> nowhere: no 'nowhere'"
+    )
+
+
+def test_every_state_is_checked_past_an_end_and_a_drop_in_progress_names_its_edge() -> None:
+    """The checks go on past an end state to the states after it (an end with edges out is
+    named, and so is an open state after it that cannot be cancelled), and a drop in progress
+    is named at its edge's source with both percentages."""
+    graph = Graph.unchecked(
+        "Late",
+        {
+            "work": WORK,
+            COMPLETED: END_INFOS[COMPLETED],
+            "late": StateInfo(Status.PROCESSING, 49, "later"),
+        },
+        (
+            Transition(IDLE, Event.START, "work"),
+            Transition("work", "done", COMPLETED),
+            Transition(COMPLETED, "again", "late"),
+            Transition("late", "on", COMPLETED),
+        ),
+        cancel_edges([IDLE, "work"]),
+    )
+    assert graph.problems() == [
+        GraphProblem(GraphRule.FINAL_ENDS, COMPLETED, "terminal state completed has edges out"),
+        GraphProblem(GraphRule.CANCELLABLE, "late", "late cannot be cancelled"),
+        GraphProblem(
+            GraphRule.PROGRESS,
+            COMPLETED,
+            "progress goes down along completed -again-> late (100% to 49%)",
+        ),
+    ]
+
+
+def test_an_edge_given_twice_is_no_conflict() -> None:
+    """Two groups of edges may give the same edge (a state cancelled by two sub-graphs): only
+    a second target for one (state, event) is a problem."""
+    graph = tiny(*cancel_edges(["work"]))
+    assert graph.problems() == []
+    assert graph.next_state("work", Event.CANCEL) == CANCELLED
