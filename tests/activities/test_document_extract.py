@@ -110,15 +110,16 @@ def test_a_pdf_without_text_is_unreadable() -> None:
 @pytest.mark.parametrize(
     ("data", "words"),
     [
-        (b"\x89PNG\r\n\x1a\n\x00\x00" + SECRET.encode(), "neither UTF-8 text nor a PDF"),
-        ("Müller".encode("latin-1"), "neither UTF-8 text nor a PDF"),
-        (b" \n\t\n", "holds no text"),
-        (b"", "holds no text"),
+        (b"\x89PNG\r\n\x1a\n\x00\x00" + SECRET.encode(), "it is neither UTF-8 text nor a PDF"),
+        ("Müller".encode("latin-1"), "it is neither UTF-8 text nor a PDF"),
+        (b" \n\t\n", "it holds no text"),
+        (b"", "it holds no text"),
     ],
 )
 def test_other_documents_without_text_are_unreadable(data: bytes, words: str) -> None:
-    """Binary files, other encodings and blank files fail with one line saying why."""
-    assert words in unreadable(data).message
+    """Binary files, other encodings and blank files fail with one line saying why, the
+    reason the run's failure shows."""
+    assert unreadable(data).message == f"the document cannot be read: {words}"
 
 
 def test_preview_never_cuts_a_character() -> None:
@@ -272,6 +273,25 @@ async def test_document_text_refuses_a_changed_document(inputs: Inputs) -> None:
         await inputs.texts().text(inputs.text.as_uri(), sha256=result.sha256)
     assert info.value.type == DOCUMENT_CHANGED
     assert info.value.non_retryable
+    assert info.value.message == (
+        "the document changed after its text was extracted (its SHA-256 differs); "
+        "start the run again to analyse the new version"
+    )
+
+
+async def test_reading_the_text_again_heartbeats(inputs: Inputs) -> None:
+    """The model call's activity heartbeats while the text is extracted again, as
+    ``extract_text`` does."""
+    big = inputs.root / "big.pdf"
+    big.write_bytes(text_pdf([[f"Page {n} of the report"] for n in range(400)]))
+    sha256 = extract(big.read_bytes()).sha256
+    env = ActivityEnvironment()
+    beats: list[object] = []
+    env.on_heartbeat = lambda *details: beats.append(details)
+    texts = inputs.texts(heartbeat_every=timedelta(milliseconds=1))
+    text = await env.run(texts.text, big.as_uri(), sha256=sha256)
+    assert text.startswith("Page 0 of the report")
+    assert beats and beats[0] == ("extracting the document's text",)
 
 
 async def test_document_text_keeps_the_loader_checks(inputs: Inputs) -> None:

@@ -8,13 +8,25 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 import typer
+from rich.console import Console
+from rich.measure import Measurement
+from rich.table import Table
+from rich.text import Text
 from typer.core import TyperGroup
 from typer.testing import CliRunner
 
 from aiorch.cli import build_app
 from aiorch.cli.app import COMMANDS
 from aiorch.cli.ops import stuck_cutoff
-from aiorch.cli.output import CliError, out, plain, print_json, print_table
+from aiorch.cli.output import (
+    CliError,
+    fits_terminal,
+    out,
+    plain,
+    print_json,
+    print_table,
+    usage_error_text,
+)
 from aiorch.cli.reviews import signed_json
 from aiorch.devstack.processes import free_port
 from aiorch.ops.reviews import ReviewTarget
@@ -210,6 +222,69 @@ def test_a_table_is_never_cut_it_wraps_or_becomes_lines(
             "id                        from                event               detail",
         ]
         assert lines[3] == "fedcba9876543210fedcba98  await_review        needs_review"
+
+
+def test_json_is_printed_indented_by_two_with_its_characters_as_they_are() -> None:
+    """`print_json` indents by two spaces and writes non-ASCII characters as themselves (a
+    vendor named "Müller" reads as such, not as an escape)."""
+    with out.capture() as captured:
+        print_json('{"vendor": "M\u00fcller", "lines": [1]}')
+    assert captured.get() == '{\n  "vendor": "Müller",\n  "lines": [\n    1\n  ]\n}\n'
+
+
+def test_a_table_fits_a_terminal_exactly_as_wide_as_it_needs() -> None:
+    """A table fits a terminal of its minimum width (every cell whole), not one a column
+    narrower."""
+    table = Table("id", "state")
+    table.add_row("0123456789abcdef", "await_review")
+    console = Console(width=200)
+    needed = Measurement.get(console, console.options, table).minimum
+    assert fits_terminal(table, Console(width=needed))
+    assert not fits_terminal(table, Console(width=needed - 1))
+
+
+def test_a_boxed_table_shows_its_title_headers_and_right_justified_columns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where the table fits, it is drawn under its title with each column's header; the
+    ``justify_right`` columns (counts) are aligned right, the others left."""
+    monkeypatch.setattr(out, "width", 80)
+    with out.capture() as captured:
+        print_table(
+            ("name", "count"),
+            [("a", "1"), ("bbbbbb", "22")],
+            title="Runs",
+            justify_right=("count",),
+        )
+    lines = captured.get().splitlines()
+    assert lines[0].strip() == "Runs"
+    assert lines[2] == "┃ name   ┃ count ┃"
+    assert lines[4:6] == ["│ a      │     1 │", "│ bbbbbb │    22 │"]
+
+
+def test_a_table_as_lines_keeps_its_bold_header_and_each_cells_style(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On a terminal too narrow for the table, the header line is bold and a cell given as
+    styled text keeps its style."""
+    monkeypatch.setattr(out, "width", 10)
+    monkeypatch.setattr(out, "record", True)
+    print_table(("name", "state"), [("a", Text("failed", style="red"))], title="Runs")
+    shown = out.export_html(inline_styles=True, code_format="{code}")
+    assert shown.splitlines() == [
+        "Runs",
+        '<span style="font-weight: bold">name</span>  <span style="font-weight: bold">state</span>',
+        'a     <span style="color: #800000; text-decoration-color: #800000">failed</span>',
+    ]
+
+
+def test_a_usage_error_says_where_help_is_when_it_knows_the_command() -> None:
+    """A command line Click refuses names its command's ``--help``; an error that knows no
+    command is its message alone."""
+    done = CliRunner().invoke(build_app(), ["status", "x", "--bogus"])
+    assert done.exit_code == 2
+    assert done.output.endswith("(see root status --help)\n"), done.output
+    assert usage_error_text(typer.TyperException("no such thing")) == "no such thing"
 
 
 def test_start_asks_for_a_lane_and_refuses_an_unknown_one() -> None:
