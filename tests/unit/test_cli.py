@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
+from temporalio.service import RPCError, RPCStatusCode
 from typer.core import TyperGroup
 from typer.testing import CliRunner
 
@@ -20,7 +21,12 @@ from aiorch.cli.app import COMMANDS
 from aiorch.cli.ops import stuck_cutoff
 from aiorch.cli.output import (
     CliError,
+    RunDidNotComplete,
+    UsageError,
+    cli_app,
+    command_group,
     fits_terminal,
+    one_line_errors,
     out,
     plain,
     print_json,
@@ -285,6 +291,92 @@ def test_a_usage_error_says_where_help_is_when_it_knows_the_command() -> None:
     assert done.exit_code == 2
     assert done.output.endswith("(see root status --help)\n"), done.output
     assert usage_error_text(typer.TyperException("no such thing")) == "no such thing"
+
+
+FAILURES: dict[str, Exception] = {
+    "cli": CliError("the file [/] is missing"),
+    "run": RunDidNotComplete("the run failed"),
+    "usage": UsageError("say what to change"),
+    "rpc": RPCError("connection refused", RPCStatusCode.UNAVAILABLE, b""),
+}
+
+
+def small_app() -> typer.Typer:
+    """An app made as the `aiorch` app is: two commands and a group of two."""
+    app = cli_app("Tools for a test.")
+
+    @app.command()
+    def stop() -> None:
+        """Stop: the user said no."""
+        raise typer.Abort()
+
+    @app.command()
+    @one_line_errors
+    def fail(kind: str) -> None:
+        """Fail as asked."""
+        raise FAILURES[kind]
+
+    things = command_group("Things, listed and counted.")
+
+    @things.command("list")
+    def list_things() -> None:
+        """List every thing there is, each on a line of its own, however long this first
+        paragraph grows.
+
+        Nothing of this second paragraph is in the group's list."""
+
+    @things.command("count")
+    def count() -> None:
+        """Count them."""
+
+    app.add_typer(things, name="things")
+    return app
+
+
+def test_a_bare_app_shows_its_help_with_the_exit_codes() -> None:
+    """An app called with no arguments prints its help, in Click's plain layout (no Rich
+    panels, no shell completion options), ending with the exit codes, and succeeds."""
+    done = CliRunner().invoke(small_app(), [])
+    assert done.exit_code == 0
+    assert done.output.startswith("Usage: root [OPTIONS] COMMAND [ARGS]...\n\n  Tools for a test.")
+    assert "╭" not in done.output and "--install-completion" not in done.output
+    assert done.output.endswith("    130 interrupted (Ctrl-C)\n")
+
+
+def test_a_bare_group_shows_each_commands_whole_first_paragraph() -> None:
+    """A command group called alone prints its help and succeeds; it lists each command with
+    the whole first paragraph of its help (not cut at Click's 45 characters), and no more."""
+    done = CliRunner().invoke(small_app(), ["things"])
+    assert done.exit_code == 0
+    assert done.output.startswith("Usage: root things [OPTIONS] COMMAND")
+    assert "  Things, listed and counted.\n" in done.output
+    listed = " ".join(done.output.split("Commands:", 1)[1].split())
+    assert listed == (
+        "list List every thing there is, each on a line of its own, however long this first "
+        "paragraph grows. count Count them."
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "line", "code"),
+    [
+        (["stop"], "error: aborted; nothing was done", 1),
+        (["fail", "cli"], "error: the file [/] is missing", 1),
+        (["fail", "run"], "error: the run failed", 3),
+        (["fail", "usage"], "error: say what to change", 2),
+        (["fail", "rpc"], "error: connection refused", 1),
+        (["stop", "--x"], "error: No such option: --x (see root stop --help)", 2),
+    ],
+)
+def test_each_failure_is_one_error_line_and_its_exit_status(
+    args: list[str], line: str, code: int
+) -> None:
+    """An abort, an expected failure (a user's error, a run that did not complete, a command
+    line asking for nothing a command does, Temporal's error) and a command line that does not
+    parse each end in one ``error:`` line, the message printed as written, and the exit
+    status of its kind."""
+    done = CliRunner().invoke(small_app(), args)
+    assert (done.output, done.exit_code) == (f"{line}\n", code)
 
 
 def test_start_asks_for_a_lane_and_refuses_an_unknown_one() -> None:
