@@ -25,10 +25,12 @@ from aiorch.cli.output import (
     UsageError,
     cli_app,
     command_group,
+    err_console,
     fits_terminal,
     one_line_errors,
     out,
     plain,
+    print_error,
     print_json,
     print_table,
     usage_error_text,
@@ -316,6 +318,11 @@ def small_app() -> typer.Typer:
         """Fail as asked."""
         raise FAILURES[kind]
 
+    @app.command()
+    def greet() -> str:
+        """Greet, returning the greeting to a caller in Python."""
+        return "hello"
+
     things = command_group("Things, listed and counted.")
 
     @things.command("list")
@@ -325,9 +332,9 @@ def small_app() -> typer.Typer:
 
         Nothing of this second paragraph is in the group's list."""
 
-    @things.command("count")
+    @things.command("count", short_help="How many.")
     def count() -> None:
-        """Count them."""
+        """Count them all, one by one."""
 
     app.add_typer(things, name="things")
     return app
@@ -345,7 +352,8 @@ def test_a_bare_app_shows_its_help_with_the_exit_codes() -> None:
 
 def test_a_bare_group_shows_each_commands_whole_first_paragraph() -> None:
     """A command group called alone prints its help and succeeds; it lists each command with
-    the whole first paragraph of its help (not cut at Click's 45 characters), and no more."""
+    the whole first paragraph of its help (not cut at Click's 45 characters), and no more, or
+    with the short help the command names itself."""
     done = CliRunner().invoke(small_app(), ["things"])
     assert done.exit_code == 0
     assert done.output.startswith("Usage: root things [OPTIONS] COMMAND")
@@ -353,7 +361,7 @@ def test_a_bare_group_shows_each_commands_whole_first_paragraph() -> None:
     listed = " ".join(done.output.split("Commands:", 1)[1].split())
     assert listed == (
         "list List every thing there is, each on a line of its own, however long this first "
-        "paragraph grows. count Count them."
+        "paragraph grows. count How many."
     )
 
 
@@ -366,6 +374,11 @@ def test_a_bare_group_shows_each_commands_whole_first_paragraph() -> None:
         (["fail", "usage"], "error: say what to change", 2),
         (["fail", "rpc"], "error: connection refused", 1),
         (["stop", "--x"], "error: No such option: --x (see root stop --help)", 2),
+        (
+            ["things", "cont"],
+            "error: No such command 'cont'. Did you mean 'count'? (see root things --help)",
+            2,
+        ),
     ],
 )
 def test_each_failure_is_one_error_line_and_its_exit_status(
@@ -377,6 +390,24 @@ def test_each_failure_is_one_error_line_and_its_exit_status(
     status of its kind."""
     done = CliRunner().invoke(small_app(), args)
     assert (done.output, done.exit_code) == (f"{line}\n", code)
+
+
+def test_a_commands_return_value_is_no_exit_status_or_output() -> None:
+    """A command that returns a value (for a caller in Python) succeeds and prints nothing of
+    it."""
+    done = CliRunner().invoke(small_app(), ["greet"])
+    assert (done.output, done.exit_code) == ("", 0)
+
+
+def test_the_error_prefix_is_red(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``error:`` is shown in red, the message after it in the terminal's own colour."""
+    monkeypatch.setattr(err_console, "record", True)
+    print_error("the run [red]x[/] failed")
+    shown = err_console.export_html(inline_styles=True, code_format="{code}")
+    assert shown == (
+        '<span style="color: #800000; text-decoration-color: #800000">error:</span> '
+        "the run [red]x[/] failed\n"
+    )
 
 
 def test_start_asks_for_a_lane_and_refuses_an_unknown_one() -> None:

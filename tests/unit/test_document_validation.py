@@ -4,18 +4,19 @@ on its own, with the field named by path; within-a-cent boundaries; never an exc
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pydantic import BaseModel, field_validator
+from pydantic import BaseModel, TypeAdapter, ValidationError, field_validator
 
 from workflows.documents.invoice import (
     ISO_4217_CURRENCIES,
     MAX_DESCRIPTION_CHARS,
     MAX_LINE_ITEMS,
     MAX_NAME_CHARS,
+    _bounded,
 )
 from workflows.documents.schemas import INVOICE
 from workflows.documents.validation import WHOLE_DOCUMENT, field_path, validate
@@ -439,3 +440,19 @@ def test_schema_messages_are_cut_at_200_characters(length: int, shown: str) -> N
     whole up to 200 characters, cut beyond."""
     [problem] = validate(_Strict, (), {"name": "x" * length}).problems
     assert problem.message == "Value error, " + shown
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [("abc", None), ("abcd", "is longer than 3 characters"), (" \t", "must not be empty")],
+)
+def test_a_bounded_text_is_not_blank_and_at_most_its_limit(value: str, message: str | None) -> None:
+    """A bounded text (a name, a description) is taken up to its limit in characters; a longer
+    or a blank one is refused saying which."""
+    bounded = TypeAdapter(Annotated[str, _bounded(3)])
+    if message is None:
+        assert bounded.validate_python(value) == value
+    else:
+        with pytest.raises(ValidationError) as info:
+            bounded.validate_python(value)
+        assert [error["msg"] for error in info.value.errors()] == [message]
