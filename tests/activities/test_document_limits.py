@@ -21,7 +21,6 @@ from activities.documents.extract import (
     extract,
     extract_in_child,
     inline,
-    text_sha256,
 )
 from activities.documents.text_store import BucketTexts, FolderTexts, text_key
 from activities.input_loader import InputLoader
@@ -165,25 +164,6 @@ async def test_a_kept_text_that_is_not_the_extracted_one_is_never_used(
 
     assert found == extracted.text
     assert (tmp_path / "texts" / text_key(PDF)).read_text() == extracted.text
-
-
-@pytest.mark.parametrize(("characters", "used"), [(40, True), (41, False)])
-async def test_a_kept_text_is_read_up_to_four_bytes_a_character_of_the_limit(
-    root: Path, tmp_path: Path, characters: int, used: bool
-) -> None:
-    """The model call reads a kept text of at most four UTF-8 bytes for each character the
-    reader's limit allows (here 10 characters: 40 bytes); a longer one is no text of this
-    reader's, so the document is extracted again (and is not that text)."""
-    kept = "x" * characters
-    await FolderTexts(tmp_path / "texts").put(text_key(PDF), kept)
-    reader = texts(root, tmp_path / "texts", DocumentLimits(max_chars=10))
-    reading = reader.text((root / "invoice.pdf").as_uri(), sha256=text_sha256(kept))
-    if used:
-        assert await reading == kept
-    else:
-        with pytest.raises(ApplicationError) as info:
-            await reading
-        assert info.value.type == DOCUMENT_TOO_LARGE
 
 
 async def test_a_store_that_cannot_keep_texts_never_stops_a_run(root: Path, tmp_path: Path) -> None:

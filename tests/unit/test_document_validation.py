@@ -4,6 +4,7 @@ on its own, with the field named by path; within-a-cent boundaries; never an exc
 from __future__ import annotations
 
 import copy
+from datetime import date, datetime
 from typing import Annotated, Any
 
 import pytest
@@ -456,3 +457,11 @@ def test_a_bounded_text_is_not_blank_and_at_most_its_limit(value: str, message: 
         with pytest.raises(ValidationError) as info:
             bounded.validate_python(value)
         assert [error["msg"] for error in info.value.errors()] == [message]
+
+
+def test_dates_given_as_dates_are_taken_and_times_are_not() -> None:
+    """Fields given as Python values (not JSON) take a date as it is and refuse a date with a
+    time of day, as they refuse its ISO text."""
+    assert INVOICE.check(_with({"issue_date": date(2026, 3, 1)})).problems == []
+    report = INVOICE.check(_with({"issue_date": datetime(2026, 3, 1, 10, 0)}))
+    assert fields_of(report.problems) == ["issue_date"]
