@@ -392,6 +392,14 @@ def test_each_failure_is_one_error_line_and_its_exit_status(
     assert (done.output, done.exit_code) == (f"{line}\n", code)
 
 
+def test_clicks_context_settings_reach_the_commands() -> None:
+    """Settings given to the app's ``main`` (Click's context settings: here the terminal's
+    width) reach the commands, as Click's own groups pass them."""
+    done = CliRunner().invoke(small_app(), ["things"], terminal_width=40)
+    assert done.exit_code == 0
+    assert max(len(line) for line in done.output.splitlines()) <= 40
+
+
 def test_a_commands_return_value_is_no_exit_status_or_output() -> None:
     """A command that returns a value (for a caller in Python) succeeds and prints nothing of
     it."""
