@@ -4,6 +4,7 @@ and the one line a user sees when Temporal cannot be reached."""
 from __future__ import annotations
 
 import json
+import sys
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -319,6 +320,11 @@ def small_app() -> typer.Typer:
         raise FAILURES[kind]
 
     @app.command()
+    def crash() -> None:
+        """Fail as a bug would."""
+        raise RuntimeError("a bug")
+
+    @app.command()
     def greet() -> str:
         """Greet, returning the greeting to a caller in Python."""
         return "hello"
@@ -398,6 +404,23 @@ def test_clicks_context_settings_reach_the_commands() -> None:
     done = CliRunner().invoke(small_app(), ["things"], terminal_width=40)
     assert done.exit_code == 0
     assert max(len(line) for line in done.output.splitlines()) <= 40
+
+
+def test_an_unexpected_error_is_pythons_own_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An error no command expects (a bug) leaves the app as Python's plain traceback, which
+    an issue can quote, not a framed Rich one."""
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)  # the app installs Typer's hook
+    for name in ("TYPER_STANDARD_TRACEBACK", "_TYPER_STANDARD_TRACEBACK"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(RuntimeError) as info:
+        small_app()(["crash"])
+    sys.excepthook(info.type, info.value, info.tb)
+    shown = capsys.readouterr().err
+    assert shown.startswith("Traceback (most recent call last):\n")
+    assert shown.endswith("RuntimeError: a bug\n")
+    assert "╭" not in shown
 
 
 def test_a_commands_return_value_is_no_exit_status_or_output() -> None:
