@@ -271,6 +271,23 @@ def test_a_boxed_table_shows_its_title_headers_and_right_justified_columns(
     assert lines[4:6] == ["│ a      │     1 │", "│ bbbbbb │    22 │"]
 
 
+def test_a_word_wider_than_rich_gives_its_column_is_folded_not_cut(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Sharing the width between two wrapped columns, Rich may give one less than its longest
+    word (here 21 of 30 characters): the word goes on in the next line, whole, no ellipsis."""
+    monkeypatch.setattr(out, "width", 50)
+    word = "W" * 30
+    with out.capture() as captured:
+        print_table(("a", "b"), [(word + " y" * 40, "z " * 60)], wrap=("a", "b"))
+    shown = captured.get()
+    assert "…" not in shown
+    assert [line.split("│")[1].strip() for line in shown.splitlines()[3:5]] == [
+        "W" * 21,
+        "W" * 9 + " y y y y y y",
+    ]
+
+
 def test_a_table_as_lines_keeps_its_bold_header_and_each_cells_style(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
