@@ -415,12 +415,16 @@ def test_each_failure_is_one_error_line_and_its_exit_status(
     assert (done.output, done.exit_code) == (f"{line}\n", code)
 
 
-def test_clicks_context_settings_reach_the_commands() -> None:
-    """Settings given to the app's ``main`` (Click's context settings: here the terminal's
-    width) reach the commands, as Click's own groups pass them."""
+def test_clicks_own_arguments_reach_click() -> None:
+    """What a caller gives the app's ``main`` besides the command line reaches Click as Click's
+    own groups pass it: context settings (here the terminal's width) and the name of the
+    shell-completion variable (completion is off, so asking for it by that name is refused)."""
     done = CliRunner().invoke(small_app(), ["things"], terminal_width=40)
     assert done.exit_code == 0
     assert max(len(line) for line in done.output.splitlines()) <= 40
+    asked = {"_TOOLS_COMPLETE": "bash_source"}
+    done = CliRunner().invoke(small_app(), [], complete_var="_TOOLS_COMPLETE", env=asked)
+    assert (done.output, done.exit_code) == ("Shell source not supported.\n", 1)
 
 
 def test_an_unexpected_error_is_pythons_own_traceback(
