@@ -230,7 +230,7 @@ def command_group(help_text: str) -> typer.Typer:
 
 def print_error(message: str) -> None:
     """``error: message`` on stderr, as one line: every error the command line prints."""
-    err_console.print(Text.assemble(("error:", "red"), " ", plain(message)), highlight=False)
+    err_console.print(Text.assemble(("error:", "red"), " ", plain(message)))
 
 
 def one_line_errors(func: Callable[P, T]) -> Callable[P, T]:

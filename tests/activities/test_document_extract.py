@@ -23,13 +23,16 @@ from activities.documents.extract import (
     DocumentTexts,
     ExtractActivities,
     extract,
+    extract_in_child,
     preview,
+    text_sha256,
 )
+from activities.documents.text_store import FolderTexts, text_key
 from activities.heartbeat import HEARTBEAT_EVERY
 from activities.input_loader import InputLoader
 from tests.support.pdfs import encrypted, image_pdf, text_pdf
 from workflows import errors
-from workflows.steps.contract import DOCUMENT_CHANGED, DOCUMENT_UNREADABLE
+from workflows.steps.contract import DOCUMENT_CHANGED, DOCUMENT_TOO_LARGE, DOCUMENT_UNREADABLE
 from workflows.steps.document_payloads import ExtractedText, ExtractTextInput
 
 REQUEST_ID = "0123456789abcdef01234567"
@@ -110,15 +113,16 @@ def test_a_pdf_without_text_is_unreadable() -> None:
 @pytest.mark.parametrize(
     ("data", "words"),
     [
-        (b"\x89PNG\r\n\x1a\n\x00\x00" + SECRET.encode(), "neither UTF-8 text nor a PDF"),
-        ("Müller".encode("latin-1"), "neither UTF-8 text nor a PDF"),
-        (b" \n\t\n", "holds no text"),
-        (b"", "holds no text"),
+        (b"\x89PNG\r\n\x1a\n\x00\x00" + SECRET.encode(), "it is neither UTF-8 text nor a PDF"),
+        ("Müller".encode("latin-1"), "it is neither UTF-8 text nor a PDF"),
+        (b" \n\t\n", "it holds no text"),
+        (b"", "it holds no text"),
     ],
 )
 def test_other_documents_without_text_are_unreadable(data: bytes, words: str) -> None:
-    """Binary files, other encodings and blank files fail with one line saying why."""
-    assert words in unreadable(data).message
+    """Binary files, other encodings and blank files fail with one line saying why, the
+    reason the run's failure shows."""
+    assert unreadable(data).message == f"the document cannot be read: {words}"
 
 
 def test_preview_never_cuts_a_character() -> None:
@@ -272,6 +276,25 @@ async def test_document_text_refuses_a_changed_document(inputs: Inputs) -> None:
         await inputs.texts().text(inputs.text.as_uri(), sha256=result.sha256)
     assert info.value.type == DOCUMENT_CHANGED
     assert info.value.non_retryable
+    assert info.value.message == (
+        "the document changed after its text was extracted (its SHA-256 differs); "
+        "start the run again to analyse the new version"
+    )
+
+
+async def test_reading_the_text_again_heartbeats(inputs: Inputs) -> None:
+    """The model call's activity heartbeats while the text is extracted again, as
+    ``extract_text`` does."""
+    big = inputs.root / "big.pdf"
+    big.write_bytes(text_pdf([[f"Page {n} of the report"] for n in range(400)]))
+    sha256 = extract(big.read_bytes()).sha256
+    env = ActivityEnvironment()
+    beats: list[object] = []
+    env.on_heartbeat = lambda *details: beats.append(details)
+    texts = inputs.texts(heartbeat_every=timedelta(milliseconds=1))
+    text = await env.run(texts.text, big.as_uri(), sha256=sha256)
+    assert text.startswith("Page 0 of the report")
+    assert beats and beats[0] == ("extracting the document's text",)
 
 
 async def test_document_text_keeps_the_loader_checks(inputs: Inputs) -> None:
@@ -280,6 +303,38 @@ async def test_document_text_keeps_the_loader_checks(inputs: Inputs) -> None:
     with pytest.raises(ApplicationError) as info:
         await asyncio.wait_for(reading, timeout=10)
     assert info.value.type == errors.INPUT_UNAVAILABLE
+
+
+@pytest.mark.parametrize(("characters", "used"), [(40, True), (41, False)])
+async def test_a_kept_text_is_read_up_to_four_bytes_a_character_of_the_limit(
+    inputs: Inputs, tmp_path: Path, characters: int, used: bool
+) -> None:
+    """The model call reads a kept text of at most four UTF-8 bytes for each character the
+    reader's limit allows (here 10 characters: 40 bytes); a longer one is no text of this
+    reader's, so the document is extracted again (and is too large for it)."""
+    kept = "x" * characters
+    store = FolderTexts(tmp_path / "texts")
+    await store.put(text_key(inputs.pdf.read_bytes()), kept)
+    loader = InputLoader(file_roots=[inputs.root])
+    reader = DocumentTexts(loader, DocumentLimits(max_chars=10), store)
+    reading = reader.text(inputs.pdf.as_uri(), sha256=text_sha256(kept))
+    if used:
+        assert await reading == kept
+    else:
+        with pytest.raises(ApplicationError) as info:
+            await reading
+        assert info.value.type == DOCUMENT_TOO_LARGE
+
+
+async def test_a_text_document_is_held_to_the_readers_own_cap() -> None:
+    """A UTF-8 document the worker reads (in this process: it is no PDF) is held to the
+    reader's MAX_DOCUMENT_CHARS, not the default."""
+    limits = DocumentLimits(max_chars=100)
+    assert (await extract_in_child(b"x" * 100, limits)).text == "x" * 100
+    with pytest.raises(ApplicationError) as info:
+        await extract_in_child(b"x" * 101, limits)
+    assert info.value.type == DOCUMENT_TOO_LARGE
+    assert "MAX_DOCUMENT_CHARS (100 characters)" in info.value.message
 
 
 def extracting_children() -> list[int]:

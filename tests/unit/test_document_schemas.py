@@ -4,13 +4,14 @@ deterministic-code rules for ``workflows/documents`` (it runs inside the workflo
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
+from pydantic import BaseModel, WithJsonSchema
 
 from tests.unit.test_workflow_code import violations
 from workflows.documents import SCHEMAS, Invoice, schema_named
-from workflows.documents.schemas import INVOICE
+from workflows.documents.schemas import INVOICE, llm_output_schema
 from workflows.errors import InvalidRequest
 
 DOCUMENTS_DIR = Path(__file__).resolve().parents[2] / "workflows" / "documents"
@@ -47,14 +48,18 @@ def test_invoice_is_registered_under_its_name() -> None:
 
 def test_unknown_schema_is_an_invalid_request_naming_the_known_ones() -> None:
     """An unknown name raises InvalidRequest with one line that names the known schemas and
-    shows the unknown name cut short."""
+    shows the unknown name, whole up to 64 characters, cut short beyond."""
     with pytest.raises(InvalidRequest) as info:
         schema_named("receipt" + "x" * 500)
-    message = str(info.value)
-    assert "unknown extraction schema" in message
-    assert "the known schemas are: invoice" in message
-    assert "\n" not in message
-    assert len(message) < 200
+    assert str(info.value) == (
+        f"unknown extraction schema {'receipt' + 'x' * 51 + ' [cut]'!r}; "
+        "the known schemas are: invoice"
+    )
+    with pytest.raises(InvalidRequest) as info:
+        schema_named("r" * 64)
+    assert str(info.value) == (
+        f"unknown extraction schema {'r' * 64!r}; the known schemas are: invoice"
+    )
 
 
 def test_the_registry_cannot_be_changed_by_a_run() -> None:
@@ -76,6 +81,37 @@ def test_json_schema_suits_structured_output_modes() -> None:
     due = schema["properties"]["due_date"]["anyOf"]
     assert {"type": "string", "format": "date"} in due
     assert {"type": "null"} in due
+
+
+# An object a schema writes inline (not a model of its own), with a default.
+Inline = Annotated[
+    dict[str, str],
+    WithJsonSchema({"type": "object", "properties": {"code": {"type": "string", "default": "A"}}}),
+]
+
+
+class Part(BaseModel):
+    name: str = "bolt"
+    kind: Inline
+
+
+class Order(BaseModel):
+    parts: list[Part]
+    codes: list[Inline]
+    spare: Inline | None = None
+
+
+def test_every_object_of_any_model_is_made_strict() -> None:
+    """However a model nests its objects (a model of its own, inline in a list, one of an
+    "or null"), each requires all its properties and allows no others, and nothing keeps a
+    default."""
+    schema = llm_output_schema(Order)
+    objects = _objects(schema)
+    assert len(objects) == 5  # the order, its part, and the inline object in three places
+    for node in objects:
+        assert node["additionalProperties"] is False
+        assert node["required"] == list(node["properties"])
+    assert "default" not in _keys(schema)
 
 
 def test_money_is_a_decimal_string_in_the_json_schema() -> None:

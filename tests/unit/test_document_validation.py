@@ -4,15 +4,23 @@ on its own, with the field named by path; within-a-cent boundaries; never an exc
 from __future__ import annotations
 
 import copy
-from typing import Any
+from datetime import date, datetime
+from typing import Annotated, Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import BaseModel, TypeAdapter, ValidationError, field_validator
 
-from workflows.documents.invoice import ISO_4217_CURRENCIES, MAX_LINE_ITEMS
+from workflows.documents.invoice import (
+    ISO_4217_CURRENCIES,
+    MAX_DESCRIPTION_CHARS,
+    MAX_LINE_ITEMS,
+    MAX_NAME_CHARS,
+    _bounded,
+)
 from workflows.documents.schemas import INVOICE
-from workflows.documents.validation import WHOLE_DOCUMENT, field_path
+from workflows.documents.validation import WHOLE_DOCUMENT, field_path, validate
 from workflows.steps.document_payloads import MAX_PROBLEMS, Problem
 
 
@@ -335,3 +343,125 @@ def test_validation_never_raises(value: Any) -> None:
     report = INVOICE.check(value)
     assert report.valid == (report.fields is not None and not report.problems)
     assert all(problem.field for problem in report.problems)
+
+
+@pytest.mark.parametrize(
+    ("invoice", "problem"),
+    [
+        pytest.param(
+            _with({"amount": "15.97"}, line=0) | {"total": "176.66"},
+            ("line_items[0].amount", "is 15.97, but quantity * unit_price is 14.97"),
+            id="line-amount",
+        ),
+        pytest.param(
+            _with({"total": "175.00"}),
+            ("total", "is 175.00, but the line amounts (147.47) plus tax (28.19) make 175.66"),
+            id="total",
+        ),
+        pytest.param(
+            _with({"due_date": "2026-02-28"}),
+            ("due_date", "2026-02-28 is before issue_date 2026-03-01"),
+            id="due-before-issue",
+        ),
+        pytest.param(
+            _with({"currency": "XYZ"}),
+            ("currency", "XYZ is not an ISO 4217 code of a currency in use"),
+            id="currency",
+        ),
+        pytest.param(
+            _with({"issue_date": "soon"}),
+            ("issue_date", "must be an ISO 8601 date such as 2026-03-31"),
+            id="date",
+        ),
+        pytest.param(_with({"vendor": " "}), ("vendor", "must not be empty"), id="blank-vendor"),
+        pytest.param(
+            _with({"invoice_number": "7" * (MAX_NAME_CHARS + 1)}),
+            ("invoice_number", f"is longer than {MAX_NAME_CHARS} characters"),
+            id="long-number",
+        ),
+        pytest.param(
+            _with({"description": "d" * (MAX_DESCRIPTION_CHARS + 1)}, line=1),
+            ("line_items[1].description", f"is longer than {MAX_DESCRIPTION_CHARS} characters"),
+            id="long-description",
+        ),
+        pytest.param(
+            _with({"line_items": [valid_invoice()["line_items"][0]] * (MAX_LINE_ITEMS + 1)}),
+            ("line_items", f"has more than {MAX_LINE_ITEMS} line items"),
+            id="too-many-lines",
+        ),
+    ],
+)
+def test_each_problem_reads_as_the_reviewer_sees_it(
+    invoice: dict[str, Any], problem: tuple[str, str]
+) -> None:
+    """A problem's field and message are exactly what the review shows: what is wrong, with
+    the values a rule compared (never the refused value itself)."""
+    found = INVOICE.check(invoice).problems
+    assert [(p.field, p.message) for p in found] == [problem]
+
+
+def test_names_and_descriptions_may_be_as_long_as_their_limit() -> None:
+    """A vendor, an invoice number and a line's description at exactly their limits pass."""
+    invoice = _with({"vendor": "v" * MAX_NAME_CHARS, "invoice_number": "7" * MAX_NAME_CHARS})
+    invoice["line_items"][0]["description"] = "d" * MAX_DESCRIPTION_CHARS
+    assert INVOICE.check(invoice).problems == []
+
+
+def test_a_line_amount_problem_shows_the_exact_product() -> None:
+    """Quantity times unit price is computed without rounding, however many digits it takes
+    (here 29), so the problem shows the exact product."""
+    line = {
+        "description": "Shares",
+        "quantity": "123456789012.345678",
+        "unit_price": "123456.654321",
+        "amount": "1",
+    }
+    [problem] = INVOICE.check(_with({"line_items": [line], "tax": "0", "total": "1"})).problems
+    assert problem.message == "is 1, but quantity * unit_price is 15241562124677791.370204374638"
+
+
+def test_made_up_field_names_are_cut_short_in_paths() -> None:
+    """A field name the model made up is shown whole up to 64 characters, cut beyond."""
+    assert field_path(("k" * 64,)) == "k" * 64
+    assert field_path(("line_items", 0, "k" * 65)) == "line_items[0]." + "k" * 58 + " [cut]"
+
+
+class _Strict(BaseModel):
+    name: str
+
+    @field_validator("name")
+    @classmethod
+    def _short(cls, name: str) -> str:
+        raise ValueError("n" * len(name))
+
+
+@pytest.mark.parametrize(("length", "shown"), [(187, "n" * 187), (188, "n" * 181 + " [cut]")])
+def test_schema_messages_are_cut_at_200_characters(length: int, shown: str) -> None:
+    """A schema's message (pydantic's "Value error, " and the validator's words) is shown
+    whole up to 200 characters, cut beyond."""
+    [problem] = validate(_Strict, (), {"name": "x" * length}).problems
+    assert problem.message == "Value error, " + shown
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [("abc", None), ("abcd", "is longer than 3 characters"), (" \t", "must not be empty")],
+)
+def test_a_bounded_text_is_not_blank_and_at_most_its_limit(value: str, message: str | None) -> None:
+    """A bounded text (a name, a description) is taken up to its limit in characters; a longer
+    or a blank one is refused saying which."""
+    bounded = TypeAdapter(Annotated[str, _bounded(3)])
+    if message is None:
+        assert bounded.validate_python(value) == value
+    else:
+        with pytest.raises(ValidationError) as info:
+            bounded.validate_python(value)
+        assert [error["msg"] for error in info.value.errors()] == [message]
+
+
+def test_dates_given_as_dates_are_taken_and_times_are_not() -> None:
+    """Fields given as Python values (not JSON) take a date as it is and refuse a date with a
+    time of day, as they refuse its ISO text."""
+    assert INVOICE.check(_with({"issue_date": date(2026, 3, 1)})).problems == []
+    report = INVOICE.check(_with({"issue_date": datetime(2026, 3, 1, 10, 0)}))
+    assert fields_of(report.problems) == ["issue_date"]

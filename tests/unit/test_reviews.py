@@ -3,12 +3,14 @@ and what an exported correction says changed."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
+from typing import Any
 
-from temporalio.client import WorkflowUpdateFailedError
+from temporalio.client import WorkflowExecution, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError, CancelledError
 
-from aiorch.ops.corrections import exported, field_changes
+from aiorch.ops.corrections import ended_query, example, exported, field_changes
 from aiorch.ops.reviews import (
     ReviewOutcome,
     decision_for_round,
@@ -168,6 +170,85 @@ def test_an_example_lists_the_fields_a_reviewer_changed() -> None:
     ]
     assert field_changes(before, dict(before)) == []
     assert field_changes("v1", "v2") == []
+
+
+def listed_run(workflow_id: str, run_id: str) -> WorkflowExecution:
+    """A run as a visibility listing gives it, with only its ids set."""
+    fields: dict[str, Any] = {field.name: None for field in dataclasses.fields(WorkflowExecution)}
+    return WorkflowExecution(**{**fields, "id": workflow_id, "run_id": run_id})
+
+
+def correction(kind: str, **fields: Any) -> Correction:
+    """A correction by ann in round 2 of a documents run (version v3), at ``AT``."""
+    return Correction.model_validate(
+        {
+            "kind": kind,
+            "reviewer": "ann",
+            "review_round": 2,
+            "at": AT,
+            "pipeline": "documents",
+            "pipeline_version": "v3",
+            **fields,
+        }
+    )
+
+
+def test_an_example_carries_the_correction_its_run_and_request() -> None:
+    """An example of corrected fields holds the run's ids, the correction's reviewer, round,
+    pipeline, time, feedback, before and after, whether it was answered or cut, the request the
+    run was started with, and the fields that changed; its id names run, round, reviewer and
+    kind."""
+    made = correction(
+        "correct",
+        feedback="the total is wrong",
+        before={"total": "25.00", "vendor": "Acme"},
+        after={"total": "13.50", "vendor": "Acme"},
+        answered=True,
+        cut=True,
+    )
+    request = {"request_id": "r", "document": "INVOICE"}
+    found = example(listed_run("wf-1", "run-1"), made, request)
+    assert found.model_dump() == {
+        "id": "wf-1:round-2:ann:correct",
+        "kind": "correct",
+        "workflow_id": "wf-1",
+        "run_id": "run-1",
+        "pipeline": "documents",
+        "pipeline_version": "v3",
+        "review_round": 2,
+        "reviewer": "ann",
+        "at": AT,
+        "input": request,
+        "feedback": "the total is wrong",
+        "before": {"total": "25.00", "vendor": "Acme"},
+        "after": {"total": "13.50", "vendor": "Acme"},
+        "answered": True,
+        "cut": True,
+        "changes": [{"field": "total", "before": "25.00", "after": "13.50"}],
+    }
+
+
+def test_a_reedit_example_lists_no_field_changes() -> None:
+    """A reedit's before and after are two results of the model, not a reviewer's edit: its
+    example lists no changed fields even when both are objects that differ."""
+    reedit = correction(
+        "reedit", feedback="read the total again", before={"total": "1"}, after={"total": "2"}
+    )
+    found = example(listed_run("wf-1", "run-1"), reedit, None)
+    assert found.id == "wf-1:round-2:ann:reedit"
+    assert (found.before, found.after, found.changes) == ({"total": "1"}, {"total": "2"}, [])
+
+
+def test_the_export_query_names_the_window_and_the_pipeline() -> None:
+    """The runs listed are those of the named pipeline only (every pipeline's without one)
+    that ended with a result from ``since``, and before ``until`` when it is given."""
+    query = ended_query(AT, AT + timedelta(days=1), "documents")
+    assert "WorkflowType IN ('DocumentPipeline')" in query
+    assert "CloseTime >= '2026-01-01T00:00:00Z'" in query
+    assert query.endswith("AND CloseTime < '2026-01-02T00:00:00Z'")
+    open_ended = ended_query(AT, None, None)
+    assert "'AiOrchestrator', 'DocumentPipeline'" in open_ended
+    assert "CloseTime <" not in open_ended
 
 
 def test_a_reedit_without_feedback_is_no_example() -> None:

@@ -53,13 +53,14 @@ class ListedRuns(Client):
 
     async def _described(self) -> AsyncIterator[WorkflowExecution]:
         for handle in self.runs:
-            yield await self.get_workflow_handle(handle.id).describe()
+            run_id = handle.result_run_id or handle.run_id
+            yield await self.get_workflow_handle(handle.id, run_id=run_id).describe()
 
 
-async def corrected_twice(orch: Orchestration) -> DocumentResult:
+async def corrected_twice(orch: Orchestration, request_id: str | None = None) -> DocumentResult:
     """A document run corrected in round 1 (still wrong), then a minute later in round 2."""
     orch.fakes.llm_script = [LlmCallResult(model="", data={**VALID, "total": "25.00"})]
-    request_id = new_request_id()
+    request_id = request_id or new_request_id()
     handle: WorkflowHandle[Any, DocumentResult] = await orch.client.start_workflow(
         WORKFLOW_TYPE_DOCUMENT_PIPELINE,
         {"request_id": request_id, "document": "INVOICE ...", "review": "auto"},
@@ -103,3 +104,36 @@ async def test_an_export_gives_only_the_corrections_made_in_its_window(
     assert await reviewers(since=first.at, until=second.at) == ["ann"]
     assert await reviewers(since=second.at + timedelta(microseconds=1)) == []
     assert all(query and "CloseTime >= " in query for query in client.queries)
+
+
+async def test_each_example_is_read_from_its_own_run_with_its_request(orch: Orchestration) -> None:
+    """An example's result and request are read from the run listed, not from a later run of
+    the same workflow id (here one that needed no review, started with another document); the
+    request is read unless ``with_input`` is off; ``until`` and ``pipeline`` narrow the query."""
+    request_id = new_request_id()
+    result = await corrected_twice(orch, request_id)
+    corrected = orch.handles[0]
+    orch.fakes.llm_script = [LlmCallResult(model="", data=VALID)]
+    later: WorkflowHandle[Any, DocumentResult] = await orch.client.start_workflow(
+        WORKFLOW_TYPE_DOCUMENT_PIPELINE,
+        {"request_id": request_id, "document": "ANOTHER INVOICE ...", "review": "auto"},
+        id=request_id,
+        task_queue=orch.task_queue,
+        result_type=DocumentResult,
+    )
+    assert (await asyncio.wait_for(finished(later), TASK_PROGRESS_TIMEOUT_S)).corrections == []
+    client = ListedRuns(orch.client, [corrected])
+    since = result.corrections[0].at
+    until = result.corrections[1].at + timedelta(seconds=1)
+
+    examples = await export(client, since, until=until, pipeline="documents")
+    assert [(e.reviewer, e.workflow_id, e.run_id) for e in examples] == [
+        ("ann", request_id, corrected.result_run_id),
+        ("bob", request_id, corrected.result_run_id),
+    ]
+    assert all(e.input is not None and e.input["document"] == "INVOICE ..." for e in examples)
+    [query] = client.queries
+    assert query is not None
+    assert "WorkflowType IN ('DocumentPipeline')" in query and "CloseTime < " in query
+    without_input = await export(client, since, until=until, with_input=False)
+    assert [e.input for e in without_input] == [None, None]
