@@ -237,3 +237,27 @@ def test_a_version_read_as_a_number_is_quoted_as_the_file_wrote_it() -> None:
     [problem] = checked.problems
     assert (problem.line, problem.rule) == (4, "invalid-value")
     assert problem.message == "write it as a string ('1.10'), or YAML reads it as a number"
+
+
+@pytest.mark.parametrize("step_type", ["fetch", "extract"])
+def test_a_template_reads_what_a_document_step_records_and_nothing_else(step_type: str) -> None:
+    """A template may read each field a fetch or extract step records; any other (the text,
+    which is never recorded) is refused at its line, with the fields there are."""
+    fields = ["kind", "characters", "pages", "sha256", "preview", "preview_truncated", "reference"]
+    reads = " ".join(f"{{{{ steps.load.{name} }}}}" for name in fields)
+    text = (
+        "name: Loaded\nversion: 1\ninput:\n  type: object\n  properties:\n"
+        "    document: {type: string}\nsteps:\n"
+        f"  - id: load\n    type: {step_type}\n    document: input.document\n"
+        f'  - id: tell\n    type: embed\n    text: "{reads}"\n'
+        '  - id: again\n    type: embed\n    text: "{{ steps.load.text }}"\n'
+    )
+    _, problems = check_text(text, "loaded.yaml", CATALOG)
+    assert [(p.line, p.rule, p.message) for p in problems] == [
+        (
+            16,
+            "unknown-template-field",
+            "step 'load''s output has no field 'text' (fields: characters, kind, pages, "
+            "preview, preview_truncated, reference, sha256)",
+        )
+    ]

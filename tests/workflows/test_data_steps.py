@@ -517,3 +517,39 @@ async def test_an_embed_step_whose_template_or_embedding_fails_ends_the_run(
     refused = await outcome(await start(orch, "Documents", {"document": "Hi", "divisor": 1}))
     assert steps_taken(refused)[-1][3] == "EmbeddingFailed: input too long"
     assert orch.fakes.embedding_attempts == [1]
+
+
+ROUTED = """name: Routed
+version: 1
+input:
+  type: object
+  properties: {priority: {}}
+steps:
+  - id: pick
+    type: route
+    value: input.priority
+    cases: {"1": tell}
+    default: store
+  - id: tell
+    type: notify
+    message: priority one
+  - id: store
+    type: store
+"""
+
+
+async def test_a_route_step_compares_the_value_as_text_and_records_it(
+    orch: Orchestration,
+) -> None:
+    """The value at the route's path is compared as text (the number 1 takes case "1"); a
+    missing value or one no case names takes ``default``; the history shows the value (cut to
+    80 characters), and the step records no output."""
+    write_pipeline(orch.pipelines, ROUTED, "routed.yaml")
+    given: list[dict[str, Any]] = [{"priority": 1}, {}, {"priority": "p" * 100}]
+    results = [await (await start(orch, "Routed", value)).result() for value in given]
+    assert [steps_taken(result)[0] for result in results] == [
+        ("pick", "1", "tell", "input.priority is '1'"),
+        ("pick", "default", "store", "input.priority is ''"),
+        ("pick", "default", "store", f"input.priority is {'p' * 80!r}"),
+    ]
+    assert all("pick" not in result.outputs for result in results)
