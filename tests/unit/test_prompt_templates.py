@@ -1,5 +1,7 @@
 """How a pipeline file's prompt template renders the run's data: a null as nothing (never the
-word "None"), objects and lists as JSON (never Python's repr), other values as their text."""
+word "None"), objects and lists as JSON (never Python's repr), other values as their text; what
+its check refuses, each at its line with the sentence a file's author reads, and the fields it
+asks about; the one line a failed render gives; the render's length limit at its edge."""
 
 from __future__ import annotations
 

@@ -7,6 +7,7 @@ how each fails."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -37,6 +38,7 @@ from tests.workflows.data_workflows import (
 )
 from workflows import contract, errors
 from workflows.data import ACTIVITY_NOTIFY_PIPELINE, CATALOG, DataResult, PipelineNotice
+from workflows.data.steps import input_digest
 from workflows.payloads import LlmCallResult, ReviewDecision, RunStatus
 from workflows.steps.documents import EXTRACT_RETRY
 
@@ -443,6 +445,13 @@ async def test_a_document_step_reads_text_or_a_reference_and_records_what_it_fou
     assert inline.outputs["embed"] == {"embedding_id": f"vec-{inline.request_id}", "dimensions": 8}
     assert steps_taken(inline)[1][3] == f"embedding vec-{inline.request_id}"
     assert orch.fakes.embedding_calls[0].content == "Hello 2"
+    assert inline.stored_at is not None
+    assert inline.outputs["store"] == {
+        "table": "documents",
+        "dialect": "fake",
+        "stored_at": inline.stored_at.isoformat(),
+    }
+    assert steps_taken(inline)[2][3] == "stored in documents (fake)"
     stored = orch.documents.rows[inline.request_id].fields
     assert stored == {
         "input": {"document": "Hello", "divisor": 5},
@@ -498,12 +507,12 @@ async def test_a_fetch_and_an_extract_step_retry_the_extraction_each_its_own_way
     assert steps_taken(result)[-1][3] == "StoreDown: store down"
 
 
-async def test_an_embed_step_whose_template_or_embedding_fails_ends_the_run(
+async def test_an_embed_or_store_step_that_fails_ends_the_run(
     orch: Orchestration,
 ) -> None:
     """A template that fails as it renders ends the run with the step and the reason, as an
     embedding refused for good ends it with the activity's error (an embed step's one way
-    out is the dead-letter queue)."""
+    out is the dead-letter queue); a store refused for good fails the run with its error."""
     write_pipeline(orch.pipelines, documents("fetch"), "documents.yaml")
     broken = await outcome(await start(orch, "Documents", {"document": "Hi", "divisor": 0}))
     assert steps_taken(broken)[-1][1:] == (
@@ -517,6 +526,15 @@ async def test_an_embed_step_whose_template_or_embedding_fails_ends_the_run(
     refused = await outcome(await start(orch, "Documents", {"document": "Hi", "divisor": 1}))
     assert steps_taken(refused)[-1][3] == "EmbeddingFailed: input too long"
     assert orch.fakes.embedding_attempts == [1]
+    orch.documents.store_script = [
+        ApplicationError("a row of another run", type="DocumentStoreConflict", non_retryable=True)
+    ]
+    conflict = await outcome(await start(orch, "Documents", {"document": "Hi", "divisor": 1}))
+    assert steps_taken(conflict)[-1][1:] == (
+        "permanent_error",
+        "failed",
+        "DocumentStoreConflict: a row of another run",
+    )
 
 
 ROUTED = """name: Routed
@@ -553,3 +571,10 @@ async def test_a_route_step_compares_the_value_as_text_and_records_it(
         ("pick", "default", "store", f"input.priority is {'p' * 80!r}"),
     ]
     assert all("pick" not in result.outputs for result in results)
+
+
+def test_the_input_digest_is_the_sha256_of_its_canonical_json() -> None:
+    """A store step's content hash, when the plan has none, is the SHA-256 of the input as
+    canonical JSON: keys sorted, no spaces, text as it is (not escaped to ASCII)."""
+    canonical = '{"a":[1,2],"b":"é"}'.encode()
+    assert input_digest({"b": "é", "a": [1, 2]}) == hashlib.sha256(canonical).hexdigest()
