@@ -146,6 +146,20 @@ def test_a_key_is_its_text_not_yaml_1_1s_boolean() -> None:
     assert review.on == {"reject": "store"}
 
 
+def test_only_a_review_that_takes_corrections_has_the_correct_outcome() -> None:
+    """A review step without ``corrections`` has no ``correct`` outcome to route: naming one
+    is refused at its line, with the outcomes it has."""
+    text = TRIAGE_V1.replace("    next: draft\n", "    next: draft\n    on: {correct: store}\n", 1)
+    _, problems = check_text(text, "f.yaml", CATALOG)
+    assert [(p.line, p.rule, p.message) for p in problems] == [
+        (
+            44,
+            "unknown-outcome",
+            "a review step has no outcome 'correct' (outcomes: approve, reedit, reject)",
+        )
+    ]
+
+
 async def test_the_folder_serves_a_changed_file_s_new_version(tmp_path: Path) -> None:
     """A file changed in place is read again: the next run gets the new version; the names
     include every pipeline the process served, so runs of a removed file still pass the
