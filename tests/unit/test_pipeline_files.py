@@ -146,6 +146,20 @@ def test_a_key_is_its_text_not_yaml_1_1s_boolean() -> None:
     assert review.on == {"reject": "store"}
 
 
+def test_only_a_review_that_takes_corrections_has_the_correct_outcome() -> None:
+    """A review step without ``corrections`` has no ``correct`` outcome to route: naming one
+    is refused at its line, with the outcomes it has."""
+    text = TRIAGE_V1.replace("    next: draft\n", "    next: draft\n    on: {correct: store}\n", 1)
+    _, problems = check_text(text, "f.yaml", CATALOG)
+    assert [(p.line, p.rule, p.message) for p in problems] == [
+        (
+            44,
+            "unknown-outcome",
+            "a review step has no outcome 'correct' (outcomes: approve, reedit, reject)",
+        )
+    ]
+
+
 async def test_the_folder_serves_a_changed_file_s_new_version(tmp_path: Path) -> None:
     """A file changed in place is read again: the next run gets the new version; the names
     include every pipeline the process served, so runs of a removed file still pass the
@@ -237,3 +251,27 @@ def test_a_version_read_as_a_number_is_quoted_as_the_file_wrote_it() -> None:
     [problem] = checked.problems
     assert (problem.line, problem.rule) == (4, "invalid-value")
     assert problem.message == "write it as a string ('1.10'), or YAML reads it as a number"
+
+
+@pytest.mark.parametrize("step_type", ["fetch", "extract"])
+def test_a_template_reads_what_a_document_step_records_and_nothing_else(step_type: str) -> None:
+    """A template may read each field a fetch or extract step records; any other (the text,
+    which is never recorded) is refused at its line, with the fields there are."""
+    fields = ["kind", "characters", "pages", "sha256", "preview", "preview_truncated", "reference"]
+    reads = " ".join(f"{{{{ steps.load.{name} }}}}" for name in fields)
+    text = (
+        "name: Loaded\nversion: 1\ninput:\n  type: object\n  properties:\n"
+        "    document: {type: string}\nsteps:\n"
+        f"  - id: load\n    type: {step_type}\n    document: input.document\n"
+        f'  - id: tell\n    type: embed\n    text: "{reads}"\n'
+        '  - id: again\n    type: embed\n    text: "{{ steps.load.text }}"\n'
+    )
+    _, problems = check_text(text, "loaded.yaml", CATALOG)
+    assert [(p.line, p.rule, p.message) for p in problems] == [
+        (
+            16,
+            "unknown-template-field",
+            "step 'load''s output has no field 'text' (fields: characters, kind, pages, "
+            "preview, preview_truncated, reference, sha256)",
+        )
+    ]

@@ -1,7 +1,8 @@
 """The validate step's declarative rules (a pipeline file's ``rules:``), each at its edges: the
 bound itself passes, the value just past it is a problem; a pattern is the whole text; a rule
 applies only to the kind of value it can measure; a missing field breaks only ``required``;
-the problems are capped, and the schema's come alone."""
+the problems are capped, and the schema's come alone. A file's broken pattern, and a route
+case that is not a name, are refused at their line."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from aiorch_runtime.pipeline_files import check_text
+from workflows.data import CATALOG
 from workflows.data.check_steps import RuleSpec, ValidateSettings, check_value, rule_problems
 from workflows.steps.document_payloads import MAX_PROBLEMS
 
@@ -117,3 +120,66 @@ def test_a_rule_reads_its_field_by_its_dotted_path() -> None:
     assert (too_big.field, too_big.message) == ("a.b.1", "is above 3")
     [missing] = check_value(settings, {"a": {"b": [0]}})
     assert missing.message == "is required"
+
+
+def file_with(rule: str, cases: str) -> str:
+    """A pipeline file whose validate step has ``rule`` and whose route step has ``cases``."""
+    return (
+        "name: Rules\nversion: 1\ninput:\n  type: object\n  properties:\n"
+        "    ticket: {type: string}\nsteps:\n"
+        '  - id: draft\n    type: llm\n    prompt: "{{ input.ticket }}"\n'
+        f"  - id: check\n    type: validate\n    rules:\n      - {rule}\n"
+        f"  - id: pick\n    type: route\n    value: steps.draft.content\n    cases: {cases}\n"
+        "  - id: store\n    type: store\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("rule", "cases", "line", "message"),
+    [
+        (
+            '{field: content, pattern: "[a-"}',
+            "{ok: store}",
+            14,
+            "not a regular expression: unterminated character set at position 0",
+        ),
+        (
+            "{field: content}",
+            "{default: store}",
+            18,
+            "case 'default' is not a value a case can name",
+        ),
+        (
+            "{field: content}",
+            '{ok: store, "two words": store}',
+            18,
+            "case 'two words' is not a value a case can name",
+        ),
+        (
+            "{field: content}",
+            "{" + "c" * 70 + ": store}",
+            18,
+            f"case {'c' * 64!r} is not a value a case can name",
+        ),
+    ],
+    ids=["pattern", "default-case", "case-with-a-space", "long-case"],
+)
+def test_a_file_s_broken_pattern_or_case_is_named_at_its_line(
+    rule: str, cases: str, line: int, message: str
+) -> None:
+    """A pattern that is not a regular expression, and a route case named ``default`` or not
+    a value a case can name (shown cut to 64 characters), are refused at their line with the
+    reason."""
+    record, problems = check_text(file_with(rule, cases), "rules.yaml", CATALOG)
+    assert record is None
+    assert [(p.line, p.rule, p.message) for p in problems] == [(line, "invalid-value", message)]
+
+
+def test_a_file_s_valid_patterns_and_cases_check_clean() -> None:
+    """A pattern that compiles and cases that are names check clean."""
+    record, problems = check_text(
+        file_with('{field: content, pattern: "[a-z]+"}', "{ok: store, not_ok: store}"),
+        "rules.yaml",
+        CATALOG,
+    )
+    assert problems == [] and record is not None

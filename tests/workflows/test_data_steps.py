@@ -1,11 +1,13 @@
 """Step types on the engine: the document pipeline and the LLM pipeline written as files and
 run as data (extract, fetch, validate with corrections, review, embed, store), a notify step,
 a continued run that keeps its version, and a step type written in Python that joins the
-catalog by name."""
+catalog by name; what fetch, extract, embed and store record and hand their activities, and
+how each fails."""
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -14,17 +16,19 @@ from typing import Any
 import pytest
 from temporalio import activity
 from temporalio.client import WorkflowFailureError, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
 from activities.pipelines import PipelineActivities
 from activities.planning import PlanDefaults
+from aiorch.ops.results import result_of_failure
 from aiorch_runtime.pipeline_files import PipelineFolder, check_text
 from aiorch_runtime.sandbox import workflow_runner
 from tests.support import ROOT
 from tests.support.builders import new_request_id
 from tests.support.orchestration import Orchestration, data_plans, pipeline_settings
 from tests.support.pipeline_files import TRIAGE, TRIAGE_V1, TRIAGE_V2, write_pipeline
-from tests.support.scripted_activities import HeldLineage, Reply
+from tests.support.scripted_activities import EXTRACTED_SHA256, HeldLineage, Reply
 from tests.support.time_skipping import skip_time
 from tests.workflows.data_workflows import (
     SHOUT,
@@ -32,9 +36,11 @@ from tests.workflows.data_workflows import (
     PipelineWorkflowUnderTest,
     ShoutingWorkflow,
 )
-from workflows import contract
+from workflows import contract, errors
 from workflows.data import ACTIVITY_NOTIFY_PIPELINE, CATALOG, DataResult, PipelineNotice
+from workflows.data.steps import input_digest
 from workflows.payloads import LlmCallResult, ReviewDecision, RunStatus
+from workflows.steps.documents import EXTRACT_RETRY
 
 REFERENCE = ROOT / "pipelines" / "reference"
 INVOICE: dict[str, Any] = {
@@ -137,7 +143,7 @@ async def test_the_llm_pipeline_as_a_file_fetches_reviews_and_embeds(orch: Orche
 
 async def test_a_notify_step_without_a_webhook_goes_on(orch: Orchestration) -> None:
     """A notify step on a worker without REVIEW_WEBHOOK_URL records that none was sent and
-    goes on (with one, it starts the notification and never waits for it)."""
+    goes on, with no output (with one, it starts the notification and never waits for it)."""
     notify = "  - id: tell_support\n    type: notify\n    message: a reply was approved\n"
     text = TRIAGE_V1.replace("  - id: store\n", notify + "  - id: store\n")
     write_pipeline(orch.pipelines, text)
@@ -151,6 +157,7 @@ async def test_a_notify_step_without_a_webhook_goes_on(orch: Orchestration) -> N
         "notified",
         "no webhook configured (REVIEW_WEBHOOK_URL)",
     )
+    assert "tell_support" not in result.outputs
 
 
 class RecordedNotices:
@@ -171,7 +178,8 @@ async def test_a_notify_step_with_a_webhook_sends_ids_and_the_file_s_text(
     orch: Orchestration,
 ) -> None:
     """On a worker with REVIEW_WEBHOOK_URL, a notify step starts ``notify_pipeline`` with the
-    run, the version, the step and the file's message, and goes on without waiting."""
+    run, the version, the step and the file's message, and goes on without waiting (recording
+    that it notified, with no output)."""
     queue = f"wf-{uuid.uuid4()}"
     notices = RecordedNotices()
     plans = data_plans(orch.pipelines, review_webhook_url="https://hooks.example/x")
@@ -212,6 +220,9 @@ async def test_a_notify_step_with_a_webhook_sends_ids_and_the_file_s_text(
         "tell_support",
     )
     assert notice.version == result.version and notice.message == "a reply was approved"
+    notified = next(e for e in result.history if e.from_state == "tell_support")
+    assert (notified.event, notified.detail) == ("notified", "webhook notified")
+    assert "tell_support" not in result.outputs
     assert [n.reason for n in orch.fakes.notices] == ["review_needed"]
 
 
@@ -353,3 +364,217 @@ async def test_a_review_step_s_timeouts_and_reviewers_are_its_own(orch: Orchestr
     assert escalated.detail == "no review in 120s"
     assert (ended.at - escalated.at) >= timedelta(seconds=7200)
     assert result.state == "dead_letter"
+
+
+DOCUMENTS = """name: Documents
+version: 1
+input:
+  type: object
+  properties: {document: {type: string}, divisor: {type: integer}}
+steps:
+  - id: load
+    type: {load}
+    document: input.document
+  - id: embed
+    type: embed
+    text: "{{ steps.load.preview }} {{ 10 // input.divisor }}"
+  - id: store
+    type: store
+"""
+
+
+def documents(step_type: str) -> str:
+    return DOCUMENTS.replace("{load}", step_type)
+
+
+async def outcome(handle: WorkflowHandle[Any, DataResult]) -> DataResult:
+    """The run's result, completed or failed: its history and each step's output."""
+    try:
+        return await handle.result()
+    except WorkflowFailureError as err:
+        result = result_of_failure(err, DataResult)
+        assert isinstance(result, DataResult)
+        return result
+
+
+def steps_taken(result: DataResult) -> list[tuple[str, str, str, str | None]]:
+    return [(e.from_state, e.event, e.to_state, e.detail) for e in result.history[1:]]
+
+
+@pytest.mark.parametrize("step_type", ["fetch", "extract"])
+async def test_a_document_step_reads_text_or_a_reference_and_records_what_it_found(
+    orch: Orchestration, step_type: str
+) -> None:
+    """``fetch`` and ``extract`` hand the activity inline text as text and a file:// reference
+    as a reference, and record what it found, with the reference (none for text); the text is
+    embedded and the input and every output stored."""
+    write_pipeline(orch.pipelines, documents(step_type), "documents.yaml")
+    inline = await (await start(orch, "Documents", {"document": "Hello", "divisor": 5})).result()
+    reference = "file:///docs/a.txt"
+    referenced = await (
+        await start(orch, "Documents", {"document": reference, "divisor": 5})
+    ).result()
+    found = {
+        "kind": "text",
+        "pages": 1,
+        "sha256": EXTRACTED_SHA256,
+        "preview_truncated": False,
+    }
+    assert inline.outputs["load"] == {
+        **found,
+        "characters": 5,
+        "preview": "Hello",
+        "reference": None,
+    }
+    assert referenced.outputs["load"] == {
+        **found,
+        "characters": 0,
+        "preview": "",
+        "reference": reference,
+    }
+    assert [(e.text, e.reference) for e in orch.documents.extracts] == [
+        ("Hello", None),
+        (None, reference),
+    ]
+    assert steps_taken(inline)[0] == (
+        "load",
+        f"{step_type}ed",
+        "embed",
+        "text, 1 page(s), 5 characters",
+    )
+    assert inline.outputs["embed"] == {"embedding_id": f"vec-{inline.request_id}", "dimensions": 8}
+    assert steps_taken(inline)[1][3] == f"embedding vec-{inline.request_id}"
+    assert orch.fakes.embedding_calls[0].content == "Hello 2"
+    assert inline.stored_at is not None
+    assert inline.outputs["store"] == {
+        "table": "documents",
+        "dialect": "fake",
+        "stored_at": inline.stored_at.isoformat(),
+    }
+    assert steps_taken(inline)[2][3] == "stored in documents (fake)"
+    stored = orch.documents.rows[inline.request_id].fields
+    assert stored == {
+        "input": {"document": "Hello", "divisor": 5},
+        "steps": {"load": inline.outputs["load"], "embed": inline.outputs["embed"]},
+    }
+
+
+async def test_a_document_step_fails_the_run_when_the_path_holds_no_document(
+    orch: Orchestration,
+) -> None:
+    """A blank text (or no value) at the document's path fails the run at once, naming the
+    path; no extraction is tried."""
+    write_pipeline(orch.pipelines, documents("fetch"), "documents.yaml")
+    blank = await outcome(await start(orch, "Documents", {"document": "  "}))
+    missing = await outcome(await start(orch, "Documents", {}))
+    for result in (blank, missing):
+        assert result.state == "failed"
+        assert (
+            steps_taken(result)[-1][3] == "input.document holds no document (text or a reference)"
+        )
+    assert orch.documents.extracts == []
+
+
+@pytest.mark.parametrize(
+    ("step_type", "attempts", "not_retried"),
+    [
+        ("fetch", 5, [errors.INVALID_REQUEST, errors.INPUT_UNAVAILABLE]),
+        ("extract", 5, list(EXTRACT_RETRY.non_retryable_error_types or [])),
+    ],
+)
+async def test_a_fetch_and_an_extract_step_retry_the_extraction_each_its_own_way(
+    orch: Orchestration, step_type: str, attempts: int, not_retried: list[str]
+) -> None:
+    """A fetch step schedules ``extract_text`` with the fetch policy (five attempts; a bad
+    request or an input that is not there is not retried), an extract step with the
+    extraction's (which does not retry an unreadable or too large document either); a fetch
+    that keeps failing fails the run, an extract dead-letters it, to be redriven."""
+    write_pipeline(orch.pipelines, documents(step_type), "documents.yaml")
+    orch.documents.extract_error = ApplicationError("store down", type="StoreDown")
+    handle = await start(orch, "Documents", {"document": "Hello"})
+    result = await outcome(handle)
+    [scheduled] = [
+        event.activity_task_scheduled_event_attributes
+        async for event in handle.fetch_history_events()
+        if event.HasField("activity_task_scheduled_event_attributes")
+        and event.activity_task_scheduled_event_attributes.activity_type.name == "extract_text"
+    ]
+    policy = scheduled.retry_policy
+    assert policy.maximum_attempts == attempts
+    assert list(policy.non_retryable_error_types) == not_retried
+    assert len(orch.documents.extracts) == attempts
+    assert result.state == ("failed" if step_type == "fetch" else "dead_letter")
+    assert steps_taken(result)[-1][3] == "StoreDown: store down"
+
+
+async def test_an_embed_or_store_step_that_fails_ends_the_run(
+    orch: Orchestration,
+) -> None:
+    """A template that fails as it renders ends the run with the step and the reason, as an
+    embedding refused for good ends it with the activity's error (an embed step's one way
+    out is the dead-letter queue); a store refused for good fails the run with its error."""
+    write_pipeline(orch.pipelines, documents("fetch"), "documents.yaml")
+    broken = await outcome(await start(orch, "Documents", {"document": "Hi", "divisor": 0}))
+    assert steps_taken(broken)[-1][1:] == (
+        "exhausted",
+        "dead_letter",
+        "step embed: a template failed: ZeroDivisionError: integer division or modulo by zero",
+    )
+    orch.fakes.embedding_script = [
+        ApplicationError("input too long", type=errors.EMBEDDING_FAILED, non_retryable=True)
+    ]
+    refused = await outcome(await start(orch, "Documents", {"document": "Hi", "divisor": 1}))
+    assert steps_taken(refused)[-1][3] == "EmbeddingFailed: input too long"
+    assert orch.fakes.embedding_attempts == [1]
+    orch.documents.store_script = [
+        ApplicationError("a row of another run", type="DocumentStoreConflict", non_retryable=True)
+    ]
+    conflict = await outcome(await start(orch, "Documents", {"document": "Hi", "divisor": 1}))
+    assert steps_taken(conflict)[-1][1:] == (
+        "permanent_error",
+        "failed",
+        "DocumentStoreConflict: a row of another run",
+    )
+
+
+ROUTED = """name: Routed
+version: 1
+input:
+  type: object
+  properties: {priority: {}}
+steps:
+  - id: pick
+    type: route
+    value: input.priority
+    cases: {"1": tell}
+    default: store
+  - id: tell
+    type: notify
+    message: priority one
+  - id: store
+    type: store
+"""
+
+
+async def test_a_route_step_compares_the_value_as_text_and_records_it(
+    orch: Orchestration,
+) -> None:
+    """The value at the route's path is compared as text (the number 1 takes case "1"); a
+    missing value or one no case names takes ``default``; the history shows the value (cut to
+    80 characters), and the step records no output."""
+    write_pipeline(orch.pipelines, ROUTED, "routed.yaml")
+    given: list[dict[str, Any]] = [{"priority": 1}, {}, {"priority": "p" * 100}]
+    results = [await (await start(orch, "Routed", value)).result() for value in given]
+    assert [steps_taken(result)[0] for result in results] == [
+        ("pick", "1", "tell", "input.priority is '1'"),
+        ("pick", "default", "store", "input.priority is ''"),
+        ("pick", "default", "store", f"input.priority is {'p' * 80!r}"),
+    ]
+    assert all("pick" not in result.outputs for result in results)
+
+
+def test_the_input_digest_is_the_sha256_of_its_canonical_json() -> None:
+    """A store step's content hash, when the plan has none, is the SHA-256 of the input as
+    canonical JSON: keys sorted, no spaces, text as it is (not escaped to ASCII)."""
+    canonical = '{"a":[1,2],"b":"é"}'.encode()
+    assert input_digest({"b": "é", "a": [1, 2]}) == hashlib.sha256(canonical).hexdigest()
