@@ -33,10 +33,11 @@ from temporalio.testing import ActivityEnvironment
 from temporalio.worker import Worker
 
 from activities.batch import BatchActivities, BatchLane, BatchSettings
-from activities.batch_calls import batched, item_name
+from activities.batch_calls import batched, hold_text, item_name
 from activities.batch_groups import OWNER_MEMO, group_workflow_id
 from activities.input_loader import InputLoader
 from activities.llm import LlmActivities
+from activities.spend import SpendHold, today
 from aiorch.devstack.processes import free_port
 from aiorch_runtime.batch_store import BatchStore
 from aiorch_runtime.capacity_keys import scope_name
@@ -47,7 +48,13 @@ from tests.support.batched_call import BatchedCall
 from tests.support.time_skipping import time_skipping_server
 from workflows import contract, errors
 from workflows.batch.workflow import LlmBatch
-from workflows.payloads import AwaitBatchInput, BatchGroup, LlmCallInput, LlmCallResult
+from workflows.payloads import (
+    AwaitBatchInput,
+    BatchGroup,
+    BatchSubmitted,
+    LlmCallInput,
+    LlmCallResult,
+)
 
 TIMEOUT = timedelta(minutes=10)
 # Long enough for a loaded machine (the handoff takes a few seconds), short enough that a run
@@ -226,6 +233,50 @@ async def test_a_group_held_by_another_run_is_closed_and_the_call_retried(
     assert await (await handle.describe()).memo_value(OWNER_MEMO) == owner
 
 
+async def test_a_group_whose_workflow_cannot_start_withdraws_the_call(
+    temporal: Client, setup: Setup, valkey_client: redis.Redis
+) -> None:
+    """Temporal refuses to start the group's workflow (here: the lane names no task queue):
+    the call fails retryably, saying the lane cannot start its group and why; it is
+    withdrawn from the group and its spend reservation given back."""
+    store, scope = setup.store, setup.scope
+    capacity, gate = spend_gate(valkey_client, setup.settings.base_url)
+    settings = dataclasses.replace(setup.settings, task_queue="")
+    lane = BatchLane(store, temporal, settings, gate=gate)
+    [call] = asked(1)
+    [hold] = await reserved(capacity, call.tenant, "reservation-h")
+    with pytest.raises(ApplicationError) as refused:
+        await in_run("run-h", b"token-h").run(lane.enqueue, call, hold, pipeline="", digest=None)
+    assert (refused.value.type, refused.value.non_retryable) == (errors.LLM_RETRYABLE, False)
+    assert refused.value.message.startswith("the batch lane cannot start group 1 (")
+    assert refused.value.message.endswith("(Missing TaskQueue.)")
+    assert await store.calls(scope, [item_name(call)]) == []
+    assert await capacity.spend_state(hold.tenant, hold.day) == (0.0, 0.0)
+
+
+async def test_a_call_without_a_timeout_waits_an_hour_for_its_submission(
+    temporal: Client, setup: Setup
+) -> None:
+    """A call whose activity has no start-to-close timeout is kept until an hour after it
+    started, less the lane's margin, with its spend reservation, and with no cache digest
+    when its run asked for none."""
+    [call] = asked(1)
+    hold = SpendHold(call.tenant, today(), "reservation-i")
+    env = in_run("run-i", b"token-i")
+    env.info = dataclasses.replace(env.info, start_to_close_timeout=None)
+    before_ms = datetime.now(UTC).timestamp() * 1000
+    try:
+        await env.run(setup.lane.enqueue, call, hold, pipeline="", digest=None)
+    except Exception as err:
+        raise AssertionError(f"enqueue failed: {err!r}") from err
+    except BaseException:
+        pass  # left waiting for its submission
+    [queued] = await setup.store.calls(setup.scope, [item_name(call)])
+    assert (queued.spend, queued.cache) == (hold_text(hold), "")
+    waits_ms = (timedelta(hours=1) - timedelta(seconds=30)).total_seconds() * 1000
+    assert before_ms + waits_ms - 5000 < queued.deadline_ms <= before_ms + waits_ms + 5000
+
+
 async def test_a_store_out_of_reach_fails_the_call_for_a_retry(
     temporal: Client, setup: Setup
 ) -> None:
@@ -346,3 +397,75 @@ async def test_an_answer_a_run_no_longer_waits_for_is_kept_for_its_next_attempt(
     [logged] = [r.getMessage() for r in caplog.records if r.name == "activities.batch"]
     assert logged.startswith("await_batch no longer waits (")
     assert logged.endswith("): its outcome is left unused")
+
+
+async def test_a_provider_without_a_batch_api_fails_each_call_back_for_good(
+    temporal: Client, valkey_client: redis.Redis, sim_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A provider that refuses the batch's file for good (it serves no Files API: 404): no
+    batch is made, each call is dropped from the store, its spend reservation given back
+    and counted failed, and its run's waiting activity is handed the permanent failure (here
+    the runs' activities no longer wait: the log says so, once a run)."""
+    async with AsyncOpenAI(
+        base_url=f"{sim_url}/no-batch-api/v1", api_key="sim", max_retries=0, timeout=10
+    ) as client:
+        capacity, gate = spend_gate(valkey_client, str(client.base_url))
+        lane = Lane(
+            client, BatchStore(valkey_client, item_ttl=ITEM_TTL), gate=gate, temporal=temporal
+        )
+        calls = asked(2)
+        holds = await reserved(capacity, calls[0].tenant, "reservation-j0", "reservation-j1")
+        await lane.open_group(calls, holds=holds)
+        with caplog.at_level(logging.INFO, logger="activities.batch"):
+            submitted = await lane.env().run(lane.activities.submit_batch, lane.round(0))
+    assert submitted == BatchSubmitted(dropped=0)
+    assert await lane.store.calls(lane.scope, [item_name(c) for c in calls]) == []
+    assert await lane.store.batch_of(lane.scope, lane.group, 0) is None
+    assert await capacity.spend_state(calls[0].tenant, holds[0].day) == (0.0, 0.0)
+    assert lane.counted() == {"failed": 2}
+    logged = [r.getMessage() for r in caplog.records if r.name == "activities.batch"]
+    assert len(logged) == 2
+    assert all(line.startswith("invoke_llm no longer waits (") for line in logged)
+
+
+async def test_a_run_is_told_its_call_was_refused_when_its_batch_cannot_be_made(
+    temporal: Client, valkey_client: redis.Redis, sim_url: str
+) -> None:
+    """A run whose call the provider refused for good at submission (it serves no Files API:
+    404) has its invoke_llm fail as a synchronous call refused for good fails: permanently,
+    in the batch lane, with no batch named, saying what the provider answered."""
+    async with AsyncOpenAI(
+        base_url=f"{sim_url}/no-batch-api/v1", api_key="sim", max_retries=0, timeout=10
+    ) as client:
+        task_queue = f"refused-{uuid.uuid4().hex}"
+        settings = BatchSettings(
+            size=1,
+            delay=timedelta(minutes=10),
+            poll=timedelta(seconds=1),
+            task_queue=task_queue,
+            base_url=str(client.base_url),
+        )
+        store = BatchStore(valkey_client, item_ttl=ITEM_TTL)
+        lane = BatchLane(store, temporal, settings)
+        llm = LlmActivities(client, InputLoader(), timeout_s=10, prices=DEFAULT_PRICE_TABLE)
+        batches = BatchActivities(llm, client, temporal, store, base_url=settings.base_url)
+
+        @activity.defn(name=contract.ACTIVITY_INVOKE_LLM)
+        async def invoke_llm(call: LlmCallInput) -> LlmCallResult:
+            return await lane.enqueue(call, None, pipeline="", digest=None)
+
+        [asked_call] = asked(1)
+        async with Worker(
+            temporal,
+            task_queue=task_queue,
+            workflows=[BatchedCall, LlmBatch],
+            activities=[invoke_llm, *batches.activities],
+        ):
+            handle = await temporal.start_workflow(
+                BatchedCall.run, asked_call, id=asked_call.workflow_id, task_queue=task_queue
+            )
+            refused, _ = await asyncio.wait_for(handle.result(), timeout=HANDOFF_S)
+    assert (refused.outcome, refused.lane, refused.batch_id) == ("failed", "batch", None)
+    assert refused.failure is not None and refused.failure.permanent
+    assert refused.failure.type == errors.LLM_PERMANENT
+    assert "404" in refused.failure.error
