@@ -238,7 +238,8 @@ async def test_a_group_whose_workflow_cannot_start_withdraws_the_call(
 ) -> None:
     """Temporal refuses to start the group's workflow (here: the lane names no task queue):
     the call fails retryably, saying the lane cannot start its group and why; it is
-    withdrawn from the group and its spend reservation given back."""
+    withdrawn from the group and its spend reservation given back. A call with no
+    reservation fails the same way."""
     store, scope = setup.store, setup.scope
     capacity, gate = spend_gate(valkey_client, setup.settings.base_url)
     settings = dataclasses.replace(setup.settings, task_queue="")
@@ -252,6 +253,12 @@ async def test_a_group_whose_workflow_cannot_start_withdraws_the_call(
     assert refused.value.message.endswith("(Missing TaskQueue.)")
     assert await store.calls(scope, [item_name(call)]) == []
     assert await capacity.spend_state(hold.tenant, hold.day) == (0.0, 0.0)
+    [unreserved] = asked(1, directive="with no reservation")
+    with pytest.raises(ApplicationError) as again:
+        await in_run("run-h2", b"token-h2").run(
+            lane.enqueue, unreserved, None, pipeline="", digest=None
+        )
+    assert again.value.message.startswith("the batch lane cannot start group ")
 
 
 async def test_a_call_without_a_timeout_waits_an_hour_for_its_submission(

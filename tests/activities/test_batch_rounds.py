@@ -147,19 +147,19 @@ async def test_a_retried_submission_finds_its_batch_instead_of_creating_another(
 async def test_a_call_whose_run_stopped_waiting_is_not_submitted(
     openai_client: AsyncOpenAI, http: aiohttp.ClientSession, valkey_client: redis.Redis
 ) -> None:
-    """A group's first round whose call's run stopped waiting for it (its deadline passed)
-    creates no batch: the call is dropped from the store, its spend reservation given back,
-    and counted dropped (its run retries)."""
+    """A group's first round whose calls' runs stopped waiting for them (their deadlines
+    passed) creates no batch: the calls are dropped from the store, their spend reservations
+    given back, and counted dropped (their runs retry)."""
     capacity, gate = spend_gate(valkey_client, str(openai_client.base_url))
     lane = Lane(openai_client, BatchStore(valkey_client, item_ttl=ITEM_TTL), gate=gate)
-    calls = asked(1)
-    holds = await reserved(capacity, calls[0].tenant, "reservation-0")
+    calls = asked(2)
+    holds = await reserved(capacity, calls[0].tenant, "reservation-0", "reservation-1")
     await lane.open_group(calls, queue=timedelta(0), holds=holds)
     submitted = await lane.env().run(lane.activities.submit_batch, lane.round(0))
-    assert submitted == BatchSubmitted(dropped=1)
+    assert submitted == BatchSubmitted(dropped=2)
     assert await sim_batches(http) == []
     assert await lane.store.calls(lane.scope, [item_name(c) for c in calls]) == []
-    assert lane.counted() == {"dropped": 1}
+    assert lane.counted() == {"dropped": 2}
     assert await capacity.spend_state(calls[0].tenant, holds[0].day) == (0.0, 0.0)
 
 
