@@ -261,6 +261,30 @@ async def test_a_group_whose_workflow_cannot_start_withdraws_the_call(
     assert again.value.message.startswith("the batch lane cannot start group ")
 
 
+async def test_a_queued_call_s_answer_goes_only_to_the_run_that_queued_it(
+    temporal: Client, setup: Setup, openai_client: AsyncOpenAI
+) -> None:
+    """A call is queued as the call of the run whose invoke_llm queued it: another run's
+    await_batch for it is refused for good, the run's own is left waiting for its answer."""
+    [call] = asked(1)
+    await left_waiting(setup.lane, call, "run-k")
+    llm = LlmActivities(openai_client, InputLoader(), timeout_s=10)
+    batches = BatchActivities(
+        llm, openai_client, temporal, setup.store, base_url=setup.settings.base_url
+    )
+    waiting = AwaitBatchInput(item=item_name(call), model=MODEL, batch_id="batch_k")
+    with pytest.raises(ApplicationError) as refused:
+        await in_run("run-other", b"token-other").run(batches.await_batch, waiting)
+    assert (refused.value.type, refused.value.non_retryable) == (errors.UNKNOWN_CALLER, True)
+    try:
+        await in_run("run-k", b"token-k-await").run(batches.await_batch, waiting)
+    except Exception as err:
+        raise AssertionError(f"await_batch failed: {err!r}") from err
+    except BaseException:
+        return
+    raise AssertionError("await_batch returned before the call was answered")
+
+
 async def test_a_call_without_a_timeout_waits_an_hour_for_its_submission(
     temporal: Client, setup: Setup
 ) -> None:
@@ -285,20 +309,24 @@ async def test_a_call_without_a_timeout_waits_an_hour_for_its_submission(
 
 
 async def test_a_store_out_of_reach_fails_the_call_for_a_retry(
-    temporal: Client, setup: Setup
+    temporal: Client, setup: Setup, valkey_client: redis.Redis
 ) -> None:
-    """With the store out of reach the call is not queued: it fails retryably, saying the
-    batch lane cannot queue it."""
+    """With the batch store out of reach the call is not queued: it fails retryably, saying
+    the batch lane cannot queue it, and its spend reservation is given back."""
+    capacity, gate = spend_gate(valkey_client, setup.settings.base_url)
     unreachable = redis.Redis.from_url(f"redis://127.0.0.1:{free_port()}/0")
     try:
-        lane = BatchLane(BatchStore(unreachable, item_ttl=ITEM_TTL), temporal, setup.settings)
+        store = BatchStore(unreachable, item_ttl=ITEM_TTL)
+        lane = BatchLane(store, temporal, setup.settings, gate=gate)
         [call] = asked(1)
+        [hold] = await reserved(capacity, call.tenant, "reservation-g")
         with pytest.raises(ApplicationError) as failed:
-            await in_run("run-g", b"token-g").run(lane.enqueue, call, None, pipeline="", digest="")
+            await in_run("run-g", b"token-g").run(lane.enqueue, call, hold, pipeline="", digest="")
     finally:
         await unreachable.aclose()
     assert (failed.value.type, failed.value.non_retryable) == (errors.LLM_RETRYABLE, False)
     assert failed.value.message.startswith("the batch lane cannot queue the call (")
+    assert await capacity.spend_state(hold.tenant, hold.day) == (0.0, 0.0)
 
 
 async def test_runs_are_told_their_batch_then_handed_its_answers(
