@@ -504,3 +504,33 @@ async def test_a_run_is_told_its_call_was_refused_when_its_batch_cannot_be_made(
     assert refused.failure is not None and refused.failure.permanent
     assert refused.failure.type == errors.LLM_PERMANENT
     assert "404" in refused.failure.error
+
+
+async def test_a_call_whose_document_is_gone_is_failed_back_at_submission(
+    temporal: Client,
+    valkey_client: redis.Redis,
+    openai_client: AsyncOpenAI,
+    http: aiohttp.ClientSession,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Of a group's two calls, the one whose document cannot be read now is left out of the
+    batch: dropped from the store, its spend reservation given back (the other's stays held)
+    and counted failed; the other is submitted; each run's invoke_llm is handed its outcome
+    (here neither waits any more: the log says so, once a run)."""
+    capacity, gate = spend_gate(valkey_client, str(openai_client.base_url))
+    store = BatchStore(valkey_client, item_ttl=ITEM_TTL)
+    lane = Lane(openai_client, store, gate=gate, temporal=temporal)
+    unreadable = call("Summarise it.", lane="batch", input_ref="/nowhere/gone.txt")
+    calls = [*asked(1), unreadable]
+    holds = await reserved(capacity, unreadable.tenant, "reservation-l0", "reservation-l1")
+    await lane.open_group(calls, holds=holds)
+    with caplog.at_level(logging.INFO, logger="activities.batch"):
+        submitted = await lane.env().run(lane.activities.submit_batch, lane.round(0))
+    assert (submitted.calls, submitted.dropped) == (1, 0)
+    [kept] = await store.calls(lane.scope, [item_name(c) for c in calls])
+    assert kept.item == item_name(calls[0])
+    assert await capacity.spend_state(unreadable.tenant, holds[0].day) == (0.0, 0.5)
+    assert lane.counted() == {"failed": 1, "submitted": 1}
+    logged = [r.getMessage() for r in caplog.records if r.name == "activities.batch"]
+    assert len(logged) == 2
+    assert all(line.startswith("invoke_llm no longer waits (") for line in logged)

@@ -149,17 +149,19 @@ async def test_a_call_whose_run_stopped_waiting_is_not_submitted(
 ) -> None:
     """A group's first round whose calls' runs stopped waiting for them (their deadlines
     passed) creates no batch: the calls are dropped from the store, their spend reservations
-    given back, and counted dropped (their runs retry)."""
+    given back, and counted dropped (their runs retry), in a group of one or of two."""
     capacity, gate = spend_gate(valkey_client, str(openai_client.base_url))
     lane = Lane(openai_client, BatchStore(valkey_client, item_ttl=ITEM_TTL), gate=gate)
-    calls = asked(2)
-    holds = await reserved(capacity, calls[0].tenant, "reservation-0", "reservation-1")
-    await lane.open_group(calls, queue=timedelta(0), holds=holds)
-    submitted = await lane.env().run(lane.activities.submit_batch, lane.round(0))
-    assert submitted == BatchSubmitted(dropped=2)
+    for size in (1, 2):
+        calls = asked(size, directive=f"of a group of {size}")
+        names = [f"reservation-{size}-{number}" for number in range(size)]
+        holds = await reserved(capacity, calls[0].tenant, *names)
+        await lane.open_group(calls, queue=timedelta(0), holds=holds)
+        submitted = await lane.env().run(lane.activities.submit_batch, lane.round(0))
+        assert submitted == BatchSubmitted(dropped=size)
+        assert await lane.store.calls(lane.scope, [item_name(c) for c in calls]) == []
+        assert lane.counted() == {"dropped": size}
     assert await sim_batches(http) == []
-    assert await lane.store.calls(lane.scope, [item_name(c) for c in calls]) == []
-    assert lane.counted() == {"dropped": 2}
     assert await capacity.spend_state(calls[0].tenant, holds[0].day) == (0.0, 0.0)
 
 
@@ -192,11 +194,13 @@ async def test_a_batch_s_file_holds_one_chat_request_a_line_named_by_its_call(
 ) -> None:
     """The file a submission uploads holds, a line each, its calls' Chat Completions requests
     as the provider's batch API takes them (POST to /v1/chat/completions, named by the call's
-    custom_id, the model and prompt in the body), each line ended by a newline; the batch is
-    made of that file for the chat endpoint within the 24-hour window."""
-    lane = Lane(openai_client, BatchStore(valkey_client, item_ttl=ITEM_TTL))
+    custom_id, the model, prompt and run's pipeline's prompt cache key in the body), each
+    line ended by a newline; the batch is made of that file for the chat endpoint within
+    the 24-hour window."""
+    store = BatchStore(valkey_client, item_ttl=ITEM_TTL)
+    lane = Lane(openai_client, store, cache_scope="pipeline")
     calls = asked(2)
-    await lane.open_group(calls)
+    await lane.open_group(calls, pipeline="llm")
     submitted = await lane.env().run(lane.activities.submit_batch, lane.round(1))
     batch = await openai_client.batches.retrieve(str(submitted.batch_id))
     assert (batch.endpoint, batch.completion_window) == ("/v1/chat/completions", "24h")
@@ -211,4 +215,5 @@ async def test_a_batch_s_file_holds_one_chat_request_a_line_named_by_its_call(
         line = lines[item_name(made)]
         assert (line["method"], line["url"]) == ("POST", "/v1/chat/completions")
         assert line["body"]["model"] == MODEL
+        assert line["body"]["prompt_cache_key"] == "aiorch:llm"
         assert line["body"]["messages"][-1]["content"].endswith(made.user_prompt)
