@@ -182,6 +182,22 @@ async def test_the_call_that_fills_a_group_signals_its_workflow(
     assert len(await store.calls(scope, [item_name(first), item_name(second)])) == 2
 
 
+async def test_a_call_that_opens_and_fills_a_group_starts_it_full_with_its_owner(
+    temporal: Client, setup: Setup
+) -> None:
+    """In a lane of groups of one, the call that opens a group also fills it: the group's
+    workflow is started with the group's owner token in its memo and told at once that the
+    group is full."""
+    lane = BatchLane(setup.store, temporal, dataclasses.replace(setup.settings, size=1))
+    [call] = asked(1)
+    await left_waiting(lane, call, "run-m")
+    handle, signalled = await group_signals(temporal, setup.scope, 1)
+    assert signalled == [contract.SIGNAL_BATCH_FULL]
+    opened, owner = await setup.store.owner_of(setup.scope, 1)
+    assert opened and owner
+    assert await (await handle.describe()).memo_value(OWNER_MEMO) == owner
+
+
 async def test_a_call_queued_again_is_told_its_batch_at_once(
     temporal: Client, setup: Setup
 ) -> None:
