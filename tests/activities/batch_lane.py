@@ -27,6 +27,7 @@ from activities.capacity import CallGate
 from activities.heartbeat import HEARTBEAT_EVERY
 from activities.input_loader import InputLoader
 from activities.llm import LlmActivities
+from activities.llm_request import CacheScope
 from activities.spend import SpendHold, today
 from aiorch_runtime.batch_store import BatchStore
 from aiorch_runtime.capacity import CapacityStore
@@ -63,8 +64,15 @@ class Lane:
         gate: CallGate | None = None,
         heartbeat_every: timedelta = HEARTBEAT_EVERY,
         temporal: Client | None = None,
+        cache_scope: CacheScope = "off",
     ) -> None:
-        llm = LlmActivities(client, InputLoader(), timeout_s=10, prices=DEFAULT_PRICE_TABLE)
+        llm = LlmActivities(
+            client,
+            InputLoader(),
+            timeout_s=10,
+            prices=DEFAULT_PRICE_TABLE,
+            cache_scope=cache_scope,
+        )
         self.activities = BatchActivities(
             llm,
             client,
@@ -91,11 +99,12 @@ class Lane:
         cache: str = "",
         queue: timedelta = QUEUE,
         holds: list[SpendHold] | None = None,
+        pipeline: str = "",
     ) -> None:
         """Queue ``calls`` as their runs' ``invoke_llm`` does (`BatchLane.enqueue`), into one
-        group opened with no owner token; each run waits ``queue`` for its submission,
-        ``cache`` names each call's reply in the result cache, and ``holds`` are the calls'
-        spend reservations (none without)."""
+        group opened with no owner token; each run (of ``pipeline``) waits ``queue`` for its
+        submission, ``cache`` names each call's reply in the result cache, and ``holds`` are
+        the calls' spend reservations (none without)."""
         groups = set()
         for number, queued in enumerate(calls):
             enqueued = await self.store.enqueue(
@@ -103,7 +112,7 @@ class Lane:
                 item_name(queued),
                 call=queued.model_dump_json(),
                 token=b"",
-                pipeline="",
+                pipeline=pipeline,
                 spend=hold_text(holds[number] if holds else None),
                 cache=f"{cache}{number}" if cache else "",
                 size=len(calls),

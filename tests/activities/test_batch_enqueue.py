@@ -33,10 +33,11 @@ from temporalio.testing import ActivityEnvironment
 from temporalio.worker import Worker
 
 from activities.batch import BatchActivities, BatchLane, BatchSettings
-from activities.batch_calls import batched, item_name
+from activities.batch_calls import batched, hold_text, item_name
 from activities.batch_groups import OWNER_MEMO, group_workflow_id
 from activities.input_loader import InputLoader
 from activities.llm import LlmActivities
+from activities.spend import SpendHold, today
 from aiorch.devstack.processes import free_port
 from aiorch_runtime.batch_store import BatchStore
 from aiorch_runtime.capacity_keys import scope_name
@@ -47,7 +48,13 @@ from tests.support.batched_call import BatchedCall
 from tests.support.time_skipping import time_skipping_server
 from workflows import contract, errors
 from workflows.batch.workflow import LlmBatch
-from workflows.payloads import AwaitBatchInput, BatchGroup, LlmCallInput, LlmCallResult
+from workflows.payloads import (
+    AwaitBatchInput,
+    BatchGroup,
+    BatchSubmitted,
+    LlmCallInput,
+    LlmCallResult,
+)
 
 TIMEOUT = timedelta(minutes=10)
 # Long enough for a loaded machine (the handoff takes a few seconds), short enough that a run
@@ -175,6 +182,22 @@ async def test_the_call_that_fills_a_group_signals_its_workflow(
     assert len(await store.calls(scope, [item_name(first), item_name(second)])) == 2
 
 
+async def test_a_call_that_opens_and_fills_a_group_starts_it_full_with_its_owner(
+    temporal: Client, setup: Setup
+) -> None:
+    """In a lane of groups of one, the call that opens a group also fills it: the group's
+    workflow is started with the group's owner token in its memo and told at once that the
+    group is full."""
+    lane = BatchLane(setup.store, temporal, dataclasses.replace(setup.settings, size=1))
+    [call] = asked(1)
+    await left_waiting(lane, call, "run-m")
+    handle, signalled = await group_signals(temporal, setup.scope, 1)
+    assert signalled == [contract.SIGNAL_BATCH_FULL]
+    opened, owner = await setup.store.owner_of(setup.scope, 1)
+    assert opened and owner
+    assert await (await handle.describe()).memo_value(OWNER_MEMO) == owner
+
+
 async def test_a_call_queued_again_is_told_its_batch_at_once(
     temporal: Client, setup: Setup
 ) -> None:
@@ -226,21 +249,100 @@ async def test_a_group_held_by_another_run_is_closed_and_the_call_retried(
     assert await (await handle.describe()).memo_value(OWNER_MEMO) == owner
 
 
-async def test_a_store_out_of_reach_fails_the_call_for_a_retry(
+async def test_a_group_whose_workflow_cannot_start_withdraws_the_call(
+    temporal: Client, setup: Setup, valkey_client: redis.Redis
+) -> None:
+    """Temporal refuses to start the group's workflow (here: the lane names no task queue):
+    the call fails retryably, saying the lane cannot start its group and why; it is
+    withdrawn from the group and its spend reservation given back. A call with no
+    reservation fails the same way."""
+    store, scope = setup.store, setup.scope
+    capacity, gate = spend_gate(valkey_client, setup.settings.base_url)
+    settings = dataclasses.replace(setup.settings, task_queue="")
+    lane = BatchLane(store, temporal, settings, gate=gate)
+    [call] = asked(1)
+    [hold] = await reserved(capacity, call.tenant, "reservation-h")
+    with pytest.raises(ApplicationError) as refused:
+        await in_run("run-h", b"token-h").run(lane.enqueue, call, hold, pipeline="", digest=None)
+    assert (refused.value.type, refused.value.non_retryable) == (errors.LLM_RETRYABLE, False)
+    assert refused.value.message.startswith("the batch lane cannot start group 1 (")
+    assert refused.value.message.endswith("(Missing TaskQueue.)")
+    assert await store.calls(scope, [item_name(call)]) == []
+    assert await capacity.spend_state(hold.tenant, hold.day) == (0.0, 0.0)
+    [unreserved] = asked(1, directive="with no reservation")
+    with pytest.raises(ApplicationError) as again:
+        await in_run("run-h2", b"token-h2").run(
+            lane.enqueue, unreserved, None, pipeline="", digest=None
+        )
+    assert again.value.message.startswith("the batch lane cannot start group ")
+
+
+async def test_a_queued_call_s_answer_goes_only_to_the_run_that_queued_it(
+    temporal: Client, setup: Setup, openai_client: AsyncOpenAI
+) -> None:
+    """A call is queued as the call of the run whose invoke_llm queued it: another run's
+    await_batch for it is refused for good, the run's own is left waiting for its answer."""
+    [call] = asked(1)
+    await left_waiting(setup.lane, call, "run-k")
+    llm = LlmActivities(openai_client, InputLoader(), timeout_s=10)
+    batches = BatchActivities(
+        llm, openai_client, temporal, setup.store, base_url=setup.settings.base_url
+    )
+    waiting = AwaitBatchInput(item=item_name(call), model=MODEL, batch_id="batch_k")
+    with pytest.raises(ApplicationError) as refused:
+        await in_run("run-other", b"token-other").run(batches.await_batch, waiting)
+    assert (refused.value.type, refused.value.non_retryable) == (errors.UNKNOWN_CALLER, True)
+    try:
+        await in_run("run-k", b"token-k-await").run(batches.await_batch, waiting)
+    except Exception as err:
+        raise AssertionError(f"await_batch failed: {err!r}") from err
+    except BaseException:
+        return
+    raise AssertionError("await_batch returned before the call was answered")
+
+
+async def test_a_call_without_a_timeout_waits_an_hour_for_its_submission(
     temporal: Client, setup: Setup
 ) -> None:
-    """With the store out of reach the call is not queued: it fails retryably, saying the
-    batch lane cannot queue it."""
+    """A call whose activity has no start-to-close timeout is kept until an hour after it
+    started, less the lane's margin, with its spend reservation, and with no cache digest
+    when its run asked for none."""
+    [call] = asked(1)
+    hold = SpendHold(call.tenant, today(), "reservation-i")
+    env = in_run("run-i", b"token-i")
+    env.info = dataclasses.replace(env.info, start_to_close_timeout=None)
+    before_ms = datetime.now(UTC).timestamp() * 1000
+    try:
+        await env.run(setup.lane.enqueue, call, hold, pipeline="", digest=None)
+    except Exception as err:
+        raise AssertionError(f"enqueue failed: {err!r}") from err
+    except BaseException:
+        pass  # left waiting for its submission
+    [queued] = await setup.store.calls(setup.scope, [item_name(call)])
+    assert (queued.spend, queued.cache) == (hold_text(hold), "")
+    waits_ms = (timedelta(hours=1) - timedelta(seconds=30)).total_seconds() * 1000
+    assert before_ms + waits_ms - 5000 < queued.deadline_ms <= before_ms + waits_ms + 5000
+
+
+async def test_a_store_out_of_reach_fails_the_call_for_a_retry(
+    temporal: Client, setup: Setup, valkey_client: redis.Redis
+) -> None:
+    """With the batch store out of reach the call is not queued: it fails retryably, saying
+    the batch lane cannot queue it, and its spend reservation is given back."""
+    capacity, gate = spend_gate(valkey_client, setup.settings.base_url)
     unreachable = redis.Redis.from_url(f"redis://127.0.0.1:{free_port()}/0")
     try:
-        lane = BatchLane(BatchStore(unreachable, item_ttl=ITEM_TTL), temporal, setup.settings)
+        store = BatchStore(unreachable, item_ttl=ITEM_TTL)
+        lane = BatchLane(store, temporal, setup.settings, gate=gate)
         [call] = asked(1)
+        [hold] = await reserved(capacity, call.tenant, "reservation-g")
         with pytest.raises(ApplicationError) as failed:
-            await in_run("run-g", b"token-g").run(lane.enqueue, call, None, pipeline="", digest="")
+            await in_run("run-g", b"token-g").run(lane.enqueue, call, hold, pipeline="", digest="")
     finally:
         await unreachable.aclose()
     assert (failed.value.type, failed.value.non_retryable) == (errors.LLM_RETRYABLE, False)
     assert failed.value.message.startswith("the batch lane cannot queue the call (")
+    assert await capacity.spend_state(hold.tenant, hold.day) == (0.0, 0.0)
 
 
 async def test_runs_are_told_their_batch_then_handed_its_answers(
@@ -346,3 +448,105 @@ async def test_an_answer_a_run_no_longer_waits_for_is_kept_for_its_next_attempt(
     [logged] = [r.getMessage() for r in caplog.records if r.name == "activities.batch"]
     assert logged.startswith("await_batch no longer waits (")
     assert logged.endswith("): its outcome is left unused")
+
+
+async def test_a_provider_without_a_batch_api_fails_each_call_back_for_good(
+    temporal: Client, valkey_client: redis.Redis, sim_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A provider that refuses the batch's file for good (it serves no Files API: 404): no
+    batch is made, each call is dropped from the store, its spend reservation given back
+    and counted failed, and its run's waiting activity is handed the permanent failure (here
+    the runs' activities no longer wait: the log says so, once a run)."""
+    async with AsyncOpenAI(
+        base_url=f"{sim_url}/no-batch-api/v1", api_key="sim", max_retries=0, timeout=10
+    ) as client:
+        capacity, gate = spend_gate(valkey_client, str(client.base_url))
+        lane = Lane(
+            client, BatchStore(valkey_client, item_ttl=ITEM_TTL), gate=gate, temporal=temporal
+        )
+        calls = asked(2)
+        holds = await reserved(capacity, calls[0].tenant, "reservation-j0", "reservation-j1")
+        await lane.open_group(calls, holds=holds)
+        with caplog.at_level(logging.INFO, logger="activities.batch"):
+            submitted = await lane.env().run(lane.activities.submit_batch, lane.round(0))
+    assert submitted == BatchSubmitted(dropped=0)
+    assert await lane.store.calls(lane.scope, [item_name(c) for c in calls]) == []
+    assert await lane.store.batch_of(lane.scope, lane.group, 0) is None
+    assert await capacity.spend_state(calls[0].tenant, holds[0].day) == (0.0, 0.0)
+    assert lane.counted() == {"failed": 2}
+    logged = [r.getMessage() for r in caplog.records if r.name == "activities.batch"]
+    assert len(logged) == 2
+    assert all(line.startswith("invoke_llm no longer waits (") for line in logged)
+
+
+async def test_a_run_is_told_its_call_was_refused_when_its_batch_cannot_be_made(
+    temporal: Client, valkey_client: redis.Redis, sim_url: str
+) -> None:
+    """A run whose call the provider refused for good at submission (it serves no Files API:
+    404) has its invoke_llm fail as a synchronous call refused for good fails: permanently,
+    in the batch lane, with no batch named, saying what the provider answered."""
+    async with AsyncOpenAI(
+        base_url=f"{sim_url}/no-batch-api/v1", api_key="sim", max_retries=0, timeout=10
+    ) as client:
+        task_queue = f"refused-{uuid.uuid4().hex}"
+        settings = BatchSettings(
+            size=1,
+            delay=timedelta(minutes=10),
+            poll=timedelta(seconds=1),
+            task_queue=task_queue,
+            base_url=str(client.base_url),
+        )
+        store = BatchStore(valkey_client, item_ttl=ITEM_TTL)
+        lane = BatchLane(store, temporal, settings)
+        llm = LlmActivities(client, InputLoader(), timeout_s=10, prices=DEFAULT_PRICE_TABLE)
+        batches = BatchActivities(llm, client, temporal, store, base_url=settings.base_url)
+
+        @activity.defn(name=contract.ACTIVITY_INVOKE_LLM)
+        async def invoke_llm(call: LlmCallInput) -> LlmCallResult:
+            return await lane.enqueue(call, None, pipeline="", digest=None)
+
+        [asked_call] = asked(1)
+        async with Worker(
+            temporal,
+            task_queue=task_queue,
+            workflows=[BatchedCall, LlmBatch],
+            activities=[invoke_llm, *batches.activities],
+        ):
+            handle = await temporal.start_workflow(
+                BatchedCall.run, asked_call, id=asked_call.workflow_id, task_queue=task_queue
+            )
+            refused, _ = await asyncio.wait_for(handle.result(), timeout=HANDOFF_S)
+    assert (refused.outcome, refused.lane, refused.batch_id) == ("failed", "batch", None)
+    assert refused.failure is not None and refused.failure.permanent
+    assert refused.failure.type == errors.LLM_PERMANENT
+    assert "404" in refused.failure.error
+
+
+async def test_a_call_whose_document_is_gone_is_failed_back_at_submission(
+    temporal: Client,
+    valkey_client: redis.Redis,
+    openai_client: AsyncOpenAI,
+    http: aiohttp.ClientSession,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Of a group's two calls, the one whose document cannot be read now is left out of the
+    batch: dropped from the store, its spend reservation given back (the other's stays held)
+    and counted failed; the other is submitted; each run's invoke_llm is handed its outcome
+    (here neither waits any more: the log says so, once a run)."""
+    capacity, gate = spend_gate(valkey_client, str(openai_client.base_url))
+    store = BatchStore(valkey_client, item_ttl=ITEM_TTL)
+    lane = Lane(openai_client, store, gate=gate, temporal=temporal)
+    unreadable = call("Summarise it.", lane="batch", input_ref="/nowhere/gone.txt")
+    calls = [*asked(1), unreadable]
+    holds = await reserved(capacity, unreadable.tenant, "reservation-l0", "reservation-l1")
+    await lane.open_group(calls, holds=holds)
+    with caplog.at_level(logging.INFO, logger="activities.batch"):
+        submitted = await lane.env().run(lane.activities.submit_batch, lane.round(0))
+    assert (submitted.calls, submitted.dropped) == (1, 0)
+    [kept] = await store.calls(lane.scope, [item_name(c) for c in calls])
+    assert kept.item == item_name(calls[0])
+    assert await capacity.spend_state(unreadable.tenant, holds[0].day) == (0.0, 0.5)
+    assert lane.counted() == {"failed": 1, "submitted": 1}
+    logged = [r.getMessage() for r in caplog.records if r.name == "activities.batch"]
+    assert len(logged) == 2
+    assert all(line.startswith("invoke_llm no longer waits (") for line in logged)

@@ -239,6 +239,25 @@ async def test_polling_a_batch_the_provider_does_not_know_fails_for_good(
     assert (refused.value.type, refused.value.non_retryable) == (errors.LLM_PERMANENT, True)
 
 
+async def test_a_poll_tells_a_batch_s_status_and_its_counts(
+    lane: Lane, http: aiohttp.ClientSession
+) -> None:
+    """A batch that ended is polled as done, with its calls, its answered and its refused
+    ones counted apart; a batch still running as not done, with none of its calls made."""
+    await http.put("/_sim/batches", json={"completion_s": 0})
+    await lane.open_group([*asked(2), call("Batched question [sim:status=400]", lane="batch")])
+    ended = await lane.env().run(lane.activities.submit_batch, lane.round(1))
+    assert ended.batch_id is not None
+    polled = await lane.env().run(lane.activities.poll_batch, ended.batch_id)
+    assert polled == BatchPolled(status="completed", done=True, completed=2, failed=1, total=3)
+    await http.put("/_sim/batches", json={"completion_s": 3600})
+    await lane.open_group([call("A question still in its batch", lane="batch")])
+    running = await lane.env().run(lane.activities.submit_batch, lane.round(1))
+    assert running.batch_id is not None
+    polled = await lane.env().run(lane.activities.poll_batch, running.batch_id)
+    assert polled == BatchPolled(status="in_progress", done=False, completed=0, failed=0, total=1)
+
+
 async def test_an_answered_call_is_traced_and_counted_once_in_the_batch_lane(
     openai_client: AsyncOpenAI, http: aiohttp.ClientSession, valkey_client: redis.Redis
 ) -> None:
@@ -350,8 +369,8 @@ async def test_a_collection_heartbeats_which_file_it_is_reading(
     openai_client: AsyncOpenAI, http: aiohttp.ClientSession, valkey_client: redis.Redis
 ) -> None:
     """While it waits for the provider's output and error files, a collection heartbeats
-    which file it is reading (what the Web UI shows of a slow collection), as often as the
-    worker's heartbeat interval says."""
+    which file it is reading (what the Web UI shows of a slow collection), then which of its
+    calls it is handing back, as often as the worker's heartbeat interval says."""
     lane = Lane(
         openai_client,
         BatchStore(valkey_client, item_ttl=ITEM_TTL),
@@ -367,3 +386,5 @@ async def test_a_collection_heartbeats_which_file_it_is_reading(
     await env.run(lane.activities.collect_batch, lane.round(1, batch_id=submitted.batch_id))
     read = {detail for detail in details if str(detail).startswith("reading ")}
     assert read == {f"reading {found.output_file_id}", f"reading {found.error_file_id}"}
+    collecting = [detail for detail in details if str(detail).startswith("collecting ")]
+    assert collecting == ["collecting call 0 of 2", "collecting call 1 of 2"]

@@ -17,6 +17,7 @@ whose runs stopped waiting are not submitted."""
 
 from __future__ import annotations
 
+import json
 import logging
 from datetime import timedelta
 
@@ -58,7 +59,8 @@ async def test_an_expired_batch_s_next_round_holds_only_its_unfinished_calls(
 ) -> None:
     """A batch of three expires after answering one, whose run has not taken its answer yet:
     the next round submits the two unfinished calls only, its answers are collected, and the
-    kept answer is handed over again; each call was answered exactly once."""
+    kept answer is handed over again; each call was answered exactly once. The group keeps
+    its batches while a call is unfinished, and is forgotten once none is."""
     calls = asked(3)
     lane = Lane(openai_client, BatchStore(valkey_client, item_ttl=ITEM_TTL))
     await lane.open_group(calls)
@@ -70,6 +72,7 @@ async def test_an_expired_batch_s_next_round_holds_only_its_unfinished_calls(
         lane.activities.collect_batch, lane.round(1, batch_id=first.batch_id)
     )
     assert (collected.answered, collected.unfinished) == (1, 2)
+    assert await lane.store.batch_of(lane.scope, lane.group, 1) == first.batch_id
     kept = [item for item, result in (await lane.results(calls)).items() if result is not None]
     assert len(kept) == 1
 
@@ -81,6 +84,9 @@ async def test_an_expired_batch_s_next_round_holds_only_its_unfinished_calls(
         lane.activities.collect_batch, lane.round(2, batch_id=second.batch_id, last=True)
     )
     assert (last.answered, last.failed, last.unfinished) == (3, 0, 0)
+    for number in (1, 2):
+        assert await lane.store.batch_of(lane.scope, lane.group, number) is None
+    assert not (await lane.store.owner_of(lane.scope, lane.group))[0]
     assert sorted(await answered_lines(http)) == sorted(item_name(c) for c in calls)
 
 
@@ -141,17 +147,73 @@ async def test_a_retried_submission_finds_its_batch_instead_of_creating_another(
 async def test_a_call_whose_run_stopped_waiting_is_not_submitted(
     openai_client: AsyncOpenAI, http: aiohttp.ClientSession, valkey_client: redis.Redis
 ) -> None:
-    """A group's first round whose call's run stopped waiting for it (its deadline passed)
-    creates no batch: the call is dropped from the store, its spend reservation given back,
-    and counted dropped (its run retries)."""
+    """A group's first round whose calls' runs stopped waiting for them (their deadlines
+    passed) creates no batch: the calls are dropped from the store, their spend reservations
+    given back, and counted dropped (their runs retry), in a group of one or of two."""
     capacity, gate = spend_gate(valkey_client, str(openai_client.base_url))
     lane = Lane(openai_client, BatchStore(valkey_client, item_ttl=ITEM_TTL), gate=gate)
-    calls = asked(1)
-    holds = await reserved(capacity, calls[0].tenant, "reservation-0")
-    await lane.open_group(calls, queue=timedelta(0), holds=holds)
-    submitted = await lane.env().run(lane.activities.submit_batch, lane.round(0))
-    assert submitted == BatchSubmitted(dropped=1)
+    for size in (1, 2):
+        calls = asked(size, directive=f"of a group of {size}")
+        names = [f"reservation-{size}-{number}" for number in range(size)]
+        holds = await reserved(capacity, calls[0].tenant, *names)
+        await lane.open_group(calls, queue=timedelta(0), holds=holds)
+        submitted = await lane.env().run(lane.activities.submit_batch, lane.round(0))
+        assert submitted == BatchSubmitted(dropped=size)
+        assert await lane.store.calls(lane.scope, [item_name(c) for c in calls]) == []
+        assert lane.counted() == {"dropped": size}
     assert await sim_batches(http) == []
-    assert await lane.store.calls(lane.scope, [item_name(c) for c in calls]) == []
-    assert lane.counted() == {"dropped": 1}
     assert await capacity.spend_state(calls[0].tenant, holds[0].day) == (0.0, 0.0)
+
+
+async def test_a_submission_heartbeats_what_it_is_doing(
+    openai_client: AsyncOpenAI, valkey_client: redis.Redis
+) -> None:
+    """A submission heartbeats each line it writes of the batch's file, then while it
+    uploads the file and while it creates the batch (what the Web UI shows of a slow
+    submission), as often as the worker's heartbeat interval says."""
+    lane = Lane(
+        openai_client,
+        BatchStore(valkey_client, item_ttl=ITEM_TTL),
+        heartbeat_every=timedelta(0),
+    )
+    await lane.open_group(asked(2))
+    details: list[object] = []
+    env = lane.env()
+    env.on_heartbeat = lambda *beat: details.extend(beat)
+    await env.run(lane.activities.submit_batch, lane.round(1))
+    assert list(dict.fromkeys(details)) == [
+        "writing line 0 of 2",
+        "writing line 1 of 2",
+        "uploading the batch's file",
+        "creating the batch",
+    ]
+
+
+async def test_a_batch_s_file_holds_one_chat_request_a_line_named_by_its_call(
+    openai_client: AsyncOpenAI, valkey_client: redis.Redis
+) -> None:
+    """The file a submission uploads holds, a line each, its calls' Chat Completions requests
+    as the provider's batch API takes them (POST to /v1/chat/completions, named by the call's
+    custom_id, the model, prompt and run's pipeline's prompt cache key in the body), each
+    line ended by a newline; the batch is made of that file for the chat endpoint within
+    the 24-hour window."""
+    store = BatchStore(valkey_client, item_ttl=ITEM_TTL)
+    lane = Lane(openai_client, store, cache_scope="pipeline")
+    calls = asked(2)
+    await lane.open_group(calls, pipeline="llm")
+    submitted = await lane.env().run(lane.activities.submit_batch, lane.round(1))
+    batch = await openai_client.batches.retrieve(str(submitted.batch_id))
+    assert (batch.endpoint, batch.completion_window) == ("/v1/chat/completions", "24h")
+    uploaded = await openai_client.files.retrieve(batch.input_file_id)
+    assert uploaded.purpose == "batch"
+    assert uploaded.filename == f"{lane.scope.replace(':', '-')}-{lane.group}-r1.jsonl"
+    text = (await openai_client.files.content(batch.input_file_id)).text
+    assert text.endswith("\n") and not text.endswith("\n\n")
+    lines = {line["custom_id"]: line for line in map(json.loads, text.splitlines())}
+    assert sorted(lines) == sorted(item_name(c) for c in calls)
+    for made in calls:
+        line = lines[item_name(made)]
+        assert (line["method"], line["url"]) == ("POST", "/v1/chat/completions")
+        assert line["body"]["model"] == MODEL
+        assert line["body"]["prompt_cache_key"] == "aiorch:llm"
+        assert line["body"]["messages"][-1]["content"].endswith(made.user_prompt)
