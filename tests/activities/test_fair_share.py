@@ -18,7 +18,11 @@ from temporalio.runtime import MetricBuffer, Runtime, TelemetryConfig
 from temporalio.testing import ActivityEnvironment
 
 from activities.capacity import CallGate, Settlement
-from activities.capacity_metrics import METRIC_QUEUE_WAIT, METRIC_TENANT_TOKENS
+from activities.capacity_metrics import (
+    METRIC_QUEUE_WAIT,
+    METRIC_SPILL_OVERS,
+    METRIC_TENANT_TOKENS,
+)
 from activities.prompt_tokens import prompt_tokens
 from activities.spend import today
 from aiorch.cli.budgets import spend_report
@@ -352,3 +356,42 @@ async def test_a_tenant_with_nothing_queued_leaves_nothing_behind(store: Capacit
             )
     assert await store.queued(SCOPE, limits) == []
     assert await store.redis.hlen(tags) == 0
+
+
+async def test_a_spilled_call_takes_no_capacity_and_is_counted_under_its_tenant(
+    store: CapacityStore,
+) -> None:
+    """A call that spilled over to the batch lane goes at once though its model has no tokens
+    left (batches take no capacity) and is counted as a spill-over under its tenant's label
+    (acme: named by the settings; beta: ``other``); a call batched from the start goes as well
+    and is no spill-over."""
+    messages = [{"role": "user", "content": "Summarise the quarterly report."}]
+    limits = (6000, 0)
+    gate = CallGate(
+        store,
+        base_url=BASE_URL,
+        rate_limits={"sim-large": RateLimit(tpm=limits[0])},
+        prices=DEFAULT_PRICE_TABLE,
+        tenant_budget=lambda _: None,
+        max_output_tokens=10,
+        named_tenants=frozenset({"acme"}),
+        inline_wait=timedelta(0),
+    )
+    buffer = MetricBuffer(1000)
+    environment = ActivityEnvironment()
+    environment.metric_meter = Runtime(telemetry=TelemetryConfig(metrics=buffer)).metric_meter
+    await drained(store, limits)
+    batched = [
+        call("spill", workflow_id="acme-s", tenant="acme", lane="batch", spilled=True),
+        call("spill", workflow_id="beta-s", tenant="beta", lane="batch", spilled=True),
+        call("batched", workflow_id="acme-b", tenant="acme", lane="batch"),
+    ]
+    for each in batched:
+        admission = await environment.run(gate.admit, each, messages)
+        assert (admission.kind, admission.hold) == ("go", None)
+    assert await store.queued(SCOPE, limits) == []
+    spills = [u for u in buffer.retrieve_updates() if u.metric.name == METRIC_SPILL_OVERS]
+    assert [(u.attributes["tenant"], u.attributes["model"], u.value) for u in spills] == [
+        ("acme", "sim-large", 1),
+        ("other", "sim-large", 1),
+    ]
