@@ -124,51 +124,6 @@ steps:
     fields:
       reply: steps.draft.content
 """
-
-
-async def start(
-    orch: Orchestration, text: str, reply: str, review: str
-) -> WorkflowHandle[Any, DataResult]:
-    write_pipeline(orch.pipelines, text, "reviewed_reply.yaml")
-    orch.fakes.llm_script = [Reply(content=reply)]
-    request_id = new_request_id()
-    name = text.split("\n", 1)[0].removeprefix("name: ")
-    handle: WorkflowHandle[Any, DataResult] = await orch.client.start_workflow(
-        name,
-        {"request_id": request_id, "input": {"ticket": "Hello"}, "review": review},
-        id=request_id,
-        task_queue=orch.task_queue,
-        result_type=DataResult,
-    )
-    orch.handles.append(handle)
-    return handle
-
-
-REVIEWED = """\
-name: ReviewedReply
-version: 1
-input:
-  type: object
-  properties:
-    ticket: {type: string}
-  required: [ticket]
-steps:
-  - id: draft
-    type: llm
-    prompt: "Reply to: {{ input.ticket }}"
-  - id: check
-    type: validate
-    rules:
-      - {field: content, max_length: 5}
-    next: store
-    on: {problems: look}
-  - id: look
-    type: review
-  - id: store
-    type: store
-    fields:
-      reply: steps.draft.content
-"""
 TOO_LONG = {"valid": False, "problems": [{"field": "content", "message": "is longer than 5"}]}
 
 
