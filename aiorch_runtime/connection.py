@@ -95,8 +95,12 @@ _CAUSES: tuple[tuple[str, str], ...] = (
     (r"(?i)timed? ?out|deadline", "the server did not answer in time"),
 )
 # The server hung up during or right after the TLS handshake: under TLS 1.3 a client learns
-# that its certificate was refused only this way, so the hint depends on what it sent.
-_CLOSED = r"connection closed|peer closed connection|UnexpectedEof|Connection reset|broken pipe"
+# that its certificate was refused only this way, so the hint depends on what it sent. When the
+# hang-up comes before the first call is sent, hyper says the connection "was not ready".
+_CLOSED = (
+    r"connection closed|connection was not ready|peer closed connection|UnexpectedEof|"
+    r"Connection reset|broken pipe"
+)
 # A server that refused the first call's credentials, as the SDK words it at connect.
 _REFUSED = re.compile(r'code: (Unauthenticated|PermissionDenied), message: "([^"]*)"')
 _REFUSED_CREDENTIALS = {RPCStatusCode.UNAUTHENTICATED, RPCStatusCode.PERMISSION_DENIED}

@@ -182,6 +182,9 @@ SDK_ERRORS = {
     "closed": "Failed client connect: `get_system_info` call error after connection: Status { "
     'code: Cancelled, message: "operation was canceled", source: Some(tonic::transport::Error('
     'Transport, hyper::Error(Canceled, "connection closed"))) }',
+    "closed early": "Failed client connect: `get_system_info` call error after connection: "
+    'Status { code: Cancelled, message: "operation was canceled", source: Some(tonic::transport'
+    '::Error(Transport, hyper::Error(Canceled, "connection was not ready"))) }',
     "mismatch": "Failed client connect: Server connection error: tonic::transport::Error("
     "Transport, InconsistentKeys(KeyMismatch))",
     "http": "Failed client connect: `get_system_info` call error after connection: Status { "
@@ -197,6 +200,7 @@ SDK_ERRORS = {
         ("dns", "does not resolve; check TEMPORAL_ADDRESS"),
         ("no key", "refused the credentials (API key missing or invalid); set TEMPORAL_API_KEY"),
         ("closed", "refused the client certificate"),
+        ("closed early", "refused the client certificate"),
         ("mismatch", "does not belong to the client certificate"),
         ("http", "something other than a Temporal frontend answered there"),
     ],
