@@ -77,6 +77,22 @@ async def join(
     return grant.wait
 
 
+def weighted_gate(store: CapacityStore, tpm: int) -> CallGate:
+    """A worker's gate for ``sim-large`` at ``tpm`` with the tenants' weights, acme named in
+    the metrics, no budgets, and no waiting inside the activity."""
+    return CallGate(
+        store,
+        base_url=BASE_URL,
+        rate_limits={"sim-large": RateLimit(tpm=tpm)},
+        prices=DEFAULT_PRICE_TABLE,
+        tenant_budget=lambda _: None,
+        max_output_tokens=10,
+        tenant_weight=lambda tenant: WEIGHTS.get(tenant, 1.0),
+        named_tenants=frozenset({"acme"}),
+        inline_wait=timedelta(0),
+    )
+
+
 def tenant_of(member: str) -> str:
     return member.split("-")[0]
 
@@ -264,17 +280,7 @@ async def test_the_gate_queues_calls_in_their_tenants_share_and_counts_them(
     messages = [{"role": "user", "content": "Summarise the quarterly report."}]
     need = prompt_tokens(messages).estimate + 10
     limits = (need * 600, 0)
-    gate = CallGate(
-        store,
-        base_url=BASE_URL,
-        rate_limits={"sim-large": RateLimit(tpm=limits[0])},
-        prices=DEFAULT_PRICE_TABLE,
-        tenant_budget=lambda _: None,
-        max_output_tokens=10,
-        tenant_weight=lambda tenant: WEIGHTS.get(tenant, 1.0),
-        named_tenants=frozenset({"acme"}),
-        inline_wait=timedelta(0),
-    )
+    gate = weighted_gate(store, limits[0])
     buffer = MetricBuffer(1000)
     environment = ActivityEnvironment()
     environment.metric_meter = Runtime(telemetry=TelemetryConfig(metrics=buffer)).metric_meter
@@ -367,16 +373,7 @@ async def test_a_spilled_call_takes_no_capacity_and_is_counted_under_its_tenant(
     and is no spill-over."""
     messages = [{"role": "user", "content": "Summarise the quarterly report."}]
     limits = (6000, 0)
-    gate = CallGate(
-        store,
-        base_url=BASE_URL,
-        rate_limits={"sim-large": RateLimit(tpm=limits[0])},
-        prices=DEFAULT_PRICE_TABLE,
-        tenant_budget=lambda _: None,
-        max_output_tokens=10,
-        named_tenants=frozenset({"acme"}),
-        inline_wait=timedelta(0),
-    )
+    gate = weighted_gate(store, limits[0])
     buffer = MetricBuffer(1000)
     environment = ActivityEnvironment()
     environment.metric_meter = Runtime(telemetry=TelemetryConfig(metrics=buffer)).metric_meter
