@@ -37,7 +37,15 @@ from tests.workflows.data_workflows import (
     ShoutingWorkflow,
 )
 from workflows import contract, errors
-from workflows.data import ACTIVITY_NOTIFY_PIPELINE, CATALOG, DataResult, PipelineNotice
+from workflows.data import (
+    ACTIVITY_NOTIFY_PIPELINE,
+    ACTIVITY_PLAN_PIPELINE,
+    CATALOG,
+    DataPlan,
+    DataResult,
+    PipelineNotice,
+    PlanPipelineInput,
+)
 from workflows.data.steps import input_digest
 from workflows.payloads import LlmCallResult, ReviewDecision, RunStatus
 from workflows.steps.documents import EXTRACT_RETRY
@@ -117,6 +125,61 @@ async def test_the_document_pipeline_as_a_file_validates_and_takes_corrections(
     assert row.corrected is True and row.reviewed_by == "rita"
     assert row.fields["steps"]["analyze"]["currency"] == "USD"
     assert row.problems == [] and result.problems == []
+
+
+async def test_fields_stored_with_their_problems_keep_them_in_the_record(
+    orch: Orchestration,
+) -> None:
+    """A file that stores fields its validation found problems with (no review between) stores
+    the problems with them, the ones the run reports."""
+    reviewed = renamed("documents.yaml", "InvoiceAsIs")
+    before, review = reviewed.split("  - id: await_review\n")
+    spec = before.replace("on: {problems: await_review}", "on: {problems: store}") + (
+        "  - id: store" + review.split("  - id: store", 1)[1]
+    )
+    write_pipeline(orch.pipelines, spec)
+    orch.fakes.llm_script = [LlmCallResult(model="", data=INVOICE)]
+    result = await (await start(orch, "InvoiceAsIs", {"document": "Invoice INV-7"})).result()
+    [row] = orch.documents.stores
+    assert [p.field for p in row.problems] == ["currency"]
+    assert row.problems == result.problems
+    assert row.reviewed_by is None and row.corrected is False
+
+
+async def test_a_plan_made_before_input_digests_stores_the_inputs_hash(
+    orch: Orchestration,
+) -> None:
+    """A plan recorded by a worker that did not yet put the input's hash in it (a run that was
+    waiting across the upgrade) still stores the hash of the run's input."""
+    plans = data_plans(orch.pipelines)
+
+    @activity.defn(name=ACTIVITY_PLAN_PIPELINE)
+    async def plan_without_digest(plan_input: PlanPipelineInput) -> DataPlan:
+        plan = await plans.plan_pipeline(plan_input)
+        return plan.model_copy(update={"input_digest": ""})
+
+    queue = f"wf-{uuid.uuid4()}"
+    async with Worker(
+        orch.client,
+        task_queue=queue,
+        workflows=[PipelineWorkflowUnderTest],
+        activities=[*orch.fakes.activities, *orch.documents.activities, plan_without_digest],
+        workflow_runner=workflow_runner(pass_workflows=True),
+    ):
+        write_pipeline(orch.pipelines, documents("extract"), "documents.yaml")
+        given = {"document": "Hello", "divisor": 5}
+        request_id = new_request_id()
+        handle: WorkflowHandle[Any, DataResult] = await orch.client.start_workflow(
+            "Documents",
+            {"request_id": request_id, "input": given},
+            id=request_id,
+            task_queue=queue,
+            result_type=DataResult,
+        )
+        orch.handles.append(handle)
+        await handle.result()
+    [row] = orch.documents.stores
+    assert row.content_sha256 == input_digest(given)
 
 
 async def test_the_llm_pipeline_as_a_file_fetches_reviews_and_embeds(orch: Orchestration) -> None:
