@@ -148,6 +148,23 @@ def start(
         Lane | None,
         typer.Option(help="sync, or batch: the provider's batch API where LLM_BATCH allows it"),
     ] = None,
+    priority: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=5,
+            help="1 (most urgent) to 5: served first within its tenant's share of a model; "
+            "never more urgent than TENANT_MAX_PRIORITY allows the tenant",
+        ),
+    ] = None,
+    batch_eligible: Annotated[
+        bool,
+        typer.Option(
+            "--batch-eligible",
+            help="a model call that would queue longer than SPILL_OVER_WAIT_S goes through "
+            "the batch lane instead, where SPILL_OVER is on",
+        ),
+    ] = False,
     wait: Annotated[
         bool,
         typer.Option(help="wait for the result and print it; exit status 3 if it did not complete"),
@@ -177,6 +194,8 @@ def start(
         "allowed_reviewers": allowed_reviewer or None,
         "max_cost_usd": max_cost,
         "lane": lane,
+        "priority": priority,
+        "batch_eligible": batch_eligible or None,
     }
     request_id = request_id or new_request_id()
     fields, stored = request_fields(pipelines.named(pipeline), content, settings, request_id)

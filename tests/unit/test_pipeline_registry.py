@@ -82,6 +82,20 @@ def start(*args: str) -> tuple[int, str]:
     return done.exit_code, done.output
 
 
+def test_start_asks_for_a_priority_and_batch_eligibility() -> None:
+    """`start --priority 1 --batch-eligible` puts both in the request's options (without them:
+    no priority, not eligible); a priority outside 1 to 5 is refused before anything starts."""
+    code, output = start("hello", "--priority", "1", "--batch-eligible")
+    assert code == 0, output
+    assert json.loads(output)["options"] == {"priority": 1, "batch_eligible": True}
+    code, output = start("hello")
+    assert code == 0, output
+    assert json.loads(output)["options"] == {"batch_eligible": False}
+    code, output = start("hello", "--priority", "6")
+    assert code == 2
+    assert "--priority" in output and "less than or equal to 5" in output
+
+
 def test_start_maps_the_message_or_input_onto_any_pipelines_request() -> None:
     """`start` fills the field the pipeline's shape names from the message, and takes the
     request's own fields from --input for a pipeline written in Python as for a file's."""
