@@ -12,13 +12,18 @@ from temporalio.client import WorkflowUpdateFailedError
 
 from aiorch.ops.results import finished
 from aiorch.ops.signing import SigningKey
+from aiorch_runtime.pipeline_files import check_text
+from tests.support.builders import new_request_id
 from tests.support.orchestration import Orchestration
+from tests.support.pipeline_files import write_pipeline
 from tests.support.run_history import entry_for, events, path
 from tests.support.scripted_activities import Reply, no_capacity, over_budget
 from tests.support.time_skipping import assert_waited
 from workflows import contract, errors
+from workflows.data import CATALOG
 from workflows.engine.identity import parse_review_keys
 from workflows.payloads import BudgetDecision
+from workflows.steps.llm_call import step_priority
 
 
 def decision(verdict: str, operator: str = "olga", reason: str | None = None) -> dict[str, str]:
@@ -248,3 +253,62 @@ async def test_a_runs_priority_reaches_its_model_calls_and_their_tasks(
     assert (contract.ACTIVITY_INVOKE_LLM, True, 1) in urgent_calls
     assert all(key == 0 for _, _, key in plain_calls), plain_calls
     assert [call.priority for call in orch.fakes.llm_calls] == [1, None]
+
+
+BACKGROUND_STEP = """name: Prioritised
+version: 1
+input:
+  type: object
+  properties: {ticket: {type: string}}
+steps:
+  - id: draft
+    type: llm
+    prompt: "Draft a reply to {{ input.ticket }}"
+  - id: summary
+    type: llm
+    priority: PRIORITY
+    prompt: "Summarise {{ steps.draft.content }}"
+"""
+
+
+@pytest.mark.parametrize(
+    ("run", "step", "calls"),
+    [(2, 5, [2, 5]), (2, 1, [2, 2]), (None, 1, [None, 3]), (None, 4, [None, 4])],
+)
+async def test_a_steps_priority_is_its_calls_never_more_urgent_than_its_runs(
+    orch: Orchestration, run: int | None, step: int, calls: list[int | None]
+) -> None:
+    """A pipeline file's llm step with a priority of its own sends it with its call and as the
+    call's task priority, the other step the run's; a step cannot be more urgent than its run
+    (one without a priority counts as 3), so a file cannot lift a tenant's runs."""
+    write_pipeline(orch.pipelines, BACKGROUND_STEP.replace("PRIORITY", str(step)), "p.yaml")
+    request_id = new_request_id()
+    options = {} if run is None else {"priority": run}
+    handle = await orch.client.start_workflow(
+        "Prioritised",
+        {"request_id": request_id, "input": {"ticket": "slow"}, "options": options},
+        id=request_id,
+        task_queue=orch.task_queue,
+    )
+    orch.handles.append(handle)
+    await handle.result()
+    assert [call.priority for call in orch.fakes.llm_calls] == calls
+    scheduled = [
+        attributes.priority.priority_key
+        for event in (await handle.fetch_history()).events
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        for attributes in [event.activity_task_scheduled_event_attributes]
+        if attributes.activity_type.name == contract.ACTIVITY_INVOKE_LLM
+    ]
+    assert scheduled == [call or 0 for call in calls]
+
+
+def test_a_step_without_a_priority_takes_its_runs() -> None:
+    """Without a priority of its own a step's calls have the run's, none included; a file
+    naming a priority outside 1 to 5 is refused at its line."""
+    assert step_priority(None, None) is None
+    assert step_priority(4, None) == 4
+    assert step_priority(3, 3) == 3
+    for wrong in ("0", "6"):
+        _, problems = check_text(BACKGROUND_STEP.replace("PRIORITY", wrong), "p.yaml", CATALOG)
+        assert [(p.line, p.rule) for p in problems] == [(12, "invalid-value")]

@@ -64,8 +64,10 @@ class LlmSettings(Settings):
     reply must follow (none: the contract's ``{content, needs_review}``), the model (default:
     the worker's), a fallback model, the temperature, ``repair`` (true: a reply that breaks the
     schema is asked for again with a corrective instruction, within the plan's attempts; false:
-    any JSON object is taken as it is, for a validate step and a reviewer to judge), and a
-    ``fetch``/``extract`` step whose referenced document the model reads before the prompt."""
+    any JSON object is taken as it is, for a validate step and a reviewer to judge), a
+    ``fetch``/``extract`` step whose referenced document the model reads before the prompt,
+    and the step's priority for its calls (1 most urgent to 5; never more urgent than the
+    run's: ``llm_call.step_priority``)."""
 
     prompt: Template
     system: Annotated[str, Mark.TEMPLATE, Field(max_length=32 * 1024)] = DEFAULT_SYSTEM
@@ -75,6 +77,7 @@ class LlmSettings(Settings):
     temperature: float | None = Field(default=None, ge=0, le=2)
     repair: bool = True
     document: Annotated[str | None, Mark.STEP] = None
+    priority: int | None = Field(default=None, ge=1, le=5)
     states: ModelStates | None = None
 
 
@@ -141,7 +144,9 @@ async def llm(step: StepRun, settings: LlmSettings) -> None:
     def answered(ctx: Context[Any, Any], reply: LlmCallResult) -> None:
         _answered(step, settings, view, reply, failures_before)
 
-    await llm_call.invoke(ModelCall(step.ctx, view), answered, output_schema=schema)
+    await llm_call.invoke(
+        ModelCall(step.ctx, view), answered, output_schema=schema, priority=settings.priority
+    )
 
 
 def _answered(

@@ -8,6 +8,8 @@ its concerns in reverse: a plan's JSON keeps the order it had when they were one
 
 from __future__ import annotations
 
+from typing import Final
+
 from pydantic import AliasChoices, ConfigDict, Field
 
 from workflows.payloads._base import (
@@ -21,6 +23,7 @@ from workflows.payloads.client import ReviewKey
 from workflows.payloads.policy import AutoApproveRule, ReviewStage
 
 __all__ = [
+    "DEFAULT_PRIORITY",
     "BatchPlan",
     "BudgetPlan",
     "ContentCapture",
@@ -101,6 +104,11 @@ class ReviewPlan(_Open):
     # REVIEW_WEBHOOK_URL is set on the worker that built the plan: tell reviewers (by webhook)
     # when the run starts waiting for review and when it escalates. Off = no extra activity.
     notify: bool = False
+
+
+# The priority of a run that asks for none, as Temporal's task queues and the capacity store
+# serve it: the middle of 1 (most urgent) to 5.
+DEFAULT_PRIORITY: Final = 3
 
 
 class BudgetPlan(_Open):

@@ -14,6 +14,10 @@ step names one. A batched call's ``invoke_llm`` comes back once its batch is sub
 waits in the batch state, and the answer (or the failure) comes back to this step, which takes
 it up as it would a synchronous call's.
 
+A step may name its own priority for its calls (a step whose answer can wait: 5), never more
+urgent than its run's (``step_priority``), so a pipeline cannot lift a run past what its
+tenant may ask for (``TENANT_MAX_PRIORITY``).
+
 Spill-over (docs/capacity.md): a synchronous call the model's shared capacity sends back to
 wait longer than the plan's ``spill_after_s`` (a batch-eligible run, ``SPILL_OVER=on``) is made
 again at once in the batch lane, as the same attempt, instead of waiting; the run then waits in
@@ -39,7 +43,15 @@ import workflows.engine.commands as commands
 import workflows.errors as errors
 from workflows.engine.graph import Event, Graph
 from workflows.engine.pipeline import Context
-from workflows.payloads import CallFailure, Lane, LlmCallInput, LlmCallResult, PromptPlan, RunCore
+from workflows.payloads import (
+    DEFAULT_PRIORITY,
+    CallFailure,
+    Lane,
+    LlmCallInput,
+    LlmCallResult,
+    PromptPlan,
+    RunCore,
+)
 
 SPILL_OVER_PATCH = "spill-over"
 
@@ -53,6 +65,14 @@ def lane_for(graph: Graph, state: str, asked: Lane) -> Lane:
     if asked == "batch" and graph.target_of(state, Event.BATCH_SUBMITTED) is None:
         return "sync"
     return asked
+
+
+def step_priority(run: int | None, step: int | None) -> int | None:
+    """The priority of a step's calls: the run's, or the step's own where it names one, but
+    never more urgent than the run's (none counts as the default)."""
+    if step is None:
+        return run
+    return max(step, DEFAULT_PRIORITY if run is None else run)
 
 
 def choose_model(run: RunCore[Any], plan: PromptPlan) -> str:
@@ -70,6 +90,7 @@ async def call(
     lane: Lane = "sync",
     spilled: bool = False,
     version: str = "",
+    priority: int | None = None,
 ) -> LlmCallResult:
     """``invoke_llm``: exactly one attempt, made once the run's budgets and the model's shared
     capacity allow it; else the result says why not (``outcome``) and no call was made.
@@ -78,9 +99,10 @@ async def call(
     activity comes back once its batch is submitted (``batched``), within the plan's
     ``batch_queue_s``; ``spilled``: it does so because the synchronous call would have waited
     past the plan's ``spill_after_s``. ``version``: the step's version, part of the result
-    cache's key."""
+    cache's key. ``priority``: the step's own (``step_priority``)."""
     run, plan = ctx.run, ctx.plan
     model = choose_model(run, plan)
+    urgency = step_priority(plan.priority, priority)
     info = workflow.info()
     request = LlmCallInput(
         workflow_id=info.workflow_id,
@@ -97,7 +119,7 @@ async def call(
         max_reply_chars=plan.max_reply_chars,
         output_schema=output_schema,
         tenant=plan.tenant,
-        priority=plan.priority,
+        priority=urgency,
         budget_usd=plan.budget_usd,
         spent_usd=run.cost_usd,
         budget_approved=run.budget_approved,
@@ -125,7 +147,7 @@ async def call(
         heartbeat=activity_policy.HEARTBEAT_TIMEOUT,
         retry=activity_policy.SINGLE_ATTEMPT,
         summary=f"invoke_llm: attempt {attempt} on {model}",
-        priority=plan.priority,
+        priority=urgency,
     )
 
 
@@ -136,12 +158,13 @@ async def invoke(
     *,
     lane: Lane | None = None,
     version: str = "",
+    priority: int | None = None,
 ) -> None:
     """The step's handler: one attempt (or the outcome of the run's batched one, when its
     batch answered), then the run moves as its outcome says. ``lane``: the step's own lane
     (None: the plan's; synchronous in a graph without a batch state, `lane_for`);
     ``version``: the step's version (a change that alters what a reply means, for the result
-    cache)."""
+    cache); ``priority``: the step's own for its calls (``step_priority``)."""
     run = ctx.run
     if run.batch_result is not None:
         reply, run.batch_result = run.batch_result, None
@@ -151,11 +174,19 @@ async def invoke(
     asked = lane or ctx.plan.lane
     spilled = ""
     try:
-        reply = await call(ctx, attempt, output_schema, lane=asked, version=version)
+        reply = await call(
+            ctx, attempt, output_schema, lane=asked, version=version, priority=priority
+        )
         if spills_over(ctx, reply, asked):
             spilled = f"spilled over a {reply.wait_s or 0.0:.2f}s wait for capacity: "
             reply = await call(
-                ctx, attempt, output_schema, lane="batch", spilled=True, version=version
+                ctx,
+                attempt,
+                output_schema,
+                lane="batch",
+                spilled=True,
+                version=version,
+                priority=priority,
             )
     except ActivityError as err:
         if activity_policy.cancelled(err):
