@@ -27,7 +27,8 @@ the form providers enforce. Around them:
   buckets cover its own reservation. A caller is told to come back at its turn or after two
   leases, whichever is sooner (then it is told the rest of its wait), and its place lasts one
   lease past that: the entry of a run cancelled or terminated while it waited leaves the queue
-  within three leases, whatever its wait.
+  within three leases, whatever its wait. A caller whose call went elsewhere (spilled over to
+  the batch lane) takes its place out at once (`CapacityStore.leave`).
 - **provider signals**: the remaining and limit headers a provider sends cap the buckets and
   their rate (min of the configured and the reported limit); a 429 empties them and pauses the
   scope for its Retry-After. Every worker sees it at its next reservation.
@@ -93,6 +94,7 @@ class CapacityStore(TenantSpend):
         self._renew = client.register_script(scripts.RENEW)
         self._feedback = client.register_script(scripts.FEEDBACK)
         self._levels = client.register_script(scripts.LEVELS)
+        self._leave = client.register_script(scripts.LEAVE)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> CapacityStore | None:
@@ -199,6 +201,16 @@ class CapacityStore(TenantSpend):
         """Extend hold ``hold_id`` by a lease; False when it had already expired."""
         args: list[str | int] = [*limits, hold_id, self._lease_ms]
         return bool(await self._call(self._renew(keys=scope_keys(scope), args=args)))
+
+    async def leave(
+        self, scope: str, limits: tuple[int, int], *, member: str, weight: float = 1.0
+    ) -> bool:
+        """Take ``member``'s place out of ``scope``'s queue (its call went elsewhere): the
+        places behind it are told their turns that much sooner, and its tenant (of ``weight``)
+        queues on as if it had not joined (the script ``LEAVE`` says how far). False when it
+        held no place (never queued, granted, lapsed or gone already)."""
+        args: list[str | int] = [*limits, member, repr(float(weight))]
+        return bool(await self._call(self._leave(keys=scope_keys(scope), args=args)))
 
     async def feedback(self, scope: str, limits: tuple[int, int], signal: ProviderSignal) -> None:
         """Apply what a provider said about its limits to the scope, for every worker."""

@@ -45,6 +45,20 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)) do
   redis.call('ZREM', KEYS[3], id)
 end
 local vt = tonumber(redis.call('HGET', KEYS[1], 'vt')) or 0
+local function tag(x) return string.format('%.17g', x) end
+-- A queued member's demand counts at most one bucket.
+local function counted(expected)
+  if tpm > 0 then return math.min(expected, tpm) end
+  return expected
+end
+local function demand_of(m) return counted(tonumber(redis.call('HGET', KEYS[5], m)) or 0) end
+-- How far a member's turn moves when another's demand joins or leaves the queue ahead of it.
+local function turn_of(expected)
+  local turn = 0
+  if tpm > 0 then turn = counted(expected) * 60000 / tpm end
+  if rpm > 0 then turn = math.max(turn, 60000 / rpm) end
+  return turn
+end
 local function queued_as(m)
   local info = redis.call('HGET', KEYS[8], m)
   if not info then return nil end
@@ -100,7 +114,6 @@ RESERVE: Final = (
 local lease, id, member = tonumber(ARGV[3]), ARGV[4], ARGV[5]
 local need, min_wait, max_told = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local tenant, weight, prio = ARGV[9], tonumber(ARGV[10]), tonumber(ARGV[11])
-local function tag(x) return string.format('%.17g', x) end
 if tpm > 0 and need > tpm then
   save()
   return {-1, tpm, tostring(tok), tostring(req), 0}
@@ -112,11 +125,6 @@ local function told(wait)
   save()
   return {0, wait, tostring(tok), tostring(req), 0}
 end
-local function counted(expected)
-  if tpm > 0 then return math.min(expected, tpm) end
-  return expected
-end
-local function demand_of(m) return counted(tonumber(redis.call('HGET', KEYS[5], m)) or 0) end
 local function ahead_of(score)
   local members
   if score then
@@ -179,9 +187,7 @@ if not score then
   local finish = start + size
   redis.call('HSET', KEYS[9], tenant, tag(moved and last + size or finish))
   redis.call('HINCRBY', KEYS[9], '#' .. tenant, 1)
-  local push = 0
-  if tpm > 0 then push = counted(expected) * 60000 / tpm end
-  if rpm > 0 then push = math.max(push, 60000 / rpm) end
+  local push = turn_of(expected)
   for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '(' .. tag(finish), '+inf')) do
     local later = tonumber(redis.call('HGET', KEYS[7], m))
     if later then redis.call('HSET', KEYS[7], m, math.ceil(later + push)) end
@@ -198,6 +204,57 @@ if rpm > 0 then wait = math.max(wait, (count + 1 - req) * 60000 / rpm) end
 wait = math.ceil(wait)
 redis.call('HSET', KEYS[7], member, now + wait)
 return told(wait)
+"""
+)
+
+# ARGV: tpm, rpm, queue member, its tenant's weight. Returns 1 when the member was queued and
+# has left, 0 when it was not queued (never, or granted, lapsed or gone already): leaving twice
+# is harmless.
+#
+# A member that goes elsewhere (a call spilled over to the batch lane) leaves as if it had never
+# joined, as far as that holds without moving anyone back: every place behind it has its turn
+# pulled forward by what the member's demand pushed it (RESERVE's push, undone), and every
+# other place keeps its tag, so the queue keeps its order, the tenant's own later places
+# included. Shifting those down by the member's size, as they would stand had it never joined,
+# would move them ahead of other tenants' places already told their turns and push those turns
+# back: a tenant whose calls spill would gain on the tenants that wait. So they stay charged for
+# it until the tenant's queue drains (its next call then starts at the virtual time). The
+# tenant's last finish tag goes back by the member's size when the member was its last place,
+# so a newcomer starts where the member started, never ahead of the tenant's earlier places; the
+# virtual time, the start of the last member granted, stays: nothing was granted.
+LEAVE: Final = (
+    _RATE_PROLOGUE
+    + """
+local member, weight = ARGV[3], tonumber(ARGV[4])
+local score = tonumber(redis.call('ZSCORE', KEYS[4], member))
+if not score then
+  save()
+  return 0
+end
+local tenant = queued_as(member)
+local pull = turn_of(tonumber(redis.call('HGET', KEYS[5], member)) or 0)
+local size = demand_of(member) / weight
+local last, before = true, 0
+local queue = redis.call('ZRANGE', KEYS[4], 0, -1, 'WITHSCORES')
+for i = 1, #queue, 2 do
+  local m, s = queue[i], tonumber(queue[i + 1])
+  if m ~= member then
+    local due = tonumber(redis.call('HGET', KEYS[7], m))
+    if s > score and due and due > now then
+      redis.call('HSET', KEYS[7], m, math.max(now, math.floor(due - pull)))
+    end
+    if tenant and queued_as(m) == tenant then
+      if s > score then last = false else before = math.max(before, s) end
+    end
+  end
+end
+local finish = tenant and tonumber(redis.call('HGET', KEYS[9], tenant))
+if last and finish then
+  redis.call('HSET', KEYS[9], tenant, tag(math.max(finish - size, before)))
+end
+unqueue(member)
+save()
+return 1
 """
 )
 
