@@ -1,7 +1,7 @@
 """A place leaving a model's queue (a call spilled over to the batch lane), against a real
 capacity store (Valkey, ``tests.support.valkey``): the places behind it are told shorter
-waits at once, leaving is idempotent, the queue keeps its order, and a tenant's next call
-takes the place its last one left."""
+waits at once, leaving is idempotent, the queue keeps its order, a tenant's next call takes
+the place its last one left, and a gate whose store is out of reach still lets the spill go."""
 
 from __future__ import annotations
 
@@ -12,9 +12,14 @@ from datetime import timedelta
 import pytest
 import pytest_asyncio
 import redis.asyncio as redis
+from temporalio.testing import ActivityEnvironment
 
+from activities.capacity import CallGate
 from aiorch_runtime.capacity import CapacityStore
 from aiorch_runtime.capacity_keys import scope_keys, scope_name
+from aiorch_runtime.config import DEFAULT_PRICE_TABLE, RateLimit
+from tests.activities.llm_calls import call
+from tests.support.capacity_store import unreachable_store
 
 BASE_URL = "http://127.0.0.1:1/v1"
 SCOPE = scope_name(BASE_URL, "sim-large")
@@ -126,3 +131,24 @@ async def test_the_queue_keeps_its_order_and_the_tenant_takes_its_last_place_aga
     assert await store.leave(SCOPE, LIMITS, member="acme-5", weight=3.0)
     await queued(store, "acme-6")
     assert await store.queued(SCOPE, LIMITS) == [*order[:-2], "acme-6", "beta-1"]
+
+
+async def test_a_spill_goes_ahead_while_the_store_is_out_of_reach() -> None:
+    """A spilled call's gate, its store out of reach, still lets the call go to the batch lane
+    (its place lapses as an abandoned one does)."""
+    store = unreachable_store(timedelta(seconds=60))
+    gate = CallGate(
+        store,
+        base_url=BASE_URL,
+        rate_limits={"sim-large": RateLimit(tpm=LIMITS[0])},
+        prices=DEFAULT_PRICE_TABLE,
+        tenant_budget=lambda _: None,
+        max_output_tokens=10,
+    )
+    spilled = call("spill", workflow_id="acme-s", tenant="acme", lane="batch", spilled=True)
+    messages = [{"role": "user", "content": "spill"}]
+    try:
+        admission = await ActivityEnvironment().run(gate.admit, spilled, messages)
+    finally:
+        await store.close()
+    assert (admission.kind, admission.hold) == ("go", None)
