@@ -208,7 +208,13 @@ class CapacityStore(TenantSpend):
         """Take ``member``'s place out of ``scope``'s queue (its call went elsewhere): the
         places behind it are told their turns that much sooner, and its tenant (of ``weight``)
         queues on as if it had not joined (the script ``LEAVE`` says how far). False when it
-        held no place (never queued, granted, lapsed or gone already)."""
+        held no place (never queued, granted, lapsed or gone already).
+
+        Raises:
+            ValueError: ``weight`` is not more than 0.
+        """
+        if not weight > 0:
+            raise ValueError(f"a tenant's weight must be over 0; got {weight}")
         args: list[str | int] = [*limits, member, repr(float(weight))]
         return bool(await self._call(self._leave(keys=scope_keys(scope), args=args)))
 

@@ -90,7 +90,8 @@ async def test_a_call_behind_a_place_that_leaves_is_told_a_shorter_wait_at_once(
 
 async def test_leaving_twice_or_without_a_place_is_harmless(store: CapacityStore) -> None:
     """A place leaves once: leaving again, leaving a place never queued, one granted (its hold
-    stays) or one that lapsed (its run never came back) changes nothing and says so."""
+    stays) or one that lapsed (its run never came back) changes nothing and says so; a weight
+    of 0 never reaches the script."""
     grant = await store.reserve(SCOPE, LIMITS, hold_id="h-granted", member="acme-g", tokens=100)
     assert grant.granted
     await drained(store)
@@ -103,10 +104,13 @@ async def test_leaving_twice_or_without_a_place_is_harmless(store: CapacityStore
     assert await store.queued(SCOPE, LIMITS) == ["acme-1"]
     assert await store.redis.hgetall(scope_keys(SCOPE)[6]) == before
     assert "h-granted" in await store.held(SCOPE)
+    with pytest.raises(ValueError, match="weight"):
+        await store.leave(SCOPE, LIMITS, member="acme-1", weight=0.0)
     short = CapacityStore(store.redis, lease=timedelta(milliseconds=200))
-    await short.reserve(SCOPE, LIMITS, hold_id="h-l", member="acme-lapsed", tokens=100)
+    lapsing = await short.reserve(SCOPE, LIMITS, hold_id="h-l", member="lapsed", tokens=100)
+    assert not lapsing.granted
     await asyncio.sleep(1.0)
-    assert not await short.leave(SCOPE, LIMITS, member="acme-lapsed", weight=3.0)
+    assert not await short.leave(SCOPE, LIMITS, member="lapsed", weight=1.0)
 
 
 async def test_the_queue_keeps_its_order_and_the_tenant_takes_its_last_place_again(
