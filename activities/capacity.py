@@ -26,8 +26,8 @@ this module decide what the LLM activity does with it (a prompt's tokens are cou
   priority first within it; what each tenant used and waited is counted
   (``activities.capacity_metrics``);
 - a call through the provider's batch API (the batch lane) takes no capacity (providers limit
-  batches apart from synchronous calls) and holds its spend reservation until its batch
-  answers (``batch_lease``);
+  batches apart) and holds its spend reservation until its batch answers (``batch_lease``); a
+  spilled one gives back its place in the model's queue;
 - a call's cost is settled once: the settlement names the call by its idempotency key, and a
   call settled before adds nothing (``Settlement.counted``), so its metrics are recorded once.
 """
@@ -185,7 +185,7 @@ class CallGate:
             spend = reserved
         if call.lane == "batch":
             if call.spilled:
-                count_spill_over(call, self._named)
+                await self._spill_over(call)
             return CallAdmission("go", spend=spend)
         granted = False
         try:
@@ -358,6 +358,18 @@ class CallGate:
             if activity.in_activity():
                 activity.heartbeat(f"waiting {grant.wait.total_seconds():.2f}s for capacity")
             await asyncio.sleep(grant.wait.total_seconds())
+
+    async def _spill_over(self, call: LlmCallInput) -> None:
+        """Count a spilled call and give its queue place back now, rather than let it lapse."""
+        count_spill_over(call, self._named)
+        limit = self._limits.get(call.model)
+        if self._store is not None and limit is not None:
+            limits, weight = (limit.tpm or 0, limit.rpm or 0), self._tenant_weight(call.tenant)
+            scope = scope_name(self._base_url, call.model)
+            try:
+                await self._store.leave(scope, limits, member=call.workflow_id, weight=weight)
+            except CapacityStoreError as err:
+                self._store_error(err, "its queue place lapses within three leases")
 
     async def release(self, hold: SpendHold) -> None:
         """Give back a spend reservation whose call is not made now."""

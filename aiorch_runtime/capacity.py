@@ -27,18 +27,14 @@ the form providers enforce. Around them:
   buckets cover its own reservation. A caller is told to come back at its turn or after two
   leases, whichever is sooner (then it is told the rest of its wait), and its place lasts one
   lease past that: the entry of a run cancelled or terminated while it waited leaves the queue
-  within three leases, whatever its wait.
+  within three leases, whatever its wait. A caller whose call went elsewhere (spilled over to
+  the batch lane) takes its place out at once (`CapacityStore.leave`).
 - **provider signals**: the remaining and limit headers a provider sends cap the buckets and
   their rate (min of the configured and the reported limit); a 429 empties them and pauses the
   scope for its Retry-After. Every worker sees it at its next reservation.
 
-Spend, per tenant and UTC day (kept 40 days): what was spent, and the reservations of calls in
-flight. A call reserves its worst-case cost first, atomically against the tenant's budget
-(spent + reserved + worst case), and settles with its real cost, once per call: the settlement
-names the call (a digest of its idempotency key), and a call settled before adds nothing (a
-batch collected twice, an activity run again; the keys are kept ``SETTLED_CALLS_TTL``). A
-reservation whose call never settles (its worker died) is charged in full once its lease ran
-out, and a late settlement corrects that charge.
+Spend, per tenant and UTC day, is the store's other half (``aiorch_runtime.capacity_spend``,
+which `CapacityStore` extends), on the same connection (``aiorch_runtime.capacity_connection``).
 
 Keys (``aiorch_runtime.capacity_keys``): a tenant's day and a scope each have a Redis Cluster
 hash slot of their own, and no tenant name can spell another key. Time is Redis's own clock
@@ -47,24 +43,23 @@ hash slot of their own, and no tenant name can spell another key. Time is Redis'
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Mapping
 from datetime import UTC, date, datetime, timedelta
 from typing import Any, Final
 
 import redis.asyncio as redis
-from redis.exceptions import RedisError
 
 from aiorch_runtime import capacity_scripts as scripts
-from aiorch_runtime.capacity_answers import (
-    BudgetAnswer,
-    BudgetVerdict,
-    Grant,
-    ProviderSignal,
-    SpendSettled,
+from aiorch_runtime.capacity_answers import Grant, ProviderSignal
+from aiorch_runtime.capacity_connection import (
+    CapacityStoreError,
+    decoded,
+    milliseconds,
+    whole_seconds,
 )
-from aiorch_runtime.capacity_keys import scope_keys, spend_keys, tenants_key, usage_key
+from aiorch_runtime.capacity_keys import scope_keys, usage_key
+from aiorch_runtime.capacity_spend import SPEND_TTL, TenantSpend
 from aiorch_runtime.config import Settings
 from workflows.payloads import DEFAULT_TENANT, TENANT_PATTERN
 
@@ -75,10 +70,6 @@ __all__ = ["DEFAULT_PRIORITY", "CapacityStore", "CapacityStoreError", "ProviderS
 # (redis-py's default pool refuses it at once: "Too many connections").
 STORE_CONNECTIONS: Final = 100
 STORE_CONNECTION_WAIT = timedelta(seconds=10)
-SPEND_TTL = timedelta(days=40)
-# How long a settled call is remembered: longer than any call waits for its answer (a batched
-# call, LLM_BATCH_WAIT_S at most 14 days).
-SETTLED_CALLS_TTL = timedelta(days=15)
 # A caller refused capacity never waits less than this (one timer per wait: no busy polling).
 MIN_WAIT = timedelta(milliseconds=50)
 # A queued caller comes back at least this many leases apart, so its place can expire soon
@@ -87,14 +78,8 @@ CHECK_IN_LEASES: Final = 2
 # A call's priority when its run sets none: the middle of 1 (most urgent) to 5, as Temporal's.
 DEFAULT_PRIORITY: Final = 3
 
-_BUDGET_VERDICTS: Final[dict[int, BudgetVerdict]] = {1: "reserved", 0: "over", 2: "held"}
 
-
-class CapacityStoreError(Exception):
-    """The capacity store could not be reached or answered an error."""
-
-
-class CapacityStore:
+class CapacityStore(TenantSpend):
     """Reservations, settlements, provider signals and spend, each one round trip to Redis.
 
     Every method raises `CapacityStoreError` when Redis cannot be reached or refuses; callers
@@ -103,17 +88,13 @@ class CapacityStore:
     """
 
     def __init__(self, client: redis.Redis, *, lease: timedelta) -> None:
-        self._redis = client
-        self._lease_ms = int(lease.total_seconds() * 1000)
+        super().__init__(client, lease=lease)
         self._reserve = client.register_script(scripts.RESERVE)
         self._settle = client.register_script(scripts.SETTLE)
         self._renew = client.register_script(scripts.RENEW)
         self._feedback = client.register_script(scripts.FEEDBACK)
         self._levels = client.register_script(scripts.LEVELS)
-        self._reserve_spend = client.register_script(scripts.RESERVE_SPEND)
-        self._settle_spend = client.register_script(scripts.SETTLE_SPEND)
-        self._renew_spend = client.register_script(scripts.RENEW_SPEND)
-        self._spend = client.register_script(scripts.SPEND)
+        self._leave = client.register_script(scripts.LEAVE)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> CapacityStore | None:
@@ -129,29 +110,6 @@ class CapacityStore:
             health_check_interval=30,
         )
         return cls(redis.Redis.from_pool(pool), lease=timedelta(seconds=settings.capacity_lease_s))
-
-    @property
-    def redis(self) -> redis.Redis:
-        """The connection pool, shared by the stores that keep their state next to this one
-        (the batch lane's calls, the result cache)."""
-        return self._redis
-
-    @property
-    def lease(self) -> timedelta:
-        """How long a hold, a spend reservation or a queue place outlives its last renewal."""
-        return timedelta(milliseconds=self._lease_ms)
-
-    async def close(self) -> None:
-        """Close the connection pool."""
-        await self._redis.aclose()
-
-    async def ping(self) -> None:
-        """Check the store answers.
-
-        Raises:
-            CapacityStoreError: it does not.
-        """
-        await self._call(self._redis.ping())
 
     async def reserve(
         self,
@@ -182,7 +140,7 @@ class CapacityStore:
                 f"got {tenant[:70]!r}, weight {weight}, priority {priority}"
             )
         tpm, rpm = limits
-        lease_ms = int(lease.total_seconds() * 1000) if lease else self._lease_ms
+        lease_ms = milliseconds(lease) if lease else self._lease_ms
         args: list[str | int] = [
             tpm,
             rpm,
@@ -190,7 +148,7 @@ class CapacityStore:
             hold_id,
             member,
             tokens,
-            _ms(MIN_WAIT),
+            milliseconds(MIN_WAIT),
             CHECK_IN_LEASES * lease_ms,
             tenant,
             repr(float(weight)),
@@ -224,24 +182,47 @@ class CapacityStore:
         ``called`` says whether the request reached the provider (it then keeps counting).
         The tokens count towards ``tenant``'s use of the scope on ``day`` (`usage`)."""
         keys = [*scope_keys(scope), usage_key(scope, day or datetime.now(UTC).date())]
-        args: list[str | int] = [*limits, hold_id, used, int(called), tenant, _seconds(SPEND_TTL)]
+        args: list[str | int] = [
+            *limits,
+            hold_id,
+            used,
+            int(called),
+            tenant,
+            whole_seconds(SPEND_TTL),
+        ]
         await self._call(self._settle(keys=keys, args=args))
 
     async def usage(self, scope: str, day: date) -> dict[str, int]:
         """The tokens each tenant's settled calls used in ``scope`` on ``day``, by name."""
         raw = await self._call(self._redis.hgetall(usage_key(scope, day)))
-        return {_text(k): int(v) for k, v in raw.items()}
+        return {decoded(k): int(v) for k, v in raw.items()}
 
     async def renew(self, scope: str, limits: tuple[int, int], *, hold_id: str) -> bool:
         """Extend hold ``hold_id`` by a lease; False when it had already expired."""
         args: list[str | int] = [*limits, hold_id, self._lease_ms]
         return bool(await self._call(self._renew(keys=scope_keys(scope), args=args)))
 
+    async def leave(
+        self, scope: str, limits: tuple[int, int], *, member: str, weight: float = 1.0
+    ) -> bool:
+        """Take ``member``'s place out of ``scope``'s queue (its call went elsewhere): the
+        places behind it are told their turns that much sooner, and its tenant (of ``weight``)
+        queues on as if it had not joined (the script ``LEAVE`` says how far). False when it
+        held no place (never queued, granted, lapsed or gone already).
+
+        Raises:
+            ValueError: ``weight`` is not more than 0.
+        """
+        if not weight > 0:
+            raise ValueError(f"a tenant's weight must be over 0; got {weight}")
+        args: list[str | int] = [*limits, member, repr(float(weight))]
+        return bool(await self._call(self._leave(keys=scope_keys(scope), args=args)))
+
     async def feedback(self, scope: str, limits: tuple[int, int], signal: ProviderSignal) -> None:
         """Apply what a provider said about its limits to the scope, for every worker."""
         if signal.empty:
             return
-        retry_ms = _ms(signal.retry_after) if signal.retry_after is not None else -1
+        retry_ms = milliseconds(signal.retry_after) if signal.retry_after is not None else -1
 
         def value(number: int | None) -> int:
             return -1 if number is None else number
@@ -256,93 +237,6 @@ class CapacityStore:
         ]
         await self._call(self._feedback(keys=scope_keys(scope), args=args))
 
-    async def reserve_spend(
-        self,
-        tenant: str,
-        day: date,
-        *,
-        budget_usd: float,
-        worst_usd: float,
-        reservation: str,
-        lease: timedelta | None = None,
-    ) -> BudgetAnswer:
-        """Reserve ``worst_usd`` of ``tenant``'s budget for ``day`` as ``reservation``, if what
-        was spent and what calls in flight reserved leave room for it within ``budget_usd``;
-        held for ``lease`` (default: the store's) unless renewed."""
-        args: list[str | int] = [
-            _seconds(SPEND_TTL),
-            repr(budget_usd),
-            repr(worst_usd),
-            reservation,
-            _ms(lease) if lease is not None else self._lease_ms,
-        ]
-        verdict, spent, reserved = await self._indexed(
-            tenant, day, self._reserve_spend, spend_keys(tenant, day), args
-        )
-        return BudgetAnswer(_BUDGET_VERDICTS[int(verdict)], float(spent), float(reserved))
-
-    async def settle_spend(
-        self,
-        tenant: str,
-        day: date,
-        usd: float,
-        *,
-        reservation: str | None = None,
-        call: str | None = None,
-    ) -> float:
-        """Add a call's cost ``usd`` to ``tenant``'s spend on ``day``, ending its
-        ``reservation`` (None: it had none); returns the day's total. ``call``: see
-        `settle_call`."""
-        settled = await self.settle_call(tenant, day, usd, reservation=reservation, call=call)
-        return settled.total
-
-    async def settle_call(
-        self,
-        tenant: str,
-        day: date,
-        usd: float,
-        *,
-        reservation: str | None = None,
-        call: str | None = None,
-    ) -> SpendSettled:
-        """`settle_spend`, once per ``call`` (its idempotency key): a call settled before adds
-        nothing and only gives its reservation back (``counted`` False)."""
-        key = hashlib.sha256(call.encode()).hexdigest()[:32] if call else ""
-        args: list[str | int] = [
-            _seconds(SPEND_TTL),
-            reservation or "",
-            repr(usd),
-            key,
-            _seconds(SETTLED_CALLS_TTL),
-        ]
-        total, counted = await self._indexed(
-            tenant, day, self._settle_spend, spend_keys(tenant, day), args
-        )
-        return SpendSettled(float(total), bool(int(counted)))
-
-    async def renew_spend(self, tenant: str, day: date, *, reservation: str) -> bool:
-        """Extend a spend reservation by a lease; False when it had already expired."""
-        args: list[str | int] = [_seconds(SPEND_TTL), reservation, self._lease_ms]
-        keys = spend_keys(tenant, day)
-        return bool(await self._call(self._renew_spend(keys=keys, args=args)))
-
-    async def spend(self, tenant: str, day: date) -> float:
-        """``tenant``'s spend on ``day`` in USD (0 when none), expired reservations charged."""
-        return (await self.spend_state(tenant, day))[0]
-
-    async def spend_state(self, tenant: str, day: date) -> tuple[float, float]:
-        """``tenant``'s spend on ``day`` and what its calls in flight reserve, in USD."""
-        args: list[str | int] = [_seconds(SPEND_TTL)]
-        keys = spend_keys(tenant, day)
-        spent, reserved = await self._call(self._spend(keys=keys, args=args))
-        return float(spent), float(reserved)
-
-    async def spend_by_tenant(self, day: date) -> dict[str, float]:
-        """Every tenant's spend on ``day``, by name."""
-        members = await self._call(self._redis.smembers(tenants_key(day)))
-        names = sorted(_text(m) for m in members)
-        return {name: await self.spend(name, day) for name in names}
-
     async def levels(self, scope: str, limits: tuple[int, int]) -> tuple[float, float]:
         """The tokens and requests ``scope`` has now (expired holds given back first)."""
         tokens, requests, *_ = await self._levels_reply(scope, limits)
@@ -351,49 +245,19 @@ class CapacityStore:
     async def queued(self, scope: str, limits: tuple[int, int]) -> list[str]:
         """The members queued for ``scope``, first first (expired places dropped first)."""
         _, _, *members = await self._levels_reply(scope, limits)
-        return [_text(member) for member in members]
+        return [decoded(member) for member in members]
 
     async def scope_state(self, scope: str) -> Mapping[str, float]:
         """The raw bucket of ``scope`` (tokens, requests, ...), for tests and diagnostics."""
         raw = await self._call(self._redis.hgetall(scope_keys(scope)[0]))
-        return {_text(k): float(v) for k, v in raw.items()}
+        return {decoded(k): float(v) for k, v in raw.items()}
 
     async def held(self, scope: str) -> dict[str, float]:
         """The holds of ``scope`` (id -> tokens), for tests and diagnostics."""
         raw = await self._call(self._redis.hgetall(scope_keys(scope)[1]))
-        return {_text(k): float(v) for k, v in raw.items()}
+        return {decoded(k): float(v) for k, v in raw.items()}
 
     async def _levels_reply(self, scope: str, limits: tuple[int, int]) -> list[Any]:
         args: list[int] = [*limits]
         reply: list[Any] = await self._call(self._levels(keys=scope_keys(scope), args=args))
         return reply
-
-    async def _indexed(
-        self, tenant: str, day: date, script: Any, keys: list[str], args: list[str | int]
-    ) -> Any:
-        """Run a spend script and list ``tenant`` among the day's tenants, in one round trip
-        (a pipeline, not a transaction: the list has a hash slot of its own)."""
-        async with self._redis.pipeline(transaction=False) as pipe:
-            await script(keys=keys, args=args, client=pipe)
-            pipe.sadd(tenants_key(day), tenant)
-            pipe.expire(tenants_key(day), SPEND_TTL)
-            reply, *_ = await self._call(pipe.execute())
-        return reply
-
-    async def _call(self, pending: Any) -> Any:
-        try:
-            return await pending
-        except (RedisError, OSError) as err:
-            raise CapacityStoreError(f"capacity store: {type(err).__name__}: {err}") from None
-
-
-def _ms(delta: timedelta) -> int:
-    return int(delta.total_seconds() * 1000)
-
-
-def _seconds(delta: timedelta) -> int:
-    return int(delta.total_seconds())
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

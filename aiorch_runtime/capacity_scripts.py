@@ -1,6 +1,7 @@
-"""The capacity store's Lua scripts (``aiorch_runtime.capacity`` runs them): each operation is one
-script, so it is atomic across workers without locks, and ``TIME`` (Redis's clock) is the only
-clock. Numbers travel as strings (``%.17g``), since Redis truncates a Lua number in a reply to an
+"""The capacity store's rate-limit scripts (``aiorch_runtime.capacity`` runs them; a tenant's
+spend has its own, ``aiorch_runtime.capacity_spend_scripts``): each operation is one script, so
+it is atomic across workers without locks, and ``TIME`` (Redis's clock) is the only clock.
+Numbers travel as strings (``%.17g``), since Redis truncates a Lua number in a reply to an
 integer.
 
 Rate limits, per scope (an endpoint and a model), KEYS: bucket, holds (id -> tokens), hold
@@ -8,10 +9,6 @@ expiries, queue (member -> its virtual finish tag: the fair-share order), queue 
 expected tokens), queue expiries, queue due times (member -> when its turn comes), queued members'
 tenant, priority and enqueue time (``"TENANT PRIORITY MS"``), and per tenant its last virtual
 finish tag (field ``TENANT``) and how many of its members are queued (field ``#TENANT``).
-
-Spend, per tenant and UTC day, KEYS: spent (USD), reservations (id -> USD), reservation
-expiries, charged (id -> USD a reservation that expired unsettled was charged), settled calls
-(the digest of a call's idempotency key -> USD it was settled for).
 """
 
 from __future__ import annotations
@@ -48,6 +45,20 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)) do
   redis.call('ZREM', KEYS[3], id)
 end
 local vt = tonumber(redis.call('HGET', KEYS[1], 'vt')) or 0
+local function tag(x) return string.format('%.17g', x) end
+-- A queued member's demand counts at most one bucket.
+local function counted(expected)
+  if tpm > 0 then return math.min(expected, tpm) end
+  return expected
+end
+local function demand_of(m) return counted(tonumber(redis.call('HGET', KEYS[5], m)) or 0) end
+-- How far a member's turn moves when another's demand joins or leaves the queue ahead of it.
+local function turn_of(expected)
+  local turn = 0
+  if tpm > 0 then turn = counted(expected) * 60000 / tpm end
+  if rpm > 0 then turn = math.max(turn, 60000 / rpm) end
+  return turn
+end
 local function queued_as(m)
   local info = redis.call('HGET', KEYS[8], m)
   if not info then return nil end
@@ -103,7 +114,6 @@ RESERVE: Final = (
 local lease, id, member = tonumber(ARGV[3]), ARGV[4], ARGV[5]
 local need, min_wait, max_told = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local tenant, weight, prio = ARGV[9], tonumber(ARGV[10]), tonumber(ARGV[11])
-local function tag(x) return string.format('%.17g', x) end
 if tpm > 0 and need > tpm then
   save()
   return {-1, tpm, tostring(tok), tostring(req), 0}
@@ -115,11 +125,6 @@ local function told(wait)
   save()
   return {0, wait, tostring(tok), tostring(req), 0}
 end
-local function counted(expected)
-  if tpm > 0 then return math.min(expected, tpm) end
-  return expected
-end
-local function demand_of(m) return counted(tonumber(redis.call('HGET', KEYS[5], m)) or 0) end
 local function ahead_of(score)
   local members
   if score then
@@ -182,9 +187,7 @@ if not score then
   local finish = start + size
   redis.call('HSET', KEYS[9], tenant, tag(moved and last + size or finish))
   redis.call('HINCRBY', KEYS[9], '#' .. tenant, 1)
-  local push = 0
-  if tpm > 0 then push = counted(expected) * 60000 / tpm end
-  if rpm > 0 then push = math.max(push, 60000 / rpm) end
+  local push = turn_of(expected)
   for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '(' .. tag(finish), '+inf')) do
     local later = tonumber(redis.call('HGET', KEYS[7], m))
     if later then redis.call('HSET', KEYS[7], m, math.ceil(later + push)) end
@@ -201,6 +204,57 @@ if rpm > 0 then wait = math.max(wait, (count + 1 - req) * 60000 / rpm) end
 wait = math.ceil(wait)
 redis.call('HSET', KEYS[7], member, now + wait)
 return told(wait)
+"""
+)
+
+# ARGV: tpm, rpm, queue member, its tenant's weight. Returns 1 when the member was queued and
+# has left, 0 when it was not queued (never, or granted, lapsed or gone already): leaving twice
+# is harmless.
+#
+# A member that goes elsewhere (a call spilled over to the batch lane) leaves as if it had never
+# joined, as far as that holds without moving anyone back: every place behind it has its turn
+# pulled forward by what the member's demand pushed it (RESERVE's push, undone), and every
+# other place keeps its tag, so the queue keeps its order, the tenant's own later places
+# included. Shifting those down by the member's size, as they would stand had it never joined,
+# would move them ahead of other tenants' places already told their turns and push those turns
+# back: a tenant whose calls spill would gain on the tenants that wait. So they stay charged for
+# it until the tenant's queue drains (its next call then starts at the virtual time). The
+# tenant's last finish tag goes back by the member's size when the member was its last place,
+# so a newcomer starts where the member started, never ahead of the tenant's earlier places; the
+# virtual time, the start of the last member granted, stays: nothing was granted.
+LEAVE: Final = (
+    _RATE_PROLOGUE
+    + """
+local member, weight = ARGV[3], tonumber(ARGV[4])
+local score = tonumber(redis.call('ZSCORE', KEYS[4], member))
+if not score then
+  save()
+  return 0
+end
+local tenant = queued_as(member)
+local pull = turn_of(tonumber(redis.call('HGET', KEYS[5], member)) or 0)
+local size = demand_of(member) / weight
+local last, before = true, 0
+local queue = redis.call('ZRANGE', KEYS[4], 0, -1, 'WITHSCORES')
+for i = 1, #queue, 2 do
+  local m, s = queue[i], tonumber(queue[i + 1])
+  if m ~= member then
+    local due = tonumber(redis.call('HGET', KEYS[7], m))
+    if s > score and due and due > now then
+      redis.call('HSET', KEYS[7], m, math.max(now, math.floor(due - pull)))
+    end
+    if tenant and queued_as(m) == tenant then
+      if s > score then last = false else before = math.max(before, s) end
+    end
+  end
+end
+local finish = tenant and tonumber(redis.call('HGET', KEYS[9], tenant))
+if last and finish then
+  redis.call('HSET', KEYS[9], tenant, tag(math.max(finish - size, before)))
+end
+unqueue(member)
+save()
+return 1
 """
 )
 
@@ -276,118 +330,5 @@ if ra >= 0 then
 end
 save()
 return 1
-"""
-)
-
-# Shared prologue, ARGV[1] = the keys' time to live in seconds: charge every reservation whose
-# lease ran out in full (its call may have been made and billed; a late settlement corrects it
-# from what it was charged), then read what was spent and what is reserved. ``spend(usd)``
-# changes what was spent and ``keep()`` writes it back: a SET of the sum, never INCRBYFLOAT,
-# whose rewrite into a longer SET breaks a script's cached arguments (redis/redis#11652):
-# Redis 6.2.14 crashed on the next script.
-_SPEND_PROLOGUE: Final = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local ttl = tonumber(ARGV[1])
-local function usd(x) return string.format('%.17g', x) end
-local spent = tonumber(redis.call('GET', KEYS[1])) or 0
-local changed = false
-local function spend(cost)
-  spent = spent + cost
-  changed = true
-end
-for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)) do
-  local held = redis.call('HGET', KEYS[2], id)
-  if held then
-    spend(tonumber(held))
-    redis.call('HSET', KEYS[4], id, held)
-  end
-  redis.call('HDEL', KEYS[2], id)
-  redis.call('ZREM', KEYS[3], id)
-end
-local reserved = 0
-for _, held in ipairs(redis.call('HVALS', KEYS[2])) do reserved = reserved + tonumber(held) end
-local function keep()
-  if changed then redis.call('SET', KEYS[1], usd(spent)) end
-  for i = 1, 4 do redis.call('EXPIRE', KEYS[i], ttl) end
-end
-"""
-
-# ARGV: ttl s, budget USD, worst-case cost USD, reservation id, lease ms. Returns {reserved (1),
-# over the budget (0) or held by calls in flight (2), spent, reserved}: "over" when what was
-# spent leaves no room for the worst case, "held" when only the reservations of calls in flight
-# do (they settle, usually for less).
-RESERVE_SPEND: Final = (
-    _SPEND_PROLOGUE
-    + """
-local budget, worst, id, lease = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
-local verdict = 1
-if spent + worst > budget then
-  verdict = 0
-elseif spent + reserved + worst > budget then
-  verdict = 2
-else
-  redis.call('HSET', KEYS[2], id, ARGV[3])
-  redis.call('ZADD', KEYS[3], now + lease, id)
-  reserved = reserved + worst
-end
-keep()
-return {verdict, usd(spent), usd(reserved)}
-"""
-)
-
-# ARGV: ttl s, reservation id ('' for none), the call's cost USD, the call's key ('' for none),
-# how long a call's key is remembered (s). Ends the reservation and adds the cost (less what an
-# expired reservation was already charged), once per call key: a call settled before (a
-# retried settlement, an activity run again) adds nothing, and its reservation is given back.
-# Returns {the day's spend, 1 when this settlement counted the call, 0 when it had been}.
-SETTLE_SPEND: Final = (
-    _SPEND_PROLOGUE
-    + """
-local id, cost, call = ARGV[2], tonumber(ARGV[3]), ARGV[4]
-local counted = 1
-if call ~= '' and redis.call('HEXISTS', KEYS[5], call) == 1 then
-  counted = 0
-  cost = 0
-end
-if redis.call('HDEL', KEYS[2], id) == 1 then
-  redis.call('ZREM', KEYS[3], id)
-else
-  local charged = tonumber(redis.call('HGET', KEYS[4], id))
-  if charged then
-    cost = cost - charged
-    redis.call('HDEL', KEYS[4], id)
-  end
-end
-if cost ~= 0 then spend(cost) end
-if call ~= '' and counted == 1 then
-  redis.call('HSET', KEYS[5], call, ARGV[3])
-  redis.call('EXPIRE', KEYS[5], tonumber(ARGV[5]))
-end
-keep()
-return {usd(spent), counted}
-"""
-)
-
-# ARGV: ttl s, reservation id, lease ms. Returns 1 when the reservation was still there.
-RENEW_SPEND: Final = (
-    _SPEND_PROLOGUE
-    + """
-local id, lease = ARGV[2], tonumber(ARGV[3])
-keep()
-if redis.call('ZSCORE', KEYS[3], id) then
-  redis.call('ZADD', KEYS[3], now + lease, id)
-  return 1
-end
-return 0
-"""
-)
-
-# ARGV: ttl s. Returns {spent, reserved} once expired reservations are charged.
-SPEND: Final = (
-    _SPEND_PROLOGUE
-    + """
-keep()
-return {usd(spent), usd(reserved)}
 """
 )

@@ -6,6 +6,7 @@ what the lane starts and signals is read from their histories).
 The call that opens a group starts its workflow with the lane's schedule and the group's owner
 token, and the one that fills it signals it; the activity is then left to its group's
 submission (it completes asynchronously). A call queued again is told its batch at once; a
+spilled call's place in its model's queue is gone once its ``invoke_llm`` has queued it; a
 group whose workflow id another run holds is closed and the call retried; a store out of reach
 fails the call retryably."""
 
@@ -35,13 +36,15 @@ from temporalio.worker import Worker
 from activities.batch import BatchActivities, BatchLane, BatchSettings
 from activities.batch_calls import batched, hold_text, item_name
 from activities.batch_groups import OWNER_MEMO, group_workflow_id
+from activities.capacity import CallGate
 from activities.input_loader import InputLoader
 from activities.llm import LlmActivities
 from activities.spend import SpendHold, today
 from aiorch.devstack.processes import free_port
 from aiorch_runtime.batch_store import BatchStore
-from aiorch_runtime.capacity_keys import scope_name
-from aiorch_runtime.config import DEFAULT_PRICE_TABLE
+from aiorch_runtime.capacity import CapacityStore
+from aiorch_runtime.capacity_keys import scope_keys, scope_name
+from aiorch_runtime.config import DEFAULT_PRICE_TABLE, RateLimit
 from tests.activities.batch_lane import ITEM_TTL, MODEL, Lane, asked, reserved, spend_gate
 from tests.activities.llm_calls import call
 from tests.support.batched_call import BatchedCall
@@ -213,6 +216,50 @@ async def test_a_call_queued_again_is_told_its_batch_at_once(
     )
     assert told == batched(call, item_name(call), "batch_known")
     assert told.batch_id == "batch_known" and told.batch_item == item_name(call)
+
+
+async def test_a_spilled_calls_place_leaves_its_models_queue_with_its_batch_invoke_llm(
+    setup: Setup, valkey_client: redis.Redis
+) -> None:
+    """Two runs' calls wait in their model's queue (its tokens spent), told so by the real
+    ``invoke_llm``; the first spills over: its batch-lane ``invoke_llm`` queues it in a group
+    and leaves nothing of it in the model queue's keys, and the second is first in the queue."""
+    limits, scope = (6000, 0), setup.scope
+    capacity = CapacityStore(valkey_client, lease=timedelta(minutes=5))
+    gate = CallGate(
+        capacity,
+        base_url=setup.settings.base_url,
+        rate_limits={MODEL: RateLimit(tpm=limits[0])},
+        prices=DEFAULT_PRICE_TABLE,
+        tenant_budget=lambda _: None,
+        max_output_tokens=100,
+        inline_wait=timedelta(0),
+    )
+    await capacity.settle(scope, limits, hold_id="none", used=limits[0], called=True)
+    spilling, behind = (call(f"Question {n}", workflow_id=f"run-q{n}") for n in range(2))
+    spilled = spilling.model_copy(update={"lane": "batch", "spilled": True})
+    async with AsyncOpenAI(base_url=setup.settings.base_url, api_key="unused") as client:
+        llm = LlmActivities(client, InputLoader(), timeout_s=10, gate=gate, batch=setup.lane)
+        for each in (spilling, behind):
+            waited = await in_run(each.workflow_id, b"").run(llm.invoke_llm, each)
+            assert waited.outcome == "wait"
+        try:
+            await in_run(spilling.workflow_id, b"token-q0").run(llm.invoke_llm, spilled)
+        except Exception as err:
+            raise AssertionError(f"invoke_llm failed: {err!r}") from err
+        except BaseException:
+            pass  # left to complete asynchronously: queued for its batch
+        else:
+            raise AssertionError("invoke_llm returned: the call was not queued for a batch")
+    [queued] = await setup.store.calls(scope, [item_name(spilled)])
+    assert queued.token == b"token-q0"
+    for key in scope_keys(scope)[3:8]:
+        if await valkey_client.type(key) == b"zset":
+            members = await valkey_client.zrange(key, 0, -1)
+        else:
+            members = await valkey_client.hkeys(key)
+        assert spilling.workflow_id.encode() not in members, key
+    assert await capacity.queued(scope, limits) == [behind.workflow_id]
 
 
 async def test_a_group_held_by_another_run_is_closed_and_the_call_retried(

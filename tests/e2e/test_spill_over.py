@@ -72,8 +72,9 @@ async def test_eligible_runs_past_the_limit_go_through_the_batch_lane(
     answered synchronously, every other one spilled (its path goes invoke_llm -> await_batch,
     never through await_capacity), and the simulator's batches hold exactly the spilled
     runs' calls, one line each, in batches the runs name, and the spill-over metric counts
-    them; a run that is not eligible, started behind them, waits in await_capacity and is
-    answered synchronously."""
+    them; a run that is not eligible, started behind them with a call of about 720 tokens
+    (more than the bucket can hold again while the calls answered before it count), waits in
+    await_capacity and is answered synchronously."""
     simulator = Simulator(spilling.addresses.openai_base_url)
     before = simulator.batches()["submissions"]
     client = await connect(spilling)
@@ -84,7 +85,10 @@ async def test_eligible_runs_past_the_limit_go_through_the_batch_lane(
         )
         for n in range(ELIGIBLE)
     ]
-    plain = await start(client, request("A question that may not spill", review="never"))
+    # Spilled calls give their queue places back, so only the tokens themselves can keep this
+    # run waiting: its call needs more than the calls answered so far leave in the bucket.
+    long = "A question that may not spill, asked with a long preamble:" + " context" * 180
+    plain = await start(client, request(long, review="never"))
     results = await asyncio.gather(*(finished(handle) for handle in [*eligible, plain]))
 
     assert [result.state for result in results] == ["completed"] * (ELIGIBLE + 1)
