@@ -61,7 +61,7 @@ from aiorch_runtime.capacity_connection import (
 from aiorch_runtime.capacity_keys import scope_keys, usage_key
 from aiorch_runtime.capacity_spend import SPEND_TTL, TenantSpend
 from aiorch_runtime.config import Settings
-from workflows.payloads import DEFAULT_TENANT, TENANT_PATTERN
+from workflows.payloads import DEFAULT_PRIORITY, DEFAULT_TENANT, TENANT_PATTERN
 
 __all__ = ["DEFAULT_PRIORITY", "CapacityStore", "CapacityStoreError", "ProviderSignal"]
 
@@ -75,8 +75,6 @@ MIN_WAIT = timedelta(milliseconds=50)
 # A queued caller comes back at least this many leases apart, so its place can expire soon
 # after it stops coming (its run was cancelled or terminated).
 CHECK_IN_LEASES: Final = 2
-# A call's priority when its run sets none: the middle of 1 (most urgent) to 5, as Temporal's.
-DEFAULT_PRIORITY: Final = 3
 
 
 class CapacityStore(TenantSpend):
