@@ -18,6 +18,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Final
 
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
 from aiorch.devstack.processes import ManagedProcess
@@ -150,6 +151,34 @@ def waits(log: list[dict[str, Any]], started: Started) -> list[float]:
     """Each run's wait from its start to its first synchronous answer, shortest first."""
     first = answers(log, started)
     return sorted(first[run]["at"] - at for run, at in started.at.items() if run in first)
+
+
+async def dispatch_delays(started: Started) -> list[float]:
+    """Each run's wait from its start to its first model call's activity starting on a worker
+    (the task queue's backlog, before any wait for capacity), shortest first."""
+    gate = asyncio.Semaphore(IN_FLIGHT)
+
+    async def one(handle: WorkflowHandle[Any, Any]) -> float | None:
+        async with gate:
+            events = (await handle.fetch_history()).events
+        calls = {
+            e.event_id
+            for e in events
+            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+            and e.activity_task_scheduled_event_attributes.activity_type.name
+            == contract.ACTIVITY_INVOKE_LLM
+        }
+        for e in events:
+            attributes = e.activity_task_started_event_attributes
+            if (
+                e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+                and attributes.scheduled_event_id in calls
+            ):
+                return e.event_time.ToMicroseconds() / 1e6 - started.at[handle.id]
+        return None
+
+    delays = await asyncio.gather(*(one(h) for h in started.handles))
+    return sorted(d for d in delays if d is not None)
 
 
 async def burst_spent(bench: Bench, flood: Started, deadline: float) -> float:
