@@ -80,18 +80,21 @@ ENV: Final = {
 CREATE_DELAY_MS: Final = 3000
 COMPLETION_S: Final = 10.0
 MAX_DUPLICATES: Final = 0
-# How often the fair queue is looked at while B's runs are busy.
+# How often the fair queue is looked at while B's runs are busy, and which of the model's keys
+# (`scope_keys`) holds each queued place's tenant, priority and time of joining.
 SAMPLE_S: Final = 5.0
+PLACES_KEY: Final = 7
 
 
 async def _kill_a_submitter(
-    bench: Bench, workers: list[ManagedProcess], rep: int, deadline: float
+    bench: Bench, workers: list[ManagedProcess], rep: int, stop: asyncio.Event
 ) -> dict[str, Any]:
     """SIGKILL the first worker found running ``submit_batch`` and start a new one in its
-    place; what was going on at that moment (empty when no batch was created in time)."""
+    place; what was going on at that moment (empty when ``stop`` was set first: every run
+    ended without a batch being created while it was looked for)."""
     began = time.monotonic()
     url = bench.stack.simulator_url
-    while time.monotonic() < deadline:
+    while not stop.is_set():
         if (await asyncio.to_thread(batch_state, url))["submissions"]:
             found = await submitting_worker(bench.client, workers)
             if found is not None:
@@ -122,7 +125,8 @@ async def _sample_queue(
     """Every `SAMPLE_S` until ``until`` is set: the places in the model's fair queue per tenant,
     and the runs waiting in ``await_capacity`` per tenant (``tenants``: run id to tenant). A
     place with no run waiting behind it is one left by a call that went elsewhere (spilled)."""
-    places_key = scope_keys(scope_name(bench.stack.local.addresses.openai_base_url, MODEL))[7]
+    scope = scope_name(bench.stack.local.addresses.openai_base_url, MODEL)
+    places_key = scope_keys(scope)[PLACES_KEY]
     began = time.monotonic()
     samples: list[dict[str, Any]] = []
     while not until.is_set():
@@ -165,7 +169,8 @@ async def _repetition(
     began, since = time.monotonic(), datetime.now(UTC)
     eligible = {"batch_eligible": True}
     flood = await start_runs(client, TASK_QUEUE, TENANT_A, options.spillover_a, eligible)
-    kill = asyncio.create_task(_kill_a_submitter(bench, workers, rep, began + timeout))
+    floods_ended = asyncio.Event()
+    kill = asyncio.create_task(_kill_a_submitter(bench, workers, rep, floods_ended))
     spent_at = await burst_spent(bench, flood, began + timeout)
     busy = await start_runs(client, TASK_QUEUE, TENANT_B, options.spillover_b)
     b_done = asyncio.Event()
@@ -174,6 +179,7 @@ async def _repetition(
     b_ended = await ended(busy, timeout)
     b_done.set()
     outcomes += [b_ended, await ended(flood, timeout)]
+    floods_ended.set()
     killed = await kill
     seconds = time.monotonic() - began
     log = await asyncio.to_thread(requests_log, bench.stack.simulator_url)
