@@ -30,6 +30,7 @@ from bench.report import (
     profile_table,
     show,
 )
+from bench.spillover_phase import check_spillover, run_spillover
 from bench.stats import Figure, ratio
 from bench.tally import Bench, Tally
 
@@ -277,6 +278,7 @@ PHASES: tuple[Phase[Any], ...] = (
     Phase("fault", _run_fault, _check_fault),
     Phase("ledger", run_ledger, check_ledger),
     Phase("fairshare", run_fairshare, check_fairshare),
+    Phase("spillover", run_spillover, check_spillover),
     Phase("canary", run_canary, check_canary),
     Phase("peer", _run_peer, _check_peer, on_stack=False),
 )

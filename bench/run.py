@@ -22,7 +22,11 @@ embedded default runs), the LLM simulator answering at once, and these phases in
 7a. fair share: tenant A's ``--fairshare-a`` runs flood a model limited to 9,000 tokens a
    minute on three workers, then tenant B starts ``--fairshare-b``: B's waits against its
    waits with A idle, each tenant's share of the tokens (``bench.fairshare_phase``);
-7b. canary: document runs at 8/s with a 10 % variant seeded worse until the watcher halts it
+7b. spill-over: the same shape with the batch lane allowed and ``SPILL_OVER=on``, A's
+   ``--spillover-a`` runs batch-eligible, B's ``--spillover-b`` not; one worker SIGKILLed while
+   it creates a spilled calls' batch: A's runs answered synchronously and spilled, calls in
+   more than one batch, B's waits and the shares as in 7a (``bench.spillover_phase``);
+7c. canary: document runs at 8/s with a 10 % variant seeded worse until the watcher halts it
    (at most ``--canary-n``): judged runs of B at the halt, runs of B after it
    (``bench.canary_phase``; its runs that fail on the seeded problem are meant to);
 8. LangGraph with its SQLite checkpointer, when installed (``pip install -e '.[bench]'``).
@@ -92,6 +96,10 @@ def parse_args(argv: Sequence[str] | None) -> Options:
     )
     parser.add_argument("--fairshare-a", type=int, default=None, help="A's runs, fairshare (150)")
     parser.add_argument("--fairshare-b", type=int, default=None, help="B's runs, fairshare (10)")
+    parser.add_argument(
+        "--spillover-a", type=int, default=None, help="A's eligible runs, spillover (2000)"
+    )
+    parser.add_argument("--spillover-b", type=int, default=None, help="B's runs, spillover (50)")
     parser.add_argument("--canary-n", type=int, default=None, help="most runs, canary (2500)")
     parser.add_argument("--out", type=Path, default=PROJECT_ROOT / "bench" / "results")
     parser.add_argument("--data-dir", type=Path, default=None, help="default: a temporary dir")
@@ -125,6 +133,8 @@ def parse_args(argv: Sequence[str] | None) -> Options:
         ledger_stream_s=args.ledger_stream_s or (3.0 if quick else 60.0),
         fairshare_a=args.fairshare_a or (100 if quick else 150),
         fairshare_b=args.fairshare_b or (4 if quick else 10),
+        spillover_a=args.spillover_a or (100 if quick else 2000),
+        spillover_b=args.spillover_b or (4 if quick else 50),
         canary_n=args.canary_n or (500 if quick else 2500),
         out_dir=args.out,
         data_dir=args.data_dir,
@@ -148,6 +158,8 @@ def _options_json(options: Options) -> dict[str, Any]:
         "ledger_stream_s": options.ledger_stream_s,
         "fairshare_a": options.fairshare_a,
         "fairshare_b": options.fairshare_b,
+        "spillover_a": options.spillover_a,
+        "spillover_b": options.spillover_b,
         "canary_n": options.canary_n,
         "skipped": sorted(options.skip),
     }

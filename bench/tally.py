@@ -42,6 +42,8 @@ class Options:
     ledger_stream_s: float
     fairshare_a: int
     fairshare_b: int
+    spillover_a: int
+    spillover_b: int
     canary_n: int
     out_dir: Path
     data_dir: Path | None

@@ -37,13 +37,14 @@ TIMED_PHASES = (
     "fault",
     "ledger",
     "fairshare",
+    "spillover",
     "canary",
     "peer",
 )
 # Phases the quick run leaves out; nothing this module checks comes from them (the fair-share
-# phase is minutes of a rate-limited model at any size worth measuring, the canary minutes of
-# runs until its variant is halted).
-UNCHECKED_PHASES = ("actions", "peer", "profile", "fairshare", "canary")
+# and spill-over phases are minutes of a rate-limited model at any size worth measuring, the
+# canary minutes of runs until its variant is halted).
+UNCHECKED_PHASES = ("actions", "peer", "profile", "fairshare", "spillover", "canary")
 QUICK_BENCH = (sys.executable, "-m", "bench.run", "--quick")
 # The quick bench's limit: only a hung run should reach it, so it leaves a loaded machine
 # several times the run's usual time. Each test that uses the run allows that time too (the
