@@ -22,13 +22,16 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
 from aiorch.devstack.processes import ManagedProcess
+from aiorch.ops.visibility import task_priority
 from aiorch_runtime.capacity import CapacityStore
 from aiorch_runtime.capacity_keys import scope_keys, scope_name
+from aiorch_runtime.config import BudgetSettings
 from bench.costs import requests_log
 from bench.stack import start_ours
 from bench.stats import percentile
 from bench.tally import Bench
 from workflows import contract
+from workflows.payloads import PipelineRequest
 
 TPM: Final = 9_000
 WORKERS: Final = 3
@@ -36,6 +39,7 @@ MODEL: Final = "sim-large"
 TENANT_A: Final = "bench-a"
 TENANT_B: Final = "bench-b"
 WEIGHTS: Final = {TENANT_A: 3.0, TENANT_B: 1.0}
+DISPATCH: Final = BudgetSettings.model_validate({"tenant_weights": WEIGHTS})
 MESSAGE: Final = (
     "Summarise in one line why a tenant that floods a shared model must not starve the others, "
     "{tenant} run {n}"
@@ -108,9 +112,15 @@ async def start_runs(
         }
         if options:
             payload["options"] = options
+        request = PipelineRequest.model_validate(payload)
         async with gate:
+            # As starter.py starts a run: the tenant's fairness key and weight on its tasks.
             handle = await client.start_workflow(
-                contract.WORKFLOW_TYPE, payload, id=payload["request_id"], task_queue=task_queue
+                contract.WORKFLOW_TYPE,
+                payload,
+                id=payload["request_id"],
+                task_queue=task_queue,
+                priority=task_priority(request, DISPATCH),
             )
         return handle, time.time()
 

@@ -82,6 +82,7 @@ async def start_run(
             request,
             task_queue=settings.temporal_task_queue,
             pipeline=pipelines.named(pipeline),
+            priority=visibility.task_priority(request, settings),
         )
     except WorkflowAlreadyStartedError:
         raise CliError(

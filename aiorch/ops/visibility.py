@@ -5,8 +5,9 @@ Every run carries the search attributes the contract names (``workflows.contract
 ``AiReviewRound`` (Int, the review round it waits on). This module is the one place the
 operator's tools use them: the queries built from them, and starting a run that visibility
 shows in its first resting state from its first moment (set at start, where it costs nothing;
-a worker sets the rest). A run that no worker has picked up yet has no ``AiStateSince``; its
-start time stands in.
+a worker sets the rest), and whose tasks leave the task queue fairly among tenants
+(``task_priority``). A run that no worker has picked up yet has no ``AiStateSince``; its start
+time stands in.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 from temporalio.client import Client, WorkflowExecution
 from temporalio.common import (
+    Priority,
     SearchAttributeIndexedValueType,
     SearchAttributePair,
     TypedSearchAttributes,
@@ -25,10 +27,11 @@ from temporalio.common import (
 )
 
 from aiorch.ops import pipelines
+from aiorch_runtime.config import BudgetSettings
 from workflows import contract
 from workflows.engine.graph import FINAL_STATES as FINAL_STATES
 from workflows.engine.pipeline import Pipeline
-from workflows.payloads import RequestBase
+from workflows.payloads import DEFAULT_TENANT, RequestBase
 
 SEARCH_ATTRIBUTE_KEYS = (
     contract.AI_STATE,
@@ -145,6 +148,19 @@ def initial_search_attributes(
     return TypedSearchAttributes([SearchAttributePair(contract.AI_STATE, str(first))])
 
 
+def task_priority(request: RequestBase, settings: BudgetSettings) -> Priority:
+    """How the run's tasks (its workflow tasks and, inherited, its activities') leave the task
+    queue: its tenant as the fairness key, with the tenant's ``TENANT_WEIGHTS`` weight, so one
+    tenant's backlog of tasks does not hold up another's (on a server with task queue fairness
+    on: ``matching.enableFairness``), and its priority as planning narrows it."""
+    tenant = request.tenant or DEFAULT_TENANT
+    return Priority(
+        priority_key=settings.run_priority(tenant, request.options.priority),
+        fairness_key=tenant,
+        fairness_weight=settings.tenant_weight(tenant),
+    )
+
+
 async def start_run(
     client: Client,
     request: RequestBase,
@@ -152,9 +168,11 @@ async def start_run(
     task_queue: str,
     pipeline: Pipeline[Any, Any] | None = None,
     summary: str | None = None,
+    priority: Priority = Priority.default,
 ) -> str:
     """Start ``request`` as a run of ``pipeline`` (default: the LLM pipeline) with its request
-    id as workflow id; returns that id.
+    id as workflow id; returns that id. ``priority``: how its tasks leave the task queue
+    (``task_priority``; by default as the server's defaults say).
 
     The same request id twice is refused by the server, never run twice.
 
@@ -171,5 +189,6 @@ async def start_run(
         search_attributes=initial_search_attributes(chosen, request),
         static_summary=summary or f"{chosen.name} pipeline run (review: {request.review})",
         static_details=request.describe(),
+        priority=priority,
     )
     return handle.id

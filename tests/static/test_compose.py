@@ -437,3 +437,15 @@ def test_docs_match_the_stack() -> None:
     for metric in set(re.findall(r"aiorch_[a-z_]+", exprs)):
         base = re.sub(r"_(bucket|count|sum)$", "", metric)
         assert f"`{base}`" in docs, f"{base} is not documented"
+
+
+def test_the_temporal_server_dispatches_tenants_tasks_fairly() -> None:
+    """The stack's Temporal server reads a mounted dynamic config file that turns task queue
+    fairness on, so the tenants' fairness keys starter.py sets are honoured."""
+    spec = compose_services()["temporal"]
+    path = service_environment("temporal")["DYNAMIC_CONFIG_FILE_PATH"]
+    mount = mount_holding(spec, path)
+    assert mount is not None and mount.read_only
+    assert mount.source is not None
+    source = COMPOSE_FILE.parent / mount.source
+    assert load_yaml(source)["matching.enableFairness"] == [{"value": True}]

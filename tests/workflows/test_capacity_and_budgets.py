@@ -10,8 +10,10 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowUpdateFailedError
 
+from aiorch.ops import visibility
 from aiorch.ops.results import finished
 from aiorch.ops.signing import SigningKey
+from aiorch_runtime.config import BudgetSettings
 from aiorch_runtime.pipeline_files import check_text
 from tests.support.builders import new_request_id
 from tests.support.orchestration import Orchestration
@@ -22,7 +24,7 @@ from tests.support.time_skipping import assert_waited
 from workflows import contract, errors
 from workflows.data import CATALOG
 from workflows.engine.identity import parse_review_keys
-from workflows.payloads import BudgetDecision
+from workflows.payloads import BudgetDecision, PipelineRequest
 from workflows.steps.llm_call import step_priority
 
 
@@ -312,3 +314,34 @@ def test_a_step_without_a_priority_takes_its_runs() -> None:
     for wrong in ("0", "6"):
         _, problems = check_text(BACKGROUND_STEP.replace("PRIORITY", wrong), "p.yaml", CATALOG)
         assert [(p.line, p.rule) for p in problems] == [(12, "invalid-value")]
+
+
+async def test_a_run_started_for_a_tenant_carries_its_fairness_key_and_weight(
+    orch: Orchestration,
+) -> None:
+    """starter.py's start puts the run's tenant and its TENANT_WEIGHTS weight on the run as its
+    tasks' fairness key and weight, and its priority narrowed by TENANT_MAX_PRIORITY; a run
+    without a tenant is the default tenant's, weight 1, no priority."""
+    settings = BudgetSettings.model_validate(
+        {"tenant_weights": "acme=3", "tenant_max_priority": "acme=2"}
+    )
+    urgent = PipelineRequest(
+        request_id=new_request_id(), user_message="hi", tenant="acme", options={"priority": 1}
+    )
+    plain = PipelineRequest(request_id=new_request_id(), user_message="hi")
+    for request in (urgent, plain):
+        await visibility.start_run(
+            orch.client,
+            request,
+            task_queue=orch.task_queue,
+            priority=visibility.task_priority(request, settings),
+        )
+    started = []
+    for request in (urgent, plain):
+        handle = orch.client.get_workflow_handle(request.request_id)
+        orch.handles.append(handle)
+        await handle.result()
+        first = (await handle.fetch_history()).events[0]
+        priority = first.workflow_execution_started_event_attributes.priority
+        started.append((priority.fairness_key, priority.fairness_weight, priority.priority_key))
+    assert started == [("acme", 3.0, 2), ("default", 1.0, 0)]
