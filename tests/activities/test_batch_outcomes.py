@@ -44,33 +44,46 @@ def lane(openai_client: AsyncOpenAI, valkey_client: redis.Redis) -> Lane:
 async def test_refused_lines_go_back_as_the_failures_their_status_means(
     lane: Lane, http: aiohttp.ClientSession
 ) -> None:
-    """A batch whose two lines the provider refused (a 400 and a 503, in its error file only):
-    the poll counts two failed of two; each run is handed its call's failure in that batch,
-    the 400 permanent (the run fails) and the 503 retryable (the run retries), each with the
-    status and the provider's message; both are counted failed, and the group is done."""
-    calls = [*asked(1, directive="[sim:status=400]"), *asked(1, directive="[sim:status=503]")]
+    """A batch whose three lines the provider refused (a 400, a 503 and a 429 for a spent
+    quota, in its error file only): the poll counts three failed of three; each run is handed
+    its call's failure in that batch, with the status and the provider's message: the 400
+    permanent (the run fails), the 503 retryable (the run retries), and the 429 read by its
+    error code as a spent quota, permanent; all are counted failed, and the group is done."""
+    calls = [
+        *asked(1, directive="[sim:status=400]"),
+        *asked(1, directive="[sim:status=503]"),
+        *asked(1, directive="[sim:status=429:code=insufficient_quota]"),
+    ]
     await lane.open_group(calls)
     submitted = await lane.env().run(lane.activities.submit_batch, lane.round(1))
     assert submitted.batch_id is not None
     polled = await lane.env().run(lane.activities.poll_batch, submitted.batch_id)
-    assert polled == BatchPolled(status="completed", done=True, completed=0, failed=2, total=2)
+    assert polled == BatchPolled(status="completed", done=True, completed=0, failed=3, total=3)
     collected = await lane.env().run(
         lane.activities.collect_batch, lane.round(1, batch_id=submitted.batch_id)
     )
-    assert (collected.answered, collected.failed, collected.unfinished) == (0, 2, 0)
+    assert (collected.answered, collected.failed, collected.unfinished) == (0, 3, 0)
     results = await lane.results(calls)
-    refused, busy = results[item_name(calls[0])], results[item_name(calls[1])]
-    assert refused is not None and busy is not None
-    for result in (refused, busy):
+    refused, busy, spent = (results[item_name(c)] for c in calls)
+    assert refused is not None and busy is not None and spent is not None
+    for result in (refused, busy, spent):
         assert (result.model, result.outcome, result.lane) == (MODEL, "failed", "batch")
         assert result.batch_id == submitted.batch_id
-    assert refused.failure is not None and busy.failure is not None
+    assert refused.failure is not None and busy.failure is not None and spent.failure is not None
     assert (refused.failure.type, refused.failure.permanent) == (errors.LLM_PERMANENT, True)
-    assert refused.failure.error.startswith("LlmPermanent: HTTP 400 from the LLM: ")
+    assert refused.failure.error == (
+        "LlmPermanent: HTTP 400 from the LLM: Simulated HTTP 400 (invalid_request_error)"
+    )
     assert (busy.failure.type, busy.failure.permanent) == (errors.LLM_RETRYABLE, False)
-    assert busy.failure.error.startswith("LlmRetryable: HTTP 503 from the LLM: ")
-    assert "no message" not in refused.failure.error + busy.failure.error
-    assert lane.counted() == {"submitted": 2, "failed": 2}
+    assert (
+        busy.failure.error
+        == "LlmRetryable: HTTP 503 from the LLM: Simulated HTTP 503 (server_error)"
+    )
+    assert (spent.failure.type, spent.failure.permanent) == (errors.LLM_QUOTA_EXHAUSTED, True)
+    assert spent.failure.error == (
+        "LlmQuotaExhausted: HTTP 429 from the LLM: Simulated HTTP 429 (insufficient_quota)"
+    )
+    assert lane.counted() == {"submitted": 3, "failed": 3}
     assert await lane.store.batch_of(lane.scope, lane.group, 1) is None
 
 
