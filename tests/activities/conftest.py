@@ -1,10 +1,12 @@
 """Activity layer fixtures: the capacity store (Valkey, in memory, ``tests.support.valkey``) for
-the tests of what the store really does, and the LLM simulator over HTTP, one server of each per
-test module (a module that needs another simulator defines its own ``sim_url``)."""
+the tests of what the store really does (``store``: our store on it), and the LLM simulator
+over HTTP, one server of each per test module (a module that needs another simulator defines its
+own ``sim_url``)."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from datetime import timedelta
 
 import aiohttp
 import pytest
@@ -13,6 +15,7 @@ import redis.asyncio as redis
 from openai import AsyncOpenAI
 
 from aiorch.devstack.llm_simulator import running_simulator
+from aiorch_runtime.capacity import CapacityStore
 from tests.support.valkey import capacity_store_url
 
 
@@ -31,6 +34,19 @@ async def valkey_client(valkey: str) -> AsyncIterator[redis.Redis]:
         yield client
     finally:
         await client.aclose()
+
+
+@pytest_asyncio.fixture
+async def store(valkey: str) -> AsyncIterator[CapacityStore]:
+    """Our capacity store on the module's Valkey, emptied first, with a one-minute lease: queue
+    places and holds outlive every test."""
+    client = redis.Redis.from_url(valkey)
+    await client.flushdb()
+    capacity = CapacityStore(client, lease=timedelta(seconds=60))
+    try:
+        yield capacity
+    finally:
+        await capacity.close()
 
 
 @pytest_asyncio.fixture(scope="module")

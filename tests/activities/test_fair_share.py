@@ -8,12 +8,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
 from datetime import date, timedelta
 
 import pytest
-import pytest_asyncio
-import redis.asyncio as redis
 from temporalio.runtime import MetricBuffer, Runtime, TelemetryConfig
 from temporalio.testing import ActivityEnvironment
 
@@ -34,18 +31,6 @@ from tests.activities.llm_calls import call
 BASE_URL = "http://127.0.0.1:1/v1"
 SCOPE = scope_name(BASE_URL, "sim-large")
 WEIGHTS = {"acme": 3.0, "beta": 1.0}
-
-
-@pytest_asyncio.fixture
-async def store(valkey: str) -> AsyncIterator[CapacityStore]:
-    """An empty store with a one-minute lease: queue places and holds outlive every test."""
-    client = redis.Redis.from_url(valkey)
-    await client.flushdb()
-    capacity = CapacityStore(client, lease=timedelta(seconds=60))
-    try:
-        yield capacity
-    finally:
-        await capacity.close()
 
 
 async def drained(store: CapacityStore, limits: tuple[int, int]) -> None:

@@ -6,12 +6,9 @@ the place its last one left, and a gate whose store is out of reach still lets t
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import pytest
-import pytest_asyncio
-import redis.asyncio as redis
 from temporalio.testing import ActivityEnvironment
 
 from activities.capacity import CallGate
@@ -26,18 +23,6 @@ SCOPE = scope_name(BASE_URL, "sim-large")
 # 100 tokens a second: a 100-token call's turn is a second after the one ahead of it.
 LIMITS = (6000, 0)
 WEIGHTS = {"acme": 3.0, "beta": 1.0}
-
-
-@pytest_asyncio.fixture
-async def store(valkey: str) -> AsyncIterator[CapacityStore]:
-    """An empty store with a one-minute lease: queue places outlive every test."""
-    client = redis.Redis.from_url(valkey)
-    await client.flushdb()
-    capacity = CapacityStore(client, lease=timedelta(seconds=60))
-    try:
-        yield capacity
-    finally:
-        await capacity.close()
 
 
 async def queued(
