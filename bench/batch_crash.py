@@ -17,6 +17,7 @@ from temporalio.api.enums.v1 import EventType, PendingActivityState
 from temporalio.client import Client
 
 from aiorch.devstack.processes import ManagedProcess
+from bench.shared_limit import scheduled_ids
 from workflows import contract
 
 BATCH_WORKFLOWS = f"WorkflowType = '{contract.WORKFLOW_TYPE_LLM_BATCH}'"
@@ -93,13 +94,7 @@ async def retried_submissions(client: Client, since: datetime) -> int:
     query = f"{BATCH_WORKFLOWS} AND StartTime >= '{since.isoformat()}'"
     async for found in client.list_workflows(query):
         events = (await client.get_workflow_handle(found.id).fetch_history()).events
-        submits = {
-            e.event_id
-            for e in events
-            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-            and e.activity_task_scheduled_event_attributes.activity_type.name
-            == contract.ACTIVITY_SUBMIT_BATCH
-        }
+        submits = scheduled_ids(events, contract.ACTIVITY_SUBMIT_BATCH)
         retried += any(
             e.activity_task_started_event_attributes.attempt > 1
             for e in events

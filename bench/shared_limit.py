@@ -15,10 +15,12 @@ import statistics
 import time
 import urllib.request
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
 from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHandle
 
 from aiorch.devstack.processes import ManagedProcess
@@ -163,6 +165,17 @@ def waits(log: list[dict[str, Any]], started: Started) -> list[float]:
     return sorted(first[run]["at"] - at for run, at in started.at.items() if run in first)
 
 
+def scheduled_ids(events: Iterable[HistoryEvent], activity_type: str) -> set[int]:
+    """The event ids of a history's scheduled ``activity_type`` activities: what their started
+    events name as ``scheduled_event_id``."""
+    return {
+        e.event_id
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        and e.activity_task_scheduled_event_attributes.activity_type.name == activity_type
+    }
+
+
 async def dispatch_delays(started: Started) -> list[float]:
     """Each run's wait from its start to its first model call's activity starting on a worker
     (the task queue's backlog, before any wait for capacity), shortest first."""
@@ -171,13 +184,7 @@ async def dispatch_delays(started: Started) -> list[float]:
     async def one(handle: WorkflowHandle[Any, Any]) -> float | None:
         async with gate:
             events = (await handle.fetch_history()).events
-        calls = {
-            e.event_id
-            for e in events
-            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-            and e.activity_task_scheduled_event_attributes.activity_type.name
-            == contract.ACTIVITY_INVOKE_LLM
-        }
+        calls = scheduled_ids(events, contract.ACTIVITY_INVOKE_LLM)
         for e in events:
             attributes = e.activity_task_started_event_attributes
             if (
